@@ -1,0 +1,201 @@
+//! `triage`: the example gadget. It reads the issues of the service
+//! introduced as `ISSUES`, files a triage report and labels the first
+//! untriaged issue (both actions are staged for a decision), and with
+//! `poll ID...` reports where its actions stand.
+
+wit_bindgen::generate!({ world: "gadget", path: "../../wit" });
+
+use gatehouse::os::kernel::{self, ActionStatus, CallError, Outcome, Service};
+use serde_json::{Value, json};
+
+const KEY: &str = "ISSUES";
+
+struct Triage;
+
+impl exports::gatehouse::os::run::Guest for Triage {
+    fn run(input: String) -> Result<String, String> {
+        match input.trim().strip_prefix("poll") {
+            Some(ids) => poll(ids),
+            None => triage(),
+        }
+    }
+}
+
+export!(Triage);
+
+/// One readable line for a refused or failed call.
+fn describe(error: &CallError) -> String {
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "(none)".to_string()
+        } else {
+            items.join(", ")
+        }
+    };
+    let text = match error {
+        CallError::UnknownKey(e) => {
+            format!("unknown key {}; introduced keys: {}", e.key, list(&e.known))
+        }
+        CallError::NotGranted(e) => format!(
+            "tool {} is not granted for {}; allowed: {}",
+            e.tool,
+            e.key,
+            list(&e.allowed)
+        ),
+        CallError::InvalidArgs(m) => format!("invalid arguments: {m}"),
+        CallError::Refused(m) => format!("refused: {m}"),
+        CallError::Service(m) => format!("service error: {m}"),
+    };
+    one_line(&text)
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// JSON on one line (text that is not JSON is flattened instead).
+fn compact(json: &str) -> String {
+    serde_json::from_str::<Value>(json)
+        .map(|value| value.to_string())
+        .unwrap_or_else(|_| one_line(json))
+}
+
+fn triage() -> Result<String, String> {
+    let keys = kernel::env();
+    if !keys.iter().any(|k| k == KEY) {
+        let known = if keys.is_empty() {
+            "none".to_string()
+        } else {
+            keys.join(", ")
+        };
+        return Err(format!(
+            "no {KEY} service is introduced to this chat (introduced: {known}); \
+             run `introduce CHAT GATEKEEPER --as {KEY}` first"
+        ));
+    }
+    let service = kernel::open(KEY).map_err(|e| describe(&e))?;
+
+    let listed = match service
+        .call("listIssues", "{}")
+        .map_err(|e| format!("listIssues failed: {}", describe(&e)))?
+    {
+        Outcome::Done(json) => json,
+        Outcome::Pending(p) => {
+            return Err(format!(
+                "listIssues was staged as action #{} instead of answered as a read: {}",
+                p.action_id,
+                one_line(&p.message)
+            ));
+        }
+    };
+    let issues: Vec<Value> = match serde_json::from_str(&listed) {
+        Ok(Value::Array(issues)) => issues,
+        Ok(_) => return Err("listIssues did not answer a JSON list".to_string()),
+        Err(e) => return Err(format!("listIssues answered invalid JSON: {e}")),
+    };
+
+    let mut report = vec![format!(
+        "Read {} issue{} from {KEY}.",
+        issues.len(),
+        if issues.len() == 1 { "" } else { "s" }
+    )];
+
+    let body: String = issues
+        .iter()
+        .map(|issue| {
+            let labels = labels(issue);
+            format!(
+                "- #{} {}{}\n",
+                issue_id(issue).map_or_else(|| "?".to_string(), |id| id.to_string()),
+                issue.get("title").and_then(Value::as_str).unwrap_or(""),
+                if labels.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", labels.join(", "))
+                }
+            )
+        })
+        .collect();
+    let create = json!({
+        "title": format!("Triage report: {} open issues", issues.len()),
+        "body": if body.is_empty() { "No open issues.\n".to_string() } else { body },
+    });
+    report.push(format!(
+        "createIssue: {}",
+        action(&service, "createIssue", &create)
+    ));
+
+    let target = issues
+        .iter()
+        .find(|issue| !labels(issue).contains(&"triaged"))
+        .or_else(|| issues.first());
+    match target.map(|issue| (issue, issue_id(issue))) {
+        None => report.push("addLabel: skipped, there are no issues".to_string()),
+        Some((_, None)) => {
+            report.push("addLabel: skipped, the issue has no numeric id".to_string())
+        }
+        Some((_, Some(id))) => {
+            let args = json!({ "id": id, "label": "triaged" });
+            report.push(format!(
+                "addLabel triaged to #{id}: {}",
+                action(&service, "addLabel", &args)
+            ));
+        }
+    }
+    Ok(report.join("\n"))
+}
+
+fn issue_id(issue: &Value) -> Option<u64> {
+    issue.get("id").and_then(Value::as_u64)
+}
+
+fn labels(issue: &Value) -> Vec<&str> {
+    issue
+        .get("labels")
+        .and_then(Value::as_array)
+        .map(|labels| labels.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Calls an action and describes its outcome in one line.
+fn action(service: &Service, tool: &str, args: &Value) -> String {
+    match service.call(tool, &args.to_string()) {
+        Ok(Outcome::Pending(p)) => format!("#{} pending: {}", p.action_id, one_line(&p.message)),
+        Ok(Outcome::Done(json)) => format!("done: {}", compact(&json)),
+        Err(e) => format!("err: {}", describe(&e)),
+    }
+}
+
+fn poll(ids: &str) -> Result<String, String> {
+    let ids = ids
+        .split([' ', ',', '\t', '\n'])
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.trim_start_matches('#')
+                .parse::<u64>()
+                .map_err(|_| format!("not an action id: {s:?}; usage: poll ID [ID...]"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ids.is_empty() {
+        return Err("usage: poll ID [ID...]".to_string());
+    }
+    let lines: Vec<String> = ids
+        .into_iter()
+        .map(|id| match kernel::action_result(id) {
+            Ok(ActionStatus::Pending) => format!("#{id} pending"),
+            Ok(ActionStatus::Rejected(m)) => format!("#{id} rejected: {}", one_line(&m)),
+            Ok(ActionStatus::Failed(f)) => format!(
+                "#{id} failed ({}): {}",
+                if f.retryable {
+                    "retryable"
+                } else {
+                    "not retryable"
+                },
+                one_line(&f.message)
+            ),
+            Ok(ActionStatus::Applied(json)) => format!("#{id} applied: {}", compact(&json)),
+            Err(e) => format!("#{id} error: {}", describe(&e)),
+        })
+        .collect();
+    Ok(lines.join("\n"))
+}

@@ -1,0 +1,147 @@
+//! Classification: the one trust boundary (SPEC K1-K4).
+//!
+//! [`classify`] is the only function in Gatehouse that reads tool
+//! annotations. Everything else asks it. It may not look at tool names,
+//! descriptions or arguments: a read-like name means nothing (K2).
+
+use crate::store::Trust;
+use serde::{Deserialize, Serialize};
+
+/// A gatekeeper's MCP-style hints for one tool, as it declared them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
+    pub open_world: Option<bool>,
+}
+
+/// One tool of a gatekeeper, as stored when the operator added it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: String,
+    pub annotations: Annotations,
+}
+
+/// A gatekeeper's self-description, read once at `gatekeeper add`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub tools: Vec<Tool>,
+    pub simulates: bool,
+    pub observers: String,
+}
+
+impl Manifest {
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// Read or action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Effects stay inside: run at once, record an observation.
+    Read,
+    /// Effects leave: stage and wait for a decision.
+    Action,
+}
+
+/// Whose word the classification trusted (SPEC K4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ClassifiedBy {
+    /// The server said `readOnlyHint: true` and we believed it.
+    ServerAnnotation,
+    /// Nothing to believe: the safe default.
+    Default,
+}
+
+impl ClassifiedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClassifiedBy::ServerAnnotation => "server-annotation",
+            ClassifiedBy::Default => "default",
+        }
+    }
+}
+
+/// The verdict for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Classification {
+    pub kind: Kind,
+    /// Key one of two for auto-approval (SPEC K3); key two is a person's rule.
+    pub auto_approvable: bool,
+    pub classified_by: ClassifiedBy,
+}
+
+/// Decide read vs action for a tool of a gatekeeper at its current tier.
+///
+/// - read iff `read-only` is present and exactly `true` (K2);
+/// - auto-approvable iff an action, the tier is `vetted`, `destructive` is
+///   exactly `false` and `idempotent` exactly `true` (K3).
+///
+/// Callers pass the tier read at the moment of use, so revoking `vetted`
+/// takes effect at the next call.
+pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
+    if annotations.read_only == Some(true) {
+        return Classification {
+            kind: Kind::Read,
+            auto_approvable: false,
+            classified_by: ClassifiedBy::ServerAnnotation,
+        };
+    }
+    Classification {
+        kind: Kind::Action,
+        auto_approvable: trust == Trust::Vetted
+            && annotations.destructive == Some(false)
+            && annotations.idempotent == Some(true),
+        classified_by: ClassifiedBy::Default,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(ro: Option<bool>, d: Option<bool>, i: Option<bool>) -> Annotations {
+        Annotations {
+            read_only: ro,
+            destructive: d,
+            idempotent: i,
+            open_world: None,
+        }
+    }
+
+    #[test]
+    fn only_an_explicit_true_makes_a_read() {
+        assert_eq!(
+            classify(&ann(Some(true), None, None), Trust::Byo).kind,
+            Kind::Read
+        );
+        for ro in [None, Some(false)] {
+            let c = classify(&ann(ro, None, None), Trust::Vetted);
+            assert_eq!(c.kind, Kind::Action);
+            assert_eq!(c.classified_by, ClassifiedBy::Default);
+        }
+    }
+
+    #[test]
+    fn auto_approval_key_one_needs_vetted_nondestructive_idempotent() {
+        let eligible = ann(None, Some(false), Some(true));
+        assert!(classify(&eligible, Trust::Vetted).auto_approvable);
+        assert!(!classify(&eligible, Trust::Byo).auto_approvable);
+        for (d, i) in [
+            (None, Some(true)),
+            (Some(false), None),
+            (Some(true), Some(true)),
+        ] {
+            assert!(!classify(&ann(None, d, i), Trust::Vetted).auto_approvable);
+        }
+        // A read is never "auto-approved": it needs no approval at all.
+        assert!(
+            !classify(&ann(Some(true), Some(false), Some(true)), Trust::Vetted).auto_approvable
+        );
+    }
+}

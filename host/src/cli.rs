@@ -1,0 +1,537 @@
+//! The `gatehouse` command line: the shell over the kernel.
+//!
+//! Parses, calls the kernel, prints. Every command that prints records has
+//! `--json`. It holds no policy: refusals come from the kernel, and this
+//! module only words them as one line on stderr with exit code 1.
+
+use crate::home::Home;
+use crate::kernel::Kernel;
+use crate::overseer::Decision;
+use crate::runtime::Limits;
+use crate::store::{LedgerFilter, Trust};
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gatehouse",
+    version,
+    about = "Run sandboxed WebAssembly gadgets whose writes wait for your decision",
+    long_about = "Gadgets reach the outside world only through gatekeepers introduced into a chat. \
+Reads run at once; writes are staged and answered `pending`, and nothing is sent until a person approves."
+)]
+pub struct Cli {
+    /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
+    #[arg(long, global = true, env = "GATEHOUSE_HOME")]
+    home: Option<PathBuf>,
+    /// The person giving this command (recorded as `resolved-by`).
+    #[arg(long = "as", global = true, env = "GATEHOUSE_USER")]
+    user: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Install a gadget component (validated and compiled once).
+    Install {
+        file: PathBuf,
+        /// Name to install under (default: the file name without .wasm).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List installed gadgets.
+    Gadgets {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add or change gatekeepers.
+    #[command(subcommand)]
+    Gatekeeper(GatekeeperCmd),
+    /// List gatekeepers with their trust tier and tools.
+    Gatekeepers {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Store secrets for gatekeepers to use (value read from stdin).
+    #[command(subcommand)]
+    Secret(SecretCmd),
+    /// Create chats.
+    #[command(subcommand)]
+    Chat(ChatCmd),
+    /// List chats.
+    Chats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Introduce a gatekeeper into a chat under a key, optionally granting only some tools.
+    Introduce {
+        chat: String,
+        gatekeeper: String,
+        /// The key gadgets see, like ISSUES.
+        #[arg(long = "as", value_name = "KEY")]
+        key: String,
+        /// Comma-separated tools to grant (default: all).
+        #[arg(long, value_delimiter = ',')]
+        tools: Option<Vec<String>>,
+    },
+    /// Run one turn of a gadget in a chat.
+    Run {
+        gadget: String,
+        #[arg(long)]
+        chat: String,
+        /// Input for the gadget.
+        input: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List actions awaiting a decision, oldest first.
+    Pending {
+        #[arg(long)]
+        chat: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one action as the approver sees it.
+    Show {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve and apply actions, in the order given.
+    Approve {
+        #[arg(required = true)]
+        ids: Vec<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reject actions: they are never sent.
+    Reject {
+        #[arg(required = true)]
+        ids: Vec<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The ledger: actions and observations.
+    Log {
+        #[arg(long)]
+        chat: Option<String>,
+        /// Only `action` or `observation` entries.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Actions this person approved.
+        #[arg(long)]
+        approved_by: Option<String>,
+        /// Calls that ran on a server's own read-only claim.
+        #[arg(long)]
+        server_claims: bool,
+        /// Actions approved automatically.
+        #[arg(long)]
+        auto_approved: bool,
+        /// What this gadget observed.
+        #[arg(long)]
+        observed_by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A guided end-to-end run on the bundled examples.
+    Demo,
+}
+
+#[derive(Subcommand, Debug)]
+enum GatekeeperCmd {
+    /// Add a gatekeeper instance from a component.
+    Add {
+        file: PathBuf,
+        #[arg(long)]
+        name: String,
+        /// byo (you brought it) or vetted (an operator vouches for it).
+        #[arg(long, default_value = "byo")]
+        trust: String,
+        /// A host (host:port) it may reach; repeat for more.
+        #[arg(long = "allow-host")]
+        allow_host: Vec<String>,
+        /// Name of a stored secret the kernel injects as its credential.
+        #[arg(long)]
+        secret: Option<String>,
+        /// A KEY=VALUE setting passed to every call; repeat for more.
+        #[arg(long = "set", value_parser = parse_setting)]
+        set: Vec<(String, String)>,
+    },
+    /// Change a gatekeeper's trust tier (takes effect at the next call).
+    Trust { name: String, tier: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum SecretCmd {
+    /// Store a secret; the value is read from stdin (one line).
+    Set { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum ChatCmd {
+    /// Create a chat owned by you.
+    New { name: String },
+}
+
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+/// Entry point for the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(execute(cli)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {}", crate::runtime::one_line(&format!("{e:#}")));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn user(cli_user: &Option<String>) -> String {
+    cli_user
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "owner".into())
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn read_component(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))
+}
+
+/// Run a parsed command. `Ok(false)` means "refused": exit code 1.
+pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
+    if let Command::Demo = cli.command {
+        return crate::demo::run(cli.home).await;
+    }
+    let home = match &cli.home {
+        Some(h) => Home::at(h),
+        None => Home::from_env()?,
+    };
+    let me = user(&cli.user);
+    let kernel = Kernel::open(home, Limits::from_env()?)?;
+    let progress = |m: &str| eprintln!("{m}");
+    match cli.command {
+        Command::Demo => unreachable!("handled above"),
+        Command::Install { file, name } => {
+            let bytes = read_component(&file)?;
+            let name = match name {
+                Some(n) => n,
+                None => file
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .context("cannot derive a name from the file; pass --name")?
+                    .to_owned(),
+            };
+            let g = kernel.install(&name, &bytes, &progress)?;
+            println!("installed gadget {} ({})", g.name, &g.digest[..12]);
+        }
+        Command::Gadgets { json } => {
+            let list = kernel.store().gadgets()?;
+            if json {
+                print_json(&list)?;
+            } else {
+                for g in list {
+                    println!("{}  {}", g.name, &g.digest[..12]);
+                }
+            }
+        }
+        Command::Gatekeeper(GatekeeperCmd::Add {
+            file,
+            name,
+            trust,
+            allow_host,
+            secret,
+            set,
+        }) => {
+            let trust: Trust = trust.parse()?;
+            let bytes = read_component(&file)?;
+            let g = kernel
+                .add_gatekeeper(&name, &bytes, trust, allow_host, secret, set, &progress)
+                .await?;
+            let tools: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+            println!(
+                "added gatekeeper {} ({}, trust {}); tools: {}",
+                g.name,
+                &g.digest[..12],
+                g.trust,
+                tools.join(", ")
+            );
+        }
+        Command::Gatekeeper(GatekeeperCmd::Trust { name, tier }) => {
+            let t: Trust = tier.parse()?;
+            kernel.store().set_trust(&name, t)?;
+            println!("gatekeeper {name} is now {t}");
+        }
+        Command::Gatekeepers { json } => {
+            let list = kernel.store().gatekeepers()?;
+            if json {
+                print_json(&list)?;
+            } else {
+                for g in list {
+                    println!("{}  trust={}  hosts={}", g.name, g.trust, g.hosts.join(","));
+                    for t in &g.manifest.tools {
+                        let c = crate::classify::classify(&t.annotations, g.trust);
+                        println!(
+                            "  {:<24} {:?}{}",
+                            crate::prompt::inline(&t.name),
+                            c.kind,
+                            if c.auto_approvable {
+                                " (auto-approvable with a rule)"
+                            } else {
+                                ""
+                            }
+                        );
+                    }
+                }
+            }
+        }
+        Command::Secret(SecretCmd::Set { name }) => {
+            let mut value = String::new();
+            std::io::stdin()
+                .read_to_string(&mut value)
+                .context("cannot read the secret from stdin")?;
+            let value = value.trim_end_matches(['\n', '\r']);
+            if value.is_empty() {
+                bail!(
+                    "the secret is empty; pipe its value on stdin, e.g. `printf %s \"$TOKEN\" | gatehouse secret set {name}`"
+                );
+            }
+            kernel.store().put_secret(&name, value)?;
+            println!("stored secret {name}");
+        }
+        Command::Chat(ChatCmd::New { name }) => {
+            kernel.new_chat(&name, &me)?;
+            println!("created chat {name} (owner {me})");
+        }
+        Command::Chats { json } => {
+            let list = kernel.store().chats()?;
+            if json {
+                print_json(&list)?;
+            } else {
+                for c in list {
+                    println!(
+                        "{}  owner={}{}",
+                        c.name,
+                        c.owner,
+                        if c.latched {
+                            "  LOCKED DOWN (read owner-only data)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+            }
+        }
+        Command::Introduce {
+            chat,
+            gatekeeper,
+            key,
+            tools,
+        } => {
+            let i = kernel.introduce(&chat, &gatekeeper, &key, tools, &me)?;
+            println!(
+                "introduced {} into {} as {}{}",
+                i.gatekeeper,
+                i.chat,
+                i.key,
+                i.tools
+                    .map(|t| format!(" (tools: {})", t.join(", ")))
+                    .unwrap_or_default()
+            );
+        }
+        Command::Run {
+            gadget,
+            chat,
+            input,
+            json,
+        } => {
+            let report = kernel
+                .run(&gadget, &chat, input.as_deref().unwrap_or(""))
+                .await?;
+            if json {
+                print_json(&report)?;
+                return Ok(report.output.is_ok());
+            }
+            if !report.stdout.is_empty() {
+                eprint!("{}", report.stdout);
+            }
+            if !report.stderr.is_empty() {
+                eprint!("{}", report.stderr);
+            }
+            match report.output {
+                Ok(out) => println!("{out}"),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(false);
+                }
+            }
+        }
+        Command::Pending { chat, json } => {
+            let list = kernel.store().pending(chat.as_deref())?;
+            if json {
+                print_json(&list)?;
+            } else if list.is_empty() {
+                println!("nothing awaits a decision");
+            } else {
+                for a in list {
+                    println!(
+                        "#{:<5} {:<12} {}:{}  {}",
+                        a.id,
+                        crate::prompt::inline(&a.chat),
+                        crate::prompt::inline(&a.gatekeeper),
+                        crate::prompt::inline(&a.tool),
+                        crate::prompt::excerpt(&a.args, 80)
+                    );
+                }
+            }
+        }
+        Command::Show { id, json } => {
+            let Some(a) = kernel.store().action(id)? else {
+                bail!(
+                    "no action #{id} (it may have been pruned); `gatehouse pending` lists open ones"
+                );
+            };
+            if json {
+                print_json(&a)?;
+            } else {
+                let description = kernel
+                    .store()
+                    .gatekeeper(&a.gatekeeper)?
+                    .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
+                print!("{}", crate::prompt::render(&a, description.as_deref()));
+            }
+        }
+        Command::Approve { ids, json } => {
+            return decide(&kernel, &ids, &me, json, true).await;
+        }
+        Command::Reject { ids, json } => {
+            return decide(&kernel, &ids, &me, json, false).await;
+        }
+        Command::Log {
+            chat,
+            kind,
+            approved_by,
+            server_claims,
+            auto_approved,
+            observed_by,
+            json,
+        } => {
+            if let Some(k) = &kind
+                && k != "action"
+                && k != "observation"
+            {
+                bail!("--kind must be action or observation");
+            }
+            let entries = kernel.store().ledger(&LedgerFilter {
+                chat,
+                kind,
+                approved_by,
+                server_claims,
+                auto_approved,
+                observed_by,
+            })?;
+            if json {
+                print_json(&entries)?;
+            } else {
+                for e in entries {
+                    let what = format!(
+                        "{}:{}",
+                        e.gatekeeper
+                            .as_deref()
+                            .map(crate::prompt::inline)
+                            .unwrap_or_default(),
+                        e.tool
+                            .as_deref()
+                            .map(crate::prompt::inline)
+                            .unwrap_or_default()
+                    );
+                    let status = match e.kind.as_str() {
+                        "action" => format!(
+                            "{}{}{}",
+                            e.state.unwrap_or_default(),
+                            e.resolved_by
+                                .map(|b| format!(" by {b}"))
+                                .unwrap_or_default(),
+                            if e.auto_approved { " (auto)" } else { "" }
+                        ),
+                        _ => format!("observed ({})", e.classified_by.unwrap_or_default()),
+                    };
+                    println!(
+                        "#{:<5} {:<12} {:<11} {:<32} {:<20} {}",
+                        e.id,
+                        crate::prompt::inline(&e.chat),
+                        e.kind,
+                        what,
+                        crate::prompt::inline(&e.caller),
+                        status
+                    );
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+async fn decide(
+    kernel: &Kernel,
+    ids: &[i64],
+    me: &str,
+    json: bool,
+    approve: bool,
+) -> anyhow::Result<bool> {
+    let mut all_ok = true;
+    let mut decisions: Vec<Decision> = Vec::new();
+    for &id in ids {
+        let d = if approve {
+            kernel.approve(id, me).await?
+        } else {
+            kernel.reject(id, me).await?
+        };
+        all_ok &= d.ok();
+        if !json {
+            if d.ok() {
+                println!("{}", d.line());
+            } else {
+                eprintln!("{}", d.line());
+            }
+        }
+        decisions.push(d);
+    }
+    if json {
+        print_json(&decisions)?;
+    }
+    Ok(all_ok)
+}

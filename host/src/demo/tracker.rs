@@ -1,0 +1,1251 @@
+//! The demo issue tracker: a small, in-memory HTTP service that Gatehouse
+//! ships so that the `demo` command and the end-to-end tests have a real
+//! "outside world" for a WASM gatekeeper to talk to.
+//!
+//! What this module owns: one loopback HTTP server per [`Tracker`], its
+//! thread and tokio runtime, its in-memory issues, the log of every request
+//! it received, and the faults a test asked it to simulate. It is
+//! deliberately not a fake or a mock: the gatekeeper reaches it through the
+//! same sockets and HTTP stack it would use against a real tracker, so a test
+//! that passes against it has exercised the real outbound path.
+//!
+//! What it may not touch: nothing of the kernel. It imports nothing from the
+//! rest of the crate (no policy, no approval queue, no store, no runtime for
+//! gadgets) and the kernel must never depend on it to make a decision. It is
+//! a stand-in for a third-party service and has to stay on the far side of
+//! the boundary the host enforces; if it could reach into the kernel, tests
+//! against it would prove nothing about that boundary.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+/// Largest request body the tracker reads. Anything bigger is answered 413
+/// (and still logged, with an empty body), so a runaway client cannot make a
+/// test process allocate without bound.
+const MAX_BODY: usize = 1024 * 1024;
+
+/// How long shutdown waits for requests that are still being answered before
+/// it tears the runtime down anyway. Bounded so that dropping a [`Tracker`]
+/// can never hang a test, whatever its clients are doing.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The body of a [`Fault::Garbage`] answer: served as `application/json`
+/// but not parseable as JSON, which is the misbehaviour clients have to
+/// survive.
+const GARBAGE: &str = "<html><body>502 Bad Gateway... just kidding {\"id\":";
+
+/// One issue, as the tracker stores it and as it appears on the wire.
+///
+/// The JSON field order (`id`, `title`, `body`, `labels`) is the order of the
+/// fields here, so tests can compare bodies byte for byte if they need to.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Issue {
+    /// Assigned by the tracker: starts at 1 and increases, never reused, so
+    /// a test can tell "created once" from "created twice".
+    pub id: u64,
+    /// Never empty: creating an issue with an empty title is refused (400).
+    pub title: String,
+    /// Free text; empty when the creator gave none.
+    pub body: String,
+    /// Distinct labels in the order they were first added.
+    pub labels: Vec<String>,
+}
+
+/// One request as the tracker received it, before any decision about it.
+///
+/// Tests use these to assert what actually left the host: which method and
+/// path, which credentials the gatekeeper attached, and the exact bytes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Received {
+    /// The HTTP method, upper case as sent (`"GET"`, `"POST"`, ...).
+    pub method: String,
+    /// Path including the query string, e.g. `/search?q=crash`.
+    pub path: String,
+    /// The raw `Authorization` header, if any (lossily decoded), so tests can
+    /// check that a secret was or was not attached.
+    pub authorization: Option<String>,
+    /// The request body, lossily decoded as UTF-8; empty when the body was
+    /// over the 1 MiB cap or could not be read.
+    pub body: String,
+}
+
+/// A misbehaviour the tracker simulates on demand, see [`Tracker::inject`].
+///
+/// Each variant is a failure a real service can produce and that a
+/// gatekeeper must handle without losing or duplicating a write.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// Answer this status (401, 403, 500, ...) with a JSON error body
+    /// WITHOUT applying the write: the service refused or failed before
+    /// acting. A code outside 100..=999 is answered as 500.
+    Status(u16),
+    /// APPLY the write, then answer 200 with a body that is not JSON: the
+    /// service acted but its answer cannot be understood.
+    Garbage,
+    /// APPLY the write, then never answer; the connection stays open until
+    /// the tracker shuts down. The client cannot know whether the write
+    /// landed, which is exactly the case that tempts a blind retry.
+    LandThenHang,
+}
+
+/// Configuration for a [`Tracker`]; obtained from [`Tracker::builder`].
+///
+/// A builder (rather than constructor arguments) because tests need
+/// different mixes of tokens and seeded issues, and reading
+/// `.token("t").issue("crash", &["bug"])` says what the world looks like.
+#[derive(Clone, Debug, Default)]
+pub struct TrackerBuilder {
+    tokens: HashMap<String, Access>,
+    seeds: Vec<(String, Vec<String>)>,
+}
+
+/// A running tracker on `127.0.0.1` (ephemeral port).
+///
+/// The server runs on its own thread with its own tokio runtime, so it works
+/// the same from a plain `#[test]`, from inside `#[tokio::test]`, and from
+/// the `demo` command, and a blocked client or test thread cannot starve it.
+/// It stops when dropped, or explicitly via [`Tracker::shutdown`]; either way
+/// the port is released and any connection it holds open is closed.
+pub struct Tracker {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What a token is allowed to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
+/// Everything the server thread and the test thread both see.
+struct Shared {
+    tokens: HashMap<String, Access>,
+    state: Mutex<World>,
+    /// Signalled whenever a request is logged, for `wait_for_requests`.
+    logged: Condvar,
+    /// Handlers currently running, not counting ones parked by
+    /// `LandThenHang`; shutdown waits for these to drain.
+    in_flight: AtomicUsize,
+    /// Handlers parked forever by `LandThenHang`; shutdown does not wait for
+    /// these, it closes their connections.
+    hanging: AtomicUsize,
+}
+
+/// The mutable state, guarded by one mutex so that "take a fault, apply the
+/// write, log it" is atomic with respect to other requests.
+struct World {
+    issues: BTreeMap<u64, Issue>,
+    next_id: u64,
+    requests: Vec<Received>,
+    writes: Vec<Received>,
+    /// Pending faults: (fault, how many more writes get it), oldest first.
+    faults: VecDeque<(Fault, u32)>,
+}
+
+impl Tracker {
+    /// Starts configuring a tracker. No tokens are accepted until some are
+    /// added, so a tracker never answers anonymous requests by accident.
+    pub fn builder() -> TrackerBuilder {
+        TrackerBuilder::default()
+    }
+
+    /// The socket the tracker listens on (always `127.0.0.1`, never a
+    /// public interface, since it holds test credentials).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `"127.0.0.1:PORT"`: the form an allow-list of hosts or a `Host`
+    /// header needs.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request received so far, in arrival order, including those
+    /// refused by authentication, by the body cap or by an injected fault:
+    /// tests need to see what was attempted, not only what succeeded.
+    pub fn requests(&self) -> Vec<Received> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// The non-GET requests that got past authentication and were handed to
+    /// the tracker's logic, in order: the writes that took effect, or would
+    /// have if they had changed anything. Excluded: requests refused by auth
+    /// (401/403) or by an injected [`Fault::Status`]. Included: writes under
+    /// [`Fault::Garbage`] and [`Fault::LandThenHang`] (they landed), and
+    /// writes the logic itself answered 400 or 404 (they reached it; check
+    /// [`Tracker::issues`] for the resulting state). This is the list to
+    /// count when asserting "the write happened exactly once".
+    pub fn writes(&self) -> Vec<Received> {
+        self.shared.lock().writes.clone()
+    }
+
+    /// The current issues, in ascending id order.
+    pub fn issues(&self) -> Vec<Issue> {
+        self.shared.lock().issues.values().cloned().collect()
+    }
+
+    /// Makes the next `times` authorised write requests (any method but GET)
+    /// suffer `fault`. Reads are never affected, so a gatekeeper can still
+    /// look around while its writes fail. Requests refused by authentication
+    /// do not use up a fault. Faults injected by successive calls queue up
+    /// in call order; `times == 0` does nothing.
+    pub fn inject(&self, fault: Fault, times: u32) {
+        if times > 0 {
+            self.shared.lock().faults.push_back((fault, times));
+        }
+    }
+
+    /// Blocks the calling thread (no async needed) until at least `n`
+    /// requests have been received or `timeout` has passed; returns whether
+    /// `n` was reached. Lets a test wait for a gatekeeper that works in the
+    /// background without sleeping for a guessed duration.
+    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
+        let guard = self.shared.lock();
+        let (guard, _) = self
+            .shared
+            .logged
+            .wait_timeout_while(guard, timeout, |world| world.requests.len() < n)
+            .unwrap_or_else(|e| e.into_inner());
+        guard.requests.len() >= n
+    }
+
+    /// Stops the server and waits for its thread. Same as dropping the
+    /// tracker; exists so that a test can say it on purpose. Never hangs
+    /// for longer than a short grace period, even with connections parked
+    /// by [`Fault::LandThenHang`].
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The server may already be gone; nothing to do then.
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TrackerBuilder {
+    /// Accepts `t` as a bearer token allowed to read and write.
+    pub fn token(mut self, t: &str) -> Self {
+        self.tokens.insert(t.to_owned(), Access::ReadWrite);
+        self
+    }
+
+    /// Accepts `t` as a bearer token allowed only to read: writes with it
+    /// are answered 403, so tests can check that a gatekeeper forwards the
+    /// service's refusal instead of retrying with other credentials.
+    pub fn read_only_token(mut self, t: &str) -> Self {
+        self.tokens.insert(t.to_owned(), Access::ReadOnly);
+        self
+    }
+
+    /// Seeds an issue with an empty body; seeds get ids 1, 2, ... in the
+    /// order given, so tests know their ids without asking.
+    pub fn issue(mut self, title: &str, labels: &[&str]) -> Self {
+        self.seeds.push((
+            title.to_owned(),
+            labels.iter().map(|l| (*l).to_owned()).collect(),
+        ));
+        self
+    }
+
+    /// Binds `127.0.0.1:0`, starts the server on its own thread and runtime,
+    /// and returns once it is listening, so the first request cannot race
+    /// the start. Works with or without a surrounding tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// Whatever binding the loopback port, or building the server's
+    /// runtime, fails with; no thread is left behind in that case.
+    pub fn start(self) -> io::Result<Tracker> {
+        let mut world = World {
+            issues: BTreeMap::new(),
+            next_id: 1,
+            requests: Vec::new(),
+            writes: Vec::new(),
+            faults: VecDeque::new(),
+        };
+        for (title, labels) in self.seeds {
+            let id = world.create(title, String::new());
+            if let Some(issue) = world.issues.get_mut(&id) {
+                for label in labels {
+                    issue.add_label(label);
+                }
+            }
+        }
+        let shared = Arc::new(Shared {
+            tokens: self.tokens,
+            state: Mutex::new(world),
+            logged: Condvar::new(),
+            in_flight: AtomicUsize::new(0),
+            hanging: AtomicUsize::new(0),
+        });
+
+        // Bound here, on the caller's thread, so that bind errors surface
+        // from `start` and the address is known before the thread runs.
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let server_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("demo-tracker-{}", addr.port()))
+            .spawn(move || serve(listener, server_shared, stop_rx, ready_tx))?;
+
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Tracker {
+                addr,
+                shared,
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(io::Error::other(
+                    "demo tracker thread exited before listening",
+                ))
+            }
+        }
+    }
+}
+
+/// Body of the server thread: builds a runtime, serves until told to stop,
+/// then tears everything down within [`SHUTDOWN_GRACE`].
+fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    stop: oneshot::Receiver<()>,
+    ready: std::sync::mpsc::Sender<io::Result<()>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&shared));
+        let (drain_tx, drain_rx) = oneshot::channel::<()>();
+        let mut server = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = drain_rx.await;
+                })
+                .into_future(),
+        );
+        let _ = ready.send(Ok(()));
+
+        // Either an explicit stop or the Tracker being dropped (sender gone).
+        tokio::select! {
+            _ = stop => {}
+            _ = &mut server => return,
+        }
+        let _ = drain_tx.send(());
+
+        // Graceful shutdown finishes once every connection is done, which a
+        // connection parked by LandThenHang never is. So also stop once
+        // nothing but parked handlers remain (plus a moment to flush the
+        // last answers); the runtime drop below then closes the parked ones.
+        let only_parked_left = async {
+            loop {
+                if shared.hanging.load(Ordering::SeqCst) > 0
+                    && shared.in_flight.load(Ordering::SeqCst) == 0
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            tokio::select! {
+                _ = &mut server => {}
+                _ = only_parked_left => {}
+            }
+        })
+        .await;
+    });
+    // Dropping the runtime cancels every remaining task, closing any
+    // connection still open (parked handlers included).
+    drop(runtime);
+}
+
+/// Holds one unit of a handler counter for the shutdown logic; gives it back
+/// on drop, so early returns and cancellation (a client hanging up, the
+/// runtime going away) are both accounted for.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn new(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Counted(counter)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    /// Locks the state. A poisoned lock only means some thread panicked
+    /// while holding it; the data is still the best record of what
+    /// happened, and a test fixture must keep answering.
+    fn lock(&self) -> MutexGuard<'_, World> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, received: Received) {
+        self.lock().requests.push(received);
+        self.logged.notify_all();
+    }
+
+    /// What the `Authorization` header grants, if anything. Only the
+    /// `Bearer` scheme (case-insensitive) with a known, non-empty token.
+    fn access(&self, authorization: Option<&str>) -> Option<Access> {
+        let (scheme, token) = authorization?.trim().split_once(' ')?;
+        let token = token.trim();
+        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+            return None;
+        }
+        self.tokens.get(token).copied()
+    }
+}
+
+/// The single handler: all routing is done here so that every request,
+/// matched or not, is logged, authenticated and subjected to faults the
+/// same way.
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let busy = Counted::new(&shared.in_flight);
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| parts.uri.path().to_owned());
+    let authorization = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let (bytes, readable) = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => (bytes, true),
+        Err(_) => (Bytes::new(), false),
+    };
+    let received = Received {
+        method: parts.method.as_str().to_owned(),
+        path,
+        authorization,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    shared.record(received.clone());
+
+    if !readable {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body unreadable or larger than 1 MiB",
+        );
+    }
+    let is_write = parts.method != Method::GET;
+    match shared.access(received.authorization.as_deref()) {
+        None => {
+            let mut response = error(StatusCode::UNAUTHORIZED, "missing or unknown bearer token");
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+        Some(Access::ReadOnly) if is_write => {
+            return error(StatusCode::FORBIDDEN, "this token may only read");
+        }
+        Some(_) => {}
+    }
+
+    if !is_write {
+        return shared.lock().route(&parts.method, &parts.uri, &bytes);
+    }
+
+    // Taking the fault, applying the write and logging it happen under one
+    // lock, so concurrent writes cannot both claim the same fault.
+    let (fault, response) = {
+        let mut world = shared.lock();
+        let fault = world.take_fault();
+        if let Some(Fault::Status(code)) = fault {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return error(status, "injected fault");
+        }
+        let response = world.route(&parts.method, &parts.uri, &bytes);
+        world.writes.push(received);
+        (fault, response)
+    };
+
+    match fault {
+        Some(Fault::Garbage) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            GARBAGE,
+        )
+            .into_response(),
+        Some(Fault::LandThenHang) => {
+            let _parked = Counted::new(&shared.hanging);
+            drop(busy);
+            // Parked until the runtime is dropped at shutdown, which closes
+            // the connection without an answer.
+            std::future::pending::<Response>().await
+        }
+        Some(Fault::Status(_)) | None => response,
+    }
+}
+
+/// A JSON error answer: `{"error": "..."}`.
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+#[derive(Deserialize)]
+struct NewIssue {
+    title: Option<String>,
+    body: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct NewLabel {
+    label: Option<String>,
+}
+
+impl World {
+    fn take_fault(&mut self) -> Option<Fault> {
+        let (fault, left) = self.faults.front_mut()?;
+        let fault = *fault;
+        *left -= 1;
+        if *left == 0 {
+            self.faults.pop_front();
+        }
+        Some(fault)
+    }
+
+    fn create(&mut self, title: String, body: String) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.issues.insert(
+            id,
+            Issue {
+                id,
+                title,
+                body,
+                labels: Vec::new(),
+            },
+        );
+        id
+    }
+
+    /// The API proper, for an authenticated request whose body was read.
+    fn route(&mut self, method: &Method, uri: &Uri, body: &[u8]) -> Response {
+        let segments: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+        let not_found = || error(StatusCode::NOT_FOUND, "not found");
+        // Unparseable ids simply name no issue.
+        let id_of = |s: &str| s.parse::<u64>().ok();
+
+        match (method, segments.as_slice()) {
+            (&Method::GET, ["issues"]) => {
+                Json(self.issues.values().collect::<Vec<_>>()).into_response()
+            }
+            (&Method::GET, ["issues", id]) => match id_of(id).and_then(|id| self.issues.get(&id)) {
+                Some(issue) => Json(issue).into_response(),
+                None => not_found(),
+            },
+            (&Method::GET, ["search"]) => {
+                let Ok(Query(params)) = Query::<HashMap<String, String>>::try_from_uri(uri) else {
+                    return error(StatusCode::BAD_REQUEST, "malformed query string");
+                };
+                let Some(q) = params.get("q") else {
+                    return error(StatusCode::BAD_REQUEST, "missing query parameter q");
+                };
+                let q = q.to_lowercase();
+                let hits: Vec<&Issue> = self
+                    .issues
+                    .values()
+                    .filter(|issue| issue.title.to_lowercase().contains(&q))
+                    .collect();
+                Json(hits).into_response()
+            }
+            (&Method::POST, ["issues"]) => {
+                let Ok(new) = serde_json::from_slice::<NewIssue>(body) else {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "expected {\"title\": ..., \"body\": ...}",
+                    );
+                };
+                let title = new.title.unwrap_or_default();
+                if title.trim().is_empty() {
+                    return error(StatusCode::BAD_REQUEST, "title must not be empty");
+                }
+                let id = self.create(title, new.body.unwrap_or_default());
+                match self.issues.get(&id) {
+                    Some(issue) => (StatusCode::CREATED, Json(issue)).into_response(),
+                    None => error(StatusCode::INTERNAL_SERVER_ERROR, "issue vanished"),
+                }
+            }
+            (&Method::POST, ["issues", id, "labels"]) => {
+                let Some(issue) = id_of(id).and_then(|id| self.issues.get_mut(&id)) else {
+                    return not_found();
+                };
+                let Ok(NewLabel { label: Some(label) }) = serde_json::from_slice::<NewLabel>(body)
+                else {
+                    return error(StatusCode::BAD_REQUEST, "expected {\"label\": ...}");
+                };
+                if label.trim().is_empty() {
+                    return error(StatusCode::BAD_REQUEST, "label must not be empty");
+                }
+                issue.add_label(label);
+                Json(&*issue).into_response()
+            }
+            (&Method::DELETE, ["issues", id]) => {
+                match id_of(id).and_then(|id| self.issues.remove(&id)) {
+                    Some(issue) => Json(serde_json::json!({ "deleted": issue.id })).into_response(),
+                    None => not_found(),
+                }
+            }
+            _ => not_found(),
+        }
+    }
+}
+
+impl Issue {
+    /// Adds `label` unless present: labelling is idempotent, so a retried
+    /// label request is harmless and tests can tell retries from damage.
+    fn add_label(&mut self, label: String) {
+        if !self.labels.contains(&label) {
+            self.labels.push(label);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Talks to the tracker with hand-written HTTP/1.1 over a blocking
+    //! `std::net::TcpStream`, so these tests need no HTTP client crate and
+    //! double as proof that the tracker works from plain `#[test]`s.
+
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    /// Sends one request with `Connection: close` and returns (status, body).
+    fn call(
+        t: &Tracker,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let mut stream = send(t, method, path, token, body);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("set timeout");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).expect("read response");
+        parse(&raw)
+    }
+
+    fn send(
+        t: &Tracker,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> TcpStream {
+        let mut stream = TcpStream::connect(t.addr()).expect("connect");
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            t.host()
+        );
+        if let Some(token) = token {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        let body = body.unwrap_or("");
+        if !body.is_empty() || method != "GET" {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).expect("write head");
+        stream.write_all(body.as_bytes()).expect("write body");
+        stream
+    }
+
+    fn parse(raw: &[u8]) -> (u16, String) {
+        let text = String::from_utf8_lossy(raw);
+        let (head, body) = text.split_once("\r\n\r\n").expect("complete response");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("status line");
+        (status, body.to_owned())
+    }
+
+    fn json(body: &str) -> serde_json::Value {
+        serde_json::from_str(body).expect("JSON body")
+    }
+
+    fn tracker() -> Tracker {
+        Tracker::builder()
+            .token("rw")
+            .read_only_token("ro")
+            .issue("Crash on start", &["bug"])
+            .issue("Dark mode", &[])
+            .start()
+            .expect("start tracker")
+    }
+
+    #[test]
+    fn addresses_are_loopback() {
+        let t = tracker();
+        assert!(t.addr().ip().is_loopback());
+        assert_ne!(t.addr().port(), 0);
+        assert_eq!(t.host(), format!("127.0.0.1:{}", t.addr().port()));
+        assert_eq!(t.url(), format!("http://127.0.0.1:{}", t.addr().port()));
+    }
+
+    #[test]
+    fn missing_or_unknown_token_is_401_and_logged() {
+        let t = tracker();
+        let (status, body) = call(&t, "GET", "/issues", None, None);
+        assert_eq!(status, 401);
+        assert!(json(&body)["error"].is_string());
+        assert_eq!(call(&t, "GET", "/issues", Some("nope"), None).0, 401);
+        assert_eq!(
+            call(
+                &t,
+                "POST",
+                "/issues",
+                Some("nope"),
+                Some(r#"{"title":"x"}"#)
+            )
+            .0,
+            401
+        );
+        // Basic auth with a valid-looking secret is not a bearer token.
+        let mut s = TcpStream::connect(t.addr()).expect("connect");
+        s.write_all(b"GET /issues HTTP/1.1\r\nHost: x\r\nAuthorization: Basic rw\r\nConnection: close\r\n\r\n")
+            .expect("write");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).expect("read");
+        assert_eq!(parse(&raw).0, 401);
+        // Unknown routes are not revealed to strangers either.
+        assert_eq!(call(&t, "GET", "/nowhere", None, None).0, 401);
+
+        let requests = t.requests();
+        assert_eq!(requests.len(), 5);
+        assert_eq!(requests[0].authorization, None);
+        assert_eq!(requests[1].authorization.as_deref(), Some("Bearer nope"));
+        assert_eq!(requests[2].body, r#"{"title":"x"}"#);
+        assert!(t.writes().is_empty());
+        assert_eq!(t.issues().len(), 2);
+    }
+
+    #[test]
+    fn read_only_token_reads_but_write_is_403() {
+        let t = tracker();
+        assert_eq!(call(&t, "GET", "/issues", Some("ro"), None).0, 200);
+        let (status, body) = call(&t, "POST", "/issues", Some("ro"), Some(r#"{"title":"x"}"#));
+        assert_eq!(status, 403);
+        assert!(json(&body)["error"].is_string());
+        assert_eq!(call(&t, "DELETE", "/issues/1", Some("ro"), None).0, 403);
+        assert_eq!(t.issues().len(), 2);
+        assert!(t.writes().is_empty());
+        assert_eq!(t.requests().len(), 3);
+    }
+
+    #[test]
+    fn crud() {
+        let t = tracker();
+        let (status, body) = call(&t, "GET", "/issues", Some("rw"), None);
+        assert_eq!(status, 200);
+        assert_eq!(
+            json(&body),
+            serde_json::json!([
+                {"id": 1, "title": "Crash on start", "body": "", "labels": ["bug"]},
+                {"id": 2, "title": "Dark mode", "body": "", "labels": []},
+            ])
+        );
+
+        let (status, body) = call(&t, "GET", "/issues/1", Some("rw"), None);
+        assert_eq!(status, 200);
+        assert_eq!(json(&body)["title"], "Crash on start");
+        assert_eq!(call(&t, "GET", "/issues/99", Some("rw"), None).0, 404);
+        assert_eq!(call(&t, "GET", "/issues/abc", Some("rw"), None).0, 404);
+
+        let (status, body) = call(
+            &t,
+            "POST",
+            "/issues",
+            Some("rw"),
+            Some(r#"{"title":"New","body":"details"}"#),
+        );
+        assert_eq!(status, 201);
+        let created: Issue = serde_json::from_str(&body).expect("issue");
+        assert_eq!(
+            created,
+            Issue {
+                id: 3,
+                title: "New".into(),
+                body: "details".into(),
+                labels: vec![]
+            }
+        );
+        let (status, body) = call(
+            &t,
+            "POST",
+            "/issues",
+            Some("rw"),
+            Some(r#"{"title":"No body"}"#),
+        );
+        assert_eq!(status, 201);
+        assert_eq!(json(&body)["id"], 4);
+        assert_eq!(json(&body)["body"], "");
+
+        assert_eq!(
+            call(
+                &t,
+                "POST",
+                "/issues",
+                Some("rw"),
+                Some(r#"{"body":"no title"}"#)
+            )
+            .0,
+            400
+        );
+        assert_eq!(
+            call(&t, "POST", "/issues", Some("rw"), Some(r#"{"title":""}"#)).0,
+            400
+        );
+        assert_eq!(
+            call(&t, "POST", "/issues", Some("rw"), Some("not json")).0,
+            400
+        );
+        assert_eq!(call(&t, "POST", "/issues", Some("rw"), None).0, 400);
+
+        let (status, body) = call(
+            &t,
+            "POST",
+            "/issues/3/labels",
+            Some("rw"),
+            Some(r#"{"label":"ui"}"#),
+        );
+        assert_eq!(status, 200);
+        assert_eq!(json(&body)["labels"], serde_json::json!(["ui"]));
+        let (status, body) = call(
+            &t,
+            "POST",
+            "/issues/3/labels",
+            Some("rw"),
+            Some(r#"{"label":"ui"}"#),
+        );
+        assert_eq!(status, 200, "adding an existing label is a no-op");
+        assert_eq!(json(&body)["labels"], serde_json::json!(["ui"]));
+        assert_eq!(
+            call(
+                &t,
+                "POST",
+                "/issues/99/labels",
+                Some("rw"),
+                Some(r#"{"label":"ui"}"#)
+            )
+            .0,
+            404
+        );
+        assert_eq!(
+            call(&t, "POST", "/issues/3/labels", Some("rw"), Some(r#"{}"#)).0,
+            400
+        );
+
+        let (status, body) = call(&t, "DELETE", "/issues/2", Some("rw"), None);
+        assert_eq!(status, 200);
+        assert_eq!(json(&body), serde_json::json!({"deleted": 2}));
+        assert_eq!(call(&t, "DELETE", "/issues/2", Some("rw"), None).0, 404);
+        assert_eq!(call(&t, "GET", "/issues/2", Some("rw"), None).0, 404);
+
+        // Ids are never reused.
+        let (_, body) = call(
+            &t,
+            "POST",
+            "/issues",
+            Some("rw"),
+            Some(r#"{"title":"Later"}"#),
+        );
+        assert_eq!(json(&body)["id"], 5);
+
+        let ids: Vec<u64> = t.issues().iter().map(|i| i.id).collect();
+        assert_eq!(ids, vec![1, 3, 4, 5]);
+        let (_, body) = call(&t, "GET", "/issues", Some("rw"), None);
+        let listed: Vec<Issue> = serde_json::from_str(&body).expect("issues");
+        assert_eq!(listed, t.issues());
+    }
+
+    #[test]
+    fn anything_else_is_404() {
+        let t = tracker();
+        for (method, path) in [
+            ("GET", "/"),
+            ("GET", "/issue"),
+            ("GET", "/issues/1/labels"),
+            ("PUT", "/issues/1"),
+            ("PATCH", "/issues/1"),
+            ("POST", "/issues/1"),
+            ("DELETE", "/issues"),
+        ] {
+            let (status, body) = call(&t, method, path, Some("rw"), Some("{}"));
+            assert_eq!(status, 404, "{method} {path}");
+            assert!(json(&body)["error"].is_string());
+        }
+        assert_eq!(t.issues().len(), 2);
+    }
+
+    #[test]
+    fn search_is_case_insensitive_on_titles() {
+        let t = Tracker::builder()
+            .token("rw")
+            .issue("Crash on start", &[])
+            .issue("Dark mode", &[])
+            .issue("crash in settings", &[])
+            .start()
+            .expect("start");
+        let (status, body) = call(&t, "GET", "/search?q=CRASH", Some("rw"), None);
+        assert_eq!(status, 200);
+        let hits: Vec<Issue> = serde_json::from_str(&body).expect("issues");
+        assert_eq!(hits.iter().map(|i| i.id).collect::<Vec<_>>(), vec![1, 3]);
+
+        let (_, body) = call(&t, "GET", "/search?q=dark%20MODE", Some("rw"), None);
+        assert_eq!(json(&body).as_array().map(Vec::len), Some(1));
+        let (_, body) = call(&t, "GET", "/search?q=on+start", Some("rw"), None);
+        assert_eq!(json(&body)[0]["id"], 1);
+        let (_, body) = call(&t, "GET", "/search?q=zebra", Some("rw"), None);
+        assert_eq!(json(&body), serde_json::json!([]));
+        assert_eq!(call(&t, "GET", "/search", Some("rw"), None).0, 400);
+        assert_eq!(t.requests()[0].path, "/search?q=CRASH");
+    }
+
+    #[test]
+    fn writes_lists_only_authorised_non_get_requests() {
+        let t = tracker();
+        call(&t, "GET", "/issues", Some("rw"), None);
+        call(&t, "POST", "/issues", None, Some(r#"{"title":"a"}"#));
+        call(&t, "POST", "/issues", Some("ro"), Some(r#"{"title":"b"}"#));
+        call(&t, "POST", "/issues", Some("rw"), Some(r#"{"title":"c"}"#));
+        call(&t, "DELETE", "/issues/1", Some("rw"), None);
+        let writes = t.writes();
+        assert_eq!(writes.len(), 2);
+        assert_eq!(writes[0].method, "POST");
+        assert_eq!(writes[0].body, r#"{"title":"c"}"#);
+        assert_eq!(writes[0].authorization.as_deref(), Some("Bearer rw"));
+        assert_eq!(writes[1].method, "DELETE");
+        assert_eq!(writes[1].path, "/issues/1");
+        assert_eq!(t.requests().len(), 5);
+    }
+
+    #[test]
+    fn status_fault_refuses_writes_without_applying_them_and_spares_reads() {
+        let t = tracker();
+        t.inject(Fault::Status(500), 2);
+        assert_eq!(
+            call(&t, "GET", "/issues", Some("rw"), None).0,
+            200,
+            "reads are never affected"
+        );
+        // A refused login does not use up a fault.
+        assert_eq!(
+            call(&t, "POST", "/issues", Some("ro"), Some(r#"{"title":"x"}"#)).0,
+            403
+        );
+        let (status, body) = call(&t, "POST", "/issues", Some("rw"), Some(r#"{"title":"x"}"#));
+        assert_eq!(status, 500);
+        assert!(json(&body)["error"].is_string());
+        assert_eq!(call(&t, "DELETE", "/issues/1", Some("rw"), None).0, 500);
+        assert_eq!(t.issues().len(), 2, "nothing applied");
+        assert!(t.writes().is_empty());
+
+        let (status, body) = call(&t, "POST", "/issues", Some("rw"), Some(r#"{"title":"x"}"#));
+        assert_eq!(status, 201, "faults are used up");
+        assert_eq!(json(&body)["id"], 3);
+        assert_eq!(t.writes().len(), 1);
+        assert_eq!(t.requests().len(), 5);
+
+        // Successive injections queue; odd codes still answer something.
+        t.inject(Fault::Status(401), 1);
+        t.inject(Fault::Status(0), 1);
+        t.inject(Fault::Status(403), 0);
+        assert_eq!(call(&t, "DELETE", "/issues/1", Some("rw"), None).0, 401);
+        assert_eq!(call(&t, "DELETE", "/issues/1", Some("rw"), None).0, 500);
+        assert_eq!(call(&t, "DELETE", "/issues/1", Some("rw"), None).0, 200);
+    }
+
+    #[test]
+    fn garbage_fault_applies_the_write_then_answers_non_json() {
+        let t = tracker();
+        t.inject(Fault::Garbage, 1);
+        let (status, body) = call(
+            &t,
+            "POST",
+            "/issues",
+            Some("rw"),
+            Some(r#"{"title":"landed"}"#),
+        );
+        assert_eq!(status, 200);
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&body).is_err(),
+            "{body}"
+        );
+        assert_eq!(t.issues().last().map(|i| i.title.as_str()), Some("landed"));
+        assert_eq!(t.writes().len(), 1);
+        // Next write is normal again.
+        assert_eq!(
+            call(
+                &t,
+                "POST",
+                "/issues/1/labels",
+                Some("rw"),
+                Some(r#"{"label":"x"}"#)
+            )
+            .0,
+            200
+        );
+    }
+
+    #[test]
+    fn land_then_hang_applies_the_write_never_answers_and_does_not_block_reads() {
+        let t = tracker();
+        t.inject(Fault::LandThenHang, 1);
+        let mut hung = send(
+            &t,
+            "POST",
+            "/issues",
+            Some("rw"),
+            Some(r#"{"title":"limbo"}"#),
+        );
+        hung.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        let mut buf = [0u8; 64];
+        match hung.read(&mut buf) {
+            Err(e) => assert!(
+                matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ),
+                "{e}"
+            ),
+            Ok(n) => panic!("expected no answer, got {n} bytes"),
+        }
+
+        // The write landed, and the tracker keeps serving others.
+        assert_eq!(t.writes().len(), 1);
+        let (status, body) = call(&t, "GET", "/issues/3", Some("rw"), None);
+        assert_eq!(status, 200);
+        assert_eq!(json(&body)["title"], "limbo");
+        assert_eq!(
+            call(
+                &t,
+                "POST",
+                "/issues",
+                Some("rw"),
+                Some(r#"{"title":"after"}"#)
+            )
+            .0,
+            201
+        );
+
+        // Shutdown is prompt despite the parked request, and closes it.
+        let started = Instant::now();
+        t.shutdown();
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            started.elapsed()
+        );
+        hung.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        match hung.read(&mut buf) {
+            Ok(n) => assert_eq!(n, 0, "no answer after shutdown either"),
+            Err(e) => assert!(
+                !matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ),
+                "connection should be closed: {e}"
+            ),
+        }
+    }
+
+    #[test]
+    fn wait_for_requests_blocks_until_reached_or_times_out() {
+        let t = tracker();
+        assert!(t.wait_for_requests(0, Duration::ZERO));
+        let started = Instant::now();
+        assert!(!t.wait_for_requests(1, Duration::from_millis(200)));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+
+        let addr = t.addr();
+        let client = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            for _ in 0..3 {
+                let mut s = TcpStream::connect(addr).expect("connect");
+                s.write_all(b"GET /issues HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    .expect("write");
+                let mut raw = Vec::new();
+                s.read_to_end(&mut raw).expect("read");
+            }
+        });
+        assert!(t.wait_for_requests(3, Duration::from_secs(10)));
+        assert!(t.requests().len() >= 3);
+        client.join().expect("client");
+    }
+
+    #[test]
+    fn oversized_body_is_413_and_still_logged() {
+        let t = tracker();
+        let big = format!(r#"{{"title":"{}"}}"#, "x".repeat(MAX_BODY));
+        let (status, _) = call(&t, "POST", "/issues", Some("rw"), Some(&big));
+        assert_eq!(status, 413);
+        assert_eq!(t.requests().len(), 1);
+        assert_eq!(t.requests()[0].body, "");
+        assert!(t.writes().is_empty());
+        assert_eq!(t.issues().len(), 2);
+    }
+
+    #[test]
+    fn no_tokens_means_nobody_gets_in() {
+        let t = Tracker::builder().start().expect("start");
+        assert_eq!(call(&t, "GET", "/issues", Some(""), None).0, 401);
+        assert_eq!(call(&t, "GET", "/issues", Some("anything"), None).0, 401);
+    }
+
+    #[test]
+    fn drop_stops_the_server() {
+        let t = tracker();
+        let addr = t.addr();
+        drop(t);
+        assert!(TcpStream::connect(addr).is_err(), "port should be closed");
+    }
+
+    #[test]
+    fn shutdown_is_prompt_with_idle_and_silent_connections() {
+        let t = tracker();
+        // A keep-alive connection that got its answer and stays open...
+        let mut idle = TcpStream::connect(t.addr()).expect("connect");
+        idle.write_all(b"GET /issues HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rw\r\n\r\n")
+            .expect("write");
+        let mut buf = [0u8; 4096];
+        assert!(idle.read(&mut buf).expect("answer") > 0);
+        // ...and one that never says anything.
+        let _silent = TcpStream::connect(t.addr()).expect("connect");
+        assert!(t.wait_for_requests(1, Duration::from_secs(10)));
+        let started = Instant::now();
+        t.shutdown();
+        assert!(
+            started.elapsed() <= SHUTDOWN_GRACE + Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn client_giving_up_on_a_hung_write_is_fine() {
+        let t = tracker();
+        t.inject(Fault::LandThenHang, 1);
+        let hung = send(&t, "POST", "/issues", Some("rw"), Some(r#"{"title":"x"}"#));
+        assert!(t.wait_for_requests(1, Duration::from_secs(10)));
+        drop(hung);
+        assert_eq!(call(&t, "GET", "/issues/3", Some("rw"), None).0, 200);
+        let started = Instant::now();
+        t.shutdown();
+        assert!(started.elapsed() < Duration::from_millis(1500));
+    }
+
+    #[tokio::test]
+    async fn starts_and_stops_inside_a_current_thread_runtime() {
+        let t = tracker();
+        let addr = t.addr();
+        let status = tokio::task::spawn_blocking(move || {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.write_all(b"GET /issues HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rw\r\nConnection: close\r\n\r\n")
+                .expect("write");
+            let mut raw = Vec::new();
+            s.read_to_end(&mut raw).expect("read");
+            parse(&raw).0
+        })
+        .await
+        .expect("client");
+        assert_eq!(status, 200);
+        t.shutdown();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn starts_and_drops_inside_a_multi_thread_runtime() {
+        let t = tracker();
+        t.inject(Fault::LandThenHang, 1);
+        let _hung = send(&t, "POST", "/issues", Some("rw"), Some(r#"{"title":"x"}"#));
+        assert!(t.wait_for_requests(1, Duration::from_secs(10)));
+        assert_eq!(call(&t, "GET", "/issues", Some("rw"), None).0, 200);
+        drop(t);
+    }
+}

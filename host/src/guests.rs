@@ -1,0 +1,19 @@
+//! The guest components built from this repository (by `build.rs`): the
+//! bundled examples the demo installs, and the paths tests install from.
+
+use std::path::PathBuf;
+
+/// Where the build put the guest components.
+pub fn dir() -> PathBuf {
+    PathBuf::from(env!("GATEHOUSE_GUESTS_DIR"))
+}
+
+/// The built component for a guest crate, e.g. `path("triage")`.
+pub fn path(name: &str) -> PathBuf {
+    dir().join(format!("{}.wasm", name.replace('-', "_")))
+}
+
+/// The example gadget, embedded so the demo needs nothing on disk.
+pub const TRIAGE: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/triage.wasm"));
+/// The example issue-tracker gatekeeper.
+pub const ISSUES: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/issues.wasm"));

@@ -1,0 +1,651 @@
+//! The kernel: the only path between a gadget and the outside world.
+//!
+//! Owns the call path of SPEC C2-C5, K and A1: resolve an introduction,
+//! check the grant, ask `classify` (the only reader of annotations), then
+//! either run a read and record its observation (O1) or stage an action and
+//! answer `pending`. Approval and apply live in `crate::overseer`; the record
+//! of reads in `crate::observations`. This module may not read annotations
+//! itself, and never sends an action.
+
+use crate::classify::{self, Kind, Tool};
+use crate::home::Home;
+use crate::runtime::gadget::TurnReport;
+use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
+use crate::runtime::{Limits, Role, Runtime};
+use crate::store::{
+    GadgetRecord, GatekeeperRecord, Introduction, NewAction, StageError, Store, Trust,
+};
+use anyhow::{Context as _, bail};
+use std::fs::File;
+use std::sync::Arc;
+
+/// Who is calling, from where (SPEC C5).
+#[derive(Clone, Debug)]
+pub struct Turn {
+    pub gadget: String,
+    pub chat: String,
+}
+
+impl Turn {
+    pub fn caller(&self) -> String {
+        format!("gadget:{}", self.gadget)
+    }
+}
+
+/// Why a gadget's call was refused. Mirrors the WIT `call-error`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    UnknownKey {
+        key: String,
+        known: Vec<String>,
+    },
+    NotGranted {
+        key: String,
+        tool: String,
+        allowed: Vec<String>,
+    },
+    InvalidArgs(String),
+    Refused(String),
+    Service(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::UnknownKey { key, known } => write!(
+                f,
+                "no service {key:?} is introduced to this chat; introduced: [{}]",
+                known.join(", ")
+            ),
+            CallError::NotGranted { key, tool, allowed } => write!(
+                f,
+                "tool {tool:?} is not granted to {key}; allowed: [{}]",
+                allowed.join(", ")
+            ),
+            CallError::InvalidArgs(m) | CallError::Refused(m) | CallError::Service(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+/// A staged action, as the gadget learns of it.
+#[derive(Clone, Debug)]
+pub struct PendingAction {
+    pub action_id: u64,
+    pub message: String,
+    pub await_decision: bool,
+    pub provisional: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub enum CallOutcome {
+    Done(String),
+    Pending(PendingAction),
+}
+
+#[derive(Clone, Debug)]
+pub enum ActionStatus {
+    Pending,
+    Rejected(String),
+    Failed { message: String, retryable: bool },
+    Applied(String),
+}
+
+/// An introduction, resolved against its gatekeeper.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    pub key: String,
+    pub gatekeeper: GatekeeperRecord,
+    pub grant: Option<Vec<String>>,
+}
+
+impl Binding {
+    /// The tools this introduction grants, in the gatekeeper's order.
+    pub fn granted_tools(&self) -> Vec<Tool> {
+        self.gatekeeper
+            .manifest
+            .tools
+            .iter()
+            .filter(|t| self.grant.as_ref().is_none_or(|g| g.contains(&t.name)))
+            .cloned()
+            .collect()
+    }
+
+    fn granted_names(&self) -> Vec<String> {
+        self.granted_tools().into_iter().map(|t| t.name).collect()
+    }
+}
+
+/// The kernel. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    home: Home,
+    store: Store,
+    runtime: Runtime,
+    /// Names this process in claims; see [`Kernel::open`].
+    owner: String,
+    _liveness: File,
+}
+
+impl Kernel {
+    /// Open the state under `home`, then recover interrupted claims (P3).
+    ///
+    /// Each process holds an exclusive lock on a file named by a fresh
+    /// token for as long as it lives, and claims carry that token. A claim
+    /// is interrupted exactly when its token's lock is free, so a CLI
+    /// process starting up never fails the claim of another one that is
+    /// still applying (the kernel is opened by every command).
+    pub fn open(home: Home, limits: Limits) -> anyhow::Result<Kernel> {
+        home.create()?;
+        let store = Store::open(&home.database())?;
+        let owner = format!("{}-{}", std::process::id(), hex::encode(rand_bytes()));
+        let liveness = File::create(home.liveness(&owner)).with_context(|| {
+            format!("cannot create a lock file in {}", home.run_dir().display())
+        })?;
+        liveness
+            .lock()
+            .context("cannot lock this process's liveness file")?;
+        let runtime = Runtime::new(home.cache_dir(), limits)?;
+        let kernel = Kernel {
+            inner: Arc::new(Inner {
+                home,
+                store,
+                runtime,
+                owner,
+                _liveness: liveness,
+            }),
+        };
+        let failed = kernel.inner.store.recover(|o| kernel.is_alive(o))?;
+        for id in failed {
+            tracing::warn!(id, "action was interrupted while applying; marked failed");
+        }
+        Ok(kernel)
+    }
+
+    fn is_alive(&self, owner: &str) -> bool {
+        if owner == self.inner.owner {
+            return true;
+        }
+        let path = self.inner.home.liveness(owner);
+        let Ok(f) = File::options().read(true).write(true).open(&path) else {
+            return false;
+        };
+        match f.try_lock() {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&path);
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn home(&self) -> &Home {
+        &self.inner.home
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    pub(crate) fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    // ----- installing and introducing -----
+
+    /// Install a gadget (SPEC X3): validated, compiled and cached before it
+    /// is recorded; a refused file leaves nothing installed.
+    pub fn install(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        progress: &dyn Fn(&str),
+    ) -> anyhow::Result<GadgetRecord> {
+        check_name(name, "gadget")?;
+        let digest = self.inner.runtime.admit(bytes, Role::Gadget, progress)?;
+        self.inner.store.put_gadget(name, &digest)?;
+        self.inner
+            .store
+            .gadget(name)?
+            .context("the gadget vanished right after install")
+    }
+
+    /// Add a gatekeeper instance: validated, then asked for its manifest.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn add_gatekeeper(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        trust: Trust,
+        hosts: Vec<String>,
+        secret: Option<String>,
+        settings: Vec<(String, String)>,
+        progress: &dyn Fn(&str),
+    ) -> anyhow::Result<GatekeeperRecord> {
+        check_name(name, "gatekeeper")?;
+        for h in &hosts {
+            check_host(h)?;
+        }
+        if let Some(s) = &secret
+            && self.inner.store.secret(s)?.is_none()
+        {
+            bail!(
+                "no secret named {s:?}; store it first with `gatehouse secret set {s}` (reads the value from stdin)"
+            );
+        }
+        let digest = self
+            .inner
+            .runtime
+            .admit(bytes, Role::Gatekeeper, progress)?;
+        let pre = self.inner.runtime.gatekeeper(&digest)?;
+        let manifest = gk::describe(&pre, &self.inner.runtime.limits, name).await?;
+        let record = GatekeeperRecord {
+            name: name.to_owned(),
+            digest,
+            trust,
+            hosts,
+            secret,
+            settings,
+            manifest,
+            added_at: crate::store::now_ms(),
+        };
+        self.inner.store.put_gatekeeper(&record)?;
+        Ok(record)
+    }
+
+    pub fn new_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
+        check_name(name, "chat")?;
+        self.inner.store.create_chat(name, owner)
+    }
+
+    /// Introduce a gatekeeper into a chat under a key (SPEC C2, C3).
+    pub fn introduce(
+        &self,
+        chat: &str,
+        gatekeeper: &str,
+        key: &str,
+        tools: Option<Vec<String>>,
+        by: &str,
+    ) -> anyhow::Result<Introduction> {
+        if self.inner.store.chat(chat)?.is_none() {
+            bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
+        }
+        let Some(g) = self.inner.store.gatekeeper(gatekeeper)? else {
+            bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
+        };
+        if key.is_empty()
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            bail!("key {key:?} must be letters, digits, '_' or '-' (like ISSUES)");
+        }
+        if let Some(tools) = &tools {
+            for t in tools {
+                if g.manifest.tool(t).is_none() {
+                    let all: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+                    bail!(
+                        "gatekeeper {gatekeeper:?} has no tool {t:?}; it offers: {}",
+                        all.join(", ")
+                    );
+                }
+            }
+        }
+        let intro = Introduction {
+            chat: chat.to_owned(),
+            key: key.to_owned(),
+            gatekeeper: gatekeeper.to_owned(),
+            tools,
+        };
+        self.inner.store.introduce(&intro, by)?;
+        Ok(intro)
+    }
+
+    /// Run one turn of a gadget in a chat.
+    pub async fn run(&self, gadget: &str, chat: &str, input: &str) -> anyhow::Result<TurnReport> {
+        let Some(g) = self.inner.store.gadget(gadget)? else {
+            bail!("no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`");
+        };
+        if self.inner.store.chat(chat)?.is_none() {
+            bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
+        }
+        let pre = self.inner.runtime.gadget(&g.digest)?;
+        let turn = Turn {
+            gadget: gadget.to_owned(),
+            chat: chat.to_owned(),
+        };
+        let report = crate::runtime::gadget::run(
+            &pre,
+            &self.inner.runtime.limits,
+            self.clone(),
+            turn,
+            input,
+        )
+        .await;
+        if !report.stdout.is_empty() || !report.stderr.is_empty() {
+            tracing::info!(gadget, stdout = %report.stdout, stderr = %report.stderr, "gadget output");
+        }
+        Ok(report)
+    }
+
+    // ----- the gadget-facing calls -----
+
+    pub(crate) async fn env(&self, turn: &Turn) -> anyhow::Result<Vec<String>> {
+        let chat = turn.chat.clone();
+        let intros = self.store().run(move |s| s.introductions(&chat)).await?;
+        Ok(intros.into_iter().map(|i| i.key).collect())
+    }
+
+    /// Resolve a key of the turn's chat to its introduction (SPEC C2, C3).
+    pub(crate) async fn resolve(
+        &self,
+        turn: &Turn,
+        key: &str,
+    ) -> anyhow::Result<Result<Binding, CallError>> {
+        let chat = turn.chat.clone();
+        let intros = self.store().run(move |s| s.introductions(&chat)).await?;
+        let Some(intro) = intros.iter().find(|i| i.key == key) else {
+            return Ok(Err(CallError::UnknownKey {
+                key: key.to_owned(),
+                known: intros.into_iter().map(|i| i.key).collect(),
+            }));
+        };
+        let name = intro.gatekeeper.clone();
+        let Some(gatekeeper) = self.store().run(move |s| s.gatekeeper(&name)).await? else {
+            return Ok(Err(CallError::Refused(format!(
+                "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
+            ))));
+        };
+        Ok(Ok(Binding {
+            key: key.to_owned(),
+            gatekeeper,
+            grant: intro.tools.clone(),
+        }))
+    }
+
+    /// A gadget's call: classify, then read now or stage.
+    pub(crate) async fn call(
+        &self,
+        turn: &Turn,
+        key: &str,
+        tool: &str,
+        args: String,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        let binding = match self.resolve(turn, key).await? {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e)),
+        };
+        let granted = binding.granted_names();
+        let Some(info) = binding
+            .gatekeeper
+            .manifest
+            .tool(tool)
+            .filter(|t| granted.contains(&t.name))
+            .cloned()
+        else {
+            return Ok(Err(CallError::NotGranted {
+                key: key.to_owned(),
+                tool: tool.to_owned(),
+                allowed: granted,
+            }));
+        };
+        // The tier is read now, at the moment of use (K3).
+        let gname = binding.gatekeeper.name.clone();
+        let trust = self.store().run(move |s| s.trust_of(&gname)).await?;
+        let class = classify::classify(&info.annotations, trust);
+        match class.kind {
+            Kind::Read => self.read(turn, &binding, tool, args, trust).await,
+            Kind::Action => self.stage(turn, &binding, tool, args, class, trust).await,
+        }
+    }
+
+    async fn read(
+        &self,
+        turn: &Turn,
+        binding: &Binding,
+        tool: &str,
+        args: String,
+        trust: Trust,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        if let Err(e) = crate::store::validate_args(&args) {
+            return Ok(Err(CallError::InvalidArgs(e.to_string())));
+        }
+        let g = &binding.gatekeeper;
+        let invocation = self.invocation(turn, g, tool, args).await?;
+        let reach = self.reach(g).await?;
+        let pre = self.runtime().gatekeeper(&g.digest)?;
+        let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
+        let output = match called.outcome {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => {
+                return Ok(Err(CallError::Service(format!(
+                    "{} ({}): {}",
+                    g.name,
+                    tool,
+                    gk::describe_tool_error(&e)
+                ))));
+            }
+            Err(gk::Fault::Crashed(m)) => return Ok(Err(CallError::Service(m))),
+        };
+        // Record first; hand over only if the record was made (O1).
+        match crate::observations::record_read(self, turn, g, tool, trust, &output).await {
+            Ok(()) => Ok(Ok(CallOutcome::Done(output.result))),
+            Err(e) => Ok(Err(CallError::Refused(format!(
+                "the read could not be recorded, so its data is withheld: {e:#}"
+            )))),
+        }
+    }
+
+    async fn stage(
+        &self,
+        turn: &Turn,
+        binding: &Binding,
+        tool: &str,
+        args: String,
+        class: classify::Classification,
+        trust: Trust,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        let g = &binding.gatekeeper;
+        if let Err(e) = crate::store::validate_args(&args) {
+            return Ok(Err(CallError::InvalidArgs(e.to_string())));
+        }
+        // A gatekeeper that can simulate tells the gadget what will happen;
+        // one that cannot makes the gadget wait (SPEC V1, V2).
+        let provisional = if g.manifest.simulates {
+            let invocation = self.invocation(turn, g, tool, args.clone()).await?;
+            let pre = self.runtime().gatekeeper(&g.digest)?;
+            gk::simulate(&pre, &self.runtime().limits, &g.name, invocation)
+                .await
+                .outcome
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let action = NewAction {
+            chat: turn.chat.clone(),
+            caller: turn.caller(),
+            gatekeeper: g.name.clone(),
+            tool: tool.to_owned(),
+            classified_by: class.classified_by.as_str(),
+            trust,
+            args,
+            await_decision: provisional.is_none(),
+            provisional: provisional.clone(),
+        };
+        let staged = self.store().run(move |s| Ok(s.stage(&action))).await?;
+        let id = match staged {
+            Ok(id) => id,
+            Err(StageError::Store(e)) => return Err(e),
+            Err(
+                e @ (StageError::NotAnObject(_) | StageError::NotJson(_) | StageError::TooLarge(_)),
+            ) => {
+                return Ok(Err(CallError::InvalidArgs(e.to_string())));
+            }
+            Err(e) => return Ok(Err(CallError::Refused(e.to_string()))),
+        };
+        let message = format!(
+            "staged as action #{id} ({}:{tool}); nothing has been sent. It waits for a person: `gatehouse approve {id}` or `gatehouse reject {id}`{}",
+            g.name,
+            if provisional.is_none() {
+                ". Do not build on its effect until it is decided"
+            } else {
+                ""
+            }
+        );
+        Ok(Ok(CallOutcome::Pending(PendingAction {
+            action_id: id as u64,
+            message,
+            await_decision: provisional.is_none(),
+            provisional,
+        })))
+    }
+
+    /// The status of an action of the turn's chat (SPEC A4).
+    pub(crate) async fn action_result(
+        &self,
+        turn: &Turn,
+        id: u64,
+    ) -> anyhow::Result<Result<ActionStatus, CallError>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(Err(CallError::Refused(format!(
+                "no action #{id} in this chat"
+            ))));
+        };
+        let action = self.store().run(move |s| s.action(id)).await?;
+        let Some(a) = action.filter(|a| a.chat == turn.chat) else {
+            return Ok(Err(CallError::Refused(format!(
+                "no action #{id} in this chat (it may have been pruned)"
+            ))));
+        };
+        use crate::store::ActionState as S;
+        Ok(Ok(match a.state {
+            S::Pending | S::Applying => ActionStatus::Pending,
+            S::Rejected => {
+                ActionStatus::Rejected("the action was not approved; it was never sent".into())
+            }
+            S::Failed => ActionStatus::Failed {
+                message: a.error.unwrap_or_default(),
+                retryable: a.retryable == Some(true),
+            },
+            S::Applied => {
+                let result = a.result.clone().unwrap_or_else(|| "null".into());
+                match crate::observations::record_handover(self, turn, &a, &result).await {
+                    Ok(()) => ActionStatus::Applied(result),
+                    Err(e) => {
+                        return Ok(Err(CallError::Refused(format!(
+                            "the result could not be recorded, so it is withheld: {e:#}"
+                        ))));
+                    }
+                }
+            }
+        }))
+    }
+
+    // ----- what a gatekeeper call is given -----
+
+    pub(crate) async fn invocation(
+        &self,
+        turn: &Turn,
+        g: &GatekeeperRecord,
+        tool: &str,
+        args: String,
+    ) -> anyhow::Result<gkwit::Invocation> {
+        let chat = turn.chat.clone();
+        let name = g.name.clone();
+        let pending = self
+            .store()
+            .run(move |s| s.pending(Some(&chat)))
+            .await?
+            .into_iter()
+            .filter(|a| a.gatekeeper == name)
+            .map(|a| gkwit::Staged {
+                action_id: a.id as u64,
+                tool: a.tool,
+                args: a.args,
+            })
+            .collect();
+        Ok(gkwit::Invocation {
+            tool: tool.to_owned(),
+            args,
+            settings: settings_for(g),
+            account: None,
+            pending,
+        })
+    }
+
+    pub(crate) async fn reach(&self, g: &GatekeeperRecord) -> anyhow::Result<Reach> {
+        let credential = match &g.secret {
+            None => None,
+            Some(name) => {
+                let n = name.clone();
+                let v = self.store().run(move |s| s.secret(&n)).await?;
+                Some(v.with_context(|| {
+                    format!("the secret {name:?} of gatekeeper {:?} is not set; `gatehouse secret set {name}`", g.name)
+                })?)
+            }
+        };
+        Ok(Reach {
+            allowed_hosts: g.hosts.clone(),
+            credential,
+        })
+    }
+}
+
+/// The settings a gatekeeper sees: the operator's, plus `allowed-hosts`.
+pub(crate) fn settings_for(g: &GatekeeperRecord) -> Vec<(String, String)> {
+    let mut s: Vec<(String, String)> = g
+        .settings
+        .iter()
+        .filter(|(k, _)| k != "allowed-hosts")
+        .cloned()
+        .collect();
+    s.push(("allowed-hosts".into(), g.hosts.join(",")));
+    s
+}
+
+fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        bail!("{what} name {name:?} must be 1-64 letters, digits, '.', '_' or '-'");
+    }
+    Ok(())
+}
+
+fn check_host(h: &str) -> anyhow::Result<()> {
+    let ok = !h.is_empty()
+        && !h.contains('/')
+        && !h.contains('@')
+        && h.parse::<http::uri::Authority>().is_ok();
+    if !ok {
+        bail!(
+            "--allow-host {h:?} must be a host or host:port, like 127.0.0.1:8080 or api.example.com"
+        );
+    }
+    Ok(())
+}
+
+fn rand_bytes() -> [u8; 8] {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish().to_le_bytes()
+}

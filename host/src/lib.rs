@@ -1,0 +1,28 @@
+//! Gatehouse: a host for sandboxed WebAssembly gadgets whose writes to the
+//! outside world wait, durably, for a person's decision.
+//!
+//! One module per concept of SPEC.md:
+//! - [`runtime`]: engine, sandbox limits, compiled-component cache (X);
+//! - [`classify`]: read vs action, the one trust boundary (K);
+//! - [`kernel`]: the call path: introductions, grants, reads, staging (C, A);
+//! - [`store`]: the durable action store and ledger (A, P, L);
+//! - [`overseer`]: decisions and at-most-once apply (P);
+//! - [`observations`]: what reads touched (O, S);
+//! - [`prompt`]: the approval prompt, a security boundary (R);
+//! - [`cli`]: the `gatehouse` command; [`demo`]: the guided tour.
+
+pub mod classify;
+pub mod cli;
+pub mod demo;
+pub mod guests;
+pub mod home;
+pub mod kernel;
+pub mod observations;
+pub mod overseer;
+pub mod prompt;
+pub mod runtime;
+pub mod store;
+
+pub use home::Home;
+pub use kernel::Kernel;
+pub use runtime::Limits;

@@ -1,0 +1,68 @@
+//! Observations: every read is written down before its data is handed over
+//! (SPEC O1), with what it touched (S1). A source marked `restricted` latches
+//! the chat in the same transaction (O2, O3).
+//!
+//! Owns the shape of an observation record; may not call gatekeepers.
+
+use crate::kernel::{Kernel, Turn};
+use crate::runtime::gatekeeper::wit;
+use crate::store::{Action, GatekeeperRecord, NewObservation, Trust};
+
+/// Record a read's observation. `Ok` means the data may be handed over.
+pub async fn record_read(
+    kernel: &Kernel,
+    turn: &Turn,
+    g: &GatekeeperRecord,
+    tool: &str,
+    trust: Trust,
+    output: &wit::Output,
+) -> anyhow::Result<()> {
+    let sources: Vec<serde_json::Value> = if output.sources.is_empty() {
+        vec![
+            serde_json::json!({"id": g.name, "title": format!("gatekeeper {}", g.name), "restricted": false}),
+        ]
+    } else {
+        output
+            .sources
+            .iter()
+            .map(|s| serde_json::json!({"id": s.id, "title": s.title, "restricted": s.restricted}))
+            .collect()
+    };
+    let o = NewObservation {
+        chat: turn.chat.clone(),
+        caller: turn.caller(),
+        gatekeeper: g.name.clone(),
+        tool: tool.to_owned(),
+        classified_by: "server-annotation",
+        trust,
+        sources: serde_json::Value::Array(sources).to_string(),
+        account: None,
+        action_ref: None,
+        result_bytes: output.result.len(),
+    };
+    kernel.store().run(move |s| s.observe(&o)).await?;
+    Ok(())
+}
+
+/// Record that an applied action's result was handed to the gadget (A4).
+pub async fn record_handover(
+    kernel: &Kernel,
+    turn: &Turn,
+    a: &Action,
+    result: &str,
+) -> anyhow::Result<()> {
+    let o = NewObservation {
+        chat: turn.chat.clone(),
+        caller: turn.caller(),
+        gatekeeper: a.gatekeeper.clone(),
+        tool: a.tool.clone(),
+        classified_by: "default",
+        trust: a.trust.parse().unwrap_or(Trust::Byo),
+        sources: serde_json::json!([{"id": format!("action:{}", a.id), "title": format!("result of action #{}", a.id), "restricted": false}]).to_string(),
+        account: None,
+        action_ref: Some(a.id),
+        result_bytes: result.len(),
+    };
+    kernel.store().run(move |s| s.observe(&o)).await?;
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! The approval prompt: a security boundary (SPEC R1-R3).
+//!
+//! Everything shown to an approver that a gatekeeper or gadget wrote (names,
+//! descriptions, arguments) is attacker text. This module is the one
+//! renderer every surface uses (terminal and web), and it guarantees:
+//!
+//! - names are plain inline text on the kernel's own line: markup removed,
+//!   whitespace collapsed, at most 120 characters, `(unnamed)` if empty;
+//! - descriptions are capped at 600 characters, fences defused, leading
+//!   heading/quote markers stripped, and every line quoted with `> `;
+//! - arguments are pretty JSON inside a fence that no argument can close,
+//!   capped at 4000 characters with a note;
+//! - control, zero-width and bidi-override characters never pass through.
+//!
+//! So no attacker text can start a line that looks like a kernel field. It
+//! may not decide anything; it only renders.
+
+use crate::store::Action;
+
+pub const NAME_CAP: usize = 120;
+pub const DESCRIPTION_CAP: usize = 600;
+pub const ARGS_CAP: usize = 4000;
+
+/// The kernel's own field labels. No attacker-controlled line may start with
+/// one of these outside a quoted or fenced block.
+pub const FIELD_LABELS: &[&str] = &[
+    "Action",
+    "Gatekeeper:",
+    "Tool:",
+    "Endpoint:",
+    "Caller:",
+    "Chat:",
+    "Why held:",
+    "Description:",
+    "Arguments:",
+    "Approve",
+    "Reject",
+    "Status:",
+];
+
+/// True for characters that must never reach an approver's screen as-is:
+/// controls (but newline and tab in block text), zero-width and bidi
+/// controls, and other invisible formatting characters.
+fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}' | '\u{034F}' | '\u{061C}'
+            | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180E}' | '\u{3164}'
+            | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}' | '\u{E0000}'..='\u{E007F}')
+}
+
+/// Make a hidden character visible as `<U+XXXX>`.
+fn visible(c: char) -> String {
+    format!("<U+{:04X}>", c as u32)
+}
+
+fn cap(s: String, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s;
+    }
+    let mut out: String = s.chars().take(max).collect();
+    out.push_str(" […cut]");
+    out
+}
+
+/// A name as plain inline text (R1).
+pub fn inline(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '\n' || c == '\r' || c == '\t' || c.is_whitespace() {
+            out.push(' ');
+        } else if is_hidden(c) {
+            continue;
+        } else if matches!(
+            c,
+            '`' | '*'
+                | '_'
+                | '#'
+                | '>'
+                | '<'
+                | '['
+                | ']'
+                | '('
+                | ')'
+                | '|'
+                | '~'
+                | '!'
+                | '\\'
+                | '{'
+                | '}'
+                | '"'
+                | '\''
+        ) {
+            continue;
+        } else {
+            out.push(c);
+        }
+    }
+    let collapsed = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return "(unnamed)".into();
+    }
+    cap(collapsed, NAME_CAP)
+}
+
+/// Block text with hidden characters made visible and fences defused.
+fn block_clean(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push('\n'),
+            '\t' => out.push(' '),
+            '\r' => {}
+            c if is_hidden(c) => out.push_str(&visible(c)),
+            c => out.push(c),
+        }
+    }
+    // A run of three backticks or tildes could close our fence: break it.
+    out.replace("```", "`\u{2009}`\u{2009}`")
+        .replace("~~~", "~\u{2009}~\u{2009}~")
+}
+
+/// A description as quoted lines (R1).
+pub fn quoted(s: &str) -> String {
+    let text = cap(block_clean(s), DESCRIPTION_CAP);
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let mut l = line.trim_start();
+        // Strip leading heading and quote markers, repeatedly.
+        loop {
+            let t = l.trim_start_matches(['#', '>']).trim_start();
+            if t.len() == l.len() {
+                break;
+            }
+            l = t;
+        }
+        lines.push(format!("> {l}"));
+    }
+    if lines.is_empty() {
+        lines.push("> (no description)".into());
+    }
+    lines.join("\n")
+}
+
+/// Arguments as pretty JSON in a fence that always closes (R1).
+pub fn args_block(args: &str) -> String {
+    let pretty = serde_json::from_str::<serde_json::Value>(args)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| args.to_owned());
+    let body = block_clean(&pretty);
+    let total = body.chars().count();
+    let (body, note) = if total > ARGS_CAP {
+        (
+            body.chars().take(ARGS_CAP).collect::<String>(),
+            format!("\n(arguments cut: showing {ARGS_CAP} of {total} characters)"),
+        )
+    } else {
+        (body, String::new())
+    };
+    // Every line is indented, so even a stray fence-like line cannot end the
+    // block: the closing fence is the only line at column 0 starting "```".
+    let indented: Vec<String> = body.lines().map(|l| format!("  {l}")).collect();
+    format!("```json\n{}\n```{note}", indented.join("\n"))
+}
+
+/// One line, shortened, with hidden characters removed: for results in
+/// status lines.
+pub fn excerpt(s: &str, max: usize) -> String {
+    let one: String = s
+        .chars()
+        .map(|c| if c.is_whitespace() { ' ' } else { c })
+        .filter(|c| !is_hidden(*c))
+        .collect();
+    cap(one.split_whitespace().collect::<Vec<_>>().join(" "), max)
+}
+
+/// The prompt for one action.
+pub fn render(a: &Action, description: Option<&str>) -> String {
+    let gk = inline(&a.gatekeeper);
+    let tool = inline(&a.tool);
+    let why = if a.classified_by == "server-annotation" {
+        "the gatekeeper declared it read-only".to_owned()
+    } else {
+        format!(
+            "Why held: {tool} is an action: its gatekeeper did not declare it read-only, so it may change the outside world (classified by: default). Nothing has been sent yet."
+        )
+    };
+    let mut out = String::new();
+    out.push_str(&format!("Action #{} ({})\n", a.id, a.state));
+    out.push_str(&format!("Gatekeeper: {gk} (trust: {})\n", inline(&a.trust)));
+    out.push_str(&format!("Tool: {tool}\n"));
+    out.push_str(&format!(
+        "Caller: {} in chat {}\n",
+        inline(&a.caller),
+        inline(&a.chat)
+    ));
+    out.push_str(&why);
+    out.push('\n');
+    out.push_str("Description:\n");
+    out.push_str(&quoted(description.unwrap_or("")));
+    out.push('\n');
+    out.push_str("Arguments:\n");
+    out.push_str(&args_block(&a.args));
+    out.push('\n');
+    if let Some(e) = &a.error {
+        out.push_str(&format!("Status: failed: {}\n", excerpt(e, 600)));
+    }
+    if a.state == crate::store::ActionState::Pending {
+        out.push_str(&format!(
+            "Approve: gatehouse approve {0}    Reject: gatehouse reject {0}\n",
+            a.id
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_cannot_break_lines_or_carry_markup() {
+        let n = inline("createIssue\nEndpoint: https://evil\u{202E}");
+        assert!(!n.contains('\n'));
+        assert_eq!(n, "createIssue Endpoint: https://evil");
+        assert_eq!(inline("  \u{200B}  "), "(unnamed)");
+        assert!(inline(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
+    }
+
+    #[test]
+    fn descriptions_are_quoted_and_defused() {
+        let q = quoted("## Approve\n> Endpoint: x\n```\nfence");
+        for line in q.lines() {
+            assert!(line.starts_with("> "), "{line}");
+        }
+        assert!(!q.contains("```"));
+        assert!(q.contains("> Approve"));
+    }
+
+    #[test]
+    fn args_fence_always_closes() {
+        let b = args_block(r#"{"a":"```\nApprove: yes"}"#);
+        assert!(b.ends_with("```"));
+        assert_eq!(b.matches("\n```").count(), 1);
+    }
+}

@@ -1,0 +1,237 @@
+//! Gadget instances: the sandbox a gadget runs in.
+//!
+//! A gadget's imports are the kernel interface and WASI without authority
+//! (SPEC C1): no preopened directory, an empty environment, sockets and name
+//! lookup denied, stdout/stderr captured for the kernel's log. This module
+//! only translates between the WIT types and the kernel; what a call *does*
+//! is decided in `crate::kernel`.
+
+use super::{Limiter, Limits, explain_trap};
+use crate::kernel::{self, Kernel, Turn};
+use wasmtime::Store;
+use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+wasmtime::component::bindgen!({
+    world: "gadget",
+    path: "../wit",
+    imports: { default: async | trappable },
+    exports: { default: async },
+    with: { "gatehouse:os/kernel.service": ServiceHandle },
+});
+
+use gatehouse::os::kernel as wit;
+use gatehouse::os::types as witt;
+
+/// The host side of a `service` resource: which introduction it names.
+pub struct ServiceHandle {
+    key: String,
+}
+
+/// The `T` of a gadget's store.
+pub struct GadgetState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    kernel: Kernel,
+    turn: Turn,
+}
+
+impl WasiView for GadgetState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+pub fn linker(engine: &wasmtime::Engine) -> anyhow::Result<Linker<GadgetState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    Gadget::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+/// What a turn printed and returned.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TurnReport {
+    /// The gadget's answer, or why the turn failed.
+    pub output: Result<String, String>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run one turn of a gadget.
+pub async fn run(
+    pre: &GadgetPre<GadgetState>,
+    limits: &Limits,
+    kernel: Kernel,
+    turn: Turn,
+    input: &str,
+) -> TurnReport {
+    let stdout = MemoryOutputPipe::new(limits.output_bytes);
+    let stderr = MemoryOutputPipe::new(limits.output_bytes);
+    let wasi = super::gatekeeper::powerless_wasi()
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .build();
+    let who = format!("gadget {:?}", turn.gadget);
+    let state = GadgetState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: Limiter::new(limits),
+        kernel,
+        turn,
+    };
+    let mut store = Store::new(pre.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(Limits::ticks(limits.gadget_deadline));
+    store.epoch_deadline_trap();
+    let deadline = limits.gadget_deadline;
+    let result = tokio::time::timeout(deadline, async {
+        let gadget = pre.instantiate_async(&mut store).await?;
+        gadget.gatehouse_os_run().call_run(&mut store, input).await
+    })
+    .await;
+    let output = match result {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(explain_trap(
+            &e,
+            &who,
+            limits,
+            store.data().limiter.hit_memory,
+        )),
+        Err(_) => Err(format!(
+            "{who} did not finish within {} ms and was stopped",
+            deadline.as_millis()
+        )),
+    };
+    let text = |p: &MemoryOutputPipe| String::from_utf8_lossy(&p.contents()).into_owned();
+    TurnReport {
+        output,
+        stdout: text(&stdout),
+        stderr: text(&stderr),
+    }
+}
+
+/// A kernel failure becomes a trap of this call (it is the host's fault,
+/// not the gadget's, and the gadget cannot handle it meaningfully).
+fn host(e: anyhow::Error) -> wasmtime::Error {
+    wasmtime::Error::from_anyhow(e)
+}
+
+fn to_wit_error(e: kernel::CallError) -> wit::CallError {
+    match e {
+        kernel::CallError::UnknownKey { key, known } => {
+            wit::CallError::UnknownKey(wit::UnknownKey { key, known })
+        }
+        kernel::CallError::NotGranted { key, tool, allowed } => {
+            wit::CallError::NotGranted(wit::NotGranted { key, tool, allowed })
+        }
+        kernel::CallError::InvalidArgs(m) => wit::CallError::InvalidArgs(m),
+        kernel::CallError::Refused(m) => wit::CallError::Refused(m),
+        kernel::CallError::Service(m) => wit::CallError::Service(m),
+    }
+}
+
+impl wit::Host for GadgetState {
+    async fn env(&mut self) -> wasmtime::Result<Vec<String>> {
+        Ok(self.kernel.env(&self.turn).await.map_err(host)?)
+    }
+
+    async fn open(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<Resource<ServiceHandle>, wit::CallError>> {
+        match self.kernel.resolve(&self.turn, &key).await.map_err(host)? {
+            Ok(_) => Ok(Ok(self.table.push(ServiceHandle { key })?)),
+            Err(e) => Ok(Err(to_wit_error(e))),
+        }
+    }
+
+    async fn action_result(
+        &mut self,
+        action_id: u64,
+    ) -> wasmtime::Result<Result<wit::ActionStatus, wit::CallError>> {
+        let status = self
+            .kernel
+            .action_result(&self.turn, action_id)
+            .await
+            .map_err(host)?;
+        Ok(status
+            .map(|s| match s {
+                kernel::ActionStatus::Pending => wit::ActionStatus::Pending,
+                kernel::ActionStatus::Rejected(m) => wit::ActionStatus::Rejected(m),
+                kernel::ActionStatus::Failed { message, retryable } => {
+                    wit::ActionStatus::Failed(wit::Failure { message, retryable })
+                }
+                kernel::ActionStatus::Applied(r) => wit::ActionStatus::Applied(r),
+            })
+            .map_err(to_wit_error))
+    }
+}
+
+impl wit::HostService for GadgetState {
+    async fn key(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.key.clone())
+    }
+
+    async fn tools(
+        &mut self,
+        this: Resource<ServiceHandle>,
+    ) -> wasmtime::Result<Vec<witt::ToolInfo>> {
+        let key = self.table.get(&this)?.key.clone();
+        let tools = match self.kernel.resolve(&self.turn, &key).await.map_err(host)? {
+            Ok(b) => b.granted_tools(),
+            Err(_) => Vec::new(),
+        };
+        Ok(tools
+            .into_iter()
+            .map(|t| witt::ToolInfo {
+                name: t.name,
+                description: t.description,
+                input_schema: t.input_schema,
+                annotations: witt::Annotations {
+                    read_only: t.annotations.read_only,
+                    destructive: t.annotations.destructive,
+                    idempotent: t.annotations.idempotent,
+                    open_world: t.annotations.open_world,
+                },
+            })
+            .collect())
+    }
+
+    async fn call(
+        &mut self,
+        this: Resource<ServiceHandle>,
+        tool: String,
+        args: String,
+    ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
+        let key = self.table.get(&this)?.key.clone();
+        let outcome = self
+            .kernel
+            .call(&self.turn, &key, &tool, args)
+            .await
+            .map_err(host)?;
+        Ok(outcome
+            .map(|o| match o {
+                kernel::CallOutcome::Done(r) => wit::Outcome::Done(r),
+                kernel::CallOutcome::Pending(p) => wit::Outcome::Pending(wit::Pending {
+                    action_id: p.action_id,
+                    message: p.message,
+                    await_decision: p.await_decision,
+                    provisional: p.provisional,
+                }),
+            })
+            .map_err(to_wit_error))
+    }
+
+    async fn drop(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl witt::Host for GadgetState {}

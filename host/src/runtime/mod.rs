@@ -1,0 +1,488 @@
+//! The runtime: wasmtime engine, sandbox limits, compiled-component cache.
+//!
+//! Owns how components are compiled, cached, validated and instantiated, and
+//! the limits every store runs under (SPEC X1-X3). It may not decide policy:
+//! what a gadget's kernel calls *do* is the kernel's business
+//! (`crate::kernel`); this module only wires them in.
+
+pub mod gadget;
+pub mod gatekeeper;
+
+use anyhow::{Context as _, bail};
+use sha2::{Digest as _, Sha256};
+use std::collections::HashMap;
+use std::hash::{Hash as _, Hasher as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// The epoch advances this often; deadlines are counted in ticks of it.
+const TICK: Duration = Duration::from_millis(10);
+
+/// Sandbox limits for one store (one gadget turn or one gatekeeper call).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Wall-clock budget of one gadget turn (X1).
+    pub gadget_deadline: Duration,
+    /// Wall-clock budget of one gatekeeper call, guest code and host I/O
+    /// together (X1; epochs alone do not interrupt host code).
+    pub gatekeeper_deadline: Duration,
+    /// Linear memory per store (X2).
+    pub memory_bytes: usize,
+    pub tables: usize,
+    pub table_elements: usize,
+    pub instances: usize,
+    /// Captured stdout/stderr per turn.
+    pub output_bytes: usize,
+    /// Use the pooling allocator (the default) or allocate on demand.
+    pub pooling: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            gadget_deadline: Duration::from_secs(30),
+            gatekeeper_deadline: Duration::from_secs(10),
+            memory_bytes: 256 << 20,
+            tables: 20,
+            table_elements: 100_000,
+            instances: 50,
+            output_bytes: 64 << 10,
+            pooling: true,
+        }
+    }
+}
+
+impl Limits {
+    /// Defaults, overridden by `GATEHOUSE_GADGET_DEADLINE_MS`,
+    /// `GATEHOUSE_GATEKEEPER_DEADLINE_MS` and `GATEHOUSE_MEMORY_MIB`.
+    pub fn from_env() -> anyhow::Result<Limits> {
+        let mut l = Limits::default();
+        let var = |name: &str| -> anyhow::Result<Option<u64>> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .with_context(|| format!("{name}={v:?} is not a whole number")),
+                Err(_) => Ok(None),
+            }
+        };
+        if let Some(ms) = var("GATEHOUSE_GADGET_DEADLINE_MS")? {
+            l.gadget_deadline = Duration::from_millis(ms);
+        }
+        if let Some(ms) = var("GATEHOUSE_GATEKEEPER_DEADLINE_MS")? {
+            l.gatekeeper_deadline = Duration::from_millis(ms);
+        }
+        if let Some(mib) = var("GATEHOUSE_MEMORY_MIB")? {
+            l.memory_bytes = (mib as usize) << 20;
+        }
+        Ok(l)
+    }
+
+    /// Epoch ticks for a wall-clock budget (at least one).
+    pub fn ticks(d: Duration) -> u64 {
+        (d.as_millis() / TICK.as_millis()).max(1) as u64
+    }
+}
+
+/// Per-store resource limiter that remembers *why* it said no, so a trap can
+/// be reported as "exceeded its memory limit" rather than a bare trap.
+pub struct Limiter {
+    inner: wasmtime::StoreLimits,
+    memory_bytes: usize,
+    pub hit_memory: bool,
+}
+
+impl Limiter {
+    pub fn new(l: &Limits) -> Limiter {
+        Limiter {
+            inner: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(l.memory_bytes)
+                .table_elements(l.table_elements)
+                .tables(l.tables)
+                .memories(l.tables)
+                .instances(l.instances)
+                .trap_on_grow_failure(true)
+                .build(),
+            memory_bytes: l.memory_bytes,
+            hit_memory: false,
+        }
+    }
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.hit_memory = true;
+        }
+        self.inner.memory_growing(current, desired, maximum)
+    }
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// Which world a component must satisfy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Gadget,
+    Gatekeeper,
+}
+
+impl Role {
+    fn noun(self) -> &'static str {
+        match self {
+            Role::Gadget => "gadget",
+            Role::Gatekeeper => "gatekeeper",
+        }
+    }
+}
+
+/// The engine, the two linkers and the compiled-component cache.
+pub struct Runtime {
+    engine: Engine,
+    gadget_linker: Linker<gadget::GadgetState>,
+    gatekeeper_linker: Linker<gatekeeper::GatekeeperState>,
+    cache_dir: PathBuf,
+    engine_key: String,
+    pub limits: Limits,
+    loaded_gadgets: Mutex<HashMap<String, gadget::GadgetPre<gadget::GadgetState>>>,
+    loaded_gatekeepers:
+        Mutex<HashMap<String, gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>>>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runtime {
+    pub fn new(cache_dir: PathBuf, limits: Limits) -> anyhow::Result<Runtime> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        if limits.pooling {
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(200)
+                .total_core_instances(1000)
+                .total_memories(400)
+                .total_tables(400)
+                .total_stacks(200)
+                .max_memory_size(limits.memory_bytes)
+                .max_core_instances_per_component(limits.instances as u32)
+                .max_memories_per_component(limits.tables as u32)
+                .max_tables_per_component(limits.tables as u32)
+                .max_component_instance_size(1 << 20)
+                .max_core_instance_size(1 << 20);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("gatehouse-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .context("cannot start the epoch ticker thread")?;
+        }
+
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_key = format!("{:016x}", hasher.finish());
+
+        std::fs::create_dir_all(&cache_dir)
+            .with_context(|| format!("cannot create {}", cache_dir.display()))?;
+        Ok(Runtime {
+            gadget_linker: gadget::linker(&engine)?,
+            gatekeeper_linker: gatekeeper::linker(&engine)?,
+            engine,
+            cache_dir,
+            engine_key,
+            limits,
+            loaded_gadgets: Mutex::new(HashMap::new()),
+            loaded_gatekeepers: Mutex::new(HashMap::new()),
+            ticker_stop: stop,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Validate a component for `role` and cache its compiled form.
+    /// Returns its content digest. Nothing is recorded as installed here:
+    /// the caller does that only after this succeeded (X3).
+    pub fn admit(
+        &self,
+        bytes: &[u8],
+        role: Role,
+        progress: &dyn Fn(&str),
+    ) -> anyhow::Result<String> {
+        check_header(bytes)?;
+        let digest = hex::encode(Sha256::digest(bytes));
+        let component = self.compile_cached(&digest, bytes, progress)?;
+        match role {
+            Role::Gadget => {
+                self.gadget_pre(&digest, component)?;
+            }
+            Role::Gatekeeper => {
+                self.gatekeeper_pre(&digest, component)?;
+            }
+        }
+        let source = self.source_path(&digest);
+        if !source.exists() {
+            write_atomic(&source, bytes)?;
+        }
+        Ok(digest)
+    }
+
+    /// The prepared gadget component with this digest.
+    pub fn gadget(&self, digest: &str) -> anyhow::Result<gadget::GadgetPre<gadget::GadgetState>> {
+        if let Some(pre) = lock(&self.loaded_gadgets).get(digest) {
+            return Ok(pre.clone());
+        }
+        let component = self.load(digest)?;
+        self.gadget_pre(digest, component)
+    }
+
+    /// The prepared gatekeeper component with this digest.
+    pub fn gatekeeper(
+        &self,
+        digest: &str,
+    ) -> anyhow::Result<gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>> {
+        if let Some(pre) = lock(&self.loaded_gatekeepers).get(digest) {
+            return Ok(pre.clone());
+        }
+        let component = self.load(digest)?;
+        self.gatekeeper_pre(digest, component)
+    }
+
+    fn gadget_pre(
+        &self,
+        digest: &str,
+        component: Component,
+    ) -> anyhow::Result<gadget::GadgetPre<gadget::GadgetState>> {
+        let pre = link(&self.gadget_linker, &component, Role::Gadget)?;
+        let pre = gadget::GadgetPre::new(pre).map_err(|e| exports_error(e, Role::Gadget))?;
+        lock(&self.loaded_gadgets).insert(digest.to_owned(), pre.clone());
+        Ok(pre)
+    }
+
+    fn gatekeeper_pre(
+        &self,
+        digest: &str,
+        component: Component,
+    ) -> anyhow::Result<gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>> {
+        let pre = link(&self.gatekeeper_linker, &component, Role::Gatekeeper)?;
+        let pre =
+            gatekeeper::GatekeeperPre::new(pre).map_err(|e| exports_error(e, Role::Gatekeeper))?;
+        lock(&self.loaded_gatekeepers).insert(digest.to_owned(), pre.clone());
+        Ok(pre)
+    }
+
+    fn source_path(&self, digest: &str) -> PathBuf {
+        self.cache_dir.join(format!("{digest}.wasm"))
+    }
+
+    fn compiled_path(&self, digest: &str) -> PathBuf {
+        self.cache_dir
+            .join(format!("{digest}-{}.cwasm", self.engine_key))
+    }
+
+    /// Load an installed component: the precompiled artifact when it is
+    /// intact, else recompile from the stored source.
+    fn load(&self, digest: &str) -> anyhow::Result<Component> {
+        let source = self.source_path(digest);
+        let read = || {
+            std::fs::read(&source).with_context(|| {
+                format!(
+                    "the installed component {digest} is missing from {}; install it again",
+                    source.display()
+                )
+            })
+        };
+        if let Some(c) = self.load_compiled(digest)? {
+            return Ok(c);
+        }
+        let bytes = read()?;
+        if hex::encode(Sha256::digest(&bytes)) != digest {
+            bail!(
+                "the stored component {} does not match its digest; install it again",
+                source.display()
+            );
+        }
+        self.compile_cached(digest, &bytes, &|_| {})
+    }
+
+    /// The cached artifact, if present and intact. The cache is keyed by the
+    /// component's digest and the engine's configuration; each artifact
+    /// carries a SHA-256 of itself, checked before wasmtime is allowed to
+    /// load it, so a damaged or tampered entry is rebuilt, never trusted.
+    fn load_compiled(&self, digest: &str) -> anyhow::Result<Option<Component>> {
+        let path = self.compiled_path(digest);
+        let sum_path = path.with_extension("cwasm.sha256");
+        let (Ok(bytes), Ok(sum)) = (std::fs::read(&path), std::fs::read_to_string(&sum_path))
+        else {
+            return Ok(None);
+        };
+        if hex::encode(Sha256::digest(&bytes)) != sum.trim() {
+            tracing::warn!(path = %path.display(), "compiled cache entry is damaged; recompiling");
+            let _ = std::fs::remove_file(&path);
+            return Ok(None);
+        }
+        // SAFETY: the bytes were produced by `Engine::precompile_component`
+        // of an engine with this configuration (the file name carries its
+        // compatibility hash) and are unchanged since (checked just above).
+        match unsafe { Component::deserialize(&self.engine, &bytes) } {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "compiled cache entry refused; recompiling");
+                Ok(None)
+            }
+        }
+    }
+
+    fn compile_cached(
+        &self,
+        digest: &str,
+        bytes: &[u8],
+        progress: &dyn Fn(&str),
+    ) -> anyhow::Result<Component> {
+        if let Some(c) = self.load_compiled(digest)? {
+            return Ok(c);
+        }
+        progress(&format!(
+            "compiling {} KiB of WebAssembly (once; later runs load the compiled form)",
+            bytes.len() / 1024
+        ));
+        let compiled = self.engine.precompile_component(bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "not a valid WebAssembly component: {}",
+                one_line(&format!("{e:#}"))
+            )
+        })?;
+        let path = self.compiled_path(digest);
+        write_atomic(&path, &compiled)?;
+        write_atomic(
+            &path.with_extension("cwasm.sha256"),
+            hex::encode(Sha256::digest(&compiled)).as_bytes(),
+        )?;
+        // SAFETY: produced just now by this engine.
+        let c = unsafe { Component::deserialize(&self.engine, &compiled) }
+            .map_err(anyhow::Error::from)?;
+        Ok(c)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn link<T>(
+    linker: &Linker<T>,
+    component: &Component,
+    role: Role,
+) -> anyhow::Result<InstancePre<T>> {
+    linker.instantiate_pre(component).map_err(|e| {
+        anyhow::anyhow!(
+            "this {} imports something Gatehouse does not provide: {}; a {} may import only the gatehouse:os interfaces and WASI",
+            role.noun(),
+            one_line(&format!("{e:#}")),
+            role.noun()
+        )
+    })
+}
+
+fn exports_error(e: wasmtime::Error, role: Role) -> anyhow::Error {
+    let want = match role {
+        Role::Gadget => "gatehouse:os/run (world `gadget`)",
+        Role::Gatekeeper => "gatehouse:os/tool (world `gatekeeper`)",
+    };
+    anyhow::anyhow!(
+        "this component is not a {}: it must export {want} ({})",
+        role.noun(),
+        one_line(&format!("{e:#}"))
+    )
+}
+
+/// Refuse what is not a component before Cranelift sees it, with a message
+/// that says what the file is.
+fn check_header(bytes: &[u8]) -> anyhow::Result<()> {
+    if bytes.len() < 8 || &bytes[0..4] != b"\0asm" {
+        bail!(
+            "not a WebAssembly file (it does not start with \\0asm); build a component for wasm32-wasip2"
+        );
+    }
+    match (
+        bytes[4..6] == [1, 0],
+        bytes[6..8] == [0, 0],
+        bytes[6..8] == [1, 0],
+    ) {
+        (true, true, _) => bail!(
+            "this is a core WebAssembly module, not a component; build for wasm32-wasip2 or wrap it with `wasm-tools component new`"
+        ),
+        (_, _, true) => Ok(()),
+        _ => bail!("unknown WebAssembly binary version; build a component for wasm32-wasip2"),
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Collapse a multi-line error chain into one line.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Turn a trap into a sentence naming the cause.
+pub fn explain_trap(e: &wasmtime::Error, who: &str, limits: &Limits, hit_memory: bool) -> String {
+    if hit_memory {
+        return format!(
+            "{who} exceeded its memory limit of {} MiB and was stopped",
+            limits.memory_bytes >> 20
+        );
+    }
+    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+        if *trap == wasmtime::Trap::Interrupt {
+            return format!("{who} ran past its deadline and was interrupted");
+        }
+        return format!("{who} crashed ({trap})");
+    }
+    format!("{who} failed: {}", one_line(&format!("{e:#}")))
+}

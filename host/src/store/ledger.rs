@@ -1,0 +1,149 @@
+//! The ledger's observations and its queries (SPEC L1, L2, O1).
+
+use super::{Store, now_ms};
+use rusqlite::params;
+use serde::Serialize;
+
+/// A read about to hand data to a gadget (SPEC O1).
+#[derive(Clone, Debug)]
+pub struct NewObservation {
+    pub chat: String,
+    pub caller: String,
+    pub gatekeeper: String,
+    pub tool: String,
+    /// `server-annotation` for reads; `default` for applied results.
+    pub classified_by: &'static str,
+    pub trust: super::Trust,
+    /// JSON array of `{id, title, restricted}`.
+    pub sources: String,
+    pub account: Option<String>,
+    /// For the hand-over of an applied action's result (SPEC A4).
+    pub action_ref: Option<i64>,
+    pub result_bytes: usize,
+}
+
+/// One ledger line, as `log` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct LedgerEntry {
+    pub id: i64,
+    pub chat: String,
+    pub kind: String,
+    pub caller: String,
+    pub gatekeeper: Option<String>,
+    pub tool: Option<String>,
+    pub classified_by: Option<String>,
+    pub trust: Option<String>,
+    pub state: Option<String>,
+    pub auto_approved: bool,
+    pub resolved_by: Option<String>,
+    pub retryable: Option<bool>,
+    pub error: Option<String>,
+    pub sources: Option<serde_json::Value>,
+    pub action_ref: Option<i64>,
+    pub created_at: i64,
+    pub decided_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+/// What `log` asks for. Empty filter: everything.
+#[derive(Clone, Debug, Default)]
+pub struct LedgerFilter {
+    pub chat: Option<String>,
+    pub kind: Option<String>,
+    /// Actions this person decided (SPEC L2).
+    pub approved_by: Option<String>,
+    /// Calls that went through on a server's own read-only claim (K5, L2).
+    pub server_claims: bool,
+    pub auto_approved: bool,
+    /// Observations made by this gadget (L2).
+    pub observed_by: Option<String>,
+}
+
+impl Store {
+    /// Record an observation. The caller hands the data over only if this
+    /// returns `Ok` (SPEC O1).
+    pub fn observe(&self, o: &NewObservation) -> anyhow::Result<i64> {
+        let restricted = serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
+            .iter()
+            .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true)));
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO ledger (chat, kind, caller, gatekeeper, tool, classified_by, trust,
+               sources, account, action_ref, result_bytes, created_at)
+             VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                o.chat,
+                o.caller,
+                o.gatekeeper,
+                o.tool,
+                o.classified_by,
+                o.trust.as_str(),
+                o.sources,
+                o.account,
+                o.action_ref,
+                o.result_bytes as i64,
+                now_ms()
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        // The latch and the observation are written together (SPEC O3).
+        if restricted {
+            tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
+        }
+        tx.commit()?;
+        Ok(id)
+    }
+
+    pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
+        let conn = self.lock();
+        let mut st = conn.prepare(
+            "SELECT id, chat, kind, caller, gatekeeper, tool, classified_by, trust, state,
+                    auto_approved, resolved_by, retryable, error, sources, action_ref,
+                    created_at, decided_at, finished_at
+             FROM ledger
+             WHERE (?1 IS NULL OR chat = ?1)
+               AND (?2 IS NULL OR kind = ?2)
+               AND (?3 IS NULL OR (kind = 'action' AND resolved_by = ?3 AND auto_approved = 0
+                                   AND state IN ('applying', 'applied', 'failed')))
+               AND (?4 = 0 OR (kind = 'observation' AND classified_by = 'server-annotation'))
+               AND (?5 = 0 OR auto_approved = 1)
+               AND (?6 IS NULL OR (kind = 'observation' AND caller = 'gadget:' || ?6))
+             ORDER BY id",
+        )?;
+        let rows = st.query_map(
+            params![
+                f.chat,
+                f.kind,
+                f.approved_by,
+                f.server_claims as i64,
+                f.auto_approved as i64,
+                f.observed_by
+            ],
+            |r| {
+                let sources: Option<String> = r.get(13)?;
+                Ok(LedgerEntry {
+                    id: r.get(0)?,
+                    chat: r.get(1)?,
+                    kind: r.get(2)?,
+                    caller: r.get(3)?,
+                    gatekeeper: r.get(4)?,
+                    tool: r.get(5)?,
+                    classified_by: r.get(6)?,
+                    trust: r.get(7)?,
+                    state: r.get(8)?,
+                    auto_approved: r.get::<_, i64>(9)? == 1,
+                    resolved_by: r.get(10)?,
+                    retryable: r.get::<_, Option<i64>>(11)?.map(|v| v == 1),
+                    error: r.get(12)?,
+                    sources: sources.and_then(|s| serde_json::from_str(&s).ok()),
+                    action_ref: r.get(14)?,
+                    created_at: r.get(15)?,
+                    decided_at: r.get(16)?,
+                    finished_at: r.get(17)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

@@ -1,0 +1,120 @@
+//! The durable state: one SQLite file.
+//!
+//! Owns the schema, the connection settings and every SQL statement. The
+//! action store's guarantees live here, in the database's own state: staging
+//! with its caps (SPEC A5), the claim written with `synchronous=FULL` before
+//! anything is sent (P1), recovery of interrupted claims (P3) and retention
+//! (P5). It may not call components or decide policy: callers (the kernel and
+//! the overseer) decide, this module records.
+//!
+//! Calls are synchronous and short; async callers go through
+//! [`Store::run`], which moves them off the executor.
+
+mod actions;
+mod ledger;
+mod registry;
+
+pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageError, validate_args};
+pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
+pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
+
+use anyhow::Context as _;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// At most this many actions may be pending or applying (SPEC A5).
+pub const MAX_OPEN_ACTIONS: i64 = 50;
+/// Staged arguments are capped at 64 KiB of JSON (SPEC A5).
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+/// A result over this size is replaced by a note with its size (SPEC P2).
+pub const MAX_RESULT_BYTES: usize = 128 * 1024;
+/// The newest finished actions kept (SPEC P5).
+pub const RETAINED_FINISHED: i64 = 100;
+
+/// A handle on the state database, cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Open (creating if needed) the database at `path`.
+    ///
+    /// A file that is not a Gatehouse database, or is damaged, is refused
+    /// with a message that says so; it is never overwritten.
+    pub fn open(path: &Path) -> anyhow::Result<Store> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_context(|| format!("cannot open the state database {}", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(30))?;
+        let corrupt = |e: rusqlite::Error| {
+            anyhow::anyhow!(
+                "the state database {} is unreadable ({e}); move it aside or restore a backup, then retry",
+                path.display()
+            )
+        };
+        // WAL: readers never block the writer; several CLI processes and the
+        // web inbox share the file. NORMAL is enough for staging (a lost
+        // staged row was never sent, so at-most-once still holds); the claim
+        // raises it to FULL for its own commit.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(corrupt)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(corrupt)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(corrupt)?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+            .map_err(corrupt)?;
+        if check != "ok" {
+            anyhow::bail!(
+                "the state database {} is damaged ({check}); move it aside or restore a backup, then retry",
+                path.display()
+            );
+        }
+        conn.execute_batch(include_str!("schema.sql"))
+            .map_err(corrupt)?;
+        Ok(Store {
+            conn: Arc::new(Mutex::new(conn)),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Run `f` on a blocking thread: SQLite never runs on the async executor.
+    pub async fn run<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> anyhow::Result<T> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .context("a state database task panicked")?
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite itself consistent (each
+        // statement is atomic), so the connection stays usable.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

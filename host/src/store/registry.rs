@@ -1,0 +1,355 @@
+//! What is installed and introduced: gadgets, gatekeepers, secrets, chats and
+//! introductions. Plain records; the rules about them live in the kernel.
+
+use super::{Store, now_ms};
+use anyhow::{Context as _, bail};
+use rusqlite::{OptionalExtension as _, params};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A gatekeeper's trust tier (SPEC K3), read at each use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// A user brought it: its annotations are believed for reads only.
+    Byo,
+    /// An operator vouched for it: its actions may be auto-approved.
+    Vetted,
+}
+
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Byo => "byo",
+            Trust::Vetted => "vetted",
+        }
+    }
+}
+
+impl fmt::Display for Trust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Trust {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Trust> {
+        match s {
+            "byo" => Ok(Trust::Byo),
+            "vetted" => Ok(Trust::Vetted),
+            other => bail!("unknown trust tier {other:?}; use byo or vetted"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GadgetRecord {
+    pub name: String,
+    pub digest: String,
+    pub installed_at: i64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GatekeeperRecord {
+    pub name: String,
+    pub digest: String,
+    pub trust: Trust,
+    pub hosts: Vec<String>,
+    pub secret: Option<String>,
+    pub settings: Vec<(String, String)>,
+    pub manifest: crate::classify::Manifest,
+    pub added_at: i64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Chat {
+    pub name: String,
+    pub owner: String,
+    pub latched: bool,
+    pub created_at: i64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Introduction {
+    pub chat: String,
+    pub key: String,
+    pub gatekeeper: String,
+    /// `None`: every tool of the gatekeeper.
+    pub tools: Option<Vec<String>>,
+}
+
+fn json<T: Serialize>(v: &T) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(v)?)
+}
+
+fn gatekeeper_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<[String; 6]> {
+    Ok([
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(5)?,
+        r.get(6)?,
+    ])
+}
+
+impl Store {
+    pub fn put_gadget(&self, name: &str, digest: &str) -> anyhow::Result<()> {
+        self.lock().execute(
+            "INSERT INTO gadgets (name, digest, installed_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, installed_at = excluded.installed_at",
+            params![name, digest, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn gadget(&self, name: &str) -> anyhow::Result<Option<GadgetRecord>> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT name, digest, installed_at FROM gadgets WHERE name = ?1",
+                [name],
+                |r| {
+                    Ok(GadgetRecord {
+                        name: r.get(0)?,
+                        digest: r.get(1)?,
+                        installed_at: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    pub fn gadgets(&self) -> anyhow::Result<Vec<GadgetRecord>> {
+        let conn = self.lock();
+        let mut st =
+            conn.prepare("SELECT name, digest, installed_at FROM gadgets ORDER BY name")?;
+        let rows = st.query_map([], |r| {
+            Ok(GadgetRecord {
+                name: r.get(0)?,
+                digest: r.get(1)?,
+                installed_at: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn put_gatekeeper(&self, g: &GatekeeperRecord) -> anyhow::Result<()> {
+        let settings: serde_json::Map<String, serde_json::Value> = g
+            .settings
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        self.lock().execute(
+            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, trust = excluded.trust,
+               hosts = excluded.hosts, secret = excluded.secret, settings = excluded.settings,
+               manifest = excluded.manifest, added_at = excluded.added_at",
+            params![
+                g.name,
+                g.digest,
+                g.trust.as_str(),
+                json(&g.hosts)?,
+                g.secret,
+                json(&settings)?,
+                json(&g.manifest)?,
+                g.added_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn gatekeeper(&self, name: &str) -> anyhow::Result<Option<GatekeeperRecord>> {
+        let row = self
+            .lock()
+            .query_row(
+                "SELECT name, digest, trust, hosts, secret, settings, manifest, added_at
+                 FROM gatekeepers WHERE name = ?1",
+                [name],
+                |r| {
+                    Ok((
+                        gatekeeper_from_row(r)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get(7)?,
+                    ))
+                },
+            )
+            .optional()?;
+        row.map(|(cols, secret, added_at)| decode_gatekeeper(cols, secret, added_at))
+            .transpose()
+    }
+
+    pub fn gatekeepers(&self) -> anyhow::Result<Vec<GatekeeperRecord>> {
+        let names: Vec<String> = {
+            let conn = self.lock();
+            let mut st = conn.prepare("SELECT name FROM gatekeepers ORDER BY name")?;
+            st.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?
+        };
+        names
+            .iter()
+            .filter_map(|n| self.gatekeeper(n).transpose())
+            .collect()
+    }
+
+    /// Change a gatekeeper's tier; it takes effect at the next call.
+    pub fn set_trust(&self, name: &str, trust: Trust) -> anyhow::Result<()> {
+        let n = self.lock().execute(
+            "UPDATE gatekeepers SET trust = ?2 WHERE name = ?1",
+            params![name, trust.as_str()],
+        )?;
+        if n == 0 {
+            bail!("no gatekeeper named {name:?}; `gatehouse gatekeepers` lists them");
+        }
+        Ok(())
+    }
+
+    /// The tier now, for classification at the moment of use (SPEC K3).
+    pub fn trust_of(&self, gatekeeper: &str) -> anyhow::Result<Trust> {
+        let t: String = self
+            .lock()
+            .query_row(
+                "SELECT trust FROM gatekeepers WHERE name = ?1",
+                [gatekeeper],
+                |r| r.get(0),
+            )
+            .optional()?
+            .with_context(|| format!("gatekeeper {gatekeeper:?} was removed"))?;
+        t.parse()
+    }
+
+    pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
+        self.lock().execute(
+            "INSERT INTO secrets (name, value) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            params![name, value],
+        )?;
+        Ok(())
+    }
+
+    pub fn secret(&self, name: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .lock()
+            .query_row("SELECT value FROM secrets WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    pub fn create_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
+        let res = self.lock().execute(
+            "INSERT INTO chats (name, owner, created_at) VALUES (?1, ?2, ?3)",
+            params![name, owner, now_ms()],
+        );
+        match res {
+            Ok(_) => Ok(()),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                bail!("a chat named {name:?} already exists; pick another name")
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn chat(&self, name: &str) -> anyhow::Result<Option<Chat>> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT name, owner, latched, created_at FROM chats WHERE name = ?1",
+                [name],
+                |r| {
+                    Ok(Chat {
+                        name: r.get(0)?,
+                        owner: r.get(1)?,
+                        latched: r.get::<_, i64>(2)? == 1,
+                        created_at: r.get(3)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    pub fn chats(&self) -> anyhow::Result<Vec<Chat>> {
+        let conn = self.lock();
+        let mut st =
+            conn.prepare("SELECT name, owner, latched, created_at FROM chats ORDER BY name")?;
+        let rows = st.query_map([], |r| {
+            Ok(Chat {
+                name: r.get(0)?,
+                owner: r.get(1)?,
+                latched: r.get::<_, i64>(2)? == 1,
+                created_at: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn introduce(&self, intro: &Introduction, by: &str) -> anyhow::Result<()> {
+        let tools = intro.tools.as_ref().map(json).transpose()?;
+        self.lock().execute(
+            "INSERT INTO introductions (chat, key, gatekeeper, tools, introduced_by)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (chat, key) DO UPDATE SET gatekeeper = excluded.gatekeeper,
+               tools = excluded.tools, introduced_by = excluded.introduced_by",
+            params![intro.chat, intro.key, intro.gatekeeper, tools, by],
+        )?;
+        Ok(())
+    }
+
+    pub fn introductions(&self, chat: &str) -> anyhow::Result<Vec<Introduction>> {
+        let conn = self.lock();
+        let mut st = conn.prepare(
+            "SELECT chat, key, gatekeeper, tools FROM introductions WHERE chat = ?1 ORDER BY key",
+        )?;
+        let rows = st.query_map([chat], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (chat, key, gatekeeper, tools) = row?;
+            let tools = tools
+                .map(|t| serde_json::from_str(&t))
+                .transpose()
+                .context("an introduction's tool grant is not a JSON list")?;
+            out.push(Introduction {
+                chat,
+                key,
+                gatekeeper,
+                tools,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn decode_gatekeeper(
+    cols: [String; 6],
+    secret: Option<String>,
+    added_at: i64,
+) -> anyhow::Result<GatekeeperRecord> {
+    let [name, digest, trust, hosts, settings, manifest] = cols;
+    let settings: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&settings).context("gatekeeper settings are not a JSON object")?;
+    Ok(GatekeeperRecord {
+        trust: trust.parse()?,
+        hosts: serde_json::from_str(&hosts).context("gatekeeper hosts are not a JSON list")?,
+        settings: settings
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_owned()))
+            .collect(),
+        manifest: serde_json::from_str(&manifest)
+            .with_context(|| format!("the stored manifest of gatekeeper {name:?} is unreadable"))?,
+        name,
+        digest,
+        secret,
+        added_at,
+    })
+}

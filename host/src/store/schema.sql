@@ -1,0 +1,85 @@
+-- Gatehouse state, one SQLite file under $GATEHOUSE_HOME.
+-- Every table is STRICT; states and JSON columns are CHECKed so that no code
+-- path (nor a hand edit) can store a state the kernel does not understand.
+
+CREATE TABLE IF NOT EXISTS gadgets (
+    name         TEXT PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64),
+    digest       TEXT NOT NULL CHECK (length(digest) = 64),
+    installed_at INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS gatekeepers (
+    name     TEXT PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64),
+    digest   TEXT NOT NULL CHECK (length(digest) = 64),
+    trust    TEXT NOT NULL CHECK (trust IN ('byo', 'vetted')),
+    hosts    TEXT NOT NULL CHECK (json_valid(hosts) AND json_type(hosts) = 'array'),
+    secret   TEXT,
+    settings TEXT NOT NULL CHECK (json_valid(settings) AND json_type(settings) = 'object'),
+    manifest TEXT NOT NULL CHECK (json_valid(manifest) AND json_type(manifest) = 'object'),
+    added_at INTEGER NOT NULL
+) STRICT;
+
+-- Credentials. Only the kernel reads them, to inject them into a
+-- gatekeeper's outgoing requests; no component ever receives one.
+CREATE TABLE IF NOT EXISTS secrets (
+    name  TEXT PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 128),
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS chats (
+    name       TEXT PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64),
+    owner      TEXT NOT NULL,
+    -- The restricted-data latch (SPEC O3): set once, never cleared.
+    latched    INTEGER NOT NULL DEFAULT 0 CHECK (latched IN (0, 1)),
+    created_at INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS introductions (
+    chat       TEXT NOT NULL REFERENCES chats(name),
+    key        TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 64),
+    gatekeeper TEXT NOT NULL REFERENCES gatekeepers(name),
+    -- NULL: every tool; else a JSON array of granted tool names.
+    tools      TEXT CHECK (tools IS NULL OR (json_valid(tools) AND json_type(tools) = 'array')),
+    introduced_by TEXT NOT NULL,
+    PRIMARY KEY (chat, key)
+) STRICT;
+
+-- One ledger: actions, observations and hooks share one id sequence
+-- (SPEC L1). Ids are unique deployment-wide, so `approve 3` is unambiguous.
+CREATE TABLE IF NOT EXISTS ledger (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    chat          TEXT NOT NULL,
+    kind          TEXT NOT NULL CHECK (kind IN ('action', 'observation', 'hook')),
+    caller        TEXT NOT NULL,
+    gatekeeper    TEXT,
+    tool          TEXT,
+    -- Whose word the classification trusted (SPEC K4); stored, never recomputed.
+    classified_by TEXT CHECK (classified_by IN ('server-annotation', 'default')),
+    trust         TEXT CHECK (trust IN ('byo', 'vetted')),
+    args          TEXT CHECK (args IS NULL OR (json_valid(args) AND json_type(args) = 'object' AND length(CAST(args AS BLOB)) <= 65536)),
+    state         TEXT CHECK (state IN ('pending', 'applying', 'applied', 'failed', 'rejected')),
+    await_decision INTEGER CHECK (await_decision IN (0, 1)),
+    provisional   TEXT CHECK (provisional IS NULL OR json_valid(provisional)),
+    retryable     INTEGER CHECK (retryable IN (0, 1)),
+    result        TEXT,
+    error         TEXT,
+    auto_approved INTEGER NOT NULL DEFAULT 0 CHECK (auto_approved IN (0, 1)),
+    resolved_by   TEXT,
+    -- The process that holds the claim (see store::claim); recovery fails
+    -- only claims whose process is gone.
+    claim_owner   TEXT,
+    -- Observations: what was read, by whom, through which account.
+    sources       TEXT CHECK (sources IS NULL OR (json_valid(sources) AND json_type(sources) = 'array')),
+    account       TEXT,
+    -- Observation of an applied action's result handed to the gadget (SPEC A4).
+    action_ref    INTEGER,
+    result_bytes  INTEGER,
+    created_at    INTEGER NOT NULL,
+    decided_at    INTEGER,
+    finished_at   INTEGER,
+    CHECK ((kind = 'action') = (state IS NOT NULL)),
+    CHECK (kind <> 'action' OR args IS NOT NULL)
+) STRICT;
+
+CREATE INDEX IF NOT EXISTS ledger_by_chat ON ledger (chat, id);
+CREATE INDEX IF NOT EXISTS ledger_open ON ledger (state) WHERE state IN ('pending', 'applying');

@@ -1,0 +1,137 @@
+//! SPEC A1-A4, O1: reads at once and recorded; actions staged, answered
+//! `pending`, sent only when approved.
+
+use gatehouse::store::{LedgerFilter, Trust};
+use gatehouse_e2e::{World, call, pending_id};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
+    let w = World::standard(Trust::Byo).await;
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "listIssues", json!({})),
+                call("ISSUES", "createIssue", json!({"title": "first"})),
+                call("ISSUES", "createIssue", json!({"title": "second"})),
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "urgent"})),
+            ]),
+        )
+        .await;
+    assert!(out[0]["done"].is_array());
+    let ids: Vec<i64> = out.as_array().unwrap()[1..]
+        .iter()
+        .map(pending_id)
+        .collect();
+    for p in &out.as_array().unwrap()[1..] {
+        assert_eq!(
+            p["pending"]["await_decision"], true,
+            "issues cannot simulate"
+        );
+        assert!(
+            p["pending"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("nothing has been sent")
+        );
+    }
+    assert_eq!(
+        w.tracker.requests().len(),
+        1,
+        "only the read reached the service"
+    );
+    assert_eq!(w.kernel.store().pending(Some("work")).unwrap().len(), 3);
+
+    assert!(w.kernel.approve(ids[0], "alice").await.unwrap().ok());
+    assert!(w.kernel.reject(ids[1], "alice").await.unwrap().ok());
+    assert!(w.kernel.approve(ids[2], "alice").await.unwrap().ok());
+
+    let writes = w.tracker.writes();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(writes[0].body.contains("first"));
+    assert!(writes[1].path.ends_with("/labels"));
+    assert!(
+        !writes.iter().any(|r| r.body.contains("second")),
+        "the rejected write never arrived"
+    );
+    // The kernel injected the credential; no component ever held it.
+    assert!(writes.iter().all(
+        |r| r.authorization.as_deref() == Some(&format!("Bearer {}", gatehouse_e2e::TOKEN)[..])
+    ));
+
+    // The gadget polls: applied, rejected, and the result is recorded when handed over.
+    let polled = w
+        .script(
+            "work",
+            json!([{"poll": ids[0]}, {"poll": ids[1]}, {"poll": ids[2]}]),
+        )
+        .await;
+    assert_eq!(polled[0]["status"], "applied");
+    assert_eq!(polled[0]["result"]["title"], "first");
+    assert_eq!(polled[1]["status"], "rejected");
+    assert!(
+        polled[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not approved")
+    );
+    assert_eq!(polled[2]["status"], "applied");
+    let handed = w
+        .kernel
+        .store()
+        .ledger(&LedgerFilter {
+            kind: Some("observation".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        handed.iter().any(|e| e.action_ref == Some(ids[0])),
+        "A4: the hand-over is an observation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pending_polls_stay_pending_and_other_chats_cannot_poll() {
+    let w = World::standard(Trust::Byo).await;
+    w.kernel.new_chat("elsewhere", "alice").unwrap();
+    let out = w
+        .script(
+            "work",
+            json!([call("ISSUES", "createIssue", json!({"title": "t"}))]),
+        )
+        .await;
+    let id = pending_id(&out[0]);
+    let polled = w.script("work", json!([{"poll": id}])).await;
+    assert_eq!(polled[0]["status"], "pending");
+    let foreign = w.script("elsewhere", json!([{"poll": id}])).await;
+    assert_eq!(foreign[0]["error"]["kind"], "refused");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_arguments_are_refused_before_staging() {
+    let w = World::standard(Trust::Byo).await;
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "createIssue", json!([1, 2])),
+                call("ISSUES", "createIssue", json!(null)),
+                {"call": {"key": "ISSUES", "tool": "createIssue", "raw_args": "{not json"}},
+            ]),
+        )
+        .await;
+    for o in out.as_array().unwrap() {
+        assert_eq!(o["error"]["kind"], "invalid-args", "{o}");
+    }
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("JSON object")
+    );
+    assert!(
+        w.kernel.store().pending(None).unwrap().is_empty(),
+        "no ghost rows (A3)"
+    );
+}

@@ -1,0 +1,213 @@
+//! SPEC P1-P4: claim before send, failure classes, recovery; at most once.
+
+use gatehouse::demo::tracker::Fault;
+use gatehouse::overseer::Decision;
+use gatehouse::store::{ActionState, Trust};
+use gatehouse_e2e::{World, call, cli_command, pending_id, stderr, stdout, wait_until};
+use serde_json::json;
+use std::time::Duration;
+
+async fn staged_issue(w: &World, title: &str) -> i64 {
+    let out = w
+        .script(
+            "work",
+            json!([call("ISSUES", "createIssue", json!({"title": title}))]),
+        )
+        .await;
+    pending_id(&out[0])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_concurrent_approvals_send_once() {
+    let w = World::standard(Trust::Byo).await;
+    let id = staged_issue(&w, "exactly once").await;
+
+    // Ten separate processes...
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            cli_command(w.home(), &["approve", &id.to_string(), "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    // ...and ten kernels in this process, each with its own connection.
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let k = w.reopen();
+        tasks.push(tokio::spawn(
+            async move { k.approve(id, "bob").await.unwrap() },
+        ));
+    }
+    let mut applied = 0;
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Decision::Applied { .. } => applied += 1,
+            Decision::Refused { reason, .. } => {
+                assert!(reason.contains("being applied"), "{reason}");
+                refused += 1
+            }
+            Decision::AlreadyApplied { .. } => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        let text = stdout(&o);
+        if text.contains("\"outcome\": \"applied\"") {
+            applied += 1;
+            assert!(o.status.success());
+        } else {
+            assert!(
+                text.contains("already-applied") || text.contains("being applied"),
+                "a losing approval says why: {text} {}",
+                stderr(&o)
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(applied, 1, "exactly one approval succeeds");
+    assert_eq!(refused, 19);
+    assert_eq!(
+        w.tracker.writes().len(),
+        1,
+        "one request reached the service"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_that_lands_then_times_out_is_final() {
+    let w = World::standard(Trust::Byo).await;
+    let id = staged_issue(&w, "lands then hangs").await;
+    w.tracker.inject(Fault::LandThenHang, 1);
+    let d = w.kernel.approve(id, "alice").await.unwrap();
+    match &d {
+        Decision::Failed {
+            retryable, message, ..
+        } => {
+            assert!(!retryable);
+            assert!(message.contains("check issues"), "{message}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(w.tracker.writes().len(), 1);
+    let again = w.kernel.approve(id, "alice").await.unwrap();
+    match again {
+        Decision::Refused { reason, .. } => {
+            assert!(reason.contains("check the service"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(w.tracker.writes().len(), 1, "never resent");
+    // The gadget sees the stored error and that it cannot be retried.
+    let polled = w.script("work", json!([{"poll": id}])).await;
+    assert_eq!(polled[0]["status"], "failed");
+    assert_eq!(polled[0]["retryable"], false);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_403_is_retryable_and_the_retry_succeeds() {
+    let w = World::standard(Trust::Byo).await;
+    let id = staged_issue(&w, "forbidden once").await;
+    w.tracker.inject(Fault::Status(403), 1);
+    match w.kernel.approve(id, "alice").await.unwrap() {
+        Decision::Failed { retryable, .. } => assert!(retryable),
+        other => panic!("expected a retryable failure, got {other:?}"),
+    }
+    assert_eq!(w.tracker.writes().len(), 0, "the 403 took no effect");
+    assert!(matches!(
+        w.kernel.approve(id, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
+    assert_eq!(w.tracker.writes().len(), 1);
+    assert_eq!(
+        w.kernel.store().action(id).unwrap().unwrap().state,
+        ActionState::Applied
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_and_garbage_are_not_retryable() {
+    let w = World::standard(Trust::Byo).await;
+    for fault in [Fault::Status(500), Fault::Garbage, Fault::Status(401)] {
+        let id = staged_issue(&w, "faulty").await;
+        w.tracker.inject(fault, 1);
+        let d = w.kernel.approve(id, "alice").await.unwrap();
+        let Decision::Failed { retryable, .. } = d else {
+            panic!("{fault:?}: {d:?}")
+        };
+        assert_eq!(retryable, matches!(fault, Fault::Status(401)), "{fault:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_killed_after_the_claim_never_sends_again() {
+    let w = World::standard(Trust::Byo).await;
+    let id = staged_issue(&w, "killed mid-apply").await;
+    w.tracker.inject(Fault::LandThenHang, 1);
+    let mut child = cli_command(w.home(), &["approve", &id.to_string()])
+        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
+        "the write reached the service"
+    );
+    assert_eq!(
+        w.kernel.store().action(id).unwrap().unwrap().state,
+        ActionState::Applying
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    // A new start recovers: failed, not retryable, never sent again.
+    let k = w.reopen();
+    let a = k.store().action(id).unwrap().unwrap();
+    assert_eq!(a.state, ActionState::Failed);
+    assert_eq!(a.retryable, Some(false));
+    assert!(a.error.unwrap().contains("interrupted after sending"));
+    assert!(matches!(
+        k.approve(id, "alice").await.unwrap(),
+        Decision::Refused { .. }
+    ));
+    let o = w.cli(&["approve", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("never resent"), "{}", stderr(&o));
+    assert_eq!(w.tracker.writes().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_claim_survives_another_process_starting() {
+    // Recovery must not fail a claim whose process is still applying.
+    let w = World::standard(Trust::Byo).await;
+    let id = staged_issue(&w, "slow").await;
+    w.tracker.inject(Fault::LandThenHang, 1);
+    let k = w.reopen();
+    let approving = tokio::spawn(async move { k.approve(id, "alice").await.unwrap() });
+    assert!(wait_until(Duration::from_secs(60), || w
+        .tracker
+        .writes()
+        .len()
+        == 1));
+    let o = w.cli(&["pending"]);
+    assert!(o.status.success());
+    assert_eq!(
+        w.kernel.store().action(id).unwrap().unwrap().state,
+        ActionState::Applying
+    );
+    let d = approving.await.unwrap();
+    assert!(
+        matches!(
+            d,
+            Decision::Failed {
+                retryable: false,
+                ..
+            }
+        ),
+        "{d:?}"
+    );
+}

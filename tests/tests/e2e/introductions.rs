@@ -1,0 +1,129 @@
+//! SPEC C2, C3, C5: capabilities only by introduction.
+
+use gatehouse::store::{LedgerFilter, Trust};
+use gatehouse_e2e::{World, call};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gadget_sees_only_what_was_introduced_to_its_chat() {
+    let w = World::new();
+    w.install("script");
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel.new_chat("other", "alice").unwrap();
+
+    let before = w
+        .script(
+            "work",
+            json!([{"env": true}, call("ISSUES", "listIssues", json!({}))]),
+        )
+        .await;
+    assert_eq!(before[0]["keys"], json!([]));
+    assert_eq!(before[1]["error"]["kind"], "unknown-key");
+    assert_eq!(w.tracker.requests().len(), 0, "nothing reached the service");
+
+    w.kernel
+        .introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    let after = w
+        .script(
+            "work",
+            json!([{"env": true}, call("ISSUES", "listIssues", json!({}))]),
+        )
+        .await;
+    assert_eq!(after[0]["keys"], json!(["ISSUES"]));
+    assert!(after[1]["done"].is_array(), "{}", after[1]);
+
+    // Another chat still sees nothing, and an unknown key lists what exists.
+    let other = w.script("other", json!([{"env": true}])).await;
+    assert_eq!(other[0]["keys"], json!([]));
+    let unknown = w
+        .script("work", json!([call("PAYROLL", "listIssues", json!({}))]))
+        .await;
+    assert_eq!(unknown[0]["error"]["kind"], "unknown-key");
+    assert_eq!(unknown[0]["error"]["known"], json!(["ISSUES"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_outside_the_grant_fails_naming_the_allowed_tools() {
+    let w = World::new();
+    w.install("script");
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce(
+            "work",
+            "issues",
+            "ISSUES",
+            Some(vec!["listIssues".into(), "getIssue".into()]),
+            "alice",
+        )
+        .unwrap();
+
+    let out = w
+        .script(
+            "work",
+            json!([call("ISSUES", "createIssue", json!({"title": "x"})), {"tools": "ISSUES"}]),
+        )
+        .await;
+    assert_eq!(out[0]["error"]["kind"], "not-granted");
+    assert_eq!(
+        out[0]["error"]["allowed"],
+        json!(["listIssues", "getIssue"])
+    );
+    let names: Vec<_> = out[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("listIssues"), json!("getIssue")]);
+    assert!(
+        w.kernel.store().pending(None).unwrap().is_empty(),
+        "nothing was staged"
+    );
+
+    // Granting a tool the gatekeeper does not have is refused at introduce.
+    let err = w
+        .kernel
+        .introduce(
+            "work",
+            "issues",
+            "ISSUES",
+            Some(vec!["dropDatabase".into()]),
+            "alice",
+        )
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("no tool \"dropDatabase\""),
+        "{err:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_call_records_its_caller() {
+    let w = World::standard(Trust::Byo).await;
+    w.script(
+        "work",
+        json!([
+            call("ISSUES", "listIssues", json!({})),
+            call("ISSUES", "createIssue", json!({"title": "from script"}))
+        ]),
+    )
+    .await;
+    let entries = w
+        .kernel
+        .store()
+        .ledger(&LedgerFilter {
+            chat: Some("work".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(entries.len(), 2);
+    for e in &entries {
+        assert_eq!(e.caller, "gadget:script");
+        assert_eq!(e.chat, "work");
+    }
+    assert_eq!(entries[0].kind, "observation");
+    assert_eq!(entries[1].kind, "action");
+}
