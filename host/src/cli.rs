@@ -27,8 +27,9 @@ pub struct Cli {
     /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
     #[arg(long, global = true, env = "GATEHOUSE_HOME")]
     home: Option<PathBuf>,
-    /// The person giving this command (recorded as `resolved-by`).
-    #[arg(long = "as", global = true, env = "GATEHOUSE_USER")]
+    /// The person giving this command, recorded as `resolved-by` (default:
+    /// $GATEHOUSE_USER, else $USER). `--as` is taken by `introduce --as KEY`.
+    #[arg(long = "user", global = true, env = "GATEHOUSE_USER")]
     user: Option<String>,
     #[command(subcommand)]
     command: Command,

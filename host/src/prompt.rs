@@ -64,34 +64,37 @@ fn cap(s: String, max: usize) -> String {
     out
 }
 
+/// Characters that could carry structure in Markdown or HTML.
+fn is_markup(c: char) -> bool {
+    matches!(
+        c,
+        '`' | '*'
+            | '_'
+            | '#'
+            | '>'
+            | '<'
+            | '['
+            | ']'
+            | '('
+            | ')'
+            | '|'
+            | '~'
+            | '!'
+            | '\\'
+            | '{'
+            | '}'
+            | '"'
+            | '\''
+    )
+}
+
 /// A name as plain inline text (R1).
 pub fn inline(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if c == '\n' || c == '\r' || c == '\t' || c.is_whitespace() {
             out.push(' ');
-        } else if is_hidden(c) {
-            continue;
-        } else if matches!(
-            c,
-            '`' | '*'
-                | '_'
-                | '#'
-                | '>'
-                | '<'
-                | '['
-                | ']'
-                | '('
-                | ')'
-                | '|'
-                | '~'
-                | '!'
-                | '\\'
-                | '{'
-                | '}'
-                | '"'
-                | '\''
-        ) {
+        } else if is_hidden(c) || is_markup(c) {
             continue;
         } else {
             out.push(c);

@@ -192,3 +192,65 @@ pub fn pending_id(step: &Value) -> i64 {
         .as_i64()
         .unwrap_or_else(|| panic!("expected a pending action, got {step}"))
 }
+
+// ----- helpers for the sandbox, caps and install tests -----
+
+/// [`test_limits`] with these two deadlines, for tests that wait for one.
+pub fn limits_with_deadlines(gadget: Duration, gatekeeper: Duration) -> Limits {
+    Limits {
+        gadget_deadline: gadget,
+        gatekeeper_deadline: gatekeeper,
+        ..test_limits()
+    }
+}
+
+impl World {
+    /// Run one turn of any gadget. The kernel itself must accept the turn
+    /// (gadget installed, chat exists); the gadget's own failure is in
+    /// `output`.
+    pub async fn turn(
+        &self,
+        gadget: &str,
+        chat: &str,
+        input: &str,
+    ) -> gatehouse::runtime::gadget::TurnReport {
+        self.kernel
+            .run(gadget, chat, input)
+            .await
+            .unwrap_or_else(|e| panic!("the kernel refused to run {gadget:?} in {chat:?}: {e:#}"))
+    }
+
+    /// The names of the installed gadgets, in the store's order.
+    pub fn gadget_names(&self) -> Vec<String> {
+        self.kernel
+            .store()
+            .gadgets()
+            .unwrap_or_else(|e| panic!("listing gadgets failed: {e:#}"))
+            .into_iter()
+            .map(|g| g.name)
+            .collect()
+    }
+
+    /// The names of the added gatekeepers, in the store's order.
+    pub fn gatekeeper_names(&self) -> Vec<String> {
+        self.kernel
+            .store()
+            .gatekeepers()
+            .unwrap_or_else(|e| panic!("listing gatekeepers failed: {e:#}"))
+            .into_iter()
+            .map(|g| g.name)
+            .collect()
+    }
+}
+
+/// The compiled cache entries (`<home>/components/*.cwasm`), sorted.
+pub fn compiled_files(home: &Path) -> Vec<PathBuf> {
+    let dir = home.join("components");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    files.sort();
+    files
+}

@@ -138,7 +138,7 @@ fn to_wit_error(e: kernel::CallError) -> wit::CallError {
 
 impl wit::Host for GadgetState {
     async fn env(&mut self) -> wasmtime::Result<Vec<String>> {
-        Ok(self.kernel.env(&self.turn).await.map_err(host)?)
+        self.kernel.env(&self.turn).await.map_err(host)
     }
 
     async fn open(

@@ -3,5 +3,9 @@
 
 mod actions;
 mod apply;
+mod caps;
 mod classification;
+mod cli;
+mod install;
 mod introductions;
+mod sandbox;
