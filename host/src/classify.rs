@@ -73,6 +73,11 @@ pub struct Classification {
     pub kind: Kind,
     /// Key one of two for auto-approval (SPEC K3); key two is a person's rule.
     pub auto_approvable: bool,
+    /// The call may reach beyond a closed service (an outbound fetch):
+    /// true unless the gatekeeper declared `open-world` exactly `false`.
+    /// A locked-down chat refuses such reads (SPEC O3), so the safe default
+    /// is "outbound".
+    pub outbound: bool,
     pub classified_by: ClassifiedBy,
 }
 
@@ -80,20 +85,24 @@ pub struct Classification {
 ///
 /// - read iff `read-only` is present and exactly `true` (K2);
 /// - auto-approvable iff an action, the tier is `vetted`, `destructive` is
-///   exactly `false` and `idempotent` exactly `true` (K3).
+///   exactly `false` and `idempotent` exactly `true` (K3);
+/// - outbound unless `open-world` is exactly `false` (used by O3).
 ///
 /// Callers pass the tier read at the moment of use, so revoking `vetted`
 /// takes effect at the next call.
 pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
+    let outbound = annotations.open_world != Some(false);
     if annotations.read_only == Some(true) {
         return Classification {
             kind: Kind::Read,
             auto_approvable: false,
+            outbound,
             classified_by: ClassifiedBy::ServerAnnotation,
         };
     }
     Classification {
         kind: Kind::Action,
+        outbound,
         auto_approvable: trust == Trust::Vetted
             && annotations.destructive == Some(false)
             && annotations.idempotent == Some(true),
@@ -139,6 +148,13 @@ mod tests {
         ] {
             assert!(!classify(&ann(None, d, i), Trust::Vetted).auto_approvable);
         }
+        // Only an explicit closed world is not outbound.
+        let closed = Annotations {
+            open_world: Some(false),
+            ..ann(Some(true), None, None)
+        };
+        assert!(!classify(&closed, Trust::Byo).outbound);
+        assert!(classify(&ann(Some(true), None, None), Trust::Byo).outbound);
         // A read is never "auto-approved": it needs no approval at all.
         assert!(
             !classify(&ann(Some(true), Some(false), Some(true)), Trust::Vetted).auto_approvable

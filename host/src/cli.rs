@@ -138,8 +138,47 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Auto-approval rules (key two of two).
+    #[command(subcommand)]
+    Rules(RulesCmd),
+    /// Run a gadget as an agent: a turn that gets an action awaiting a
+    /// decision ends, and the run resumes when every awaited action is applied.
+    Agent {
+        gadget: String,
+        #[arg(long)]
+        chat: String,
+        task: String,
+        /// Hide pending writes from the gadget (a demonstration of why agents write twice).
+        #[arg(long)]
+        naive: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Agent runs and where they stand.
+    Runs {
+        #[arg(long)]
+        json: bool,
+    },
     /// A guided end-to-end run on the bundled examples.
     Demo,
+}
+
+#[derive(Subcommand, Debug)]
+enum RulesCmd {
+    /// Enable auto-approval for GATEKEEPER:TOOL (key two). Key one must hold
+    /// too: a vetted gatekeeper, a non-destructive idempotent action.
+    Add {
+        tag: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List rules.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a rule.
+    Remove { tag: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -243,9 +282,17 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
     };
     let me = user(&cli.user);
     let kernel = Kernel::open(home, Limits::from_env()?)?;
+    let ok = command(&kernel, cli.command, &me).await;
+    // Never exit while work started beside a gadget still holds a claim.
+    kernel.settle().await;
+    ok
+}
+
+async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<bool> {
     let progress = |m: &str| eprintln!("{m}");
-    match cli.command {
-        Command::Demo => unreachable!("handled above"),
+    let me = me.to_owned();
+    match command {
+        Command::Demo => unreachable!("handled before the kernel opens"),
         Command::Install { file, name } => {
             let bytes = read_component(&file)?;
             let name = match name {
@@ -436,10 +483,94 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
             }
         }
         Command::Approve { ids, json } => {
-            return decide(&kernel, &ids, &me, json, true).await;
+            return decide(kernel, &ids, &me, json, true).await;
         }
         Command::Reject { ids, json } => {
-            return decide(&kernel, &ids, &me, json, false).await;
+            return decide(kernel, &ids, &me, json, false).await;
+        }
+        Command::Rules(RulesCmd::Add { tag, json }) => {
+            let r = kernel.add_rule(&tag, &me).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                println!("rule {} enabled by {me} (key two).", r.tag);
+                match &r.missing {
+                    None => println!(
+                        "key one holds: the gatekeeper is vetted and the tool is a non-destructive, idempotent action; matching actions are now approved automatically, in order"
+                    ),
+                    Some(m) => println!("{m}"),
+                }
+                for d in &r.applied {
+                    println!("{}", d.line());
+                }
+            }
+        }
+        Command::Rules(RulesCmd::List { json }) => {
+            let rules = kernel.store().rules()?;
+            if json {
+                print_json(&rules)?;
+            } else if rules.is_empty() {
+                println!("no rules: every action waits for a person");
+            } else {
+                for r in rules {
+                    println!("{}  enabled by {}", r.tag, r.enabled_by);
+                }
+            }
+        }
+        Command::Rules(RulesCmd::Remove { tag }) => {
+            if !kernel.store().remove_rule(&tag)? {
+                bail!("no rule for {tag:?}; `gatehouse rules list` shows them");
+            }
+            println!("rule {tag} removed");
+        }
+        Command::Agent {
+            gadget,
+            chat,
+            task,
+            naive,
+            json,
+        } => {
+            let harness = if naive {
+                crate::kernel::Harness::Naive
+            } else {
+                crate::kernel::Harness::Honest
+            };
+            let r = kernel.agent(&gadget, &chat, &task, harness).await?;
+            if json {
+                print_json(&r)?;
+            } else {
+                match &r.turn.output {
+                    Ok(o) => println!("{o}"),
+                    Err(e) => eprintln!("error: {e}"),
+                }
+                if !r.awaited.is_empty() {
+                    let ids: Vec<_> = r.awaited.iter().map(|i| format!("#{i}")).collect();
+                    println!(
+                        "run {} waits for a decision on {}; it resumes when they are applied",
+                        r.run,
+                        ids.join(", ")
+                    );
+                }
+            }
+            return Ok(r.turn.output.is_ok());
+        }
+        Command::Runs { json } => {
+            let runs = kernel.store().agent_runs()?;
+            if json {
+                print_json(&runs)?;
+            } else {
+                for r in runs {
+                    println!(
+                        "run {}  {} in {}  {}  turns={}  {}",
+                        r.id,
+                        r.gadget,
+                        r.chat,
+                        r.state,
+                        r.turns,
+                        crate::prompt::excerpt(r.last_output.as_deref().unwrap_or(""), 100)
+                    );
+                }
+            }
         }
         Command::Log {
             chat,

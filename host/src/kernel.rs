@@ -19,16 +19,50 @@ use anyhow::{Context as _, bail};
 use std::fs::File;
 use std::sync::Arc;
 
-/// Who is calling, from where (SPEC C5).
+/// How the kernel treats a turn's pending writes (SPEC V).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Harness {
+    /// A plain turn: the gadget sees `pending` and decides for itself.
+    #[default]
+    Plain,
+    /// The kernel's agent harness: an action that awaits a decision ends the
+    /// turn; the run resumes when every awaited action is applied (V2, V3).
+    Honest,
+    /// What V2 warns against, kept to demonstrate it: pending writes are
+    /// hidden from the gadget (answered as if done). Never the default.
+    Naive,
+}
+
+/// Who is calling, from where (SPEC C5), and the turn's harness state.
 #[derive(Clone, Debug)]
 pub struct Turn {
     pub gadget: String,
     pub chat: String,
+    pub harness: Harness,
+    /// Actions of this turn that await a decision (honest harness).
+    pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
 }
 
 impl Turn {
+    pub fn new(gadget: &str, chat: &str) -> Turn {
+        Turn {
+            gadget: gadget.to_owned(),
+            chat: chat.to_owned(),
+            harness: Harness::Plain,
+            awaited: Arc::default(),
+        }
+    }
+
     pub fn caller(&self) -> String {
         format!("gadget:{}", self.gadget)
+    }
+
+    /// The actions this turn ended on.
+    pub fn awaited(&self) -> Vec<i64> {
+        self.awaited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -130,6 +164,11 @@ struct Inner {
     /// Names this process in claims; see [`Kernel::open`].
     owner: String,
     _liveness: File,
+    /// Single flight for auto-approval drains (see `overseer`).
+    drain_gate: tokio::sync::Mutex<()>,
+    drain_wanted: std::sync::atomic::AtomicBool,
+    /// Work started beside a gadget (drains); awaited by [`Kernel::settle`].
+    background: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl Kernel {
@@ -158,6 +197,9 @@ impl Kernel {
                 runtime,
                 owner,
                 _liveness: liveness,
+                drain_gate: tokio::sync::Mutex::new(()),
+                drain_wanted: std::sync::atomic::AtomicBool::new(false),
+                background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
             }),
         };
         let failed = kernel.inner.store.recover(|o| kernel.is_alive(o))?;
@@ -192,12 +234,49 @@ impl Kernel {
         &self.inner.home
     }
 
-    pub(crate) fn runtime(&self) -> &Runtime {
+    /// The runtime (engine, limits, compiled components); for embedders and
+    /// benchmarks that wire components themselves.
+    pub fn runtime(&self) -> &Runtime {
         &self.inner.runtime
     }
 
     pub(crate) fn owner(&self) -> &str {
         &self.inner.owner
+    }
+
+    pub(crate) fn drain_gate(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.drain_gate
+    }
+
+    pub(crate) fn drain_wanted(&self) -> &std::sync::atomic::AtomicBool {
+        &self.inner.drain_wanted
+    }
+
+    pub(crate) fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.inner
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .spawn(work);
+    }
+
+    /// Wait until the work started beside gadgets (auto-approval drains and
+    /// what they resume) has finished. A process calls this before it exits,
+    /// so that it never dies holding a claim.
+    pub async fn settle(&self) {
+        loop {
+            let mut set = std::mem::take(
+                &mut *self
+                    .inner
+                    .background
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            if set.is_empty() {
+                return;
+            }
+            while set.join_next().await.is_some() {}
+        }
     }
 
     // ----- installing and introducing -----
@@ -312,6 +391,13 @@ impl Kernel {
 
     /// Run one turn of a gadget in a chat.
     pub async fn run(&self, gadget: &str, chat: &str, input: &str) -> anyhow::Result<TurnReport> {
+        self.run_turn(Turn::new(gadget, chat), input).await
+    }
+
+    /// Run one turn with a given turn context (harness state).
+    pub(crate) async fn run_turn(&self, turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
+        let (gadget, chat) = (turn.gadget.clone(), turn.chat.clone());
+        let (gadget, chat) = (gadget.as_str(), chat.as_str());
         let Some(g) = self.inner.store.gadget(gadget)? else {
             bail!("no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`");
         };
@@ -319,10 +405,6 @@ impl Kernel {
             bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
         }
         let pre = self.inner.runtime.gadget(&g.digest)?;
-        let turn = Turn {
-            gadget: gadget.to_owned(),
-            chat: chat.to_owned(),
-        };
         let report = crate::runtime::gadget::run(
             &pre,
             &self.inner.runtime.limits,
@@ -372,14 +454,23 @@ impl Kernel {
         }))
     }
 
-    /// A gadget's call: classify, then read now or stage.
-    pub(crate) async fn call(
+    /// A gadget's call: classify, then read now or stage. This is what the
+    /// `service.call` import does; it is public so that embedders and
+    /// benchmarks can drive the exact same path.
+    pub async fn call(
         &self,
         turn: &Turn,
         key: &str,
         tool: &str,
         args: String,
     ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        if turn.harness == Harness::Honest
+            && let Some(id) = turn.awaited().first()
+        {
+            return Ok(Err(CallError::Refused(format!(
+                "this turn ended: action #{id} awaits a decision; the kernel resumes you when it is applied"
+            ))));
+        }
         let binding = match self.resolve(turn, key).await? {
             Ok(b) => b,
             Err(e) => return Ok(Err(e)),
@@ -403,9 +494,42 @@ impl Kernel {
         let trust = self.store().run(move |s| s.trust_of(&gname)).await?;
         let class = classify::classify(&info.annotations, trust);
         match class.kind {
-            Kind::Read => self.read(turn, &binding, tool, args, trust).await,
-            Kind::Action => self.stage(turn, &binding, tool, args, class, trust).await,
+            Kind::Read => {
+                if class.outbound && self.latched(&turn.chat).await? {
+                    return Ok(Err(CallError::Refused(format!(
+                        "chat {:?} is locked down (it read owner-only data): outbound reads such as {}:{tool} are refused",
+                        turn.chat, binding.gatekeeper.name
+                    ))));
+                }
+                self.read(turn, &binding, tool, args, trust).await
+            }
+            Kind::Action => {
+                let outcome = self.stage(turn, &binding, tool, args, class, trust).await?;
+                if let Ok(CallOutcome::Pending(p)) = &outcome {
+                    // Auto-approval runs beside the gadget, never in its way (A1).
+                    self.drain_in_background();
+                    match turn.harness {
+                        Harness::Naive => return Ok(Ok(CallOutcome::Done("{}".into()))),
+                        Harness::Honest if p.await_decision => turn
+                            .awaited
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(p.action_id as i64),
+                        _ => {}
+                    }
+                }
+                Ok(outcome)
+            }
         }
+    }
+
+    async fn latched(&self, chat: &str) -> anyhow::Result<bool> {
+        let c = chat.to_owned();
+        Ok(self
+            .store()
+            .run(move |s| s.chat(&c))
+            .await?
+            .is_some_and(|c| c.latched))
     }
 
     async fn read(
@@ -427,6 +551,27 @@ impl Kernel {
         let output = match called.outcome {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => {
+                let denied: Vec<_> = called
+                    .witness
+                    .sent
+                    .iter()
+                    .filter_map(|s| match s {
+                        gk::Sent::Denied(h) => Some(h.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !denied.is_empty() {
+                    return Ok(Err(CallError::Service(format!(
+                        "the kernel refused {}'s request to {} before it was sent: it may reach only {}",
+                        g.name,
+                        denied.join(", "),
+                        if g.hosts.is_empty() {
+                            "no host".to_owned()
+                        } else {
+                            g.hosts.join(", ")
+                        }
+                    ))));
+                }
                 return Ok(Err(CallError::Service(format!(
                     "{} ({}): {}",
                     g.name,
@@ -461,13 +606,7 @@ impl Kernel {
         // A gatekeeper that can simulate tells the gadget what will happen;
         // one that cannot makes the gadget wait (SPEC V1, V2).
         let provisional = if g.manifest.simulates {
-            let invocation = self.invocation(turn, g, tool, args.clone()).await?;
-            let pre = self.runtime().gatekeeper(&g.digest)?;
-            gk::simulate(&pre, &self.runtime().limits, &g.name, invocation)
-                .await
-                .outcome
-                .ok()
-                .flatten()
+            self.simulate(turn, g, tool, &args, trust).await?
         } else {
             None
         };
@@ -508,6 +647,34 @@ impl Kernel {
             await_decision: provisional.is_none(),
             provisional,
         })))
+    }
+
+    /// Ask a simulating gatekeeper for a provisional result (SPEC V1). A
+    /// simulation reads the service, so what it hands over is recorded as an
+    /// observation first, like any read; no answer means "await a decision".
+    async fn simulate(
+        &self,
+        turn: &Turn,
+        g: &GatekeeperRecord,
+        tool: &str,
+        args: &str,
+        trust: Trust,
+    ) -> anyhow::Result<Option<String>> {
+        let invocation = self.invocation(turn, g, tool, args.to_owned()).await?;
+        let reach = self.reach(g).await?;
+        let pre = self.runtime().gatekeeper(&g.digest)?;
+        let called = gk::simulate(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
+        let Ok(Some(result)) = called.outcome else {
+            return Ok(None);
+        };
+        let output = gkwit::Output {
+            result,
+            sources: Vec::new(),
+        };
+        match crate::observations::record_read(self, turn, g, tool, trust, &output).await {
+            Ok(()) => Ok(Some(output.result)),
+            Err(_) => Ok(None),
+        }
     }
 
     /// The status of an action of the turn's chat (SPEC A4).

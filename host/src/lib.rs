@@ -15,6 +15,7 @@ pub mod classify;
 pub mod cli;
 pub mod demo;
 pub mod guests;
+pub mod harness;
 pub mod home;
 pub mod kernel;
 pub mod observations;

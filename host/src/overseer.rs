@@ -1,10 +1,11 @@
-//! The overseer: decisions and apply (SPEC A2, P1-P4).
+//! The overseer: decisions, apply and auto-approval (SPEC A2, P1-P4, U).
 //!
-//! Owns what happens after a person decides: claim durably, send through the
+//! Owns what happens after a decision: claim durably, send through the
 //! gatekeeper, and record the outcome with the failure class of P2. The
 //! retry class is decided from what the kernel *saw* leave (the gatekeeper's
 //! [`Witness`](crate::runtime::gatekeeper::Witness)), never from the
-//! gatekeeper's word alone. May not stage actions or read annotations.
+//! gatekeeper's word alone. The drain applies what both keys allow (U1-U4).
+//! May not stage actions; asks `classify` for key one.
 
 use crate::kernel::{Kernel, Turn};
 use crate::runtime::gatekeeper::{self as gk, wit};
@@ -70,17 +71,63 @@ impl Decision {
     }
 }
 
+/// What enabling a rule did.
+#[derive(Clone, Debug, Serialize)]
+pub struct RuleReport {
+    pub tag: String,
+    /// Whether key one holds now (vetted, non-destructive, idempotent action).
+    pub key_one: bool,
+    /// Why key one does not hold, when it does not.
+    pub missing: Option<String>,
+    /// What the drain after enabling it applied.
+    pub applied: Vec<Decision>,
+}
+
+fn key_one_missing(
+    class: &crate::classify::Classification,
+    ann: &crate::classify::Annotations,
+    trust: crate::store::Trust,
+) -> Option<String> {
+    if class.auto_approvable {
+        return None;
+    }
+    if class.kind == crate::classify::Kind::Read {
+        return Some("it is a read: reads need no approval".into());
+    }
+    let mut why = Vec::new();
+    if trust != crate::store::Trust::Vetted {
+        why.push("the gatekeeper is not vetted (an operator must vouch for it: `gatehouse gatekeeper trust NAME vetted`)".to_owned());
+    }
+    if ann.destructive != Some(false) {
+        why.push("the tool is not declared non-destructive".to_owned());
+    }
+    if ann.idempotent != Some(true) {
+        why.push("the tool is not declared idempotent".to_owned());
+    }
+    Some(format!(
+        "key one is missing: {}; until then nothing is auto-approved",
+        why.join("; ")
+    ))
+}
+
 impl Kernel {
-    /// Approve and apply one action as `by`.
+    /// Approve and apply one action as `by`, then drain what the rules
+    /// allow after it (U3) and resume agent runs it completed (V3).
     ///
     /// The claim is committed with `synchronous=FULL` before the gatekeeper
     /// is even instantiated; whoever loses the claim sends nothing (P1).
     pub async fn approve(&self, id: i64, by: &str) -> anyhow::Result<Decision> {
+        let d = self.claim_and_apply(id, by, false).await?;
+        self.drain().await?;
+        Ok(d)
+    }
+
+    async fn claim_and_apply(&self, id: i64, by: &str, auto: bool) -> anyhow::Result<Decision> {
         let owner = self.owner().to_owned();
         let who = by.to_owned();
         let claim = self
             .store()
-            .run(move |s| s.claim(id, &owner, &who, false))
+            .run(move |s| s.claim(id, &owner, &who, auto))
             .await?;
         let action = match claim {
             Ok(c) => c.action,
@@ -107,10 +154,7 @@ impl Kernel {
             );
             return self.fail(id, msg, true).await;
         };
-        let turn = Turn {
-            gadget: a.caller.trim_start_matches("gadget:").to_owned(),
-            chat: a.chat.clone(),
-        };
+        let turn = Turn::new(a.caller.trim_start_matches("gadget:"), &a.chat);
         let prepared = async {
             let invocation = self.invocation(&turn, &g, &a.tool, a.args.clone()).await?;
             let reach = self.reach(&g).await?;
@@ -180,12 +224,137 @@ impl Kernel {
     /// Reject a pending action: it is never sent, and that costs nothing.
     pub async fn reject(&self, id: i64, by: &str) -> anyhow::Result<Decision> {
         let who = by.to_owned();
-        Ok(match self.store().run(move |s| s.reject(id, &who)).await? {
+        let d = match self.store().run(move |s| s.reject(id, &who)).await? {
             Ok(()) => Decision::Rejected { id },
             Err(r) => Decision::Refused {
                 id,
                 reason: r.to_string(),
             },
+        };
+        // A rejection may unblock a gatekeeper's queue or stop an agent run.
+        self.drain().await?;
+        Ok(d)
+    }
+
+    /// Enable key two for `gatekeeper:tool` as `by`, then drain (U3).
+    /// Returns what the rule allows now: key one may still be missing.
+    pub async fn add_rule(&self, tag: &str, by: &str) -> anyhow::Result<RuleReport> {
+        let Some((gname, tool)) = tag.split_once(':') else {
+            anyhow::bail!("a rule names GATEKEEPER:TOOL, like issues:addLabel");
+        };
+        let g = self.store().gatekeeper(gname)?.ok_or_else(|| {
+            anyhow::anyhow!("no gatekeeper named {gname:?}; `gatehouse gatekeepers` lists them")
+        })?;
+        let Some(t) = g.manifest.tool(tool) else {
+            let all: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+            anyhow::bail!(
+                "gatekeeper {gname:?} has no tool {tool:?}; it offers: {}",
+                all.join(", ")
+            );
+        };
+        let class = crate::classify::classify(&t.annotations, g.trust);
+        self.store().add_rule(tag, by)?;
+        let missing = key_one_missing(&class, &t.annotations, g.trust);
+        let applied = self.drain().await?;
+        Ok(RuleReport {
+            tag: tag.to_owned(),
+            key_one: missing.is_none(),
+            missing,
+            applied,
         })
+    }
+
+    /// Start a drain without waiting for it (after a submit). The gadget
+    /// never waits for auto-approval; [`Kernel::settle`] waits for it.
+    pub(crate) fn drain_in_background(&self) {
+        let k = self.clone();
+        self.spawn_background(async move {
+            if let Err(e) = k.drain().await {
+                tracing::warn!(error = %format!("{e:#}"), "auto-approval drain failed");
+            }
+        });
+    }
+
+    /// Apply every pending action both keys allow (U1-U4), then resume the
+    /// agent runs whose awaited actions are all applied (V3).
+    ///
+    /// Single flight: a drain requested while one runs is folded into it
+    /// (the running one goes round again), so work submitted mid-drain is
+    /// picked up and nothing is applied twice (the claim guarantees that
+    /// across processes too).
+    pub async fn drain(&self) -> anyhow::Result<Vec<Decision>> {
+        let mut applied = Vec::new();
+        self.drain_wanted()
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        loop {
+            let Ok(_flight) = self.drain_gate().try_lock() else {
+                return Ok(applied); // the drain in flight will see the request
+            };
+            while self
+                .drain_wanted()
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                applied.extend(self.drain_once().await?);
+                self.resume_ready().await?;
+            }
+            drop(_flight);
+            // A request that arrived between the last check and the release.
+            if !self
+                .drain_wanted()
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Ok(applied);
+            }
+        }
+    }
+
+    async fn drain_once(&self) -> anyhow::Result<Vec<Decision>> {
+        let pending = self.store().run(|s| s.pending(None)).await?;
+        let mut blocked: std::collections::HashSet<String> = Default::default();
+        let mut out = Vec::new();
+        for a in pending {
+            if blocked.contains(&a.gatekeeper) {
+                continue;
+            }
+            // Stop this gatekeeper's queue at the first action that needs a
+            // person: never approve later ones past it (U2).
+            let Some(rule_by) = self.auto_approver(&a).await? else {
+                blocked.insert(a.gatekeeper.clone());
+                continue;
+            };
+            let d = self.claim_and_apply(a.id, &rule_by, true).await?;
+            let failed = matches!(d, Decision::Failed { .. });
+            out.push(d);
+            if failed {
+                // An apply failure stops the drain (U3).
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The person whose rule auto-approves `a`, if both keys hold now.
+    async fn auto_approver(&self, a: &Action) -> anyhow::Result<Option<String>> {
+        let (gname, tool, chat) = (a.gatekeeper.clone(), a.tool.clone(), a.chat.clone());
+        self.store()
+            .run(move |s| {
+                let Some(g) = s.gatekeeper(&gname)? else {
+                    return Ok(None);
+                };
+                let Some(t) = g.manifest.tool(&tool) else {
+                    return Ok(None);
+                };
+                // Key one, with the tier read now (K3).
+                if !crate::classify::classify(&t.annotations, g.trust).auto_approvable {
+                    return Ok(None);
+                }
+                // A locked-down chat auto-approves nothing (U4).
+                if s.chat(&chat)?.is_none_or(|c| c.latched) {
+                    return Ok(None);
+                }
+                // Key two: a person's rule for exactly this tag (U1, A6).
+                Ok(s.rule(&format!("{gname}:{tool}"))?.map(|r| r.enabled_by))
+            })
+            .await
     }
 }

@@ -1,1 +1,324 @@
-fn main() {}
+//! Kernel benchmarks. Every figure has a baseline measured in the same run,
+//! so results are read as ratios (these machines are shared and noisy).
+//!
+//! - `read/*`: a gadget turn of 50 reads through the kernel, against the
+//!   same `script` gadget whose `service.call` import is wired straight to
+//!   the same gatekeeper with no mediation (no introduction lookup, no
+//!   classification, no observation record). Also per call, from the host.
+//! - `stage/*`: staging an action (and the whole action path of a call)
+//!   against a bare SQLite INSERT+COMMIT at the same `synchronous` setting.
+//! - `instantiate/*`: a fresh gadget instance per turn, pooling allocator
+//!   vs on-demand allocation.
+//!
+//! Run: `cargo bench -p gatehouse-e2e`.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gatehouse::Limits;
+use gatehouse::kernel::Turn;
+use gatehouse::runtime::gadget::gatehouse::os::{kernel as wit, types as witt};
+use gatehouse::runtime::gadget::{GadgetPre, ServiceHandle};
+use gatehouse::runtime::gatekeeper::{self as gk, GatekeeperPre, GatekeeperState, Reach};
+use gatehouse::store::{NewAction, Trust};
+use gatehouse_e2e::{World, guest};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use wasmtime::Store;
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+const READS_PER_TURN: usize = 50;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A world with `script` installed and `rogue` introduced as ROGUE in
+/// chat `bench`.
+fn world(rt: &tokio::runtime::Runtime, limits: Limits) -> World {
+    let w = World::with_limits(limits);
+    w.install("script");
+    rt.block_on(w.add_gatekeeper("rogue", "rogue", Trust::Byo));
+    w.kernel.new_chat("bench", "bench").expect("chat");
+    w.kernel
+        .introduce("bench", "rogue", "ROGUE", None, "bench")
+        .expect("introduce");
+    w
+}
+
+fn reads_script() -> String {
+    let step = json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}});
+    json!({ "steps": vec![step; READS_PER_TURN] }).to_string()
+}
+
+/// The unmediated wiring: the gadget's import calls the gatekeeper directly.
+struct Direct {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    gatekeeper: GatekeeperPre<GatekeeperState>,
+    limits: Limits,
+}
+
+impl WasiView for Direct {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl witt::Host for Direct {}
+
+impl wit::Host for Direct {
+    async fn env(&mut self) -> wasmtime::Result<Vec<String>> {
+        Ok(vec!["ROGUE".into()])
+    }
+    async fn open(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<Resource<ServiceHandle>, wit::CallError>> {
+        Ok(Ok(self.table.push(ServiceHandle::new(key))?))
+    }
+    async fn action_result(
+        &mut self,
+        _id: u64,
+    ) -> wasmtime::Result<Result<wit::ActionStatus, wit::CallError>> {
+        Ok(Ok(wit::ActionStatus::Pending))
+    }
+}
+
+impl wit::HostService for Direct {
+    async fn key(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.key().to_owned())
+    }
+    async fn tools(
+        &mut self,
+        _this: Resource<ServiceHandle>,
+    ) -> wasmtime::Result<Vec<witt::ToolInfo>> {
+        Ok(Vec::new())
+    }
+    async fn call(
+        &mut self,
+        _this: Resource<ServiceHandle>,
+        tool: String,
+        args: String,
+    ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
+        let invocation = gk::wit::Invocation {
+            tool,
+            args,
+            settings: Vec::new(),
+            account: None,
+            pending: Vec::new(),
+        };
+        let reach = Reach {
+            allowed_hosts: Vec::new(),
+            credential: None,
+        };
+        let called = gk::call(&self.gatekeeper, &self.limits, "rogue", reach, invocation).await;
+        Ok(match called.outcome {
+            Ok(Ok(out)) => Ok(wit::Outcome::Done(out.result)),
+            _ => Err(wit::CallError::Service("failed".into())),
+        })
+    }
+    async fn drop(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+async fn direct_turn(
+    pre: &GadgetPre<Direct>,
+    gatekeeper: &GatekeeperPre<GatekeeperState>,
+    limits: &Limits,
+    input: &str,
+) -> String {
+    let state = Direct {
+        wasi: WasiCtx::builder().build(),
+        table: ResourceTable::new(),
+        gatekeeper: gatekeeper.clone(),
+        limits: limits.clone(),
+    };
+    let mut store = Store::new(pre.engine(), state);
+    store.set_epoch_deadline(1_000_000);
+    let g = pre
+        .instantiate_async(&mut store)
+        .await
+        .expect("instantiate");
+    g.gatehouse_os_run()
+        .call_run(&mut store, input)
+        .await
+        .expect("no trap")
+        .expect("turn ok")
+}
+
+fn bench_reads(c: &mut Criterion) {
+    let rt = runtime();
+    let w = world(&rt, Limits::default());
+    let input = reads_script();
+
+    let engine = w.kernel.runtime().engine().clone();
+    let mut linker: Linker<Direct> = Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+    gatehouse::runtime::gadget::Gadget::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+        .expect("kernel interface");
+    let component = Component::from_file(&engine, guest("script")).expect("script compiles");
+    let pre = GadgetPre::new(linker.instantiate_pre(&component).expect("links")).expect("exports");
+    let g = w.kernel.store().gatekeeper("rogue").unwrap().unwrap();
+    let gk_pre = w
+        .kernel
+        .runtime()
+        .gatekeeper(&g.digest)
+        .expect("gatekeeper loads");
+    let limits = Limits::default();
+
+    // Both paths answer the same thing.
+    let direct = rt.block_on(direct_turn(&pre, &gk_pre, &limits, &input));
+    let mediated = rt
+        .block_on(w.kernel.run("script", "bench", &input))
+        .unwrap();
+    assert_eq!(Ok(direct), mediated.output);
+
+    let mut group = c.benchmark_group("read");
+    group.sample_size(20);
+    group.bench_function("turn_of_50_reads/unmediated", |b| {
+        b.iter(|| rt.block_on(direct_turn(&pre, &gk_pre, &limits, &input)))
+    });
+    group.bench_function("turn_of_50_reads/kernel", |b| {
+        b.iter(|| {
+            rt.block_on(w.kernel.run("script", "bench", &input))
+                .unwrap()
+        })
+    });
+
+    let turn = Turn::new("script", "bench");
+    group.bench_function("one_call_from_host/unmediated", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let inv = gk::wit::Invocation {
+                    tool: "echo".into(),
+                    args: r#"{"n":1}"#.into(),
+                    settings: Vec::new(),
+                    account: None,
+                    pending: Vec::new(),
+                };
+                let reach = Reach {
+                    allowed_hosts: Vec::new(),
+                    credential: None,
+                };
+                gk::call(&gk_pre, &limits, "rogue", reach, inv).await
+            })
+        })
+    });
+    group.bench_function("one_call_from_host/kernel", |b| {
+        b.iter(|| {
+            rt.block_on(w.kernel.call(&turn, "ROGUE", "echo", r#"{"n":1}"#.into()))
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+fn bench_stage(c: &mut Criterion) {
+    let rt = runtime();
+    let w = world(&rt, Limits::default());
+    let store = w.kernel.store().clone();
+    let action = NewAction {
+        chat: "bench".into(),
+        caller: "gadget:bench".into(),
+        gatekeeper: "rogue".into(),
+        tool: "bigResult".into(),
+        classified_by: "default",
+        trust: Trust::Byo,
+        args: r#"{"kib":0}"#.into(),
+        await_decision: true,
+        provisional: None,
+    };
+
+    // The baseline: one row, one transaction, same file settings.
+    let dir = tempfile::tempdir().unwrap();
+    let bare = rusqlite::Connection::open(dir.path().join("bare.db")).unwrap();
+    bare.pragma_update(None, "journal_mode", "WAL").unwrap();
+    bare.pragma_update(None, "synchronous", "NORMAL").unwrap();
+    bare.execute_batch(
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, chat TEXT, tool TEXT, args TEXT, state TEXT) STRICT",
+    )
+    .unwrap();
+
+    let mut group = c.benchmark_group("stage");
+    group.bench_function("bare_insert_commit", |b| {
+        b.iter(|| {
+            bare.execute(
+                "INSERT INTO t (chat, tool, args, state) VALUES ('bench', 'bigResult', '{\"kib\":0}', 'pending')",
+                [],
+            )
+            .unwrap()
+        })
+    });
+    // Each staged action is rejected, untimed, to stay under the cap of 50.
+    group.bench_function("store_stage", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let id = store.stage(&action).unwrap();
+                total += t.elapsed();
+                store.reject(id, "bench").unwrap().unwrap();
+            }
+            total
+        })
+    });
+    let turn = Turn::new("script", "bench");
+    group.bench_function("kernel_call_to_pending", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                let out = rt
+                    .block_on(
+                        w.kernel
+                            .call(&turn, "ROGUE", "bigResult", r#"{"kib":0}"#.into()),
+                    )
+                    .unwrap();
+                total += t.elapsed();
+                let Ok(gatehouse::kernel::CallOutcome::Pending(p)) = out else {
+                    panic!("expected pending")
+                };
+                store.reject(p.action_id as i64, "bench").unwrap().unwrap();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+fn bench_instantiate(c: &mut Criterion) {
+    let rt = runtime();
+    let empty = r#"{"steps":[]}"#;
+    let mut group = c.benchmark_group("instantiate");
+    for pooling in [true, false] {
+        let w = world(
+            &rt,
+            Limits {
+                pooling,
+                ..Limits::default()
+            },
+        );
+        // Warm the in-memory component cache.
+        rt.block_on(w.kernel.run("script", "bench", empty)).unwrap();
+        let name = if pooling {
+            "gadget_turn/pooled"
+        } else {
+            "gadget_turn/on_demand"
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| rt.block_on(w.kernel.run("script", "bench", empty)).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_reads, bench_stage, bench_instantiate);
+criterion_main!(benches);

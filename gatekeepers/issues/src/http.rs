@@ -169,10 +169,16 @@ pub fn send(method: Method, url: &str, body: Option<&[u8]>) -> Result<Reply, Fai
     let target = parse_url(url).map_err(Failure::NotSent)?;
 
     let headers = Fields::new();
-    if body.is_some() {
-        headers
-            .append("content-type", b"application/json")
-            .map_err(|e| Failure::NotSent(format!("{what}: cannot set content-type: {e:?}")))?;
+    if let Some(bytes) = body {
+        let length = bytes.len().to_string();
+        for (name, value) in [
+            ("content-type", "application/json".as_bytes()),
+            ("content-length", length.as_bytes()),
+        ] {
+            headers
+                .append(name, value)
+                .map_err(|e| Failure::NotSent(format!("{what}: cannot set {name}: {e:?}")))?;
+        }
     }
     let request = OutgoingRequest::new(headers);
     let rejected = |part: &str| Failure::NotSent(format!("{what}: the {part} was rejected"));
@@ -201,7 +207,9 @@ pub fn send(method: Method, url: &str, body: Option<&[u8]>) -> Result<Reply, Fai
     let future =
         outgoing_handler::handle(request, Some(options)).map_err(|e| classify(e, &what))?;
 
-    // Write the body; remember a failure but let the response say why.
+    // Write the body. A failed write is reported only when no response
+    // arrives: a service may answer (401, 500...) without reading the body,
+    // and then its answer is what counts.
     let mut write_error = None;
     if let Some(bytes) = body {
         let stream = outgoing_body
@@ -232,15 +240,17 @@ pub fn send(method: Method, url: &str, body: Option<&[u8]>) -> Result<Reply, Fai
     drop(future);
     let response = match response {
         Ok(Ok(response)) => response,
-        Ok(Err(code)) => return Err(classify(code, &what)),
+        Ok(Err(code)) => {
+            return Err(match (classify(code, &what), write_error) {
+                (Failure::Unknown(e), Some(write)) => Failure::Unknown(one_line(
+                    &format!("{e} (sending the request body failed: {write})"),
+                    400,
+                )),
+                (failure, _) => failure,
+            });
+        }
         Err(()) => unreachable!("the response of a request is taken once"),
     };
-    if let Some(error) = write_error {
-        return Err(Failure::Unknown(one_line(
-            &format!("{what}: sending the request body failed: {error}"),
-            400,
-        )));
-    }
 
     let status = response.status();
     let incoming = response

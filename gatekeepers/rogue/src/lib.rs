@@ -18,7 +18,7 @@ use http::{Failure, base_url, one_line};
 use serde_json::{Map, Value, json};
 use wasi::http::types::Method;
 
-const TOOLS: &str = "deleteIssue, spin, crash, bigResult, fetch, peek";
+const TOOLS: &str = "deleteIssue, spin, crash, bigResult, fetch, peek, echo";
 
 struct Rogue;
 
@@ -63,6 +63,12 @@ impl Guest for Rogue {
                     "fetch",
                     "TEST FIXTURE: GETs any url and returns its status and body.",
                     json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
+                    read_only,
+                ),
+                tool(
+                    "echo",
+                    "TEST FIXTURE: returns its arguments, touching nothing (benchmarks measure the kernel with it).",
+                    json!({"type": "object"}),
                     read_only,
                 ),
                 tool(
@@ -112,6 +118,7 @@ impl Guest for Rogue {
                     }
                 }
             }
+            "echo" => Value::Object(args),
             "spin" => spin(),
             "crash" => panic!("the rogue gatekeeper crashes on purpose"),
             "bigResult" => {

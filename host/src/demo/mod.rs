@@ -6,6 +6,7 @@
 //! the service received at each step. Owns nothing the kernel relies on.
 
 pub mod tracker;
+pub mod warehouse;
 
 use crate::home::Home;
 use crate::kernel::Kernel;

@@ -29,6 +29,16 @@ pub struct ServiceHandle {
     key: String,
 }
 
+impl ServiceHandle {
+    pub fn new(key: impl Into<String>) -> ServiceHandle {
+        ServiceHandle { key: key.into() }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
 /// The `T` of a gadget's store.
 pub struct GadgetState {
     wasi: WasiCtx,

@@ -326,12 +326,9 @@ pub async fn simulate(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
     name: &str,
+    reach: Reach,
     invocation: wit::Invocation,
 ) -> Called<Option<String>> {
-    let reach = Reach {
-        allowed_hosts: Vec::new(),
-        credential: None,
-    };
     with_instance(pre, limits, name, reach, move |store, gk| {
         Box::pin(async move {
             gk.gatehouse_os_tool()

@@ -252,16 +252,22 @@ impl Runtime {
     ) -> anyhow::Result<String> {
         check_header(bytes)?;
         let digest = hex::encode(Sha256::digest(bytes));
-        let component = self.compile_cached(&digest, bytes, progress)?;
-        match role {
-            Role::Gadget => {
-                self.gadget_pre(&digest, component)?;
-            }
-            Role::Gatekeeper => {
-                self.gatekeeper_pre(&digest, component)?;
-            }
-        }
         let source = self.source_path(&digest);
+        let component = self.compile_cached(&digest, bytes, progress)?;
+        let checked = check_exports(&self.engine, &component, role).and_then(|()| match role {
+            Role::Gadget => self.gadget_pre(&digest, component).map(drop),
+            Role::Gatekeeper => self.gatekeeper_pre(&digest, component).map(drop),
+        });
+        if let Err(e) = checked {
+            // A refused component leaves nothing behind, not even its
+            // compiled form (unless the same bytes were admitted before).
+            if !source.exists() {
+                let compiled = self.compiled_path(&digest);
+                let _ = std::fs::remove_file(compiled.with_extension("cwasm.sha256"));
+                let _ = std::fs::remove_file(compiled);
+            }
+            return Err(e);
+        }
         if !source.exists() {
             write_atomic(&source, bytes)?;
         }
@@ -423,6 +429,47 @@ fn link<T>(
             role.noun()
         )
     })
+}
+
+/// Check what a component exports before linking its imports, so that a
+/// component of the other role is told what it is, not what it imports.
+fn check_exports(engine: &Engine, component: &Component, role: Role) -> anyhow::Result<()> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
+    let has = |iface: &str| exports.iter().any(|n| n.starts_with(iface));
+    let (want, other, other_role, how) = match role {
+        Role::Gadget => (
+            "gatehouse:os/run",
+            "gatehouse:os/tool",
+            "gatekeeper",
+            "add it with `gatehouse gatekeeper add`",
+        ),
+        Role::Gatekeeper => (
+            "gatehouse:os/tool",
+            "gatehouse:os/run",
+            "gadget",
+            "install it with `gatehouse install`",
+        ),
+    };
+    if has(want) {
+        return Ok(());
+    }
+    if has(other) {
+        bail!(
+            "this component is a {other_role}, not a {}: a {} must export {want}; {how}",
+            role.noun(),
+            role.noun()
+        );
+    }
+    bail!(
+        "this component is not a {}: it must export {want} (it exports: {})",
+        role.noun(),
+        if exports.is_empty() {
+            "nothing".to_owned()
+        } else {
+            exports.join(", ")
+        }
+    )
 }
 
 fn exports_error(e: wasmtime::Error, role: Role) -> anyhow::Error {

@@ -155,7 +155,15 @@ pub fn validate_args(args: &str) -> Result<String, StageError> {
     let v: serde_json::Value =
         serde_json::from_str(args).map_err(|e| StageError::NotJson(e.to_string()))?;
     let kind = match &v {
-        serde_json::Value::Object(_) => return Ok(v.to_string()),
+        serde_json::Value::Object(_) => {
+            // Normalising can grow JSON (`9e15` is written out in full), so
+            // the cap applies to what is stored, not only to what was sent.
+            let normalised = v.to_string();
+            if normalised.len() > MAX_ARGS_BYTES {
+                return Err(StageError::TooLarge(normalised.len()));
+            }
+            return Ok(normalised);
+        }
         serde_json::Value::Null => "null",
         serde_json::Value::Array(_) => "an array",
         serde_json::Value::String(_) => "a string",

@@ -13,10 +13,12 @@
 mod actions;
 mod ledger;
 mod registry;
+mod rules;
 
 pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageError, validate_args};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
+pub use rules::{AgentRun, Rule};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};

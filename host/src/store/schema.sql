@@ -83,3 +83,25 @@ CREATE TABLE IF NOT EXISTS ledger (
 
 CREATE INDEX IF NOT EXISTS ledger_by_chat ON ledger (chat, id);
 CREATE INDEX IF NOT EXISTS ledger_open ON ledger (state) WHERE state IN ('pending', 'applying');
+
+-- Key two of auto-approval (SPEC U1): a person's rule for exactly one
+-- namespaced tag `gatekeeper:tool`.
+CREATE TABLE IF NOT EXISTS rules (
+    tag        TEXT PRIMARY KEY CHECK (instr(tag, ':') > 1),
+    enabled_by TEXT NOT NULL,
+    enabled_at INTEGER NOT NULL
+) STRICT;
+
+-- The agent harness (SPEC V2, V3): a run whose turn ended on actions that
+-- await a decision, resumed when all of them are applied.
+CREATE TABLE IF NOT EXISTS agent_runs (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    chat       TEXT NOT NULL,
+    gadget     TEXT NOT NULL,
+    task       TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('running', 'waiting', 'done', 'stopped')),
+    awaited    TEXT NOT NULL CHECK (json_valid(awaited) AND json_type(awaited) = 'array'),
+    turns      INTEGER NOT NULL DEFAULT 0,
+    last_output TEXT,
+    updated_at INTEGER NOT NULL
+) STRICT;

@@ -3,9 +3,11 @@
 
 mod actions;
 mod apply;
+mod auto_approval;
 mod caps;
 mod classification;
 mod cli;
 mod install;
 mod introductions;
+mod pending_visibility;
 mod sandbox;

@@ -358,7 +358,9 @@ async fn a_gatekeeper_reaches_only_its_allowed_hosts_and_never_holds_the_secret(
     assert_eq!(refused["kind"], "service", "{}", out[1]);
     let msg = refused["message"].as_str().unwrap_or_default();
     assert!(
-        msg.contains(&other.host()) && msg.contains("Denied"),
+        msg.contains(&other.host())
+            && msg.contains("the kernel refused")
+            && msg.contains("before it was sent"),
         "the refusal should name the host and say it was denied: {msg:?}"
     );
     assert_eq!(

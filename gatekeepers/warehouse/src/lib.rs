@@ -1,0 +1,347 @@
+//! `warehouse`: the gatekeeper of the demo data warehouse
+//! (`host/src/demo/warehouse.rs`). It lists tables and reads one table over
+//! `wasi:http`, reporting each table it read as a source (`table:<name>`,
+//! flagged `restricted` when the warehouse says the data is owner-only), so
+//! the kernel can record observations, latch a chat that read restricted
+//! data and check observers of a shared chat table by table (`track-reads`).
+//!
+//! The warehouse is a closed service, so its reads are declared
+//! `open-world: false`. It accepts no writes: `exportReport` exists only as
+//! an action for tests of the approval path and is always refused without a
+//! request.
+
+// Shared with `issues`; this gatekeeper uses only part of it.
+#[allow(dead_code)]
+#[path = "../../issues/src/http.rs"]
+mod http;
+
+wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
+
+use std::collections::BTreeMap;
+
+use exports::gatehouse::os::tool::{
+    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, Source, ToolError,
+};
+use gatehouse::os::types::{Annotations, ToolInfo};
+use http::{Failure, base_url, encode_query, one_line};
+use serde_json::{Map, Value, json};
+use wasi::http::types::Method;
+
+const TOOLS: &str = "listTables, query, exportReport";
+
+/// Source ids of tables start with this; the rest is the table name.
+const TABLE_PREFIX: &str = "table:";
+
+struct Warehouse;
+
+impl Guest for Warehouse {
+    fn describe() -> Manifest {
+        // Reads of a closed service: nothing they do reaches the open world.
+        let closed_read = Annotations {
+            read_only: Some(true),
+            destructive: None,
+            idempotent: None,
+            open_world: Some(false),
+        };
+        let none = Annotations {
+            read_only: None,
+            destructive: None,
+            idempotent: None,
+            open_world: None,
+        };
+        let tool = |name: &str, description: &str, schema: Value, annotations| ToolInfo {
+            name: name.to_string(),
+            description: description.to_string(),
+            input_schema: schema.to_string(),
+            annotations,
+        };
+        let table = json!({"type": "string", "minLength": 1, "description": "The table's name, as listTables shows it."});
+        Manifest {
+            tools: vec![
+                tool(
+                    "listTables",
+                    "List the warehouse's tables (name, title, whether the data is owner-only). Returns no rows.",
+                    json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                    closed_read,
+                ),
+                tool(
+                    "query",
+                    "Read every row of one table.",
+                    json!({"type": "object", "properties": {"table": table},
+                           "required": ["table"], "additionalProperties": false}),
+                    closed_read,
+                ),
+                tool(
+                    "exportReport",
+                    "Export a table as a report to a destination. Exports are disabled in this demo: the call is always refused and nothing is sent.",
+                    json!({"type": "object",
+                           "properties": {"table": table,
+                                          "to": {"type": "string", "minLength": 1, "description": "Where the report should go."}},
+                           "required": ["table", "to"], "additionalProperties": false}),
+                    none,
+                ),
+            ],
+            simulates: false,
+            observers: ObserverStrategy::TrackReads,
+        }
+    }
+
+    fn call(invocation: Invocation) -> Result<Output, ToolError> {
+        let args = parse_args(&invocation.args)?;
+        let base = || base_url(&invocation.settings).map_err(ToolError::Refused);
+        match invocation.tool.as_str() {
+            "listTables" => {
+                let url = format!("{}/tables", base()?);
+                let result = get(&url, "the table list")?;
+                Ok(Output {
+                    result: result.to_string(),
+                    sources: vec![Source {
+                        id: "catalog".into(),
+                        title: "Warehouse table list".into(),
+                        restricted: false,
+                    }],
+                })
+            }
+            "query" => {
+                let name = table_arg(&args)?;
+                let url = format!("{}/tables/{}", base()?, encode_query(&name));
+                let result = get(&url, &format!("table {}", one_line(&name, 80)))?;
+                let source = table_source(&name, &result);
+                Ok(Output {
+                    result: result.to_string(),
+                    sources: vec![source],
+                })
+            }
+            "exportReport" => Err(ToolError::Refused("exports are disabled".into())),
+            other => Err(ToolError::UnknownTool(format!(
+                "unknown tool {}; this gatekeeper offers: {TOOLS}",
+                one_line(other, 80)
+            ))),
+        }
+    }
+
+    fn simulate(_invocation: Invocation) -> Option<String> {
+        None
+    }
+
+    fn check_observer(check: ObserverCheck) -> Vec<Denial> {
+        let base = base_url(&check.settings);
+        // One access check per table, however many sources name it.
+        let mut verdicts: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut denials = Vec::new();
+        for source in check.sources {
+            let Some(name) = source.id.strip_prefix(TABLE_PREFIX) else {
+                continue;
+            };
+            let verdict = verdicts
+                .entry(name.to_string())
+                .or_insert_with(|| match &base {
+                    Ok(base) => access_denial(base, name),
+                    Err(e) => Some(format!(
+                        "could not check access to table {}: {e}",
+                        one_line(name, 80)
+                    )),
+                });
+            if let Some(reason) = verdict {
+                denials.push(Denial {
+                    source: source.id.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+        denials
+    }
+}
+
+export!(Warehouse);
+
+/// Why the calling account may not observe table `name`, or `None` if it
+/// may. Fails closed: an access check that could not be made denies.
+fn access_denial(base: &str, name: &str) -> Option<String> {
+    let shown = one_line(name, 80);
+    if name.is_empty() {
+        return Some("the source names no table".into());
+    }
+    let url = format!("{base}/access/{}", encode_query(name));
+    let reply = match http::send(Method::Get, &url, None) {
+        Ok(reply) => reply,
+        Err(Failure::NotSent(e) | Failure::Unknown(e)) => {
+            return Some(format!("could not check access to table {shown}: {e}"));
+        }
+    };
+    match reply.status {
+        200..=299 => {
+            let allowed = serde_json::from_slice::<Value>(&reply.body)
+                .ok()
+                .and_then(|v| v.get("allowed").and_then(Value::as_bool));
+            match allowed {
+                Some(true) => None,
+                Some(false) => Some(format!("account may not read table {shown}")),
+                None => Some(format!(
+                    "could not check access to table {shown}: the warehouse's answer has no allowed flag"
+                )),
+            }
+        }
+        401 => Some("the account is not known to the warehouse".into()),
+        403 => Some(format!("account may not read table {shown}")),
+        404 => Some(format!("the warehouse has no table {shown}")),
+        status => Some(format!(
+            "could not check access to table {shown}: unexpected HTTP {status}"
+        )),
+    }
+}
+
+/// The source a `query` reply describes: `table:<name>`, titled and flagged
+/// as the warehouse says. A reply without a boolean `restricted` flag is
+/// treated as restricted (fail closed: unknown data may be owner-only).
+fn table_source(requested: &str, reply: &Value) -> Source {
+    let name = reply
+        .get("table")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(requested);
+    let title = reply
+        .get("title")
+        .and_then(Value::as_str)
+        .map(|t| one_line(t, 120))
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| format!("Warehouse table {}", one_line(name, 80)));
+    Source {
+        id: format!("{TABLE_PREFIX}{name}"),
+        title,
+        restricted: reply
+            .get("restricted")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+    }
+}
+
+fn parse_args(args: &str) -> Result<Map<String, Value>, ToolError> {
+    let text = if args.trim().is_empty() { "{}" } else { args };
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ToolError::InvalidArgs(
+            "arguments must be a JSON object".into(),
+        )),
+        Err(e) => Err(ToolError::InvalidArgs(format!(
+            "arguments are not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// The non-empty string argument `table`.
+fn table_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
+    match args.get("table") {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+        Some(Value::String(_)) => Err(ToolError::InvalidArgs("table must not be empty".into())),
+        Some(_) => Err(ToolError::InvalidArgs(
+            "table must be a string (a name from listTables)".into(),
+        )),
+        None => Err(ToolError::InvalidArgs("missing string field table".into())),
+    }
+}
+
+/// GETs `url` and returns its JSON, mapping failures to the `tool-error`
+/// the kernel expects. `what` names the thing read, for messages.
+fn get(url: &str, what: &str) -> Result<Value, ToolError> {
+    let reply = http::send(Method::Get, url, None).map_err(|failure| match failure {
+        Failure::NotSent(e) => ToolError::Refused(format!("the request was not sent: {e}")),
+        Failure::Unknown(e) => ToolError::UnknownOutcome(e),
+    })?;
+    let status = reply.status;
+    let text = String::from_utf8_lossy(&reply.body);
+    let detail = || service_error(&text);
+    match status {
+        200..=299 => serde_json::from_str(&text).map_err(|e| {
+            ToolError::UnknownOutcome(format!(
+                "reading {what}: HTTP {status}, but the reply is not JSON ({e}): {}",
+                one_line(&text, 120)
+            ))
+        }),
+        401 => Err(ToolError::Refused(format!(
+            "reading {what}: the account is not known to the warehouse (HTTP 401)"
+        ))),
+        403 => Err(ToolError::Refused(format!(
+            "the account may not read {what} (HTTP 403)"
+        ))),
+        404 => Err(ToolError::InvalidArgs(format!(
+            "the warehouse has no {what}; listTables shows the tables"
+        ))),
+        _ => Err(ToolError::UnknownOutcome(format!(
+            "reading {what}: unexpected HTTP {status}: {}",
+            detail()
+        ))),
+    }
+}
+
+/// The service's `{"error": ...}` message, else the body, on one line.
+fn service_error(text: &str) -> String {
+    let message = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string));
+    one_line(message.as_deref().unwrap_or(text), 120)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_sources_follow_the_reply_and_fail_closed() {
+        let s = table_source(
+            "payroll",
+            &json!({"table": "payroll", "title": "Payroll", "restricted": true, "rows": []}),
+        );
+        assert_eq!(s.id, "table:payroll");
+        assert_eq!(s.title, "Payroll");
+        assert!(s.restricted);
+        let s = table_source("sales", &json!({"restricted": false}));
+        assert_eq!(s.id, "table:sales");
+        assert_eq!(s.title, "Warehouse table sales");
+        assert!(!s.restricted);
+        let s = table_source("odd", &json!({"restricted": "no", "title": "a\nb"}));
+        assert!(s.restricted, "a non-boolean flag counts as restricted");
+        assert_eq!(s.title, "a b");
+        assert!(table_source("odd", &json!([])).restricted);
+    }
+
+    #[test]
+    fn table_argument_is_a_non_empty_string() {
+        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            table_arg(&args(json!({"table": " sales "})))
+                .ok()
+                .as_deref(),
+            Some("sales")
+        );
+        for bad in [
+            json!({}),
+            json!({"table": ""}),
+            json!({"table": 3}),
+            json!({"table": null}),
+        ] {
+            assert!(matches!(
+                table_arg(&args(bad)),
+                Err(ToolError::InvalidArgs(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn arguments_must_be_an_object() {
+        assert!(parse_args("").is_ok());
+        assert!(parse_args("{\"table\":\"sales\"}").is_ok());
+        for bad in ["[]", "null", "3", "{"] {
+            assert!(matches!(parse_args(bad), Err(ToolError::InvalidArgs(_))));
+        }
+    }
+
+    #[test]
+    fn service_errors_are_one_line() {
+        assert_eq!(
+            service_error(r#"{"error":"account may not read table payroll"}"#),
+            "account may not read table payroll"
+        );
+        assert_eq!(service_error("plain\ntext"), "plain text");
+    }
+}

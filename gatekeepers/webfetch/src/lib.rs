@@ -1,0 +1,181 @@
+//! `webfetch`: an outbound web fetcher. Its one tool, `fetch`, GETs a url
+//! over `wasi:http` and returns the status and (at most 64 KiB of) the body
+//! as text. The kernel lets its requests reach only the hosts the operator
+//! allowed, so "the web" is whatever the operator opened up.
+//!
+//! It is the open-world read the restricted-data latch (O3) refuses: each
+//! fetch is declared `open-world: true` and reported as a `web:<url>`
+//! source. The data is public, so observers need no check (`no-check`).
+
+// Shared with `issues`; this gatekeeper uses only part of it.
+#[allow(dead_code)]
+#[path = "../../issues/src/http.rs"]
+mod http;
+
+wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
+
+use exports::gatehouse::os::tool::{
+    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, Source, ToolError,
+};
+use gatehouse::os::types::{Annotations, ToolInfo};
+use http::{Failure, one_line};
+use serde_json::{Map, Value, json};
+use wasi::http::types::Method;
+
+/// The most of a body `fetch` returns, in bytes of UTF-8 text.
+const MAX_BODY: usize = 64 * 1024;
+
+struct Webfetch;
+
+impl Guest for Webfetch {
+    fn describe() -> Manifest {
+        Manifest {
+            tools: vec![ToolInfo {
+                name: "fetch".into(),
+                description: "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.".into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"url": {"type": "string", "description": "An http:// or https:// url."}},
+                    "required": ["url"],
+                    "additionalProperties": false,
+                })
+                .to_string(),
+                annotations: Annotations {
+                    read_only: Some(true),
+                    destructive: None,
+                    idempotent: None,
+                    open_world: Some(true),
+                },
+            }],
+            simulates: false,
+            observers: ObserverStrategy::NoCheck,
+        }
+    }
+
+    fn call(invocation: Invocation) -> Result<Output, ToolError> {
+        if invocation.tool != "fetch" {
+            return Err(ToolError::UnknownTool(format!(
+                "unknown tool {}; this gatekeeper offers: fetch",
+                one_line(&invocation.tool, 80)
+            )));
+        }
+        let args = parse_args(&invocation.args)?;
+        let url = url_arg(&args)?;
+        let reply = http::send(Method::Get, &url, None).map_err(|failure| match failure {
+            Failure::NotSent(e) => ToolError::Refused(e),
+            Failure::Unknown(e) => ToolError::UnknownOutcome(e),
+        })?;
+        if reply.status >= 500 {
+            let text = String::from_utf8_lossy(&reply.body);
+            return Err(ToolError::UnknownOutcome(format!(
+                "GET {}: the server failed (HTTP {}): {}",
+                one_line(&url, 200),
+                reply.status,
+                one_line(&text, 120)
+            )));
+        }
+        let body = String::from_utf8_lossy(&reply.body);
+        Ok(Output {
+            result: json!({"status": reply.status, "body": cut(&body, MAX_BODY)}).to_string(),
+            sources: vec![Source {
+                id: format!("web:{url}"),
+                title: one_line(&url, 200),
+                restricted: false,
+            }],
+        })
+    }
+
+    fn simulate(_invocation: Invocation) -> Option<String> {
+        None
+    }
+
+    fn check_observer(_check: ObserverCheck) -> Vec<Denial> {
+        // Public data: anyone may observe it.
+        Vec::new()
+    }
+}
+
+export!(Webfetch);
+
+fn parse_args(args: &str) -> Result<Map<String, Value>, ToolError> {
+    let text = if args.trim().is_empty() { "{}" } else { args };
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ToolError::InvalidArgs(
+            "arguments must be a JSON object".into(),
+        )),
+        Err(e) => Err(ToolError::InvalidArgs(format!(
+            "arguments are not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// The `url` argument: a string starting with `http://` or `https://`.
+/// Anything else wrong with it (whitespace, no host) is found by the HTTP
+/// helper, which refuses to send it.
+fn url_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
+    let url = match args.get("url") {
+        Some(Value::String(s)) => s.trim(),
+        Some(_) => return Err(ToolError::InvalidArgs("url must be a string".into())),
+        None => return Err(ToolError::InvalidArgs("missing string field url".into())),
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ToolError::InvalidArgs(format!(
+            "url must start with http:// or https://, not {:?}",
+            one_line(url, 80)
+        )));
+    }
+    Ok(url.to_string())
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_cut_on_character_boundaries() {
+        assert_eq!(cut("abc", 5), "abc");
+        assert_eq!(cut("abcdef", 3), "abc");
+        assert_eq!(cut("aé", 2), "a", "é is two bytes");
+        assert_eq!(cut("aé", 3), "aé");
+        let big = "é".repeat(MAX_BODY);
+        assert!(cut(&big, MAX_BODY).len() <= MAX_BODY);
+        assert_eq!(cut(&big, MAX_BODY).len(), MAX_BODY);
+    }
+
+    #[test]
+    fn url_must_be_an_http_url_string() {
+        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            url_arg(&args(json!({"url": " http://h/x "})))
+                .ok()
+                .as_deref(),
+            Some("http://h/x")
+        );
+        assert!(url_arg(&args(json!({"url": "https://h"}))).is_ok());
+        for bad in [
+            json!({}),
+            json!({"url": 3}),
+            json!({"url": ""}),
+            json!({"url": "ftp://h/"}),
+            json!({"url": "file:///etc/passwd"}),
+        ] {
+            assert!(matches!(
+                url_arg(&args(bad)),
+                Err(ToolError::InvalidArgs(_))
+            ));
+        }
+    }
+}

@@ -1,0 +1,755 @@
+//! The demo data warehouse: a small, read-only, in-memory HTTP service that
+//! Gatehouse ships so that tests of observations, the restricted-data latch
+//! (O1-O4) and observers of shared chats (S1-S5) have a real service whose
+//! accounts may read different tables.
+//!
+//! What this module owns: one loopback HTTP server per [`Warehouse`], its
+//! thread and tokio runtime, its fixed tables, its accounts (a bearer token
+//! and the tables it may read) and the log of every request it received.
+//! Like the issue tracker next to it, it is reached through real sockets and
+//! a real HTTP stack, so a gatekeeper test against it exercises the real
+//! outbound path, credential injection included.
+//!
+//! The data is fixed and small: `sales` and `customers` are public tables,
+//! `payroll` is owner-only (`"restricted": true`). Which tables an account
+//! may read is decided by the builder, so a test can model an owner who may
+//! read everything and a collaborator who may not read payroll.
+//!
+//! What it may not touch: nothing of the kernel. It imports nothing from the
+//! rest of the crate but the tracker's [`Received`] record, and the kernel
+//! must never depend on it to make a decision.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub use super::tracker::Received;
+
+/// Largest request body the warehouse reads (it never needs one). Anything
+/// bigger is answered 413 and logged with an empty body.
+const MAX_BODY: usize = 64 * 1024;
+
+/// How long shutdown waits for requests still being answered before it tears
+/// the runtime down anyway, so dropping a [`Warehouse`] never hangs a test.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// One built-in table.
+struct Table {
+    name: &'static str,
+    title: &'static str,
+    /// Owner-only data; a gatekeeper reports it as a restricted source.
+    restricted: bool,
+    rows: Value,
+}
+
+/// The fixed data every warehouse serves, in listing order.
+fn tables() -> Vec<Table> {
+    vec![
+        Table {
+            name: "sales",
+            title: "Sales by region",
+            restricted: false,
+            rows: json!([
+                {"region": "north", "quarter": "Q1", "amount": 120},
+                {"region": "south", "quarter": "Q1", "amount": 95},
+                {"region": "north", "quarter": "Q2", "amount": 140},
+                {"region": "south", "quarter": "Q2", "amount": 110},
+            ]),
+        },
+        Table {
+            name: "customers",
+            title: "Customers",
+            restricted: false,
+            rows: json!([
+                {"id": 1, "name": "Acme Ltd", "region": "north"},
+                {"id": 2, "name": "Globex", "region": "south"},
+                {"id": 3, "name": "Initech", "region": "north"},
+            ]),
+        },
+        Table {
+            name: "payroll",
+            title: "Payroll (owner only)",
+            restricted: true,
+            rows: json!([
+                {"name": "Ada", "salary": 182000},
+                {"name": "Grace", "salary": 176000},
+                {"name": "Linus", "salary": 158000},
+            ]),
+        },
+    ]
+}
+
+/// Which tables an account may read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Grant {
+    /// Every table (`"*"`).
+    All,
+    /// Exactly these tables (possibly none: the account is known but reads
+    /// nothing, which still lets it list the tables).
+    Tables(BTreeSet<String>),
+}
+
+impl Grant {
+    fn allows(&self, table: &str) -> bool {
+        match self {
+            Grant::All => true,
+            Grant::Tables(names) => names.contains(table),
+        }
+    }
+}
+
+/// Configuration for a [`Warehouse`]; obtained from [`Warehouse::builder`].
+#[derive(Clone, Debug, Default)]
+pub struct WarehouseBuilder {
+    accounts: HashMap<String, Grant>,
+}
+
+/// A running warehouse on `127.0.0.1` (ephemeral port).
+///
+/// The server runs on its own thread with its own tokio runtime, so it works
+/// the same from a plain `#[test]`, from inside `#[tokio::test]` and from the
+/// CLI. It stops when dropped or via [`Warehouse::shutdown`].
+pub struct Warehouse {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Everything the server thread and the test thread both see.
+struct Shared {
+    accounts: HashMap<String, Grant>,
+    tables: Vec<Table>,
+    requests: Mutex<Vec<Received>>,
+    /// Signalled whenever a request is logged, for `wait_for_requests`.
+    logged: Condvar,
+}
+
+impl Warehouse {
+    /// Starts configuring a warehouse. No account exists until one is added,
+    /// so a warehouse never answers anonymous requests by accident.
+    pub fn builder() -> WarehouseBuilder {
+        WarehouseBuilder::default()
+    }
+
+    /// The socket the warehouse listens on (always `127.0.0.1`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `"127.0.0.1:PORT"`: the form an allow-list of hosts needs.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request received so far, in arrival order, including those
+    /// refused (401, 403, 404, 405, 413): tests need to see what was
+    /// attempted, for example that an access check sent no data request.
+    pub fn requests(&self) -> Vec<Received> {
+        self.shared.log().clone()
+    }
+
+    /// Blocks the calling thread until at least `n` requests have been
+    /// received or `timeout` has passed; returns whether `n` was reached.
+    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
+        let guard = self.shared.log();
+        let guard = self
+            .shared
+            .logged
+            .wait_timeout_while(guard, timeout, |requests| requests.len() < n)
+            .map(|(guard, _)| guard)
+            .unwrap_or_else(|e| e.into_inner().0);
+        guard.len() >= n
+    }
+
+    /// Stops the server and waits for its thread; same as dropping it.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Warehouse {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The server may already be gone; nothing to do then.
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for Warehouse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Warehouse")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WarehouseBuilder {
+    /// An account: its bearer token and the tables it may read (`"*"` =
+    /// all). Adding the same token again replaces its tables. An empty list
+    /// makes an account that is known (it may list the tables) but may read
+    /// none. Names of tables that do not exist are kept and simply never
+    /// match.
+    pub fn account(mut self, token: &str, tables: &[&str]) -> Self {
+        let grant = if tables.contains(&"*") {
+            Grant::All
+        } else {
+            Grant::Tables(tables.iter().map(|t| (*t).to_owned()).collect())
+        };
+        self.accounts.insert(token.to_owned(), grant);
+        self
+    }
+
+    /// Binds `127.0.0.1:0`, starts the server on its own thread and runtime,
+    /// and returns once it is listening. Works with or without a surrounding
+    /// tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// Whatever binding the loopback port, or building the server's
+    /// runtime, fails with; no thread is left behind in that case.
+    pub fn start(self) -> io::Result<Warehouse> {
+        let shared = Arc::new(Shared {
+            accounts: self.accounts,
+            tables: tables(),
+            requests: Mutex::new(Vec::new()),
+            logged: Condvar::new(),
+        });
+
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let server_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("demo-warehouse-{}", addr.port()))
+            .spawn(move || serve(listener, server_shared, stop_rx, ready_tx))?;
+
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Warehouse {
+                addr,
+                shared,
+                stop: Some(stop_tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(io::Error::other(
+                    "demo warehouse thread exited before listening",
+                ))
+            }
+        }
+    }
+}
+
+/// Body of the server thread: builds a runtime, serves until told to stop,
+/// then stops within [`SHUTDOWN_GRACE`].
+fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    stop: oneshot::Receiver<()>,
+    ready: std::sync::mpsc::Sender<io::Result<()>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => listener,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let app = Router::new().fallback(handle).with_state(shared);
+        let (drain_tx, drain_rx) = oneshot::channel::<()>();
+        let mut server = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = drain_rx.await;
+                })
+                .into_future(),
+        );
+        let _ = ready.send(Ok(()));
+
+        // Either an explicit stop or the Warehouse being dropped.
+        tokio::select! {
+            _ = stop => {}
+            _ = &mut server => return,
+        }
+        let _ = drain_tx.send(());
+        // Bounded: a client holding a connection open cannot stall shutdown.
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await;
+    });
+    // Dropping the runtime cancels what is left, closing its connections.
+    drop(runtime);
+}
+
+impl Shared {
+    /// Locks the request log. A poisoned lock only means a thread panicked
+    /// while holding it; the log is still the best record there is.
+    fn log(&self) -> MutexGuard<'_, Vec<Received>> {
+        self.requests.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, received: Received) {
+        self.log().push(received);
+        self.logged.notify_all();
+    }
+
+    /// The grant of the account named by the `Authorization` header: only
+    /// the `Bearer` scheme (case-insensitive) with a known, non-empty token.
+    fn account(&self, authorization: Option<&str>) -> Option<&Grant> {
+        let (scheme, token) = authorization?.trim().split_once(' ')?;
+        let token = token.trim();
+        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+            return None;
+        }
+        self.accounts.get(token)
+    }
+
+    fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    /// The API proper, for an authenticated GET.
+    fn route(&self, grant: &Grant, path: &str) -> Response {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match segments.as_slice() {
+            ["tables"] => {
+                let listing: Vec<Value> = self
+                    .tables
+                    .iter()
+                    .map(|t| json!({"name": t.name, "title": t.title, "restricted": t.restricted}))
+                    .collect();
+                Json(listing).into_response()
+            }
+            ["tables", name] => {
+                let Some((name, table)) = self.named(name) else {
+                    return no_such_table(name);
+                };
+                if !grant.allows(table.name) {
+                    return error(
+                        StatusCode::FORBIDDEN,
+                        &format!("account may not read table {name}"),
+                    );
+                }
+                Json(json!({
+                    "table": table.name,
+                    "title": table.title,
+                    "restricted": table.restricted,
+                    "rows": table.rows,
+                }))
+                .into_response()
+            }
+            ["access", name] => {
+                let Some((_, table)) = self.named(name) else {
+                    return no_such_table(name);
+                };
+                Json(json!({"table": table.name, "allowed": grant.allows(table.name)}))
+                    .into_response()
+            }
+            _ => error(StatusCode::NOT_FOUND, "not found"),
+        }
+    }
+
+    /// The table a percent-encoded path segment names, with the decoded name.
+    fn named(&self, segment: &str) -> Option<(String, &Table)> {
+        let name = percent_decode(segment)?;
+        let table = self.table(&name)?;
+        Some((name, table))
+    }
+}
+
+/// The single handler: every request, matched or not, is logged and
+/// authenticated the same way before it is routed.
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| parts.uri.path().to_owned());
+    let authorization = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let (bytes, readable) = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => (bytes, true),
+        Err(_) => (Default::default(), false),
+    };
+    let received = Received {
+        method: parts.method.as_str().to_owned(),
+        path,
+        authorization,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    };
+    shared.record(received.clone());
+
+    if !readable {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body unreadable or larger than 64 KiB",
+        );
+    }
+    let Some(grant) = shared.account(received.authorization.as_deref()) else {
+        let mut response = error(StatusCode::UNAUTHORIZED, "missing or unknown bearer token");
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    };
+    if parts.method != Method::GET {
+        let mut response = error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the warehouse is read-only: only GET is supported",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        return response;
+    }
+    shared.route(grant, parts.uri.path())
+}
+
+/// A JSON error answer: `{"error": "..."}`.
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+fn no_such_table(segment: &str) -> Response {
+    let name = percent_decode(segment).unwrap_or_else(|| segment.to_owned());
+    let shown: String = name.chars().filter(|c| !c.is_control()).take(80).collect();
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("no table named {shown:?}; GET /tables lists them"),
+    )
+}
+
+/// Decodes `%XX` escapes; `None` for a malformed escape or invalid UTF-8.
+fn percent_decode(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Talks to the warehouse with hand-written HTTP/1.1 over a blocking
+    //! `std::net::TcpStream`, like the tracker's tests.
+
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    fn call(w: &Warehouse, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+        let mut stream = TcpStream::connect(w.addr()).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("set timeout");
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            w.host()
+        );
+        if let Some(token) = token {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        if method != "GET" {
+            head.push_str("Content-Length: 0\r\n");
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).expect("write");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).expect("read response");
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text.split_once("\r\n\r\n").expect("complete response");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("status line");
+        (status, serde_json::from_str(body).expect("JSON body"))
+    }
+
+    /// An owner who reads everything and an analyst who may not read payroll.
+    fn warehouse() -> Warehouse {
+        Warehouse::builder()
+            .account("owner", &["*"])
+            .account("analyst", &["sales", "customers"])
+            .account("nobody", &[])
+            .start()
+            .expect("start warehouse")
+    }
+
+    #[test]
+    fn every_request_needs_a_known_bearer_token() {
+        let w = warehouse();
+        for token in [None, Some("stranger"), Some("")] {
+            for path in ["/tables", "/tables/sales", "/access/sales", "/nope"] {
+                let (status, body) = call(&w, "GET", path, token);
+                assert_eq!(status, 401, "{path} with {token:?}");
+                assert!(body["error"].is_string());
+            }
+        }
+        // Not a Bearer token, even if the value is known.
+        let mut s = TcpStream::connect(w.addr()).expect("connect");
+        s.write_all(b"GET /tables HTTP/1.1\r\nHost: x\r\nAuthorization: Basic owner\r\nConnection: close\r\n\r\n")
+            .expect("write");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).expect("read");
+        assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 401"));
+        assert_eq!(w.requests().len(), 13);
+        assert_eq!(
+            w.requests()[1].authorization.as_deref(),
+            None,
+            "logged as received"
+        );
+        assert_eq!(
+            w.requests()[4].authorization.as_deref(),
+            Some("Bearer stranger")
+        );
+    }
+
+    #[test]
+    fn no_accounts_means_nobody_gets_in() {
+        let w = Warehouse::builder().start().expect("start");
+        assert_eq!(call(&w, "GET", "/tables", Some("owner")).0, 401);
+    }
+
+    #[test]
+    fn listing_shows_every_table_with_its_restricted_flag() {
+        let w = warehouse();
+        let expected = json!([
+            {"name": "sales", "title": "Sales by region", "restricted": false},
+            {"name": "customers", "title": "Customers", "restricted": false},
+            {"name": "payroll", "title": "Payroll (owner only)", "restricted": true},
+        ]);
+        for token in ["owner", "analyst", "nobody"] {
+            let (status, body) = call(&w, "GET", "/tables", Some(token));
+            assert_eq!(status, 200, "{token}");
+            assert_eq!(body, expected, "{token}");
+        }
+    }
+
+    #[test]
+    fn reading_a_table_returns_its_rows_and_flag() {
+        let w = warehouse();
+        let (status, body) = call(&w, "GET", "/tables/payroll", Some("owner"));
+        assert_eq!(status, 200);
+        assert_eq!(body["table"], "payroll");
+        assert_eq!(body["restricted"], true);
+        assert!(body["title"].is_string());
+        assert_eq!(body["rows"][0], json!({"name": "Ada", "salary": 182000}));
+
+        let (status, body) = call(&w, "GET", "/tables/sales", Some("analyst"));
+        assert_eq!(status, 200);
+        assert_eq!(body["table"], "sales");
+        assert_eq!(body["title"], "Sales by region");
+        assert_eq!(body["restricted"], false);
+        assert_eq!(
+            body["rows"][0],
+            json!({"region": "north", "quarter": "Q1", "amount": 120})
+        );
+        let (status, body) = call(&w, "GET", "/tables/customers", Some("owner"));
+        assert_eq!(status, 200);
+        assert_eq!(body["restricted"], false);
+        assert!(body["rows"].as_array().is_some_and(|r| !r.is_empty()));
+        // Percent-encoded names are decoded.
+        assert_eq!(call(&w, "GET", "/tables/s%61les", Some("analyst")).0, 200);
+    }
+
+    #[test]
+    fn a_table_the_account_may_not_read_is_403_without_data() {
+        let w = warehouse();
+        let (status, body) = call(&w, "GET", "/tables/payroll", Some("analyst"));
+        assert_eq!(status, 403);
+        assert_eq!(body, json!({"error": "account may not read table payroll"}));
+        let (status, body) = call(&w, "GET", "/tables/sales", Some("nobody"));
+        assert_eq!(status, 403);
+        assert_eq!(body, json!({"error": "account may not read table sales"}));
+    }
+
+    #[test]
+    fn unknown_tables_and_paths_are_404() {
+        let w = warehouse();
+        for path in [
+            "/tables/salaries",
+            "/tables/",
+            "/tables/%zz",
+            "/tables/%ff",
+            "/tables/sales/rows",
+            "/access/salaries",
+            "/access/",
+            "/",
+            "/table/sales",
+        ] {
+            let (status, body) = call(&w, "GET", path, Some("owner"));
+            assert_eq!(status, 404, "{path}");
+            assert!(body["error"].is_string(), "{path}");
+        }
+        // A 404 for a table that does not exist, whoever asks.
+        assert_eq!(call(&w, "GET", "/tables/salaries", Some("nobody")).0, 404);
+    }
+
+    #[test]
+    fn access_check_answers_without_data() {
+        let w = warehouse();
+        for (token, table, allowed) in [
+            ("owner", "payroll", true),
+            ("owner", "sales", true),
+            ("analyst", "payroll", false),
+            ("analyst", "customers", true),
+            ("nobody", "sales", false),
+        ] {
+            let (status, body) = call(&w, "GET", &format!("/access/{table}"), Some(token));
+            assert_eq!(status, 200, "{token} {table}");
+            assert_eq!(
+                body,
+                json!({"table": table, "allowed": allowed}),
+                "{token} {table}"
+            );
+        }
+        assert_eq!(call(&w, "GET", "/access/payroll", Some("stranger")).0, 401);
+    }
+
+    #[test]
+    fn writes_are_refused_and_logged() {
+        let w = warehouse();
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            let (status, body) = call(&w, method, "/tables/sales", Some("owner"));
+            assert_eq!(status, 405, "{method}");
+            assert!(body["error"].is_string());
+        }
+        assert_eq!(call(&w, "POST", "/tables/sales", None).0, 401);
+        let log = w.requests();
+        assert_eq!(log.len(), 5);
+        assert_eq!(log[0].method, "POST");
+        assert_eq!(log[0].path, "/tables/sales");
+    }
+
+    #[test]
+    fn an_account_added_twice_keeps_its_last_tables() {
+        let w = Warehouse::builder()
+            .account("t", &["*"])
+            .account("t", &["sales"])
+            .start()
+            .expect("start");
+        assert_eq!(call(&w, "GET", "/tables/payroll", Some("t")).0, 403);
+        assert_eq!(call(&w, "GET", "/tables/sales", Some("t")).0, 200);
+    }
+
+    #[test]
+    fn requests_are_logged_with_query_and_waited_for() {
+        let w = warehouse();
+        assert!(w.wait_for_requests(0, Duration::ZERO));
+        let started = Instant::now();
+        assert!(!w.wait_for_requests(1, Duration::from_millis(150)));
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        call(&w, "GET", "/tables?x=1", Some("owner"));
+        assert!(w.wait_for_requests(1, Duration::from_secs(10)));
+        let log = w.requests();
+        assert_eq!(log[0].path, "/tables?x=1");
+        assert_eq!(log[0].authorization.as_deref(), Some("Bearer owner"));
+        assert_eq!(log[0].body, "");
+    }
+
+    #[test]
+    fn shutdown_is_prompt_and_releases_the_port() {
+        let w = warehouse();
+        let addr = w.addr();
+        let _silent = TcpStream::connect(addr).expect("connect");
+        let started = Instant::now();
+        w.shutdown();
+        assert!(
+            started.elapsed() <= SHUTDOWN_GRACE + Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(TcpStream::connect(addr).is_err(), "port should be closed");
+    }
+
+    #[test]
+    fn addresses_are_loopback() {
+        let w = warehouse();
+        assert_eq!(w.url(), format!("http://{}", w.host()));
+        assert!(w.host().starts_with("127.0.0.1:"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn starts_and_drops_inside_a_runtime() {
+        let w = warehouse();
+        let addr = w.addr();
+        let status = tokio::task::spawn_blocking(move || {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.write_all(b"GET /tables HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer owner\r\nConnection: close\r\n\r\n")
+                .expect("write");
+            let mut raw = Vec::new();
+            s.read_to_end(&mut raw).expect("read");
+            String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200")
+        })
+        .await
+        .expect("client");
+        assert!(status);
+        drop(w);
+    }
+
+    #[test]
+    fn percent_decoding_is_strict() {
+        assert_eq!(percent_decode("a%20b").as_deref(), Some("a b"));
+        assert_eq!(percent_decode("%").as_deref(), None);
+        assert_eq!(percent_decode("%4").as_deref(), None);
+        assert_eq!(percent_decode("%g0").as_deref(), None);
+        assert_eq!(percent_decode("%+1").as_deref(), None);
+        assert_eq!(percent_decode("%C3%A9").as_deref(), Some("é"));
+        assert_eq!(percent_decode("%ff").as_deref(), None);
+    }
+}

@@ -1,0 +1,234 @@
+//! SPEC U1-U3, A6: auto-approval needs two keys; the drain is ordered per
+//! gatekeeper, single-flight, and stops at the first action that needs a
+//! person or fails.
+
+use gatehouse::demo::tracker::Fault;
+use gatehouse::overseer::Decision;
+use gatehouse::store::{ActionState, LedgerFilter, Trust};
+use gatehouse_e2e::{World, call, pending_id};
+use serde_json::json;
+
+fn state(w: &World, id: i64) -> ActionState {
+    w.kernel.store().action(id).unwrap().unwrap().state
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order() {
+    let w = World::standard(Trust::Vetted).await;
+    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    assert!(r.key_one && r.missing.is_none());
+
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "createIssue", json!({"title": "needs a person"})),
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"})),
+            ]),
+        )
+        .await;
+    let (manual, eligible) = (pending_id(&out[0]), pending_id(&out[1]));
+    w.kernel.settle().await;
+    assert_eq!(state(&w, manual), ActionState::Pending);
+    assert_eq!(
+        state(&w, eligible),
+        ActionState::Pending,
+        "never approved past an earlier manual action (U2)"
+    );
+    assert_eq!(w.tracker.writes().len(), 0);
+
+    assert!(matches!(
+        w.kernel.approve(manual, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
+    assert_eq!(
+        state(&w, eligible),
+        ActionState::Applied,
+        "approving the manual one drains the queue (U3)"
+    );
+    let writes = w.tracker.writes();
+    assert_eq!(writes.len(), 2);
+    assert_eq!(writes[0].path, "/issues", "in id order");
+    assert!(writes[1].path.ends_with("/labels"));
+
+    let a = w.kernel.store().action(eligible).unwrap().unwrap();
+    assert!(a.auto_approved);
+    assert_eq!(
+        a.resolved_by.as_deref(),
+        Some("carol"),
+        "resolved-by is the person who enabled the rule (U1)"
+    );
+    let auto = w
+        .kernel
+        .store()
+        .ledger(&LedgerFilter {
+            auto_approved: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        auto.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![eligible]
+    );
+    let by_alice = w
+        .kernel
+        .store()
+        .ledger(&LedgerFilter {
+            approved_by: Some("alice".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        by_alice.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![manual]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
+    let w = World::standard(Trust::Vetted).await;
+    w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    let out = w
+        .script(
+            "work",
+            json!([call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 2, "label": "auto"})
+            )]),
+        )
+        .await;
+    // The gadget got `pending` at once (A1); the drain runs beside it.
+    let id = pending_id(&out[0]);
+    w.kernel.settle().await;
+    assert_eq!(state(&w, id), ActionState::Applied);
+    let polled = w.script("work", json!([{"poll": id}])).await;
+    assert_eq!(polled[0]["status"], "applied");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn either_key_alone_never_suffices() {
+    // Key two without key one: a byo gatekeeper with a rule.
+    let w = World::standard(Trust::Byo).await;
+    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    assert!(!r.key_one);
+    assert!(r.missing.unwrap().contains("not vetted"));
+    let out = w
+        .script(
+            "work",
+            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "x"}))]),
+        )
+        .await;
+    w.kernel.settle().await;
+    assert_eq!(state(&w, pending_id(&out[0])), ActionState::Pending);
+
+    // Key one without key two: vetted, eligible tool, no rule.
+    w.kernel.store().set_trust("issues", Trust::Vetted).unwrap();
+    w.kernel.store().remove_rule("issues:addLabel").unwrap();
+    let out = w
+        .script(
+            "work",
+            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "y"}))]),
+        )
+        .await;
+    w.kernel.settle().await;
+    w.kernel.drain().await.unwrap();
+    assert_eq!(state(&w, pending_id(&out[0])), ActionState::Pending);
+    assert_eq!(w.tracker.writes().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_for_one_gatekeeper_does_not_cover_the_same_tool_of_another() {
+    let w = World::standard(Trust::Vetted).await;
+    w.add_gatekeeper("issues", "mirror", Trust::Vetted).await;
+    w.kernel
+        .introduce("work", "mirror", "MIRROR", None, "alice")
+        .unwrap();
+    w.kernel.add_rule("mirror:addLabel", "carol").await.unwrap();
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "a"})),
+                call("MIRROR", "addLabel", json!({"id": 1, "label": "b"})),
+            ]),
+        )
+        .await;
+    w.kernel.settle().await;
+    assert_eq!(
+        state(&w, pending_id(&out[0])),
+        ActionState::Pending,
+        "issues:addLabel has no rule (A6)"
+    );
+    assert_eq!(state(&w, pending_id(&out[1])), ActionState::Applied);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn enabling_a_rule_drains_and_an_apply_failure_stops_the_drain() {
+    let w = World::standard(Trust::Vetted).await;
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "one"})),
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "two"})),
+            ]),
+        )
+        .await;
+    let (first, second) = (pending_id(&out[0]), pending_id(&out[1]));
+    w.kernel.settle().await; // the submit-time drains found no rule
+    w.tracker.inject(Fault::Status(500), 1);
+    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    assert_eq!(
+        r.applied.len(),
+        1,
+        "the drain stopped at the failure: {:?}",
+        r.applied
+    );
+    assert_eq!(state(&w, first), ActionState::Failed);
+    assert_eq!(state(&w, second), ActionState::Pending);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_concurrent_drains_apply_each_action_once() {
+    let w = World::standard(Trust::Vetted).await;
+    let steps: Vec<_> = (0..8)
+        .map(|i| {
+            call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": format!("l{i}")}),
+            )
+        })
+        .collect();
+    let out = w.script("work", json!(steps)).await;
+    w.kernel.settle().await;
+    w.kernel
+        .store()
+        .add_rule("issues:addLabel", "carol")
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        // Half share this kernel (single flight), half are separate kernels (claims).
+        let k = if i % 2 == 0 {
+            w.kernel.clone()
+        } else {
+            w.reopen()
+        };
+        tasks.push(tokio::spawn(async move { k.drain().await.unwrap() }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        applied += t
+            .await
+            .unwrap()
+            .iter()
+            .filter(|d| matches!(d, Decision::Applied { .. }))
+            .count();
+    }
+    assert_eq!(applied, 8);
+    assert_eq!(w.tracker.writes().len(), 8, "each action sent once");
+    for o in out.as_array().unwrap() {
+        assert_eq!(state(&w, pending_id(o)), ActionState::Applied);
+    }
+}

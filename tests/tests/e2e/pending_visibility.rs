@@ -1,0 +1,161 @@
+//! SPEC V1-V3: hiding a pending write makes agents write twice; awaiting a
+//! decision or simulating it does not.
+
+use gatehouse::kernel::Harness;
+use gatehouse::store::Trust;
+use gatehouse_e2e::World;
+
+const TASK: &str = "ensure Flaky login test | ci";
+
+async fn agent_world(gatekeeper: &str) -> World {
+    let w = World::new();
+    w.install("agent");
+    w.add_gatekeeper(gatekeeper, "tracker", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "tracker", "ISSUES", None, "alice")
+        .unwrap();
+    w
+}
+
+async fn approve_all(w: &World) {
+    loop {
+        let pending = w.kernel.store().pending(None).unwrap();
+        let Some(a) = pending.first() else { break };
+        assert!(w.kernel.approve(a.id, "alice").await.unwrap().ok());
+    }
+    w.kernel.settle().await;
+}
+
+fn created(w: &World) -> usize {
+    w.tracker
+        .issues()
+        .iter()
+        .filter(|i| i.title == "Flaky login test")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_naive_harness_that_hides_pending_writes_creates_the_issue_twice() {
+    let w = agent_world("issues").await;
+    let r = w
+        .kernel
+        .agent("agent", "work", TASK, Harness::Naive)
+        .await
+        .unwrap();
+    assert!(
+        r.turn.output.as_ref().unwrap().starts_with("gave up"),
+        "{:?}",
+        r.turn.output
+    );
+    approve_all(&w).await;
+    assert_eq!(created(&w), 2, "the duplicate V2 warns about");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn awaiting_the_decision_creates_it_once_and_resumes_after_approval() {
+    let w = agent_world("issues").await;
+    let r = w
+        .kernel
+        .agent("agent", "work", TASK, Harness::Honest)
+        .await
+        .unwrap();
+    assert_eq!(r.state, "waiting");
+    assert_eq!(r.awaited.len(), 1);
+    assert!(
+        r.turn.output.as_ref().unwrap().starts_with("waiting"),
+        "{:?}",
+        r.turn.output
+    );
+
+    // Approving the create resumes the run; it then stages the label and waits again.
+    assert!(w.kernel.approve(r.awaited[0], "alice").await.unwrap().ok());
+    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    assert_eq!(run.state, "waiting", "{run:?}");
+    assert_eq!(run.turns, 2);
+    assert!(run.last_output.unwrap().contains("addLabel"));
+
+    approve_all(&w).await;
+    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    assert_eq!(run.state, "done", "{run:?}");
+    assert!(
+        run.last_output.unwrap().starts_with("done"),
+        "resumed once more and found it labelled"
+    );
+    assert_eq!(created(&w), 1);
+    let issue = w
+        .tracker
+        .issues()
+        .into_iter()
+        .find(|i| i.title == "Flaky login test")
+        .unwrap();
+    assert!(issue.labels.contains(&"ci".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_awaited_action_stops_the_run_instead_of_resuming_it() {
+    let w = agent_world("issues").await;
+    let r = w
+        .kernel
+        .agent("agent", "work", TASK, Harness::Honest)
+        .await
+        .unwrap();
+    assert!(w.kernel.reject(r.awaited[0], "alice").await.unwrap().ok());
+    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    assert_eq!(run.state, "stopped");
+    assert!(run.last_output.unwrap().contains("rejected"));
+    assert_eq!(run.turns, 1, "never resumed");
+    assert_eq!(created(&w), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
+    let w = agent_world("issues_sim").await;
+    let r = w
+        .kernel
+        .agent("agent", "work", TASK, Harness::Honest)
+        .await
+        .unwrap();
+    // The gatekeeper simulated both writes: nothing to await, the agent finished its turn.
+    assert_eq!(r.state, "done", "{:?}", r.turn.output);
+    let out = r.turn.output.unwrap();
+    assert_eq!(
+        out, "labelled: issue #3 (ci)",
+        "two issues exist, so the provisional id is 3"
+    );
+    let pending = w.kernel.store().pending(None).unwrap();
+    assert_eq!(pending.len(), 2);
+    assert!(!pending[0].await_decision);
+    assert_eq!(w.tracker.writes().len(), 0, "simulating sent nothing");
+
+    // A second turn sees the world through the overlay and does not create again.
+    let again = w
+        .kernel
+        .agent("agent", "work", TASK, Harness::Honest)
+        .await
+        .unwrap();
+    assert!(
+        again
+            .turn
+            .output
+            .as_ref()
+            .unwrap()
+            .starts_with("done: issue #3"),
+        "{:?}",
+        again.turn.output
+    );
+
+    approve_all(&w).await;
+    assert_eq!(created(&w), 1);
+    let issue = w
+        .tracker
+        .issues()
+        .into_iter()
+        .find(|i| i.title == "Flaky login test")
+        .unwrap();
+    assert_eq!(
+        issue.id, 3,
+        "the provisional id is the id that exists after approval"
+    );
+    assert!(issue.labels.contains(&"ci".to_string()));
+}
