@@ -17,3 +17,13 @@ pub fn path(name: &str) -> PathBuf {
 pub const TRIAGE: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/triage.wasm"));
 /// The example issue-tracker gatekeeper.
 pub const ISSUES: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/issues.wasm"));
+/// The test-driver gadget (runs a JSON script of kernel calls).
+pub const SCRIPT: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/script.wasm"));
+/// The scripted agent ("make sure an issue exists, then label it").
+pub const AGENT: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/agent.wasm"));
+/// The tracker gatekeeper that can simulate its actions.
+pub const ISSUES_SIM: &[u8] =
+    include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/issues_sim.wasm"));
+/// The data-warehouse gatekeeper (owner-only payroll table).
+pub const WAREHOUSE: &[u8] =
+    include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/warehouse.wasm"));

@@ -187,7 +187,12 @@ pub fn render(a: &Action, description: Option<&str>) -> String {
         "the gatekeeper declared it read-only".to_owned()
     } else {
         format!(
-            "Why held: {tool} is an action: its gatekeeper did not declare it read-only, so it may change the outside world (classified by: default). Nothing has been sent yet."
+            "Why held: {tool} is an action: its gatekeeper did not declare it read-only, so it may change the outside world (classified by: default). {}",
+            if a.state == crate::store::ActionState::Pending {
+                "Nothing has been sent yet.".to_owned()
+            } else {
+                format!("It is now {}.", a.state)
+            }
         )
     };
     let mut out = String::new();

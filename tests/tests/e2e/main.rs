@@ -3,11 +3,13 @@
 
 mod actions;
 mod apply;
+mod audit;
 mod auto_approval;
 mod caps;
 mod classification;
 mod cli;
 mod install;
 mod introductions;
+mod lockdown;
 mod pending_visibility;
 mod sandbox;

@@ -1,0 +1,184 @@
+//! SPEC O1-O4 and U4: reading owner-only data latches the chat, durably;
+//! a latched chat submits nothing, auto-approves nothing and fetches
+//! nothing outbound; other chats are unaffected.
+
+use gatehouse::demo::warehouse::Warehouse;
+use gatehouse::store::{ActionState, LedgerFilter, Trust};
+use gatehouse_e2e::{World, call, pending_id};
+use serde_json::json;
+
+const OWNER: &str = "wh-owner-2b71";
+
+struct Lockdown {
+    w: World,
+    warehouse: Warehouse,
+}
+
+async fn lockdown_world() -> Lockdown {
+    let w = World::standard(Trust::Vetted).await;
+    let warehouse = Warehouse::builder().account(OWNER, &["*"]).start().unwrap();
+    let k = &w.kernel;
+    k.store().put_secret("warehouse-token", OWNER).unwrap();
+    let bytes = |name: &str| std::fs::read(gatehouse_e2e::guest(name)).unwrap();
+    k.add_gatekeeper(
+        "warehouse",
+        &bytes("warehouse"),
+        Trust::Byo,
+        vec![warehouse.host()],
+        Some("warehouse-token".into()),
+        Vec::new(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    k.add_gatekeeper(
+        "web",
+        &bytes("webfetch"),
+        Trust::Byo,
+        vec![w.tracker.host()],
+        Some("tracker-token".into()),
+        Vec::new(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    k.introduce("work", "warehouse", "WAREHOUSE", None, "alice")
+        .unwrap();
+    k.introduce("work", "web", "WEB", None, "alice").unwrap();
+    k.new_chat("other", "alice").unwrap();
+    k.introduce("other", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    Lockdown { w, warehouse }
+}
+
+fn latched(w: &World, chat: &str) -> bool {
+    w.kernel.store().chat(chat).unwrap().unwrap().latched
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reading_owner_only_data_locks_the_whole_chat_down() {
+    let Lockdown { w, warehouse } = lockdown_world().await;
+    let web = json!({"url": format!("{}/issues", w.tracker.url())});
+
+    // Before: public data and outbound fetches are fine; an eligible action waits.
+    let before = w
+        .script(
+            "work",
+            json!([
+                call("WAREHOUSE", "query", json!({"table": "sales"})),
+                call("WEB", "fetch", web.clone()),
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "later"})),
+            ]),
+        )
+        .await;
+    assert!(before[0].get("done").is_some(), "{}", before[0]);
+    assert!(before[1].get("done").is_some(), "{}", before[1]);
+    let waiting = pending_id(&before[2]);
+    w.kernel.settle().await;
+    assert!(!latched(&w, "work"));
+
+    // The owner-only read is admitted, recorded restricted, and latches the chat.
+    let read = w
+        .script(
+            "work",
+            json!([call("WAREHOUSE", "query", json!({"table": "payroll"}))]),
+        )
+        .await;
+    assert!(read[0]["done"]["rows"].is_array(), "{}", read[0]);
+    assert!(latched(&w, "work"));
+    let obs = w
+        .kernel
+        .store()
+        .ledger(&LedgerFilter {
+            chat: Some("work".into()),
+            kind: Some("observation".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    let last = obs.last().unwrap();
+    assert_eq!(last.sources.as_ref().unwrap()[0]["restricted"], true);
+    assert_eq!(last.sources.as_ref().unwrap()[0]["id"], "table:payroll");
+
+    // After: any action, even to an unrelated gatekeeper, is refused and leaves no row (O4).
+    let open_before = w.kernel.store().pending(None).unwrap().len();
+    let tracker_requests = w.tracker.requests().len();
+    let after = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "createIssue", json!({"title": "leak"})),
+                call("WEB", "fetch", web.clone()),
+                call("WAREHOUSE", "query", json!({"table": "sales"})),
+            ]),
+        )
+        .await;
+    assert_eq!(after[0]["error"]["kind"], "refused");
+    assert!(
+        after[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("locked down"),
+        "{}",
+        after[0]
+    );
+    assert_eq!(
+        w.kernel.store().pending(None).unwrap().len(),
+        open_before,
+        "no pending row"
+    );
+    assert_eq!(
+        after[1]["error"]["kind"], "refused",
+        "outbound fetches are refused: {}",
+        after[1]
+    );
+    assert!(
+        after[2].get("done").is_some(),
+        "closed-world reads still work: {}",
+        after[2]
+    );
+    assert_eq!(
+        w.tracker.requests().len(),
+        tracker_requests,
+        "nothing reached the outside"
+    );
+
+    // Nothing is auto-approved, even with both keys (U4).
+    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    assert!(r.key_one && r.applied.is_empty());
+    assert_eq!(
+        w.kernel.store().action(waiting).unwrap().unwrap().state,
+        ActionState::Pending
+    );
+
+    // The latch survives a restart; other chats are unaffected.
+    let k = w.reopen();
+    assert!(k.store().chat("work").unwrap().unwrap().latched);
+    let other = w
+        .script(
+            "other",
+            json!([call("ISSUES", "createIssue", json!({"title": "fine"}))]),
+        )
+        .await;
+    pending_id(&other[0]);
+    assert!(!latched(&w, "other"));
+    drop(warehouse);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_owner_only_read_latches_nothing() {
+    // The latch is written with the observation, only for an admitted read.
+    let Lockdown { w, warehouse } = lockdown_world().await;
+    w.kernel
+        .store()
+        .put_secret("warehouse-token", "not-an-account")
+        .unwrap();
+    let read = w
+        .script(
+            "work",
+            json!([call("WAREHOUSE", "query", json!({"table": "payroll"}))]),
+        )
+        .await;
+    assert_eq!(read[0]["error"]["kind"], "service", "{}", read[0]);
+    assert!(!latched(&w, "work"));
+    drop(warehouse);
+}
