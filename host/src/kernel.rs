@@ -132,6 +132,8 @@ pub struct Binding {
     pub key: String,
     pub gatekeeper: GatekeeperRecord,
     pub grant: Option<Vec<String>>,
+    /// The chat's restricted-data latch, read with the binding (O3).
+    pub chat_latched: bool,
 }
 
 impl Binding {
@@ -433,16 +435,28 @@ impl Kernel {
         turn: &Turn,
         key: &str,
     ) -> anyhow::Result<Result<Binding, CallError>> {
-        let chat = turn.chat.clone();
-        let intros = self.store().run(move |s| s.introductions(&chat)).await?;
+        // One trip to the store: the introduction and its gatekeeper, whose
+        // record carries the trust tier as it is now (K3).
+        let (chat, wanted) = (turn.chat.clone(), key.to_owned());
+        let (intros, gatekeeper, chat_latched) = self
+            .store()
+            .run(move |s| {
+                let intros = s.introductions(&chat)?;
+                let g = match intros.iter().find(|i| i.key == wanted) {
+                    Some(i) => s.gatekeeper(&i.gatekeeper)?,
+                    None => None,
+                };
+                let latched = s.chat(&chat)?.is_some_and(|c| c.latched);
+                Ok((intros, g, latched))
+            })
+            .await?;
         let Some(intro) = intros.iter().find(|i| i.key == key) else {
             return Ok(Err(CallError::UnknownKey {
                 key: key.to_owned(),
                 known: intros.into_iter().map(|i| i.key).collect(),
             }));
         };
-        let name = intro.gatekeeper.clone();
-        let Some(gatekeeper) = self.store().run(move |s| s.gatekeeper(&name)).await? else {
+        let Some(gatekeeper) = gatekeeper else {
             return Ok(Err(CallError::Refused(format!(
                 "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
             ))));
@@ -451,6 +465,7 @@ impl Kernel {
             key: key.to_owned(),
             gatekeeper,
             grant: intro.tools.clone(),
+            chat_latched,
         }))
     }
 
@@ -489,13 +504,12 @@ impl Kernel {
                 allowed: granted,
             }));
         };
-        // The tier is read now, at the moment of use (K3).
-        let gname = binding.gatekeeper.name.clone();
-        let trust = self.store().run(move |s| s.trust_of(&gname)).await?;
+        // The tier was read with the binding, at the moment of use (K3).
+        let trust = binding.gatekeeper.trust;
         let class = classify::classify(&info.annotations, trust);
         match class.kind {
             Kind::Read => {
-                if class.outbound && self.latched(&turn.chat).await? {
+                if class.outbound && binding.chat_latched {
                     return Ok(Err(CallError::Refused(format!(
                         "chat {:?} is locked down (it read owner-only data): outbound reads such as {}:{tool} are refused",
                         turn.chat, binding.gatekeeper.name
@@ -523,15 +537,6 @@ impl Kernel {
         }
     }
 
-    async fn latched(&self, chat: &str) -> anyhow::Result<bool> {
-        let c = chat.to_owned();
-        Ok(self
-            .store()
-            .run(move |s| s.chat(&c))
-            .await?
-            .is_some_and(|c| c.latched))
-    }
-
     async fn read(
         &self,
         turn: &Turn,
@@ -544,8 +549,7 @@ impl Kernel {
             return Ok(Err(CallError::InvalidArgs(e.to_string())));
         }
         let g = &binding.gatekeeper;
-        let invocation = self.invocation(turn, g, tool, args).await?;
-        let reach = self.reach(g).await?;
+        let (invocation, reach) = self.prepare(turn, g, tool, args).await?;
         let pre = self.runtime().gatekeeper(&g.digest)?;
         let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
         let output = match called.outcome {
@@ -660,8 +664,7 @@ impl Kernel {
         args: &str,
         trust: Trust,
     ) -> anyhow::Result<Option<String>> {
-        let invocation = self.invocation(turn, g, tool, args.to_owned()).await?;
-        let reach = self.reach(g).await?;
+        let (invocation, reach) = self.prepare(turn, g, tool, args.to_owned()).await?;
         let pre = self.runtime().gatekeeper(&g.digest)?;
         let called = gk::simulate(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
         let Ok(Some(result)) = called.outcome else {
@@ -720,51 +723,51 @@ impl Kernel {
 
     // ----- what a gatekeeper call is given -----
 
-    pub(crate) async fn invocation(
+    /// What a gatekeeper call is given, in one trip to the store: the
+    /// invocation (with the chat's pending actions at this gatekeeper, for a
+    /// simulating gatekeeper's overlay) and where it may reach, as whom.
+    pub(crate) async fn prepare(
         &self,
         turn: &Turn,
         g: &GatekeeperRecord,
         tool: &str,
         args: String,
-    ) -> anyhow::Result<gkwit::Invocation> {
-        let chat = turn.chat.clone();
-        let name = g.name.clone();
-        let pending = self
+    ) -> anyhow::Result<(gkwit::Invocation, Reach)> {
+        let (chat, name, secret) = (turn.chat.clone(), g.name.clone(), g.secret.clone());
+        let (pending, credential) = self
             .store()
-            .run(move |s| s.pending(Some(&chat)))
-            .await?
+            .run(move |s| {
+                let pending = s.pending(Some(&chat))?;
+                let credential = match &secret {
+                    None => None,
+                    Some(n) => Some(s.secret(n)?.with_context(|| {
+                        format!("the secret {n:?} of gatekeeper {name:?} is not set; `gatehouse secret set {n}`")
+                    })?),
+                };
+                Ok((pending, credential))
+            })
+            .await?;
+        let pending = pending
             .into_iter()
-            .filter(|a| a.gatekeeper == name)
+            .filter(|a| a.gatekeeper == g.name)
             .map(|a| gkwit::Staged {
                 action_id: a.id as u64,
                 tool: a.tool,
                 args: a.args,
             })
             .collect();
-        Ok(gkwit::Invocation {
+        let invocation = gkwit::Invocation {
             tool: tool.to_owned(),
             args,
             settings: settings_for(g),
             account: None,
             pending,
-        })
-    }
-
-    pub(crate) async fn reach(&self, g: &GatekeeperRecord) -> anyhow::Result<Reach> {
-        let credential = match &g.secret {
-            None => None,
-            Some(name) => {
-                let n = name.clone();
-                let v = self.store().run(move |s| s.secret(&n)).await?;
-                Some(v.with_context(|| {
-                    format!("the secret {name:?} of gatekeeper {:?} is not set; `gatehouse secret set {name}`", g.name)
-                })?)
-            }
         };
-        Ok(Reach {
+        let reach = Reach {
             allowed_hosts: g.hosts.clone(),
             credential,
-        })
+        };
+        Ok((invocation, reach))
     }
 }
 

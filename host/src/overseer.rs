@@ -156,8 +156,7 @@ impl Kernel {
         };
         let turn = Turn::new(a.caller.trim_start_matches("gadget:"), &a.chat);
         let prepared = async {
-            let invocation = self.invocation(&turn, &g, &a.tool, a.args.clone()).await?;
-            let reach = self.reach(&g).await?;
+            let (invocation, reach) = self.prepare(&turn, &g, &a.tool, a.args.clone()).await?;
             let pre = self.runtime().gatekeeper(&g.digest)?;
             anyhow::Ok((invocation, reach, pre))
         }
@@ -278,34 +277,23 @@ impl Kernel {
     /// Apply every pending action both keys allow (U1-U4), then resume the
     /// agent runs whose awaited actions are all applied (V3).
     ///
-    /// Single flight: a drain requested while one runs is folded into it
-    /// (the running one goes round again), so work submitted mid-drain is
-    /// picked up and nothing is applied twice (the claim guarantees that
-    /// across processes too).
+    /// Single flight: one drain runs at a time per process. A caller marks
+    /// its request, then waits its turn; if the drain in flight has already
+    /// taken the request (it goes round again while requests arrive, which
+    /// is how work submitted mid-drain is picked up), the caller finds
+    /// nothing left to do. Either way, when this returns, a drain that began
+    /// after the request has finished. Across processes the claim keeps
+    /// every action to one send.
     pub async fn drain(&self) -> anyhow::Result<Vec<Decision>> {
+        use std::sync::atomic::Ordering::SeqCst;
         let mut applied = Vec::new();
-        self.drain_wanted()
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        loop {
-            let Ok(_flight) = self.drain_gate().try_lock() else {
-                return Ok(applied); // the drain in flight will see the request
-            };
-            while self
-                .drain_wanted()
-                .swap(false, std::sync::atomic::Ordering::SeqCst)
-            {
-                applied.extend(self.drain_once().await?);
-                self.resume_ready().await?;
-            }
-            drop(_flight);
-            // A request that arrived between the last check and the release.
-            if !self
-                .drain_wanted()
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                return Ok(applied);
-            }
+        self.drain_wanted().store(true, SeqCst);
+        let _flight = self.drain_gate().lock().await;
+        while self.drain_wanted().swap(false, SeqCst) {
+            applied.extend(self.drain_once().await?);
+            self.resume_ready().await?;
         }
+        Ok(applied)
     }
 
     async fn drain_once(&self) -> anyhow::Result<Vec<Decision>> {

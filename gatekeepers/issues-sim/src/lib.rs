@@ -22,109 +22,39 @@
 
 #[path = "../../issues/src/http.rs"]
 mod http;
+// Shared with the other gatekeepers; this one uses only part of it.
+#[allow(dead_code)]
+#[path = "../../issues/src/kit.rs"]
+mod kit;
+#[path = "../../issues/src/tracker.rs"]
+mod tracker;
 
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, Source, Staged,
-    ToolError,
+    Denial, Guest, Invocation, Manifest, ObserverCheck, Output, Staged, ToolError,
 };
-use gatehouse::os::types::{Annotations, ToolInfo};
-use http::{Failure, Reply, base_url, encode_query, one_line};
+use http::base_url;
+use kit::{kind, parse_args};
 use serde_json::{Map, Value, json};
-use wasi::http::types::Method;
-
-const TOOLS: &str = "listIssues, getIssue, searchIssues, createIssue, addLabel";
+use tracker::{issue_id, required, text_arg};
 
 struct IssuesSim;
 
 impl Guest for IssuesSim {
     fn describe() -> Manifest {
-        let hints = |read_only, destructive, idempotent| Annotations {
-            read_only,
-            destructive,
-            idempotent,
-            open_world: None,
-        };
-        let tool = |name: &str, description: &str, schema: Value, annotations| ToolInfo {
-            name: name.to_string(),
-            description: description.to_string(),
-            input_schema: schema.to_string(),
-            annotations,
-        };
-        let id = json!({"type": "integer", "minimum": 1, "description": "The issue number."});
-        Manifest {
-            tools: vec![
-                tool(
-                    "listIssues",
-                    "List every issue in the tracker.",
-                    json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                    hints(Some(true), None, None),
-                ),
-                tool(
-                    "getIssue",
-                    "Read one issue by number.",
-                    json!({"type": "object", "properties": {"id": id},
-                           "required": ["id"], "additionalProperties": false}),
-                    hints(Some(true), None, None),
-                ),
-                tool(
-                    "searchIssues",
-                    "Find issues whose title contains the text (case-insensitive).",
-                    json!({"type": "object",
-                           "properties": {"q": {"type": "string", "description": "Text to look for."}},
-                           "required": ["q"], "additionalProperties": false}),
-                    hints(None, None, None),
-                ),
-                tool(
-                    "createIssue",
-                    "Open a new issue.",
-                    json!({"type": "object",
-                           "properties": {"title": {"type": "string", "minLength": 1},
-                                          "body": {"type": "string"}},
-                           "required": ["title"], "additionalProperties": false}),
-                    hints(Some(false), Some(false), Some(false)),
-                ),
-                tool(
-                    "addLabel",
-                    "Add a label to an issue (adding a label it already has changes nothing).",
-                    json!({"type": "object",
-                           "properties": {"id": id, "label": {"type": "string", "minLength": 1}},
-                           "required": ["id", "label"], "additionalProperties": false}),
-                    hints(None, Some(false), Some(true)),
-                ),
-            ],
-            simulates: true,
-            observers: ObserverStrategy::AccessCheck,
-        }
+        tracker::manifest(true)
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
-        let args = parse_args(&invocation.args)?;
-        let base = || base_url(&invocation.settings).map_err(ToolError::Refused);
-        let read = |result: Value, id: String, title: String| Output {
-            result: result.to_string(),
-            sources: vec![Source {
-                id,
-                title,
-                restricted: false,
-            }],
-        };
         let pending = &invocation.pending;
-        match invocation.tool.as_str() {
-            "listIssues" => {
-                let world = overlay(list(&base()?)?, pending);
-                Ok(read(
-                    Value::Array(world.issues),
-                    "issues".into(),
-                    "Issue tracker: all issues".into(),
-                ))
-            }
-            "getIssue" => {
-                let id = issue_id(&args)?;
+        tracker::call(
+            &invocation,
+            |base| Ok(Value::Array(overlay(list(base)?, pending).issues)),
+            |base, id| {
                 // Only pending writes need the whole list (for the id rule).
-                let result = if pending.iter().any(|s| is_write(&s.tool)) {
-                    overlay(list(&base()?)?, pending)
+                if pending.iter().any(|s| is_write(&s.tool)) {
+                    overlay(list(base)?, pending)
                         .issues
                         .into_iter()
                         .find(|issue| id_of(issue) == Some(id))
@@ -133,49 +63,12 @@ impl Guest for IssuesSim {
                                 "issue #{id} not found, neither at the service nor among \
                                  this chat's pending actions"
                             ))
-                        })?
+                        })
                 } else {
-                    request(Method::Get, &format!("{}/issues/{id}", base()?), None)?
-                };
-                Ok(read(
-                    result,
-                    format!("issue:{id}"),
-                    format!("Issue tracker: issue #{id}"),
-                ))
-            }
-            "searchIssues" => {
-                let q = text_arg(&args, "q", true)?.unwrap_or_default();
-                let url = format!("{}/search?q={}", base()?, encode_query(&q));
-                let result = request(Method::Get, &url, None)?;
-                Ok(read(
-                    result,
-                    "issues".into(),
-                    format!("Issue tracker: search for {}", one_line(&q, 80)),
-                ))
-            }
-            "createIssue" => {
-                let title = required(&args, "title")?;
-                let mut payload = Map::new();
-                payload.insert("title".into(), Value::String(title));
-                if let Some(body) = text_arg(&args, "body", true)? {
-                    payload.insert("body".into(), Value::String(body));
+                    tracker::fetch_issue(base, id)
                 }
-                let body = Value::Object(payload).to_string();
-                let url = format!("{}/issues", base()?);
-                Ok(action(request(Method::Post, &url, Some(body.as_bytes()))?))
-            }
-            "addLabel" => {
-                let id = issue_id(&args)?;
-                let label = required(&args, "label")?;
-                let body = json!({ "label": label }).to_string();
-                let url = format!("{}/issues/{id}/labels", base()?);
-                Ok(action(request(Method::Post, &url, Some(body.as_bytes()))?))
-            }
-            other => Err(ToolError::UnknownTool(format!(
-                "unknown tool {}; this gatekeeper offers: {TOOLS}",
-                one_line(other, 80)
-            ))),
-        }
+            },
+        )
     }
 
     fn simulate(invocation: Invocation) -> Option<String> {
@@ -188,36 +81,7 @@ impl Guest for IssuesSim {
     }
 
     fn check_observer(check: ObserverCheck) -> Vec<Denial> {
-        let reason = match base_url(&check.settings) {
-            Err(e) => Some(format!("could not check access to the tracker: {e}")),
-            Ok(base) => match http::send(Method::Get, &format!("{base}/issues"), None) {
-                Ok(Reply { status, .. }) if status == 401 || status == 403 => Some(format!(
-                    "the account is not allowed to read the tracker (HTTP {status})"
-                )),
-                Ok(Reply { status, .. }) if (200..300).contains(&status) => None,
-                // Fail closed: an access check that could not be made admits nobody.
-                Ok(Reply { status, .. }) => Some(format!(
-                    "could not check access to the tracker: unexpected HTTP {status}"
-                )),
-                Err(Failure::NotSent(e) | Failure::Unknown(e)) => {
-                    Some(format!("could not check access to the tracker: {e}"))
-                }
-            },
-        };
-        let Some(reason) = reason else {
-            return Vec::new();
-        };
-        let mut sources: Vec<String> = check.sources.into_iter().map(|s| s.id).collect();
-        if sources.is_empty() {
-            sources.push("issues".to_string());
-        }
-        sources
-            .into_iter()
-            .map(|source| Denial {
-                source,
-                reason: reason.clone(),
-            })
-            .collect()
+        tracker::check_access(check)
     }
 }
 
@@ -321,118 +185,15 @@ fn add_label(issue: &mut Value, label: &str) -> bool {
     }
 }
 
-// ----- arguments and requests (as in `issues`) -----
-
-fn action(result: Value) -> Output {
-    Output {
-        result: result.to_string(),
-        sources: Vec::new(),
-    }
-}
-
-fn parse_args(args: &str) -> Result<Map<String, Value>, ToolError> {
-    let text = if args.trim().is_empty() { "{}" } else { args };
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(ToolError::InvalidArgs(format!(
-            "arguments must be a JSON object, not {}",
-            kind(&other)
-        ))),
-        Err(e) => Err(ToolError::InvalidArgs(format!(
-            "arguments are not valid JSON: {e}"
-        ))),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// The positive integer `id` (a JSON number, or a string of digits).
-fn issue_id(args: &Map<String, Value>) -> Result<u64, ToolError> {
-    let id = match args.get("id") {
-        Some(Value::Number(n)) => n.as_u64(),
-        Some(Value::String(s)) => s.trim().parse::<u64>().ok(),
-        Some(_) => None,
-        None => return Err(ToolError::InvalidArgs("missing field id".into())),
-    };
-    match id {
-        Some(id) if id > 0 => Ok(id),
-        _ => Err(ToolError::InvalidArgs(
-            "id must be a positive integer issue number".into(),
-        )),
-    }
-}
-
-/// The non-empty string field `name`.
-fn required(args: &Map<String, Value>, name: &str) -> Result<String, ToolError> {
-    text_arg(args, name, false)?
-        .ok_or_else(|| ToolError::InvalidArgs(format!("missing string field {name}")))
-}
-
-/// The string field `name`; `Ok(None)` when absent and `optional`.
-fn text_arg(
-    args: &Map<String, Value>,
-    name: &str,
-    optional: bool,
-) -> Result<Option<String>, ToolError> {
-    match args.get(name) {
-        Some(Value::String(s)) if optional || !s.trim().is_empty() => Ok(Some(s.clone())),
-        Some(Value::String(_)) => Err(ToolError::InvalidArgs(format!("{name} must not be empty"))),
-        Some(Value::Null) | None if optional => Ok(None),
-        Some(other) => Err(ToolError::InvalidArgs(format!(
-            "{name} must be a string, not {}",
-            kind(other)
-        ))),
-        None => Err(ToolError::InvalidArgs(format!(
-            "missing string field {name}"
-        ))),
-    }
-}
+// ----- requests -----
 
 /// `GET /issues`: the service's issues.
 fn list(base: &str) -> Result<Vec<Value>, ToolError> {
-    match request(Method::Get, &format!("{base}/issues"), None)? {
+    match tracker::fetch_list(base)? {
         Value::Array(issues) => Ok(issues),
         other => Err(ToolError::UnknownOutcome(format!(
             "GET {base}/issues: expected a JSON list of issues, got {}",
             kind(&other)
-        ))),
-    }
-}
-
-/// Sends a request and returns the reply's JSON, mapping every failure to
-/// the `tool-error` the kernel needs to decide about retries.
-fn request(method: Method, url: &str, body: Option<&[u8]>) -> Result<Value, ToolError> {
-    let what = format!("{} {url}", http::method_name(&method));
-    let reply = http::send(method, url, body).map_err(|failure| match failure {
-        Failure::NotSent(e) => ToolError::Refused(format!("the request was not sent: {e}")),
-        Failure::Unknown(e) => ToolError::UnknownOutcome(e),
-    })?;
-    let status = reply.status;
-    let text = String::from_utf8_lossy(&reply.body);
-    let detail = one_line(&text, 120);
-    match status {
-        200..=299 => serde_json::from_str(&text).map_err(|e| {
-            ToolError::UnknownOutcome(format!(
-                "{what}: HTTP {status}, but the reply is not JSON ({e}): {detail}"
-            ))
-        }),
-        401 | 403 => Err(ToolError::Refused(format!(
-            "{what}: the service refused the request (HTTP {status}): {detail}"
-        ))),
-        404 => Err(ToolError::UnknownOutcome(format!(
-            "{what}: not found (HTTP 404): {detail}"
-        ))),
-        _ => Err(ToolError::UnknownOutcome(format!(
-            "{what}: unexpected HTTP {status}: {detail}"
         ))),
     }
 }

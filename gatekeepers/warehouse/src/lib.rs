@@ -10,10 +10,13 @@
 //! an action for tests of the approval path and is always refused without a
 //! request.
 
-// Shared with `issues`; this gatekeeper uses only part of it.
+// Shared with `issues`; this gatekeeper uses only part of them.
 #[allow(dead_code)]
 #[path = "../../issues/src/http.rs"]
 mod http;
+#[allow(dead_code)]
+#[path = "../../issues/src/kit.rs"]
+mod kit;
 
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
@@ -22,8 +25,9 @@ use std::collections::BTreeMap;
 use exports::gatehouse::os::tool::{
     Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, Source, ToolError,
 };
-use gatehouse::os::types::{Annotations, ToolInfo};
+use gatehouse::os::types::Annotations;
 use http::{Failure, base_url, encode_query, one_line};
+use kit::{none, parse_args, read, read_only, request_error, source, tool, unknown_tool};
 use serde_json::{Map, Value, json};
 use wasi::http::types::Method;
 
@@ -37,23 +41,9 @@ struct Warehouse;
 impl Guest for Warehouse {
     fn describe() -> Manifest {
         // Reads of a closed service: nothing they do reaches the open world.
-        let closed_read = Annotations {
-            read_only: Some(true),
-            destructive: None,
-            idempotent: None,
+        let closed_read = || Annotations {
             open_world: Some(false),
-        };
-        let none = Annotations {
-            read_only: None,
-            destructive: None,
-            idempotent: None,
-            open_world: None,
-        };
-        let tool = |name: &str, description: &str, schema: Value, annotations| ToolInfo {
-            name: name.to_string(),
-            description: description.to_string(),
-            input_schema: schema.to_string(),
-            annotations,
+            ..read_only()
         };
         let table = json!({"type": "string", "minLength": 1, "description": "The table's name, as listTables shows it."});
         Manifest {
@@ -62,14 +52,14 @@ impl Guest for Warehouse {
                     "listTables",
                     "List the warehouse's tables (name, title, whether the data is owner-only). Returns no rows.",
                     json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                    closed_read,
+                    closed_read(),
                 ),
                 tool(
                     "query",
                     "Read every row of one table.",
                     json!({"type": "object", "properties": {"table": table},
                            "required": ["table"], "additionalProperties": false}),
-                    closed_read,
+                    closed_read(),
                 ),
                 tool(
                     "exportReport",
@@ -78,7 +68,7 @@ impl Guest for Warehouse {
                            "properties": {"table": table,
                                           "to": {"type": "string", "minLength": 1, "description": "Where the report should go."}},
                            "required": ["table", "to"], "additionalProperties": false}),
-                    none,
+                    none(),
                 ),
             ],
             simulates: false,
@@ -93,30 +83,17 @@ impl Guest for Warehouse {
             "listTables" => {
                 let url = format!("{}/tables", base()?);
                 let result = get(&url, "the table list")?;
-                Ok(Output {
-                    result: result.to_string(),
-                    sources: vec![Source {
-                        id: "catalog".into(),
-                        title: "Warehouse table list".into(),
-                        restricted: false,
-                    }],
-                })
+                Ok(read(result, source("catalog", "Warehouse table list")))
             }
             "query" => {
                 let name = table_arg(&args)?;
                 let url = format!("{}/tables/{}", base()?, encode_query(&name));
                 let result = get(&url, &format!("table {}", one_line(&name, 80)))?;
                 let source = table_source(&name, &result);
-                Ok(Output {
-                    result: result.to_string(),
-                    sources: vec![source],
-                })
+                Ok(read(result, source))
             }
             "exportReport" => Err(ToolError::Refused("exports are disabled".into())),
-            other => Err(ToolError::UnknownTool(format!(
-                "unknown tool {}; this gatekeeper offers: {TOOLS}",
-                one_line(other, 80)
-            ))),
+            other => Err(unknown_tool(other, TOOLS)),
         }
     }
 
@@ -216,19 +193,6 @@ fn table_source(requested: &str, reply: &Value) -> Source {
     }
 }
 
-fn parse_args(args: &str) -> Result<Map<String, Value>, ToolError> {
-    let text = if args.trim().is_empty() { "{}" } else { args };
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ToolError::InvalidArgs(
-            "arguments must be a JSON object".into(),
-        )),
-        Err(e) => Err(ToolError::InvalidArgs(format!(
-            "arguments are not valid JSON: {e}"
-        ))),
-    }
-}
-
 /// The non-empty string argument `table`.
 fn table_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
     match args.get("table") {
@@ -244,10 +208,7 @@ fn table_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
 /// GETs `url` and returns its JSON, mapping failures to the `tool-error`
 /// the kernel expects. `what` names the thing read, for messages.
 fn get(url: &str, what: &str) -> Result<Value, ToolError> {
-    let reply = http::send(Method::Get, url, None).map_err(|failure| match failure {
-        Failure::NotSent(e) => ToolError::Refused(format!("the request was not sent: {e}")),
-        Failure::Unknown(e) => ToolError::UnknownOutcome(e),
-    })?;
+    let reply = http::send(Method::Get, url, None).map_err(request_error)?;
     let status = reply.status;
     let text = String::from_utf8_lossy(&reply.body);
     let detail = || service_error(&text);

@@ -7,18 +7,22 @@
 //! fetch is declared `open-world: true` and reported as a `web:<url>`
 //! source. The data is public, so observers need no check (`no-check`).
 
-// Shared with `issues`; this gatekeeper uses only part of it.
+// Shared with `issues`; this gatekeeper uses only part of them.
 #[allow(dead_code)]
 #[path = "../../issues/src/http.rs"]
 mod http;
+#[allow(dead_code)]
+#[path = "../../issues/src/kit.rs"]
+mod kit;
 
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, Source, ToolError,
+    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, ToolError,
 };
-use gatehouse::os::types::{Annotations, ToolInfo};
-use http::{Failure, one_line};
+use gatehouse::os::types::Annotations;
+use http::one_line;
+use kit::{parse_args, read, read_only, source, tool, tool_error, unknown_tool};
 use serde_json::{Map, Value, json};
 use wasi::http::types::Method;
 
@@ -30,23 +34,20 @@ struct Webfetch;
 impl Guest for Webfetch {
     fn describe() -> Manifest {
         Manifest {
-            tools: vec![ToolInfo {
-                name: "fetch".into(),
-                description: "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.".into(),
-                input_schema: json!({
+            tools: vec![tool(
+                "fetch",
+                "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.",
+                json!({
                     "type": "object",
                     "properties": {"url": {"type": "string", "description": "An http:// or https:// url."}},
                     "required": ["url"],
                     "additionalProperties": false,
-                })
-                .to_string(),
-                annotations: Annotations {
-                    read_only: Some(true),
-                    destructive: None,
-                    idempotent: None,
+                }),
+                Annotations {
                     open_world: Some(true),
+                    ..read_only()
                 },
-            }],
+            )],
             simulates: false,
             observers: ObserverStrategy::NoCheck,
         }
@@ -54,17 +55,11 @@ impl Guest for Webfetch {
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
         if invocation.tool != "fetch" {
-            return Err(ToolError::UnknownTool(format!(
-                "unknown tool {}; this gatekeeper offers: fetch",
-                one_line(&invocation.tool, 80)
-            )));
+            return Err(unknown_tool(&invocation.tool, "fetch"));
         }
         let args = parse_args(&invocation.args)?;
         let url = url_arg(&args)?;
-        let reply = http::send(Method::Get, &url, None).map_err(|failure| match failure {
-            Failure::NotSent(e) => ToolError::Refused(e),
-            Failure::Unknown(e) => ToolError::UnknownOutcome(e),
-        })?;
+        let reply = http::send(Method::Get, &url, None).map_err(tool_error)?;
         if reply.status >= 500 {
             let text = String::from_utf8_lossy(&reply.body);
             return Err(ToolError::UnknownOutcome(format!(
@@ -75,14 +70,10 @@ impl Guest for Webfetch {
             )));
         }
         let body = String::from_utf8_lossy(&reply.body);
-        Ok(Output {
-            result: json!({"status": reply.status, "body": cut(&body, MAX_BODY)}).to_string(),
-            sources: vec![Source {
-                id: format!("web:{url}"),
-                title: one_line(&url, 200),
-                restricted: false,
-            }],
-        })
+        Ok(read(
+            json!({"status": reply.status, "body": cut(&body, MAX_BODY)}),
+            source(format!("web:{url}"), one_line(&url, 200)),
+        ))
     }
 
     fn simulate(_invocation: Invocation) -> Option<String> {
@@ -96,19 +87,6 @@ impl Guest for Webfetch {
 }
 
 export!(Webfetch);
-
-fn parse_args(args: &str) -> Result<Map<String, Value>, ToolError> {
-    let text = if args.trim().is_empty() { "{}" } else { args };
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ToolError::InvalidArgs(
-            "arguments must be a JSON object".into(),
-        )),
-        Err(e) => Err(ToolError::InvalidArgs(format!(
-            "arguments are not valid JSON: {e}"
-        ))),
-    }
-}
 
 /// The `url` argument: a string starting with `http://` or `https://`.
 /// Anything else wrong with it (whitespace, no host) is found by the HTTP

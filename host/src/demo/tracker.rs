@@ -10,7 +10,8 @@
 //! that passes against it has exercised the real outbound path.
 //!
 //! What it may not touch: nothing of the kernel. It imports nothing from the
-//! rest of the crate (no policy, no approval queue, no store, no runtime for
+//! rest of the crate but the loopback server it shares with the warehouse
+//! (`serve`; no policy, no approval queue, no store, no runtime for
 //! gadgets) and the kernel must never depend on it to make a decision. It is
 //! a stand-in for a third-party service and has to stay on the far side of
 //! the boundary the host enforces; if it could reach into the kernel, tests
@@ -18,30 +19,25 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+
+pub use super::serve::Received;
+use super::serve::{self, RequestLog, Server, error};
 
 /// Largest request body the tracker reads. Anything bigger is answered 413
 /// (and still logged, with an empty body), so a runaway client cannot make a
 /// test process allocate without bound.
 const MAX_BODY: usize = 1024 * 1024;
-
-/// How long shutdown waits for requests that are still being answered before
-/// it tears the runtime down anyway. Bounded so that dropping a [`Tracker`]
-/// can never hang a test, whatever its clients are doing.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// The body of a [`Fault::Garbage`] answer: served as `application/json`
 /// but not parseable as JSON, which is the misbehaviour clients have to
@@ -63,24 +59,6 @@ pub struct Issue {
     pub body: String,
     /// Distinct labels in the order they were first added.
     pub labels: Vec<String>,
-}
-
-/// One request as the tracker received it, before any decision about it.
-///
-/// Tests use these to assert what actually left the host: which method and
-/// path, which credentials the gatekeeper attached, and the exact bytes.
-#[derive(Clone, Debug, Serialize)]
-pub struct Received {
-    /// The HTTP method, upper case as sent (`"GET"`, `"POST"`, ...).
-    pub method: String,
-    /// Path including the query string, e.g. `/search?q=crash`.
-    pub path: String,
-    /// The raw `Authorization` header, if any (lossily decoded), so tests can
-    /// check that a secret was or was not attached.
-    pub authorization: Option<String>,
-    /// The request body, lossily decoded as UTF-8; empty when the body was
-    /// over the 1 MiB cap or could not be read.
-    pub body: String,
 }
 
 /// A misbehaviour the tracker simulates on demand, see [`Tracker::inject`].
@@ -121,10 +99,8 @@ pub struct TrackerBuilder {
 /// It stops when dropped, or explicitly via [`Tracker::shutdown`]; either way
 /// the port is released and any connection it holds open is closed.
 pub struct Tracker {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    server: Server,
 }
 
 /// What a token is allowed to do.
@@ -138,8 +114,7 @@ enum Access {
 struct Shared {
     tokens: HashMap<String, Access>,
     state: Mutex<World>,
-    /// Signalled whenever a request is logged, for `wait_for_requests`.
-    logged: Condvar,
+    requests: RequestLog,
     /// Handlers currently running, not counting ones parked by
     /// `LandThenHang`; shutdown waits for these to drain.
     in_flight: AtomicUsize,
@@ -153,7 +128,6 @@ struct Shared {
 struct World {
     issues: BTreeMap<u64, Issue>,
     next_id: u64,
-    requests: Vec<Received>,
     writes: Vec<Received>,
     /// Pending faults: (fault, how many more writes get it), oldest first.
     faults: VecDeque<(Fault, u32)>,
@@ -169,25 +143,25 @@ impl Tracker {
     /// The socket the tracker listens on (always `127.0.0.1`, never a
     /// public interface, since it holds test credentials).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// `"127.0.0.1:PORT"`: the form an allow-list of hosts or a `Host`
     /// header needs.
     pub fn host(&self) -> String {
-        self.addr.to_string()
+        self.server.host()
     }
 
     /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     /// Every request received so far, in arrival order, including those
     /// refused by authentication, by the body cap or by an injected fault:
     /// tests need to see what was attempted, not only what succeeded.
     pub fn requests(&self) -> Vec<Received> {
-        self.shared.lock().requests.clone()
+        self.shared.requests.all()
     }
 
     /// The non-GET requests that got past authentication and were handed to
@@ -223,13 +197,7 @@ impl Tracker {
     /// `n` was reached. Lets a test wait for a gatekeeper that works in the
     /// background without sleeping for a guessed duration.
     pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
-        let guard = self.shared.lock();
-        let (guard, _) = self
-            .shared
-            .logged
-            .wait_timeout_while(guard, timeout, |world| world.requests.len() < n)
-            .unwrap_or_else(|e| e.into_inner());
-        guard.requests.len() >= n
+        self.shared.requests.wait_for(n, timeout)
     }
 
     /// Stops the server and waits for its thread. Same as dropping the
@@ -241,22 +209,10 @@ impl Tracker {
     }
 }
 
-impl Drop for Tracker {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            // The server may already be gone; nothing to do then.
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 impl std::fmt::Debug for Tracker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tracker")
-            .field("addr", &self.addr)
+            .field("addr", &self.addr())
             .finish_non_exhaustive()
     }
 }
@@ -298,7 +254,6 @@ impl TrackerBuilder {
         let mut world = World {
             issues: BTreeMap::new(),
             next_id: 1,
-            requests: Vec::new(),
             writes: Vec::new(),
             faults: VecDeque::new(),
         };
@@ -313,99 +268,23 @@ impl TrackerBuilder {
         let shared = Arc::new(Shared {
             tokens: self.tokens,
             state: Mutex::new(world),
-            logged: Condvar::new(),
+            requests: RequestLog::default(),
             in_flight: AtomicUsize::new(0),
             hanging: AtomicUsize::new(0),
         });
 
-        // Bound here, on the caller's thread, so that bind errors surface
-        // from `start` and the address is known before the thread runs.
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let server_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(format!("demo-tracker-{}", addr.port()))
-            .spawn(move || serve(listener, server_shared, stop_rx, ready_tx))?;
-
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Tracker {
-                addr,
-                shared,
-                stop: Some(stop_tx),
-                thread: Some(thread),
-            }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = thread.join();
-                Err(io::Error::other(
-                    "demo tracker thread exited before listening",
-                ))
-            }
-        }
-    }
-}
-
-/// Body of the server thread: builds a runtime, serves until told to stop,
-/// then tears everything down within [`SHUTDOWN_GRACE`].
-fn serve(
-    listener: std::net::TcpListener,
-    shared: Arc<Shared>,
-    stop: oneshot::Receiver<()>,
-    ready: std::sync::mpsc::Sender<io::Result<()>>,
-) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => listener,
-            Err(e) => {
-                let _ = ready.send(Err(e));
-                return;
-            }
-        };
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&shared));
-        let (drain_tx, drain_rx) = oneshot::channel::<()>();
-        let mut server = tokio::spawn(
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = drain_rx.await;
-                })
-                .into_future(),
-        );
-        let _ = ready.send(Ok(()));
-
-        // Either an explicit stop or the Tracker being dropped (sender gone).
-        tokio::select! {
-            _ = stop => {}
-            _ = &mut server => return,
-        }
-        let _ = drain_tx.send(());
-
         // Graceful shutdown finishes once every connection is done, which a
         // connection parked by LandThenHang never is. So also stop once
         // nothing but parked handlers remain (plus a moment to flush the
-        // last answers); the runtime drop below then closes the parked ones.
-        let only_parked_left = async {
+        // last answers); the server's runtime then closes the parked ones.
+        let counters = Arc::clone(&shared);
+        let only_parked_left = async move {
             loop {
-                if shared.hanging.load(Ordering::SeqCst) > 0
-                    && shared.in_flight.load(Ordering::SeqCst) == 0
+                if counters.hanging.load(Ordering::SeqCst) > 0
+                    && counters.in_flight.load(Ordering::SeqCst) == 0
                 {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     return;
@@ -413,17 +292,9 @@ fn serve(
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
-            tokio::select! {
-                _ = &mut server => {}
-                _ = only_parked_left => {}
-            }
-        })
-        .await;
-    });
-    // Dropping the runtime cancels every remaining task, closing any
-    // connection still open (parked handlers included).
-    drop(runtime);
+        let server = Server::start("tracker", app, only_parked_left)?;
+        Ok(Tracker { shared, server })
+    }
 }
 
 /// Holds one unit of a handler counter for the shutdown logic; gives it back
@@ -452,20 +323,10 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn record(&self, received: Received) {
-        self.lock().requests.push(received);
-        self.logged.notify_all();
-    }
-
     /// What the `Authorization` header grants, if anything. Only the
     /// `Bearer` scheme (case-insensitive) with a known, non-empty token.
     fn access(&self, authorization: Option<&str>) -> Option<Access> {
-        let (scheme, token) = authorization?.trim().split_once(' ')?;
-        let token = token.trim();
-        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-            return None;
-        }
-        self.tokens.get(token).copied()
+        self.tokens.get(serve::bearer(authorization)?).copied()
     }
 }
 
@@ -474,43 +335,16 @@ impl Shared {
 /// same way.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let busy = Counted::new(&shared.in_flight);
-    let (parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str().to_owned())
-        .unwrap_or_else(|| parts.uri.path().to_owned());
-    let authorization = parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let (bytes, readable) = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(bytes) => (bytes, true),
-        Err(_) => (Bytes::new(), false),
-    };
-    let received = Received {
-        method: parts.method.as_str().to_owned(),
-        path,
-        authorization,
-        body: String::from_utf8_lossy(&bytes).into_owned(),
-    };
-    shared.record(received.clone());
-
-    if !readable {
+    let (parts, bytes, received) = serve::receive(request, MAX_BODY, &shared.requests).await;
+    let Some(bytes) = bytes else {
         return error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body unreadable or larger than 1 MiB",
         );
-    }
+    };
     let is_write = parts.method != Method::GET;
     match shared.access(received.authorization.as_deref()) {
-        None => {
-            let mut response = error(StatusCode::UNAUTHORIZED, "missing or unknown bearer token");
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return response;
-        }
+        None => return serve::unauthorized(),
         Some(Access::ReadOnly) if is_write => {
             return error(StatusCode::FORBIDDEN, "this token may only read");
         }
@@ -551,11 +385,6 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
         Some(Fault::Status(_)) | None => response,
     }
-}
-
-/// A JSON error answer: `{"error": "..."}`.
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
 #[derive(Deserialize)]
@@ -684,6 +513,8 @@ mod tests {
     //! double as proof that the tracker works from plain `#[test]`s.
 
     use super::*;
+    use crate::demo::serve::SHUTDOWN_GRACE;
+    use crate::demo::serve::testing::{head, parse, response};
     use std::io::{Read, Write};
     use std::net::TcpStream;
     use std::time::Instant;
@@ -696,13 +527,7 @@ mod tests {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (u16, String) {
-        let mut stream = send(t, method, path, token, body);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("set timeout");
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).expect("read response");
-        parse(&raw)
+        response(&mut send(t, method, path, token, body))
     }
 
     fn send(
@@ -713,13 +538,7 @@ mod tests {
         body: Option<&str>,
     ) -> TcpStream {
         let mut stream = TcpStream::connect(t.addr()).expect("connect");
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            t.host()
-        );
-        if let Some(token) = token {
-            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-        }
+        let mut head = head(&t.host(), method, path, token);
         let body = body.unwrap_or("");
         if !body.is_empty() || method != "GET" {
             head.push_str(&format!(
@@ -731,17 +550,6 @@ mod tests {
         stream.write_all(head.as_bytes()).expect("write head");
         stream.write_all(body.as_bytes()).expect("write body");
         stream
-    }
-
-    fn parse(raw: &[u8]) -> (u16, String) {
-        let text = String::from_utf8_lossy(raw);
-        let (head, body) = text.split_once("\r\n\r\n").expect("complete response");
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("status line");
-        (status, body.to_owned())
     }
 
     fn json(body: &str) -> serde_json::Value {

@@ -16,14 +16,14 @@
 //! read everything and a collaborator who may not read payroll.
 //!
 //! What it may not touch: nothing of the kernel. It imports nothing from the
-//! rest of the crate but the tracker's [`Received`] record, and the kernel
-//! must never depend on it to make a decision.
+//! rest of the crate but the loopback server it shares with the tracker
+//! (`serve`, whose [`Received`] record it re-exports), and the kernel must
+//! never depend on it to make a decision.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -32,17 +32,13 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
-pub use super::tracker::Received;
+pub use super::serve::Received;
+use super::serve::{self, RequestLog, Server, error};
 
 /// Largest request body the warehouse reads (it never needs one). Anything
 /// bigger is answered 413 and logged with an empty body.
 const MAX_BODY: usize = 64 * 1024;
-
-/// How long shutdown waits for requests still being answered before it tears
-/// the runtime down anyway, so dropping a [`Warehouse`] never hangs a test.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// One built-in table.
 struct Table {
@@ -121,19 +117,15 @@ pub struct WarehouseBuilder {
 /// the same from a plain `#[test]`, from inside `#[tokio::test]` and from the
 /// CLI. It stops when dropped or via [`Warehouse::shutdown`].
 pub struct Warehouse {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    server: Server,
 }
 
 /// Everything the server thread and the test thread both see.
 struct Shared {
     accounts: HashMap<String, Grant>,
     tables: Vec<Table>,
-    requests: Mutex<Vec<Received>>,
-    /// Signalled whenever a request is logged, for `wait_for_requests`.
-    logged: Condvar,
+    requests: RequestLog,
 }
 
 impl Warehouse {
@@ -145,37 +137,30 @@ impl Warehouse {
 
     /// The socket the warehouse listens on (always `127.0.0.1`).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// `"127.0.0.1:PORT"`: the form an allow-list of hosts needs.
     pub fn host(&self) -> String {
-        self.addr.to_string()
+        self.server.host()
     }
 
     /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     /// Every request received so far, in arrival order, including those
     /// refused (401, 403, 404, 405, 413): tests need to see what was
     /// attempted, for example that an access check sent no data request.
     pub fn requests(&self) -> Vec<Received> {
-        self.shared.log().clone()
+        self.shared.requests.all()
     }
 
     /// Blocks the calling thread until at least `n` requests have been
     /// received or `timeout` has passed; returns whether `n` was reached.
     pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
-        let guard = self.shared.log();
-        let guard = self
-            .shared
-            .logged
-            .wait_timeout_while(guard, timeout, |requests| requests.len() < n)
-            .map(|(guard, _)| guard)
-            .unwrap_or_else(|e| e.into_inner().0);
-        guard.len() >= n
+        self.shared.requests.wait_for(n, timeout)
     }
 
     /// Stops the server and waits for its thread; same as dropping it.
@@ -184,22 +169,10 @@ impl Warehouse {
     }
 }
 
-impl Drop for Warehouse {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            // The server may already be gone; nothing to do then.
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 impl std::fmt::Debug for Warehouse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Warehouse")
-            .field("addr", &self.addr)
+            .field("addr", &self.addr())
             .finish_non_exhaustive()
     }
 }
@@ -232,113 +205,22 @@ impl WarehouseBuilder {
         let shared = Arc::new(Shared {
             accounts: self.accounts,
             tables: tables(),
-            requests: Mutex::new(Vec::new()),
-            logged: Condvar::new(),
+            requests: RequestLog::default(),
         });
-
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let server_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name(format!("demo-warehouse-{}", addr.port()))
-            .spawn(move || serve(listener, server_shared, stop_rx, ready_tx))?;
-
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Warehouse {
-                addr,
-                shared,
-                stop: Some(stop_tx),
-                thread: Some(thread),
-            }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = thread.join();
-                Err(io::Error::other(
-                    "demo warehouse thread exited before listening",
-                ))
-            }
-        }
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&shared));
+        // Nothing parks: shutdown only waits for open connections.
+        let server = Server::start("warehouse", app, std::future::pending())?;
+        Ok(Warehouse { shared, server })
     }
-}
-
-/// Body of the server thread: builds a runtime, serves until told to stop,
-/// then stops within [`SHUTDOWN_GRACE`].
-fn serve(
-    listener: std::net::TcpListener,
-    shared: Arc<Shared>,
-    stop: oneshot::Receiver<()>,
-    ready: std::sync::mpsc::Sender<io::Result<()>>,
-) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => listener,
-            Err(e) => {
-                let _ = ready.send(Err(e));
-                return;
-            }
-        };
-        let app = Router::new().fallback(handle).with_state(shared);
-        let (drain_tx, drain_rx) = oneshot::channel::<()>();
-        let mut server = tokio::spawn(
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = drain_rx.await;
-                })
-                .into_future(),
-        );
-        let _ = ready.send(Ok(()));
-
-        // Either an explicit stop or the Warehouse being dropped.
-        tokio::select! {
-            _ = stop => {}
-            _ = &mut server => return,
-        }
-        let _ = drain_tx.send(());
-        // Bounded: a client holding a connection open cannot stall shutdown.
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await;
-    });
-    // Dropping the runtime cancels what is left, closing its connections.
-    drop(runtime);
 }
 
 impl Shared {
-    /// Locks the request log. A poisoned lock only means a thread panicked
-    /// while holding it; the log is still the best record there is.
-    fn log(&self) -> MutexGuard<'_, Vec<Received>> {
-        self.requests.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn record(&self, received: Received) {
-        self.log().push(received);
-        self.logged.notify_all();
-    }
-
     /// The grant of the account named by the `Authorization` header: only
     /// the `Bearer` scheme (case-insensitive) with a known, non-empty token.
     fn account(&self, authorization: Option<&str>) -> Option<&Grant> {
-        let (scheme, token) = authorization?.trim().split_once(' ')?;
-        let token = token.trim();
-        if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-            return None;
-        }
-        self.accounts.get(token)
+        self.accounts.get(serve::bearer(authorization)?)
     }
 
     fn table(&self, name: &str) -> Option<&Table> {
@@ -397,40 +279,15 @@ impl Shared {
 /// The single handler: every request, matched or not, is logged and
 /// authenticated the same way before it is routed.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str().to_owned())
-        .unwrap_or_else(|| parts.uri.path().to_owned());
-    let authorization = parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let (bytes, readable) = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(bytes) => (bytes, true),
-        Err(_) => (Default::default(), false),
-    };
-    let received = Received {
-        method: parts.method.as_str().to_owned(),
-        path,
-        authorization,
-        body: String::from_utf8_lossy(&bytes).into_owned(),
-    };
-    shared.record(received.clone());
-
-    if !readable {
+    let (parts, bytes, received) = serve::receive(request, MAX_BODY, &shared.requests).await;
+    if bytes.is_none() {
         return error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body unreadable or larger than 64 KiB",
         );
     }
     let Some(grant) = shared.account(received.authorization.as_deref()) else {
-        let mut response = error(StatusCode::UNAUTHORIZED, "missing or unknown bearer token");
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
+        return serve::unauthorized();
     };
     if parts.method != Method::GET {
         let mut response = error(
@@ -443,11 +300,6 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         return response;
     }
     shared.route(grant, parts.uri.path())
-}
-
-/// A JSON error answer: `{"error": "..."}`.
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
 }
 
 fn no_such_table(segment: &str) -> Response {
@@ -487,37 +339,22 @@ mod tests {
     //! `std::net::TcpStream`, like the tracker's tests.
 
     use super::*;
+    use crate::demo::serve::SHUTDOWN_GRACE;
+    use crate::demo::serve::testing::{head, response};
     use std::io::{Read, Write};
     use std::net::TcpStream;
     use std::time::Instant;
 
     fn call(w: &Warehouse, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
         let mut stream = TcpStream::connect(w.addr()).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("set timeout");
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-            w.host()
-        );
-        if let Some(token) = token {
-            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-        }
+        let mut head = head(&w.host(), method, path, token);
         if method != "GET" {
             head.push_str("Content-Length: 0\r\n");
         }
         head.push_str("\r\n");
         stream.write_all(head.as_bytes()).expect("write");
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).expect("read response");
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n").expect("complete response");
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("status line");
-        (status, serde_json::from_str(body).expect("JSON body"))
+        let (status, body) = response(&mut stream);
+        (status, serde_json::from_str(&body).expect("JSON body"))
     }
 
     /// An owner who reads everything and an analyst who may not read payroll.

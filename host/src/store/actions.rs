@@ -265,7 +265,7 @@ impl Store {
     /// Pending actions, oldest first (optionally of one chat).
     pub fn pending(&self, chat: Option<&str>) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
-        let mut st = conn.prepare(&format!(
+        let mut st = conn.prepare_cached(&format!(
             "SELECT {ACTION_COLUMNS} FROM ledger
              WHERE kind = 'action' AND state = 'pending' AND (?1 IS NULL OR chat = ?1)
              ORDER BY id"
@@ -414,7 +414,7 @@ impl Store {
         let claims: Vec<(i64, Option<String>)> = {
             let conn = self.lock();
             let mut st =
-                conn.prepare("SELECT id, claim_owner FROM ledger WHERE state = 'applying'")?;
+                conn.prepare_cached("SELECT id, claim_owner FROM ledger WHERE state = 'applying'")?;
             st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?
         };

@@ -97,7 +97,7 @@ impl Store {
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
         let conn = self.lock();
-        let mut st = conn.prepare(
+        let mut st = conn.prepare_cached(
             "SELECT id, chat, kind, caller, gatekeeper, tool, classified_by, trust, state,
                     auto_approved, resolved_by, retryable, error, sources, action_ref,
                     created_at, decided_at, finished_at

@@ -125,7 +125,7 @@ impl Store {
     pub fn gadgets(&self) -> anyhow::Result<Vec<GadgetRecord>> {
         let conn = self.lock();
         let mut st =
-            conn.prepare("SELECT name, digest, installed_at FROM gadgets ORDER BY name")?;
+            conn.prepare_cached("SELECT name, digest, installed_at FROM gadgets ORDER BY name")?;
         let rows = st.query_map([], |r| {
             Ok(GadgetRecord {
                 name: r.get(0)?,
@@ -163,20 +163,19 @@ impl Store {
     }
 
     pub fn gatekeeper(&self, name: &str) -> anyhow::Result<Option<GatekeeperRecord>> {
-        let row = self
-            .lock()
-            .query_row(
+        let conn = self.lock();
+        let row = conn
+            .prepare_cached(
                 "SELECT name, digest, trust, hosts, secret, settings, manifest, added_at
                  FROM gatekeepers WHERE name = ?1",
-                [name],
-                |r| {
-                    Ok((
-                        gatekeeper_from_row(r)?,
-                        r.get::<_, Option<String>>(4)?,
-                        r.get(7)?,
-                    ))
-                },
-            )
+            )?
+            .query_row([name], |r| {
+                Ok((
+                    gatekeeper_from_row(r)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get(7)?,
+                ))
+            })
             .optional()?;
         row.map(|(cols, secret, added_at)| decode_gatekeeper(cols, secret, added_at))
             .transpose()
@@ -185,7 +184,7 @@ impl Store {
     pub fn gatekeepers(&self) -> anyhow::Result<Vec<GatekeeperRecord>> {
         let names: Vec<String> = {
             let conn = self.lock();
-            let mut st = conn.prepare("SELECT name FROM gatekeepers ORDER BY name")?;
+            let mut st = conn.prepare_cached("SELECT name FROM gatekeepers ORDER BY name")?;
             st.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?
         };
         names
@@ -206,20 +205,6 @@ impl Store {
         Ok(())
     }
 
-    /// The tier now, for classification at the moment of use (SPEC K3).
-    pub fn trust_of(&self, gatekeeper: &str) -> anyhow::Result<Trust> {
-        let t: String = self
-            .lock()
-            .query_row(
-                "SELECT trust FROM gatekeepers WHERE name = ?1",
-                [gatekeeper],
-                |r| r.get(0),
-            )
-            .optional()?
-            .with_context(|| format!("gatekeeper {gatekeeper:?} was removed"))?;
-        t.parse()
-    }
-
     pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
         self.lock().execute(
             "INSERT INTO secrets (name, value) VALUES (?1, ?2)
@@ -232,9 +217,8 @@ impl Store {
     pub fn secret(&self, name: &str) -> anyhow::Result<Option<String>> {
         Ok(self
             .lock()
-            .query_row("SELECT value FROM secrets WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
+            .prepare_cached("SELECT value FROM secrets WHERE name = ?1")?
+            .query_row([name], |r| r.get(0))
             .optional()?)
     }
 
@@ -257,25 +241,22 @@ impl Store {
     pub fn chat(&self, name: &str) -> anyhow::Result<Option<Chat>> {
         Ok(self
             .lock()
-            .query_row(
-                "SELECT name, owner, latched, created_at FROM chats WHERE name = ?1",
-                [name],
-                |r| {
-                    Ok(Chat {
-                        name: r.get(0)?,
-                        owner: r.get(1)?,
-                        latched: r.get::<_, i64>(2)? == 1,
-                        created_at: r.get(3)?,
-                    })
-                },
-            )
+            .prepare_cached("SELECT name, owner, latched, created_at FROM chats WHERE name = ?1")?
+            .query_row([name], |r| {
+                Ok(Chat {
+                    name: r.get(0)?,
+                    owner: r.get(1)?,
+                    latched: r.get::<_, i64>(2)? == 1,
+                    created_at: r.get(3)?,
+                })
+            })
             .optional()?)
     }
 
     pub fn chats(&self) -> anyhow::Result<Vec<Chat>> {
         let conn = self.lock();
-        let mut st =
-            conn.prepare("SELECT name, owner, latched, created_at FROM chats ORDER BY name")?;
+        let mut st = conn
+            .prepare_cached("SELECT name, owner, latched, created_at FROM chats ORDER BY name")?;
         let rows = st.query_map([], |r| {
             Ok(Chat {
                 name: r.get(0)?,
@@ -301,7 +282,7 @@ impl Store {
 
     pub fn introductions(&self, chat: &str) -> anyhow::Result<Vec<Introduction>> {
         let conn = self.lock();
-        let mut st = conn.prepare(
+        let mut st = conn.prepare_cached(
             "SELECT chat, key, gatekeeper, tools FROM introductions WHERE chat = ?1 ORDER BY key",
         )?;
         let rows = st.query_map([chat], |r| {

@@ -78,7 +78,8 @@ impl Store {
 
     pub fn rules(&self) -> anyhow::Result<Vec<Rule>> {
         let conn = self.lock();
-        let mut st = conn.prepare("SELECT tag, enabled_by, enabled_at FROM rules ORDER BY tag")?;
+        let mut st =
+            conn.prepare_cached("SELECT tag, enabled_by, enabled_at FROM rules ORDER BY tag")?;
         let rows = st.query_map([], |r| {
             Ok(Rule {
                 tag: r.get(0)?,
@@ -139,7 +140,7 @@ impl Store {
 
     pub fn waiting_runs(&self) -> anyhow::Result<Vec<AgentRun>> {
         let conn = self.lock();
-        let mut st = conn.prepare(&format!(
+        let mut st = conn.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM agent_runs WHERE state = 'waiting' ORDER BY id"
         ))?;
         let rows = st.query_map([], run_from_row)?;
@@ -148,7 +149,8 @@ impl Store {
 
     pub fn agent_runs(&self) -> anyhow::Result<Vec<AgentRun>> {
         let conn = self.lock();
-        let mut st = conn.prepare(&format!("SELECT {RUN_COLUMNS} FROM agent_runs ORDER BY id"))?;
+        let mut st =
+            conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM agent_runs ORDER BY id"))?;
         let rows = st.query_map([], run_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -82,7 +82,11 @@ CREATE TABLE IF NOT EXISTS ledger (
 ) STRICT;
 
 CREATE INDEX IF NOT EXISTS ledger_by_chat ON ledger (chat, id);
-CREATE INDEX IF NOT EXISTS ledger_open ON ledger (state) WHERE state IN ('pending', 'applying');
+-- Open actions are looked up on every read (the overlay of pending actions
+-- a simulating gatekeeper gets) and at every start (recovery): an index on
+-- state, not a partial one, so that `state = 'pending'` can use it.
+DROP INDEX IF EXISTS ledger_open;
+CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, id);
 
 -- Key two of auto-approval (SPEC U1): a person's rule for exactly one
 -- namespaced tag `gatekeeper:tool`.
