@@ -173,6 +173,13 @@ struct Inner {
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Releasing the lock is what matters; the file itself is tidied.
+        let _ = std::fs::remove_file(self.home.liveness(&self.owner));
+    }
+}
+
 impl Kernel {
     /// Open the state under `home`, then recover interrupted claims (P3).
     ///
@@ -185,12 +192,16 @@ impl Kernel {
         home.create()?;
         let store = Store::open(&home.database())?;
         let owner = format!("{}-{}", std::process::id(), hex::encode(rand_bytes()));
-        let liveness = File::create(home.liveness(&owner)).with_context(|| {
-            format!("cannot create a lock file in {}", home.run_dir().display())
-        })?;
+        // The file appears under its real name only once locked (rename is
+        // atomic), so no other process can ever see it unlocked and take
+        // this live process for a dead one.
+        let staging = home.liveness(&owner).with_extension("lock.new");
+        let cannot = || format!("cannot create a lock file in {}", home.run_dir().display());
+        let liveness = File::create(&staging).with_context(cannot)?;
         liveness
             .lock()
             .context("cannot lock this process's liveness file")?;
+        std::fs::rename(&staging, home.liveness(&owner)).with_context(cannot)?;
         let runtime = Runtime::new(home.cache_dir(), limits)?;
         let kernel = Kernel {
             inner: Arc::new(Inner {
@@ -208,7 +219,22 @@ impl Kernel {
         for id in failed {
             tracing::warn!(id, "action was interrupted while applying; marked failed");
         }
+        kernel.sweep_liveness();
         Ok(kernel)
+    }
+
+    /// Remove the lock files of processes that are gone (their claims, if
+    /// any, were recovered just before).
+    fn sweep_liveness(&self) {
+        let Ok(entries) = std::fs::read_dir(self.inner.home.run_dir()) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".lock")) {
+                self.is_alive(owner); // removes the file of a dead owner
+            }
+        }
     }
 
     fn is_alive(&self, owner: &str) -> bool {
