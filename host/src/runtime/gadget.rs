@@ -21,8 +21,8 @@ wasmtime::component::bindgen!({
     with: { "gatehouse:os/kernel.service": ServiceHandle },
 });
 
-use gatehouse::os::kernel as wit;
-use gatehouse::os::types as witt;
+use self::gatehouse::os::kernel as wit;
+use self::gatehouse::os::types as witt;
 
 /// The host side of a `service` resource: which introduction it names.
 pub struct ServiceHandle {
