@@ -425,13 +425,20 @@ impl Kernel {
     /// Run one turn with a given turn context (harness state).
     pub(crate) async fn run_turn(&self, turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
         let (gadget, chat) = (turn.gadget.clone(), turn.chat.clone());
-        let (gadget, chat) = (gadget.as_str(), chat.as_str());
-        let Some(g) = self.inner.store.gadget(gadget)? else {
-            bail!("no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`");
-        };
-        if self.inner.store.chat(chat)?.is_none() {
-            bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
-        }
+        let g = self
+            .store()
+            .run(move |s| {
+                let Some(g) = s.gadget(&gadget)? else {
+                    bail!(
+                        "no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`"
+                    );
+                };
+                if s.chat(&chat)?.is_none() {
+                    bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
+                }
+                Ok(g)
+            })
+            .await?;
         let pre = self.inner.runtime.gadget(&g.digest)?;
         let report = crate::runtime::gadget::run(
             &pre,
@@ -442,7 +449,7 @@ impl Kernel {
         )
         .await;
         if !report.stdout.is_empty() || !report.stderr.is_empty() {
-            tracing::info!(gadget, stdout = %report.stdout, stderr = %report.stderr, "gadget output");
+            tracing::info!(gadget = %g.name, stdout = %report.stdout, stderr = %report.stderr, "gadget output");
         }
         Ok(report)
     }

@@ -183,18 +183,17 @@ pub fn excerpt(s: &str, max: usize) -> String {
 pub fn render(a: &Action, description: Option<&str>) -> String {
     let gk = inline(&a.gatekeeper);
     let tool = inline(&a.tool);
-    let why = if a.classified_by == "server-annotation" {
-        "the gatekeeper declared it read-only".to_owned()
+    // Only actions are ever staged, and an action is always classified by
+    // the safe default: the provenance line says so, and what has been sent.
+    let sent = if a.state == crate::store::ActionState::Pending {
+        "Nothing has been sent yet.".to_owned()
     } else {
-        format!(
-            "Why held: {tool} is an action: its gatekeeper did not declare it read-only, so it may change the outside world (classified by: default). {}",
-            if a.state == crate::store::ActionState::Pending {
-                "Nothing has been sent yet.".to_owned()
-            } else {
-                format!("It is now {}.", a.state)
-            }
-        )
+        format!("It is now {}.", a.state)
     };
+    let why = format!(
+        "Why held: {tool} is an action: its gatekeeper did not declare it read-only, so it may change the outside world (classified by: {}). {sent}",
+        inline(&a.classified_by)
+    );
     let mut out = String::new();
     out.push_str(&format!("Action #{} ({})\n", a.id, a.state));
     out.push_str(&format!("Gatekeeper: {gk} (trust: {})\n", inline(&a.trust)));
