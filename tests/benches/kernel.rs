@@ -106,18 +106,7 @@ impl wit::HostService for Direct {
         tool: String,
         args: String,
     ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
-        let invocation = gk::wit::Invocation {
-            tool,
-            args,
-            settings: Vec::new(),
-            account: None,
-            pending: Vec::new(),
-        };
-        let reach = Reach {
-            allowed_hosts: Vec::new(),
-            credential: None,
-        };
-        let called = gk::call(&self.gatekeeper, &self.limits, "rogue", reach, invocation).await;
+        let called = unmediated_call(&self.gatekeeper, &self.limits, tool, args).await;
         Ok(match called.outcome {
             Ok(Ok(out)) => Ok(wit::Outcome::Done(out.result)),
             _ => Err(wit::CallError::Service("failed".into())),
@@ -127,6 +116,27 @@ impl wit::HostService for Direct {
         self.table.delete(this)?;
         Ok(())
     }
+}
+
+/// A gatekeeper call with nothing around it: no store, no policy.
+async fn unmediated_call(
+    pre: &GatekeeperPre<GatekeeperState>,
+    limits: &Limits,
+    tool: String,
+    args: String,
+) -> gk::Called<Result<gk::wit::Output, gk::wit::ToolError>> {
+    let invocation = gk::wit::Invocation {
+        tool,
+        args,
+        settings: Vec::new(),
+        account: None,
+        pending: Vec::new(),
+    };
+    let reach = Reach {
+        allowed_hosts: Vec::new(),
+        credential: None,
+    };
+    gk::call(pre, limits, "rogue", reach, invocation).await
 }
 
 async fn direct_turn(
@@ -196,20 +206,12 @@ fn bench_reads(c: &mut Criterion) {
     let turn = Turn::new("script", "bench");
     group.bench_function("one_call_from_host/unmediated", |b| {
         b.iter(|| {
-            rt.block_on(async {
-                let inv = gk::wit::Invocation {
-                    tool: "echo".into(),
-                    args: r#"{"n":1}"#.into(),
-                    settings: Vec::new(),
-                    account: None,
-                    pending: Vec::new(),
-                };
-                let reach = Reach {
-                    allowed_hosts: Vec::new(),
-                    credential: None,
-                };
-                gk::call(&gk_pre, &limits, "rogue", reach, inv).await
-            })
+            rt.block_on(unmediated_call(
+                &gk_pre,
+                &limits,
+                "echo".into(),
+                r#"{"n":1}"#.into(),
+            ))
         })
     });
     group.bench_function("one_call_from_host/kernel", |b| {

@@ -80,6 +80,23 @@ pub struct Introduction {
     pub tools: Option<Vec<String>>,
 }
 
+fn gadget_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GadgetRecord> {
+    Ok(GadgetRecord {
+        name: r.get(0)?,
+        digest: r.get(1)?,
+        installed_at: r.get(2)?,
+    })
+}
+
+fn chat_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Chat> {
+    Ok(Chat {
+        name: r.get(0)?,
+        owner: r.get(1)?,
+        latched: r.get::<_, i64>(2)? == 1,
+        created_at: r.get(3)?,
+    })
+}
+
 fn json<T: Serialize>(v: &T) -> anyhow::Result<String> {
     Ok(serde_json::to_string(v)?)
 }
@@ -111,13 +128,7 @@ impl Store {
             .query_row(
                 "SELECT name, digest, installed_at FROM gadgets WHERE name = ?1",
                 [name],
-                |r| {
-                    Ok(GadgetRecord {
-                        name: r.get(0)?,
-                        digest: r.get(1)?,
-                        installed_at: r.get(2)?,
-                    })
-                },
+                gadget_from_row,
             )
             .optional()?)
     }
@@ -126,13 +137,7 @@ impl Store {
         let conn = self.lock();
         let mut st =
             conn.prepare_cached("SELECT name, digest, installed_at FROM gadgets ORDER BY name")?;
-        let rows = st.query_map([], |r| {
-            Ok(GadgetRecord {
-                name: r.get(0)?,
-                digest: r.get(1)?,
-                installed_at: r.get(2)?,
-            })
-        })?;
+        let rows = st.query_map([], gadget_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -242,14 +247,7 @@ impl Store {
         Ok(self
             .lock()
             .prepare_cached("SELECT name, owner, latched, created_at FROM chats WHERE name = ?1")?
-            .query_row([name], |r| {
-                Ok(Chat {
-                    name: r.get(0)?,
-                    owner: r.get(1)?,
-                    latched: r.get::<_, i64>(2)? == 1,
-                    created_at: r.get(3)?,
-                })
-            })
+            .query_row([name], chat_from_row)
             .optional()?)
     }
 
@@ -257,14 +255,7 @@ impl Store {
         let conn = self.lock();
         let mut st = conn
             .prepare_cached("SELECT name, owner, latched, created_at FROM chats ORDER BY name")?;
-        let rows = st.query_map([], |r| {
-            Ok(Chat {
-                name: r.get(0)?,
-                owner: r.get(1)?,
-                latched: r.get::<_, i64>(2)? == 1,
-                created_at: r.get(3)?,
-            })
-        })?;
+        let rows = st.query_map([], chat_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -24,6 +24,14 @@ pub struct AgentRun {
     pub last_output: Option<String>,
 }
 
+fn rule_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Rule> {
+    Ok(Rule {
+        tag: r.get(0)?,
+        enabled_by: r.get(1)?,
+        enabled_at: r.get(2)?,
+    })
+}
+
 fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentRun> {
     let awaited: String = r.get(5)?;
     Ok(AgentRun {
@@ -65,13 +73,7 @@ impl Store {
             .query_row(
                 "SELECT tag, enabled_by, enabled_at FROM rules WHERE tag = ?1",
                 [tag],
-                |r| {
-                    Ok(Rule {
-                        tag: r.get(0)?,
-                        enabled_by: r.get(1)?,
-                        enabled_at: r.get(2)?,
-                    })
-                },
+                rule_from_row,
             )
             .optional()?)
     }
@@ -80,13 +82,7 @@ impl Store {
         let conn = self.lock();
         let mut st =
             conn.prepare_cached("SELECT tag, enabled_by, enabled_at FROM rules ORDER BY tag")?;
-        let rows = st.query_map([], |r| {
-            Ok(Rule {
-                tag: r.get(0)?,
-                enabled_by: r.get(1)?,
-                enabled_at: r.get(2)?,
-            })
-        })?;
+        let rows = st.query_map([], rule_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
