@@ -6,7 +6,7 @@
 
 use crate::kernel::{Kernel, Turn};
 use crate::runtime::gatekeeper::wit;
-use crate::store::{Action, GatekeeperRecord, NewObservation, Trust};
+use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Trust};
 
 /// Record a read's observation. `Ok` means the data may be handed over.
 pub async fn record_read(
@@ -40,8 +40,12 @@ pub async fn record_read(
         action_ref: None,
         result_bytes: output.result.len(),
     };
-    kernel.store().run(move |s| s.observe(&o)).await?;
-    Ok(())
+    match kernel.store().run(move |s| s.observe(&o)).await? {
+        Observed::Recorded(_) => Ok(()),
+        Observed::RestrictedInSharedChat => {
+            anyhow::bail!("it touched owner-only data, which is never read into a shared chat")
+        }
+    }
 }
 
 /// Record that an applied action's result was handed to the gadget (A4).

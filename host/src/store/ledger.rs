@@ -62,12 +62,18 @@ pub struct LedgerFilter {
 impl Store {
     /// Record an observation. The caller hands the data over only if this
     /// returns `Ok` (SPEC O1).
-    pub fn observe(&self, o: &NewObservation) -> anyhow::Result<i64> {
+    pub fn observe(&self, o: &NewObservation) -> anyhow::Result<super::Observed> {
         let restricted = serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
             .iter()
             .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true)));
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // Owner-only data is never admitted into a shared chat (SPEC O3);
+        // checked in the transaction that would latch, so a concurrent
+        // `share` either sees the latch or makes this read refused.
+        if restricted && super::sharing::is_shared(&tx, &o.chat)? {
+            return Ok(super::Observed::RestrictedInSharedChat);
+        }
         tx.execute(
             "INSERT INTO ledger (chat, kind, caller, gatekeeper, tool, classified_by, trust,
                sources, account, action_ref, result_bytes, created_at)
@@ -92,7 +98,7 @@ impl Store {
             tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
         }
         tx.commit()?;
-        Ok(id)
+        Ok(super::Observed::Recorded(id))
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {

@@ -14,11 +14,13 @@ mod actions;
 mod ledger;
 mod registry;
 mod rules;
+mod sharing;
 
 pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageError, validate_args};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
+pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};

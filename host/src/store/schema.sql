@@ -88,6 +88,59 @@ CREATE INDEX IF NOT EXISTS ledger_by_chat ON ledger (chat, id);
 DROP INDEX IF EXISTS ledger_open;
 CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, id);
 
+-- People known to this deployment (SPEC S). A chat's owner is whoever
+-- created it; collaborators are people it was shared with.
+CREATE TABLE IF NOT EXISTS users (
+    name       TEXT PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64),
+    created_at INTEGER NOT NULL
+) STRICT;
+
+-- A person's own accounts at a gatekeeper's service. The credential lives
+-- in `secrets` under `secret`; only the kernel reads it.
+CREATE TABLE IF NOT EXISTS accounts (
+    user       TEXT NOT NULL REFERENCES users(name),
+    gatekeeper TEXT NOT NULL REFERENCES gatekeepers(name),
+    label      TEXT NOT NULL CHECK (length(label) BETWEEN 1 AND 64),
+    secret     TEXT NOT NULL REFERENCES secrets(name),
+    -- The account used when the person names none; one per gatekeeper.
+    is_default INTEGER NOT NULL DEFAULT 0 CHECK (is_default IN (0, 1)),
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (user, gatekeeper, label)
+) STRICT;
+
+-- Who a chat is shared with (SPEC S). A collaborator is admitted by a
+-- successful open, which re-verifies every observed source (S2).
+CREATE TABLE IF NOT EXISTS collaborators (
+    chat     TEXT NOT NULL REFERENCES chats(name),
+    user     TEXT NOT NULL REFERENCES users(name),
+    added_by TEXT NOT NULL,
+    added_at INTEGER NOT NULL,
+    PRIMARY KEY (chat, user)
+) STRICT;
+
+-- Share links: whoever presents the token may open the chat (and is then
+-- re-verified like any collaborator). Only the token's digest is stored.
+CREATE TABLE IF NOT EXISTS share_links (
+    digest     TEXT PRIMARY KEY CHECK (length(digest) = 64),
+    chat       TEXT NOT NULL REFERENCES chats(name),
+    created_by TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) STRICT;
+
+-- Observers (SPEC S2, S3, S5): the account through which a collaborator who
+-- opened the chat observes it at each of its gatekeepers, and, when the
+-- gatekeeper could enumerate it, every source id that account may see.
+CREATE TABLE IF NOT EXISTS observers (
+    chat       TEXT NOT NULL,
+    user       TEXT NOT NULL,
+    gatekeeper TEXT NOT NULL,
+    account    TEXT,
+    scope      TEXT CHECK (scope IS NULL OR (json_valid(scope) AND json_type(scope) = 'array')),
+    added_at   INTEGER NOT NULL,
+    PRIMARY KEY (chat, user, gatekeeper),
+    FOREIGN KEY (chat, user) REFERENCES collaborators(chat, user) ON DELETE CASCADE
+) STRICT;
+
 -- Key two of auto-approval (SPEC U1): a person's rule for exactly one
 -- namespaced tag `gatekeeper:tool`.
 CREATE TABLE IF NOT EXISTS rules (

@@ -1,0 +1,416 @@
+//! People, their accounts, collaborators, share links and observers, as
+//! stored (SPEC S, O3). Every check that must hold against a concurrent
+//! writer (the latch against a share, a share against a restricted read)
+//! runs inside one IMMEDIATE transaction here; the decisions about *whether*
+//! an observer is admitted are the kernel's (`crate::sharing`).
+
+use super::{Store, now_ms};
+use rusqlite::{OptionalExtension as _, params};
+use serde::Serialize;
+
+/// One of a person's accounts at a gatekeeper's service (never its secret).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Account {
+    pub user: String,
+    pub gatekeeper: String,
+    pub label: String,
+    pub is_default: bool,
+}
+
+impl Account {
+    /// How the account is named in the ledger and in refusals: `user/label`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.user, self.label)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Collaborator {
+    pub chat: String,
+    pub user: String,
+    pub added_by: String,
+    pub added_at: i64,
+}
+
+/// A collaborator's binding at one gatekeeper of a chat (SPEC S2, S3).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Observer {
+    pub chat: String,
+    pub user: String,
+    pub gatekeeper: String,
+    /// `user/label`, or `None` when the collaborator has no account there.
+    pub account: Option<String>,
+    /// Every source id the account may see, if the gatekeeper listed them.
+    pub scope: Option<Vec<String>>,
+}
+
+/// Why a sharing change was refused; each says what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShareRefusal {
+    #[error("no chat named {0:?}")]
+    NoChat(String),
+    #[error("no person named {0:?}; add them with `gatehouse user add {0}`")]
+    NoUser(String),
+    #[error(
+        "chat {0:?} is locked down (it read owner-only data): it cannot gain collaborators or share links"
+    )]
+    Latched(String),
+    #[error("chat {0:?} is locked down (it read owner-only data): only its owner may open it")]
+    LatchedOpen(String),
+    #[error("{user:?} owns chat {chat:?}; a chat is not shared with its owner")]
+    Owner { chat: String, user: String },
+    #[error(
+        "{user:?} is not a collaborator of chat {chat:?}; its owner can `gatehouse share {chat} --with {user}`"
+    )]
+    NotCollaborator { chat: String, user: String },
+    #[error("that share link is not valid for chat {0:?} (it may have been revoked)")]
+    BadLink(String),
+}
+
+/// What happened to an observation handed to [`Store::observe`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// Recorded (and the chat latched if a source was restricted).
+    Recorded(i64),
+    /// Refused: restricted data in a shared chat (SPEC O3). Nothing written.
+    RestrictedInSharedChat,
+}
+
+fn account_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
+    Ok(Account {
+        user: r.get(0)?,
+        gatekeeper: r.get(1)?,
+        label: r.get(2)?,
+        is_default: r.get::<_, i64>(3)? == 1,
+    })
+}
+
+fn observer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Observer> {
+    let scope: Option<String> = r.get(4)?;
+    Ok(Observer {
+        chat: r.get(0)?,
+        user: r.get(1)?,
+        gatekeeper: r.get(2)?,
+        account: r.get(3)?,
+        scope: scope.and_then(|s| serde_json::from_str(&s).ok()),
+    })
+}
+
+/// Whether `chat` has collaborators or live share links (SPEC O3's "shared").
+pub(super) fn is_shared(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1)
+             OR EXISTS (SELECT 1 FROM share_links WHERE chat = ?1)",
+        [chat],
+        |r| r.get(0),
+    )
+}
+
+fn chat_state(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<Option<(String, bool)>> {
+    conn.query_row(
+        "SELECT owner, latched FROM chats WHERE name = ?1",
+        [chat],
+        |r| Ok((r.get(0)?, r.get::<_, i64>(1)? == 1)),
+    )
+    .optional()
+}
+
+fn user_exists(conn: &rusqlite::Connection, user: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM users WHERE name = ?1)",
+        [user],
+        |r| r.get(0),
+    )
+}
+
+impl Store {
+    /// Add a person; adding one who exists is not an error.
+    pub fn add_user(&self, name: &str) -> anyhow::Result<bool> {
+        let n = self.lock().execute(
+            "INSERT INTO users (name, created_at) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+            params![name, now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+
+    pub fn user_exists(&self, name: &str) -> anyhow::Result<bool> {
+        Ok(user_exists(&self.lock(), name)?)
+    }
+
+    pub fn users(&self) -> anyhow::Result<Vec<String>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached("SELECT name FROM users ORDER BY name")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Connect (or replace) one of `user`'s accounts at `gatekeeper`, its
+    /// credential stored in the secret store. The first account a person
+    /// connects at a gatekeeper, or one connected with `make_default`,
+    /// becomes their default there.
+    pub fn connect_account(
+        &self,
+        user: &str,
+        gatekeeper: &str,
+        label: &str,
+        credential: &str,
+        make_default: bool,
+    ) -> anyhow::Result<Account> {
+        let secret = format!("account/{user}/{gatekeeper}/{label}");
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO secrets (name, value) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            params![secret, credential],
+        )?;
+        let has_default: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM accounts WHERE user = ?1 AND gatekeeper = ?2
+                              AND is_default = 1 AND label <> ?3)",
+            params![user, gatekeeper, label],
+            |r| r.get(0),
+        )?;
+        let default = make_default || !has_default;
+        if default {
+            tx.execute(
+                "UPDATE accounts SET is_default = 0 WHERE user = ?1 AND gatekeeper = ?2",
+                params![user, gatekeeper],
+            )?;
+        }
+        tx.execute(
+            "INSERT INTO accounts (user, gatekeeper, label, secret, is_default, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (user, gatekeeper, label) DO UPDATE SET secret = excluded.secret,
+               is_default = excluded.is_default",
+            params![user, gatekeeper, label, secret, default as i64, now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(Account {
+            user: user.to_owned(),
+            gatekeeper: gatekeeper.to_owned(),
+            label: label.to_owned(),
+            is_default: default,
+        })
+    }
+
+    /// A person's accounts (all people's if `None`), by gatekeeper.
+    pub fn accounts(&self, user: Option<&str>) -> anyhow::Result<Vec<Account>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT user, gatekeeper, label, is_default FROM accounts
+             WHERE (?1 IS NULL OR user = ?1) ORDER BY user, gatekeeper, is_default DESC, label",
+        )?;
+        let rows = st.query_map([user], account_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The account `label` of `user` at `gatekeeper` (the default if `None`)
+    /// and its credential.
+    pub fn account_credential(
+        &self,
+        user: &str,
+        gatekeeper: &str,
+        label: Option<&str>,
+    ) -> anyhow::Result<Option<(Account, String)>> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT a.user, a.gatekeeper, a.label, a.is_default, s.value
+                 FROM accounts a JOIN secrets s ON s.name = a.secret
+                 WHERE a.user = ?1 AND a.gatekeeper = ?2
+                   AND (?3 IS NULL AND a.is_default = 1 OR a.label = ?3)",
+                params![user, gatekeeper, label],
+                |r| Ok((account_from_row(r)?, r.get::<_, String>(4)?)),
+            )
+            .optional()?)
+    }
+
+    /// Share `chat` with `user`, unless the chat is latched (SPEC O3).
+    pub fn share(
+        &self,
+        chat: &str,
+        user: &str,
+        by: &str,
+    ) -> anyhow::Result<Result<bool, ShareRefusal>> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let Some((owner, latched)) = chat_state(&tx, chat)? else {
+            return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+        };
+        if !user_exists(&tx, user)? {
+            return Ok(Err(ShareRefusal::NoUser(user.to_owned())));
+        }
+        if owner == user {
+            return Ok(Err(ShareRefusal::Owner {
+                chat: chat.to_owned(),
+                user: user.to_owned(),
+            }));
+        }
+        if latched {
+            return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
+        }
+        let n = tx.execute(
+            "INSERT INTO collaborators (chat, user, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (chat, user) DO NOTHING",
+            params![chat, user, by, now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(Ok(n == 1))
+    }
+
+    /// Create a share link (its token's digest), unless the chat is latched.
+    pub fn create_link(
+        &self,
+        chat: &str,
+        digest: &str,
+        by: &str,
+    ) -> anyhow::Result<Result<(), ShareRefusal>> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let Some((_, latched)) = chat_state(&tx, chat)? else {
+            return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+        };
+        if latched {
+            return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
+        }
+        tx.execute(
+            "INSERT INTO share_links (digest, chat, created_by, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![digest, chat, by, now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    /// Revoke every share link of `chat`; returns how many there were.
+    pub fn revoke_links(&self, chat: &str) -> anyhow::Result<usize> {
+        Ok(self
+            .lock()
+            .execute("DELETE FROM share_links WHERE chat = ?1", [chat])?)
+    }
+
+    /// Remove a collaborator and, with them, their observers (SPEC S5).
+    pub fn unshare(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
+        let n = self.lock().execute(
+            "DELETE FROM collaborators WHERE chat = ?1 AND user = ?2",
+            params![chat, user],
+        )?;
+        Ok(n == 1)
+    }
+
+    pub fn collaborators(&self, chat: &str) -> anyhow::Result<Vec<Collaborator>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT chat, user, added_by, added_at FROM collaborators WHERE chat = ?1 ORDER BY added_at, user",
+        )?;
+        let rows = st.query_map([chat], |r| {
+            Ok(Collaborator {
+                chat: r.get(0)?,
+                user: r.get(1)?,
+                added_by: r.get(2)?,
+                added_at: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Whether `user` may see `chat`: its owner or one of its collaborators.
+    pub fn may_see(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
+        Ok(self.lock().query_row(
+            "SELECT EXISTS (SELECT 1 FROM chats WHERE name = ?1 AND owner = ?2)
+                 OR EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
+            params![chat, user],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn observers(&self, chat: &str) -> anyhow::Result<Vec<Observer>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT chat, user, gatekeeper, account, scope FROM observers
+             WHERE chat = ?1 ORDER BY user, gatekeeper",
+        )?;
+        let rows = st.query_map([chat], observer_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The sources `chat` has observed (SPEC S1), per gatekeeper: the JSON
+    /// arrays of every observation, oldest first.
+    pub fn observed_sources(&self, chat: &str) -> anyhow::Result<Vec<(String, String)>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT gatekeeper, sources FROM ledger
+             WHERE chat = ?1 AND kind = 'observation' AND gatekeeper IS NOT NULL
+               AND sources IS NOT NULL ORDER BY id",
+        )?;
+        let rows = st.query_map([chat], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Admit `user` to `chat` with these observers, replacing any they had
+    /// (SPEC S2): all in one transaction, so a refused open writes nothing.
+    /// A share link (its digest) makes the opener a collaborator.
+    pub fn admit(
+        &self,
+        chat: &str,
+        user: &str,
+        link: Option<&str>,
+        observers: &[Observer],
+    ) -> anyhow::Result<Result<(), ShareRefusal>> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let Some((owner, latched)) = chat_state(&tx, chat)? else {
+            return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+        };
+        if owner == user {
+            return Ok(Ok(()));
+        }
+        if latched {
+            return Ok(Err(ShareRefusal::LatchedOpen(chat.to_owned())));
+        }
+        if let Some(digest) = link {
+            let by: Option<String> = tx
+                .query_row(
+                    "SELECT created_by FROM share_links WHERE digest = ?1 AND chat = ?2",
+                    params![digest, chat],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(by) = by else {
+                return Ok(Err(ShareRefusal::BadLink(chat.to_owned())));
+            };
+            if !user_exists(&tx, user)? {
+                return Ok(Err(ShareRefusal::NoUser(user.to_owned())));
+            }
+            tx.execute(
+                "INSERT INTO collaborators (chat, user, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (chat, user) DO NOTHING",
+                params![chat, user, format!("link from {by}"), now_ms()],
+            )?;
+        }
+        let collaborator: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
+            params![chat, user],
+            |r| r.get(0),
+        )?;
+        if !collaborator {
+            return Ok(Err(ShareRefusal::NotCollaborator {
+                chat: chat.to_owned(),
+                user: user.to_owned(),
+            }));
+        }
+        tx.execute(
+            "DELETE FROM observers WHERE chat = ?1 AND user = ?2",
+            params![chat, user],
+        )?;
+        for o in observers {
+            let scope = o.scope.as_ref().map(serde_json::to_string).transpose()?;
+            tx.execute(
+                "INSERT INTO observers (chat, user, gatekeeper, account, scope, added_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![chat, user, o.gatekeeper, o.account, scope, now_ms()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+}
