@@ -4,6 +4,8 @@
 //! `--json`. It holds no policy: refusals come from the kernel, and this
 //! module only words them as one line on stderr with exit code 1.
 
+mod sharing;
+
 use crate::home::Home;
 use crate::kernel::Kernel;
 use crate::overseer::Decision;
@@ -27,9 +29,16 @@ pub struct Cli {
     /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
     #[arg(long, global = true, env = "GATEHOUSE_HOME")]
     home: Option<PathBuf>,
-    /// The person giving this command, recorded as `resolved-by` (default:
-    /// $GATEHOUSE_USER, else $USER). `--as` is taken by `introduce --as KEY`.
-    #[arg(long = "user", global = true, env = "GATEHOUSE_USER")]
+    /// The person giving this command: owner of the chats they create,
+    /// recorded as `resolved-by`, whose accounts their turns use (default:
+    /// $GATEHOUSE_USER, else $USER).
+    #[arg(
+        long = "as",
+        visible_alias = "user",
+        value_name = "USER",
+        global = true,
+        env = "GATEHOUSE_USER"
+    )]
     user: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -73,7 +82,7 @@ enum Command {
         chat: String,
         gatekeeper: String,
         /// The key gadgets see, like ISSUES.
-        #[arg(long = "as", value_name = "KEY")]
+        #[arg(long, value_name = "KEY")]
         key: String,
         /// Comma-separated tools to grant (default: all).
         #[arg(long, value_delimiter = ',')]
@@ -135,6 +144,9 @@ enum Command {
         /// What this gadget observed.
         #[arg(long)]
         observed_by: Option<String>,
+        /// The observation set (SPEC S1): each read's sources and account.
+        #[arg(long, conflicts_with = "kind")]
+        observations: bool,
         #[arg(long)]
         json: bool,
     },
@@ -159,8 +171,108 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// People: add someone who can own, share and open chats.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// List people.
+    Users {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A person's own accounts at a gatekeeper's service.
+    #[command(subcommand)]
+    Account(AccountCmd),
+    /// Share a chat with a person, or create a share link. Owner only.
+    Share {
+        chat: String,
+        /// The person to share with.
+        #[arg(long, required_unless_present = "link")]
+        with: Option<String>,
+        /// Create a share link instead (printed once).
+        #[arg(long, conflicts_with = "with")]
+        link: bool,
+    },
+    /// Remove a collaborator (and their observers), or revoke share links.
+    Unshare {
+        chat: String,
+        #[arg(long, required_unless_present = "links")]
+        with: Option<String>,
+        /// Revoke every share link of the chat.
+        #[arg(long, conflicts_with = "with")]
+        links: bool,
+    },
+    /// Open a chat shared with you: every source it observed is re-checked
+    /// with your own accounts. You are asked once to pick other accounts.
+    Open {
+        chat: String,
+        /// A share link's token.
+        #[arg(long)]
+        link: Option<String>,
+        /// GATEKEEPER=LABEL: the account to use there (default: your default).
+        #[arg(long = "account", value_parser = parse_setting)]
+        accounts: Vec<(String, String)>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A chat's collaborators and the accounts they observe it through.
+    Collaborators {
+        chat: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a gadget's blueprint: its code and the services it needs, never
+    /// history, data, credentials, owner or instance ids.
+    Export {
+        gadget: String,
+        /// The chat whose introductions the gadget needs (default: the one it ran in).
+        #[arg(long)]
+        chat: Option<String>,
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
+    /// Install a blueprint for yourself (`--as`), in a new chat of yours,
+    /// bound to gatekeepers you choose; your own accounts are used.
+    Import {
+        file: PathBuf,
+        /// Install the gadget under this name (default: the blueprint's).
+        #[arg(long)]
+        name: Option<String>,
+        /// The chat to create (default: the gadget's name).
+        #[arg(long)]
+        chat: Option<String>,
+        /// KEY=GATEKEEPER: which gatekeeper serves a key (default: the one
+        /// gatekeeper built from the same component).
+        #[arg(long = "bind", value_parser = parse_setting)]
+        bind: Vec<(String, String)>,
+    },
     /// A guided end-to-end run on the bundled examples.
     Demo,
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCmd {
+    /// Add a person.
+    Add { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum AccountCmd {
+    /// Connect USER's account at GATEKEEPER; the credential is read from stdin.
+    Connect {
+        user: String,
+        gatekeeper: String,
+        /// A label for the account (default: the person's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Make it the person's default account at that gatekeeper.
+        #[arg(long)]
+        default: bool,
+    },
+    /// List accounts (never their credentials).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -427,7 +539,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             json,
         } => {
             let report = kernel
-                .run(&gadget, &chat, input.as_deref().unwrap_or(""))
+                .run_as(&me, &gadget, &chat, input.as_deref().unwrap_or(""))
                 .await?;
             if json {
                 print_json(&report)?;
@@ -572,6 +684,135 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 }
             }
         }
+        Command::User(UserCmd::Add { name }) => {
+            if kernel.add_user(&name)? {
+                println!("added {name}");
+            } else {
+                println!("{name} was already known");
+            }
+        }
+        Command::Users { json } => {
+            let users = kernel.store().users()?;
+            if json {
+                print_json(&users)?;
+            } else {
+                for u in users {
+                    println!("{u}");
+                }
+            }
+        }
+        Command::Account(AccountCmd::Connect {
+            user,
+            gatekeeper,
+            name,
+            default,
+        }) => {
+            let mut credential = String::new();
+            std::io::stdin()
+                .read_to_string(&mut credential)
+                .context("cannot read the credential from stdin")?;
+            let label = name.unwrap_or_else(|| user.clone());
+            let a = kernel.connect_account(&user, &gatekeeper, &label, &credential, default)?;
+            println!(
+                "connected account {} at {}{}",
+                a.id(),
+                a.gatekeeper,
+                if a.is_default { " (default)" } else { "" }
+            );
+        }
+        Command::Account(AccountCmd::List { json }) => {
+            let list = kernel.store().accounts(None)?;
+            if json {
+                print_json(&list)?;
+            } else {
+                for a in list {
+                    println!(
+                        "{:<24} at {}{}",
+                        a.id(),
+                        a.gatekeeper,
+                        if a.is_default { "  (default)" } else { "" }
+                    );
+                }
+            }
+        }
+        Command::Share { chat, with, link } => {
+            if link {
+                let token = kernel.create_share_link(&chat, &me)?;
+                println!("share link for chat {chat} (shown once): {token}");
+                println!("open it with: gatehouse open {chat} --link {token} --as USER");
+            } else if let Some(with) = with {
+                if kernel.share(&chat, &with, &me)? {
+                    println!(
+                        "shared chat {chat} with {with}; each time they open it, everything it observed is re-checked with their accounts"
+                    );
+                } else {
+                    println!("chat {chat} was already shared with {with}");
+                }
+            }
+        }
+        Command::Unshare { chat, with, links } => {
+            if links {
+                let n = kernel.revoke_links(&chat, &me)?;
+                println!("revoked {n} share link(s) of chat {chat}");
+            } else if let Some(with) = with {
+                if !kernel.unshare(&chat, &with, &me)? {
+                    bail!("{with} is not a collaborator of chat {chat:?}");
+                }
+                println!("removed {with} from chat {chat}, with their observers");
+            }
+        }
+        Command::Open {
+            chat,
+            link,
+            accounts,
+            json,
+        } => return sharing::open(kernel, &chat, &me, link, accounts, json).await,
+        Command::Collaborators { chat, json } => sharing::collaborators(kernel, &chat, json)?,
+        Command::Export {
+            gadget,
+            chat,
+            output,
+        } => {
+            let bytes = kernel.export_blueprint(&gadget, chat.as_deref())?;
+            std::fs::write(&output, &bytes)
+                .with_context(|| format!("cannot write {}", output.display()))?;
+            println!(
+                "wrote the blueprint of {gadget} to {} ({} KiB): code and service requirements only",
+                output.display(),
+                bytes.len().div_ceil(1024)
+            );
+        }
+        Command::Import {
+            file,
+            name,
+            chat,
+            bind,
+        } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let bind = sharing::bindings(bind)?;
+            let i = kernel.import_blueprint(
+                &bytes,
+                &me,
+                name.as_deref(),
+                chat.as_deref(),
+                &bind,
+                &progress,
+            )?;
+            println!(
+                "installed {} for {} in new chat {}",
+                i.gadget, i.owner, i.chat
+            );
+            for b in &i.bound {
+                match &b.account {
+                    Some(a) => println!("  {} -> {} as {a}", b.key, b.gatekeeper),
+                    None => println!(
+                        "  {} -> {} (no account of yours there yet: `gatehouse account connect {} {}`)",
+                        b.key, b.gatekeeper, i.owner, b.gatekeeper
+                    ),
+                }
+            }
+        }
         Command::Log {
             chat,
             kind,
@@ -579,8 +820,14 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             server_claims,
             auto_approved,
             observed_by,
+            observations,
             json,
         } => {
+            let kind = if observations {
+                Some("observation".to_owned())
+            } else {
+                kind
+            };
             if let Some(k) = &kind
                 && k != "action"
                 && k != "observation"
@@ -597,6 +844,10 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             })?;
             if json {
                 print_json(&entries)?;
+            } else if observations {
+                for e in &entries {
+                    sharing::print_observation(e);
+                }
             } else {
                 for e in entries {
                     let what = format!(

@@ -13,7 +13,7 @@ use crate::runtime::gadget::TurnReport;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 use crate::runtime::{Limits, Role, Runtime};
 use crate::store::{
-    GadgetRecord, GatekeeperRecord, Introduction, NewAction, StageError, Store, Trust,
+    GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, StageError, Store, Trust,
 };
 use anyhow::{Context as _, bail};
 use std::fs::File;
@@ -38,6 +38,9 @@ pub enum Harness {
 pub struct Turn {
     pub gadget: String,
     pub chat: String,
+    /// The person running the turn; `None`: the chat's owner. Calls run
+    /// under this person's accounts (see `sharing::credential_for`).
+    pub user: Option<String>,
     pub harness: Harness,
     /// Actions of this turn that await a decision (honest harness).
     pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
@@ -48,6 +51,7 @@ impl Turn {
         Turn {
             gadget: gadget.to_owned(),
             chat: chat.to_owned(),
+            user: None,
             harness: Harness::Plain,
             awaited: Arc::default(),
         }
@@ -134,6 +138,8 @@ pub struct Binding {
     pub grant: Option<Vec<String>>,
     /// The chat's restricted-data latch, read with the binding (O3).
     pub chat_latched: bool,
+    /// The chat's collaborators, read with the binding (S3).
+    pub collaborators: Vec<String>,
 }
 
 impl Binding {
@@ -191,7 +197,7 @@ impl Kernel {
     pub fn open(home: Home, limits: Limits) -> anyhow::Result<Kernel> {
         home.create()?;
         let store = Store::open(&home.database())?;
-        let owner = format!("{}-{}", std::process::id(), hex::encode(rand_bytes()));
+        let owner = format!("{}-{}", std::process::id(), random_hex(8)?);
         // The file appears under its real name only once locked (rename is
         // atomic), so no other process can ever see it unlocked and take
         // this live process for a dead one.
@@ -422,6 +428,22 @@ impl Kernel {
         self.run_turn(Turn::new(gadget, chat), input).await
     }
 
+    /// Run one turn as `user`. Someone other than the chat's owner is
+    /// re-verified first, as on every open (SPEC S2), with the accounts they
+    /// chose when they last opened it; their calls run under those accounts.
+    pub async fn run_as(
+        &self,
+        user: &str,
+        gadget: &str,
+        chat: &str,
+        input: &str,
+    ) -> anyhow::Result<TurnReport> {
+        self.verify_runner(chat, user).await?;
+        let mut turn = Turn::new(gadget, chat);
+        turn.user = Some(user.to_owned());
+        self.run_turn(turn, input).await
+    }
+
     /// Run one turn with a given turn context (harness state).
     pub(crate) async fn run_turn(&self, turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
         let (gadget, chat) = (turn.gadget.clone(), turn.chat.clone());
@@ -471,7 +493,7 @@ impl Kernel {
         // One trip to the store: the introduction and its gatekeeper, whose
         // record carries the trust tier as it is now (K3).
         let (chat, wanted) = (turn.chat.clone(), key.to_owned());
-        let (intros, gatekeeper, chat_latched) = self
+        let (intros, gatekeeper, chat_latched, collaborators) = self
             .store()
             .run(move |s| {
                 let intros = s.introductions(&chat)?;
@@ -480,7 +502,8 @@ impl Kernel {
                     None => None,
                 };
                 let latched = s.chat(&chat)?.is_some_and(|c| c.latched);
-                Ok((intros, g, latched))
+                let collaborators = s.collaborators(&chat)?;
+                Ok((intros, g, latched, collaborators))
             })
             .await?;
         let Some(intro) = intros.iter().find(|i| i.key == key) else {
@@ -499,6 +522,7 @@ impl Kernel {
             gatekeeper,
             grant: intro.tools.clone(),
             chat_latched,
+            collaborators: collaborators.into_iter().map(|c| c.user).collect(),
         }))
     }
 
@@ -583,6 +607,15 @@ impl Kernel {
         }
         let g = &binding.gatekeeper;
         let (invocation, reach) = self.prepare(turn, g, tool, args).await?;
+        // A shared chat admits only reads every collaborator may see (S3).
+        if !binding.collaborators.is_empty()
+            && let Some(refusal) = self
+                .exclude_forward(turn, g, &invocation, &binding.collaborators)
+                .await?
+        {
+            return Ok(Err(CallError::Refused(refusal)));
+        }
+        let account = invocation.account.clone();
         let pre = self.runtime().gatekeeper(&g.digest)?;
         let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
         let output = match called.outcome {
@@ -619,8 +652,12 @@ impl Kernel {
             Err(gk::Fault::Crashed(m)) => return Ok(Err(CallError::Service(m))),
         };
         // Record first; hand over only if the record was made (O1).
-        match crate::observations::record_read(self, turn, g, tool, trust, &output).await {
-            Ok(()) => Ok(Ok(CallOutcome::Done(output.result))),
+        match crate::observations::record_read(self, turn, g, tool, trust, account, &output).await {
+            Ok(Observed::Recorded(_)) => Ok(Ok(CallOutcome::Done(output.result))),
+            Ok(Observed::RestrictedInSharedChat) => Ok(Err(CallError::Refused(format!(
+                "chat {:?} is shared, and this read touched owner-only data, which is never handed over in a shared chat; the data was withheld and nothing was recorded",
+                turn.chat
+            )))),
             Err(e) => Ok(Err(CallError::Refused(format!(
                 "the read could not be recorded, so its data is withheld: {e:#}"
             )))),
@@ -643,7 +680,7 @@ impl Kernel {
         // A gatekeeper that can simulate tells the gadget what will happen;
         // one that cannot makes the gadget wait (SPEC V1, V2).
         let provisional = if g.manifest.simulates {
-            self.simulate(turn, g, tool, &args, trust).await?
+            self.simulate(turn, binding, tool, &args, trust).await?
         } else {
             None
         };
@@ -692,12 +729,24 @@ impl Kernel {
     async fn simulate(
         &self,
         turn: &Turn,
-        g: &GatekeeperRecord,
+        binding: &Binding,
         tool: &str,
         args: &str,
         trust: Trust,
     ) -> anyhow::Result<Option<String>> {
+        let g = &binding.gatekeeper;
         let (invocation, reach) = self.prepare(turn, g, tool, args.to_owned()).await?;
+        // A simulation reads the service: in a shared chat it is made only
+        // if every collaborator could see it (S3); else the gadget waits.
+        if !binding.collaborators.is_empty()
+            && self
+                .exclude_forward(turn, g, &invocation, &binding.collaborators)
+                .await?
+                .is_some()
+        {
+            return Ok(None);
+        }
+        let account = invocation.account.clone();
         let pre = self.runtime().gatekeeper(&g.digest)?;
         let called = gk::simulate(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
         let Ok(Some(result)) = called.outcome else {
@@ -707,9 +756,9 @@ impl Kernel {
             result,
             sources: Vec::new(),
         };
-        match crate::observations::record_read(self, turn, g, tool, trust, &output).await {
-            Ok(()) => Ok(Some(output.result)),
-            Err(_) => Ok(None),
+        match crate::observations::record_read(self, turn, g, tool, trust, account, &output).await {
+            Ok(Observed::Recorded(_)) => Ok(Some(output.result)),
+            Ok(Observed::RestrictedInSharedChat) | Err(_) => Ok(None),
         }
     }
 
@@ -766,18 +815,13 @@ impl Kernel {
         tool: &str,
         args: String,
     ) -> anyhow::Result<(gkwit::Invocation, Reach)> {
-        let (chat, name, secret) = (turn.chat.clone(), g.name.clone(), g.secret.clone());
-        let (pending, credential) = self
+        let (chat, user, record) = (turn.chat.clone(), turn.user.clone(), g.clone());
+        let (pending, (account, credential)) = self
             .store()
             .run(move |s| {
                 let pending = s.pending(Some(&chat))?;
-                let credential = match &secret {
-                    None => None,
-                    Some(n) => Some(s.secret(n)?.with_context(|| {
-                        format!("the secret {n:?} of gatekeeper {name:?} is not set; `gatehouse secret set {n}`")
-                    })?),
-                };
-                Ok((pending, credential))
+                let account = crate::sharing::credential_for(s, &chat, user.as_deref(), &record)?;
+                Ok((pending, account))
             })
             .await?;
         let pending = pending
@@ -793,7 +837,7 @@ impl Kernel {
             tool: tool.to_owned(),
             args,
             settings: settings_for(g),
-            account: None,
+            account,
             pending,
         };
         let reach = Reach {
@@ -816,7 +860,7 @@ pub(crate) fn settings_for(g: &GatekeeperRecord) -> Vec<(String, String)> {
     s
 }
 
-fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
+pub(crate) fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
     if name.is_empty()
         || name.len() > 64
         || !name
@@ -841,14 +885,11 @@ fn check_host(h: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rand_bytes() -> [u8; 8] {
-    use std::hash::{BuildHasher as _, Hasher as _};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish().to_le_bytes()
+/// `n` bytes from the operating system's generator, hex-encoded: process
+/// tokens and share links.
+pub(crate) fn random_hex(n: usize) -> anyhow::Result<String> {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("the system's random generator failed: {e}"))?;
+    Ok(hex::encode(bytes))
 }

@@ -8,9 +8,12 @@
 //! - [`store`]: the durable action store and ledger (A, P, L);
 //! - [`overseer`]: decisions and at-most-once apply (P);
 //! - [`observations`]: what reads touched (O, S);
+//! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
+//! - [`blueprint`]: a gadget as a file another person installs (B);
 //! - [`cli`]: the `gatehouse` command; [`demo`]: the guided tour.
 
+pub mod blueprint;
 pub mod classify;
 pub mod cli;
 pub mod demo;
@@ -22,6 +25,7 @@ pub mod observations;
 pub mod overseer;
 pub mod prompt;
 pub mod runtime;
+pub mod sharing;
 pub mod store;
 
 pub use home::Home;

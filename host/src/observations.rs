@@ -8,15 +8,17 @@ use crate::kernel::{Kernel, Turn};
 use crate::runtime::gatekeeper::wit;
 use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Trust};
 
-/// Record a read's observation. `Ok` means the data may be handed over.
+/// Record a read's observation. `Ok(Observed::Recorded)` means the data may
+/// be handed over; anything else means it may not.
 pub async fn record_read(
     kernel: &Kernel,
     turn: &Turn,
     g: &GatekeeperRecord,
     tool: &str,
     trust: Trust,
+    account: Option<String>,
     output: &wit::Output,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Observed> {
     let sources: Vec<serde_json::Value> = if output.sources.is_empty() {
         vec![
             serde_json::json!({"id": g.name, "title": format!("gatekeeper {}", g.name), "restricted": false}),
@@ -36,16 +38,11 @@ pub async fn record_read(
         classified_by: "server-annotation",
         trust,
         sources: serde_json::Value::Array(sources).to_string(),
-        account: None,
+        account,
         action_ref: None,
         result_bytes: output.result.len(),
     };
-    match kernel.store().run(move |s| s.observe(&o)).await? {
-        Observed::Recorded(_) => Ok(()),
-        Observed::RestrictedInSharedChat => {
-            anyhow::bail!("it touched owner-only data, which is never read into a shared chat")
-        }
-    }
+    kernel.store().run(move |s| s.observe(&o)).await
 }
 
 /// Record that an applied action's result was handed to the gadget (A4).

@@ -32,7 +32,7 @@ mod tracker;
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, Output, Staged, ToolError,
+    Guest, Invocation, Manifest, ObserverCheck, ObserverVerdict, Output, Source, Staged, ToolError,
 };
 use http::base_url;
 use kit::{kind, parse_args};
@@ -80,8 +80,16 @@ impl Guest for IssuesSim {
         predict(&invocation.tool, &args, service, &invocation.pending).map(|v| v.to_string())
     }
 
-    fn check_observer(check: ObserverCheck) -> Vec<Denial> {
-        tracker::check_access(check)
+    fn check_observer(check: ObserverCheck) -> ObserverVerdict {
+        ObserverVerdict {
+            denials: tracker::check_access(check),
+            scope: None,
+        }
+    }
+
+    /// One access check covers everything (`access-check`): no prediction.
+    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
+        Vec::new()
     }
 }
 

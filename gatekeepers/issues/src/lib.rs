@@ -14,7 +14,7 @@ mod tracker;
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, Output, ToolError,
+    Guest, Invocation, Manifest, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
 };
 
 struct Issues;
@@ -32,8 +32,16 @@ impl Guest for Issues {
         None
     }
 
-    fn check_observer(check: ObserverCheck) -> Vec<Denial> {
-        tracker::check_access(check)
+    fn check_observer(check: ObserverCheck) -> ObserverVerdict {
+        ObserverVerdict {
+            denials: tracker::check_access(check),
+            scope: None,
+        }
+    }
+
+    /// One access check covers everything (`access-check`): no prediction.
+    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
+        Vec::new()
     }
 }
 

@@ -14,7 +14,8 @@ mod kit;
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, ToolError,
+    Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output, Source,
+    ToolError,
 };
 use http::{base_url, one_line};
 use kit::{action, deny_all, none, parse_args, read_only, tool, tool_error, unknown_tool};
@@ -161,12 +162,20 @@ impl Guest for Rogue {
         None
     }
 
-    fn check_observer(check: ObserverCheck) -> Vec<Denial> {
-        deny_all(
-            check.sources,
-            "rogue",
-            "this gatekeeper never admits observers",
-        )
+    fn check_observer(check: ObserverCheck) -> ObserverVerdict {
+        ObserverVerdict {
+            denials: deny_all(
+                check.sources,
+                "rogue",
+                "this gatekeeper never admits observers",
+            ),
+            scope: None,
+        }
+    }
+
+    /// `refuse`: nothing to predict, every observer is refused anyway.
+    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
+        Vec::new()
     }
 }
 

@@ -20,14 +20,13 @@ mod kit;
 
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
-use std::collections::BTreeMap;
-
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, Source, ToolError,
+    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output,
+    Source, ToolError,
 };
 use gatehouse::os::types::Annotations;
 use http::{Failure, base_url, encode_query, one_line};
-use kit::{none, parse_args, read, read_only, request_error, source, tool, unknown_tool};
+use kit::{deny_all, none, parse_args, read, read_only, request_error, source, tool, unknown_tool};
 use serde_json::{Map, Value, json};
 use wasi::http::types::Method;
 
@@ -35,6 +34,9 @@ const TOOLS: &str = "listTables, query, exportReport";
 
 /// Source ids of tables start with this; the rest is the table name.
 const TABLE_PREFIX: &str = "table:";
+
+/// The source id of the table list.
+const CATALOG: &str = "catalog";
 
 struct Warehouse;
 
@@ -83,7 +85,7 @@ impl Guest for Warehouse {
             "listTables" => {
                 let url = format!("{}/tables", base()?);
                 let result = get(&url, "the table list")?;
-                Ok(read(result, source("catalog", "Warehouse table list")))
+                Ok(read(result, source(CATALOG, "Warehouse table list")))
             }
             "query" => {
                 let name = table_arg(&args)?;
@@ -101,69 +103,85 @@ impl Guest for Warehouse {
         None
     }
 
-    fn check_observer(check: ObserverCheck) -> Vec<Denial> {
-        let base = base_url(&check.settings);
-        // One access check per table, however many sources name it.
-        let mut verdicts: BTreeMap<String, Option<String>> = BTreeMap::new();
-        let mut denials = Vec::new();
-        for source in check.sources {
-            let Some(name) = source.id.strip_prefix(TABLE_PREFIX) else {
-                continue;
-            };
-            let verdict = verdicts
-                .entry(name.to_string())
-                .or_insert_with(|| match &base {
-                    Ok(base) => access_denial(base, name),
-                    Err(e) => Some(format!(
-                        "could not check access to table {}: {e}",
-                        one_line(name, 80)
-                    )),
-                });
-            if let Some(reason) = verdict {
-                denials.push(Denial {
-                    source: source.id.clone(),
-                    reason: reason.clone(),
-                });
+    /// `track-reads`: one request lists every table the account may read;
+    /// each table source outside it is denied, and the list itself becomes
+    /// the observer's scope, so later reads are checked without a request.
+    fn check_observer(check: ObserverCheck) -> ObserverVerdict {
+        let readable = base_url(&check.settings).and_then(|base| readable_tables(&base));
+        match readable {
+            Ok(tables) => {
+                let denials = check
+                    .sources
+                    .iter()
+                    .filter_map(|s| {
+                        let name = s.id.strip_prefix(TABLE_PREFIX)?;
+                        (!tables.iter().any(|t| t == name)).then(|| Denial {
+                            source: s.id.clone(),
+                            reason: format!("account may not read table {}", one_line(name, 80)),
+                        })
+                    })
+                    .collect();
+                let mut scope = vec![CATALOG.to_string()];
+                scope.extend(tables.iter().map(|t| format!("{TABLE_PREFIX}{t}")));
+                ObserverVerdict {
+                    denials,
+                    scope: Some(scope),
+                }
             }
+            Err(reason) => ObserverVerdict {
+                denials: deny_all(check.sources, "warehouse", &reason),
+                scope: None,
+            },
         }
-        denials
+    }
+
+    fn predict_sources(invocation: Invocation) -> Vec<Source> {
+        let Ok(args) = parse_args(&invocation.args) else {
+            return Vec::new();
+        };
+        match invocation.tool.as_str() {
+            "listTables" => vec![source(CATALOG, "Warehouse table list")],
+            "query" => match table_arg(&args) {
+                Ok(name) => vec![Source {
+                    id: format!("{TABLE_PREFIX}{name}"),
+                    title: format!("Warehouse table {}", one_line(&name, 80)),
+                    restricted: false,
+                }],
+                Err(_) => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
     }
 }
 
 export!(Warehouse);
 
-/// Why the calling account may not observe table `name`, or `None` if it
-/// may. Fails closed: an access check that could not be made denies.
-fn access_denial(base: &str, name: &str) -> Option<String> {
-    let shown = one_line(name, 80);
-    if name.is_empty() {
-        return Some("the source names no table".into());
-    }
-    let url = format!("{base}/access/{}", encode_query(name));
-    let reply = match http::send(Method::Get, &url, None) {
+/// The tables the calling account may read (`GET /access`), or why that
+/// could not be learned. Fails closed: no answer means no access.
+fn readable_tables(base: &str) -> Result<Vec<String>, String> {
+    let reply = match http::send(Method::Get, &format!("{base}/access"), None) {
         Ok(reply) => reply,
         Err(Failure::NotSent(e) | Failure::Unknown(e)) => {
-            return Some(format!("could not check access to table {shown}: {e}"));
+            return Err(format!("could not check access to the warehouse: {e}"));
         }
     };
     match reply.status {
-        200..=299 => {
-            let allowed = serde_json::from_slice::<Value>(&reply.body)
-                .ok()
-                .and_then(|v| v.get("allowed").and_then(Value::as_bool));
-            match allowed {
-                Some(true) => None,
-                Some(false) => Some(format!("account may not read table {shown}")),
-                None => Some(format!(
-                    "could not check access to table {shown}: the warehouse's answer has no allowed flag"
-                )),
-            }
-        }
-        401 => Some("the account is not known to the warehouse".into()),
-        403 => Some(format!("account may not read table {shown}")),
-        404 => Some(format!("the warehouse has no table {shown}")),
-        status => Some(format!(
-            "could not check access to table {shown}: unexpected HTTP {status}"
+        200..=299 => serde_json::from_slice::<Value>(&reply.body)
+            .ok()
+            .and_then(|v| {
+                v.get("tables")?
+                    .as_array()?
+                    .iter()
+                    .map(|t| t.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| {
+                "could not check access to the warehouse: its answer lists no tables".to_string()
+            }),
+        401 => Err("the account is not known to the warehouse".into()),
+        403 => Err("the account may not read the warehouse".into()),
+        status => Err(format!(
+            "could not check access to the warehouse: unexpected HTTP {status}"
         )),
     }
 }

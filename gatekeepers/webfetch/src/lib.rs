@@ -18,7 +18,8 @@ mod kit;
 wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
 
 use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, ToolError,
+    Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output, Source,
+    ToolError,
 };
 use gatehouse::os::types::Annotations;
 use http::one_line;
@@ -80,8 +81,16 @@ impl Guest for Webfetch {
         None
     }
 
-    fn check_observer(_check: ObserverCheck) -> Vec<Denial> {
+    fn check_observer(_check: ObserverCheck) -> ObserverVerdict {
         // Public data: anyone may observe it.
+        ObserverVerdict {
+            denials: Vec::new(),
+            scope: None,
+        }
+    }
+
+    /// `no-check`: the kernel never needs a prediction.
+    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
         Vec::new()
     }
 }

@@ -330,7 +330,71 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
     let latched = kernel.store().chat("salaries")?.is_some_and(|c| c.latched);
     println!("   chat `salaries` locked down: {latched} (durable; never cleared)");
     ok &= latched;
+    ok &= sharing(kernel).await?;
     Ok(ok)
+}
+
+/// Step 13 (SPEC S): a chat shared with someone who may not see what it
+/// read. The warehouse here flags nothing owner-only, so the chat can be
+/// shared; payroll is merely a table Bob's account may not read.
+async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
+    step(
+        13,
+        "Sharing re-checks every source with the collaborator's own account.",
+    );
+    let hr = warehouse::Warehouse::builder()
+        .owner_only(&[])
+        .account("demo-hr-alice", &["*"])
+        .account("demo-hr-bob", &["sales", "customers"])
+        .start()
+        .context("cannot start the bundled warehouse on 127.0.0.1")?;
+    kernel
+        .add_gatekeeper(
+            "hr",
+            crate::guests::WAREHOUSE,
+            Trust::Byo,
+            vec![hr.host()],
+            None,
+            Vec::new(),
+            &|_| {},
+        )
+        .await?;
+    for person in ["alice", "bob"] {
+        kernel.add_user(person)?;
+    }
+    kernel.connect_account("alice", "hr", "main", "demo-hr-alice", false)?;
+    kernel.connect_account("bob", "hr", "analyst", "demo-hr-bob", false)?;
+    kernel.new_chat("salary-dashboard", "alice")?;
+    kernel.introduce("salary-dashboard", "hr", "HR", None, "alice")?;
+    let script = serde_json::json!({"steps": [
+        {"call": {"key": "HR", "tool": "query", "args": {"table": "payroll"}}}
+    ]});
+    kernel
+        .run_as("alice", "script", "salary-dashboard", &script.to_string())
+        .await?;
+    kernel.share("salary-dashboard", "bob", "alice")?;
+    println!("   alice read payroll with her account, then shared the chat with bob");
+    let outcome = kernel
+        .open_chat(
+            "salary-dashboard",
+            "bob",
+            &crate::sharing::OpenRequest::default(),
+        )
+        .await?;
+    let refused = match outcome {
+        crate::sharing::OpenOutcome::Refused { failures, .. } => {
+            println!("   bob's open is refused:");
+            for f in &failures {
+                println!("     {}", f.line());
+            }
+            !failures.is_empty()
+        }
+        _ => {
+            println!("   bob's open was admitted (it should not have been!)");
+            false
+        }
+    };
+    Ok(refused)
 }
 
 fn indent(s: &str) -> String {

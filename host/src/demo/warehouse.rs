@@ -75,7 +75,7 @@ fn tables() -> Vec<Table> {
         },
         Table {
             name: "payroll",
-            title: "Payroll (owner only)",
+            title: "Payroll",
             restricted: true,
             rows: json!([
                 {"name": "Ada", "salary": 182000},
@@ -109,6 +109,8 @@ impl Grant {
 #[derive(Clone, Debug, Default)]
 pub struct WarehouseBuilder {
     accounts: HashMap<String, Grant>,
+    /// Which tables are owner-only; `None`: the built-in flags (payroll).
+    owner_only: Option<BTreeSet<String>>,
 }
 
 /// A running warehouse on `127.0.0.1` (ephemeral port).
@@ -193,6 +195,16 @@ impl WarehouseBuilder {
         self
     }
 
+    /// Which tables the warehouse flags owner-only (`restricted`), instead
+    /// of the built-in `payroll`. A chat that reads owner-only data is
+    /// latched and can never be shared, so tests of sharing access-controlled
+    /// data (a table some accounts may not read, but which is not owner-only)
+    /// flag none.
+    pub fn owner_only(mut self, tables: &[&str]) -> Self {
+        self.owner_only = Some(tables.iter().map(|t| (*t).to_owned()).collect());
+        self
+    }
+
     /// Binds `127.0.0.1:0`, starts the server on its own thread and runtime,
     /// and returns once it is listening. Works with or without a surrounding
     /// tokio runtime.
@@ -202,9 +214,15 @@ impl WarehouseBuilder {
     /// Whatever binding the loopback port, or building the server's
     /// runtime, fails with; no thread is left behind in that case.
     pub fn start(self) -> io::Result<Warehouse> {
+        let mut tables = tables();
+        if let Some(owner_only) = &self.owner_only {
+            for t in &mut tables {
+                t.restricted = owner_only.contains(t.name);
+            }
+        }
         let shared = Arc::new(Shared {
             accounts: self.accounts,
-            tables: tables(),
+            tables,
             requests: RequestLog::default(),
         });
         let app = Router::new()
@@ -256,6 +274,17 @@ impl Shared {
                     "rows": table.rows,
                 }))
                 .into_response()
+            }
+            ["access"] => {
+                // Every table this account may read: what an observer check
+                // needs, in one request (SPEC S2, S3).
+                let readable: Vec<&str> = self
+                    .tables
+                    .iter()
+                    .filter(|t| grant.allows(t.name))
+                    .map(|t| t.name)
+                    .collect();
+                Json(json!({"tables": readable})).into_response()
             }
             ["access", name] => {
                 let Some((_, table)) = self.named(name) else {
@@ -408,7 +437,7 @@ mod tests {
         let expected = json!([
             {"name": "sales", "title": "Sales by region", "restricted": false},
             {"name": "customers", "title": "Customers", "restricted": false},
-            {"name": "payroll", "title": "Payroll (owner only)", "restricted": true},
+            {"name": "payroll", "title": "Payroll", "restricted": true},
         ]);
         for token in ["owner", "analyst", "nobody"] {
             let (status, body) = call(&w, "GET", "/tables", Some(token));
@@ -496,6 +525,23 @@ mod tests {
             );
         }
         assert_eq!(call(&w, "GET", "/access/payroll", Some("stranger")).0, 401);
+    }
+
+    #[test]
+    fn the_access_listing_names_exactly_the_readable_tables() {
+        let w = warehouse();
+        for (token, tables) in [
+            ("owner", json!(["sales", "customers", "payroll"])),
+            ("analyst", json!(["sales", "customers"])),
+            ("nobody", json!([])),
+        ] {
+            assert_eq!(
+                call(&w, "GET", "/access", Some(token)),
+                (200, json!({"tables": tables})),
+                "{token}"
+            );
+        }
+        assert_eq!(call(&w, "GET", "/access", Some("stranger")).0, 401);
     }
 
     #[test]

@@ -339,6 +339,47 @@ pub async fn simulate(
     .await
 }
 
+/// Ask whether an account may observe sources (SPEC S2, S3); `reach`
+/// carries the *observer's* credential, never the chat owner's.
+pub async fn check_observer(
+    pre: &GatekeeperPre<GatekeeperState>,
+    limits: &Limits,
+    name: &str,
+    reach: Reach,
+    check: wit::ObserverCheck,
+) -> Called<wit::ObserverVerdict> {
+    with_instance(pre, limits, name, reach, move |store, gk| {
+        Box::pin(async move {
+            gk.gatehouse_os_tool()
+                .call_check_observer(store, &check)
+                .await
+        })
+    })
+    .await
+}
+
+/// Ask which sources a read would touch (SPEC S3). The gatekeeper may not
+/// reach anything while it answers: a prediction touches no service.
+pub async fn predict_sources(
+    pre: &GatekeeperPre<GatekeeperState>,
+    limits: &Limits,
+    name: &str,
+    invocation: wit::Invocation,
+) -> Called<Vec<wit::Source>> {
+    let reach = Reach {
+        allowed_hosts: Vec::new(),
+        credential: None,
+    };
+    with_instance(pre, limits, name, reach, move |store, gk| {
+        Box::pin(async move {
+            gk.gatehouse_os_tool()
+                .call_predict_sources(store, &invocation)
+                .await
+        })
+    })
+    .await
+}
+
 /// Read a gatekeeper's manifest (at `gatekeeper add`).
 pub async fn describe(
     pre: &GatekeeperPre<GatekeeperState>,

@@ -318,6 +318,25 @@ impl Runtime {
         Ok(pre)
     }
 
+    /// The bytes of an installed component, checked against its digest
+    /// (for blueprints, SPEC B1).
+    pub fn component_bytes(&self, digest: &str) -> anyhow::Result<Vec<u8>> {
+        let source = self.source_path(digest);
+        let bytes = std::fs::read(&source).with_context(|| {
+            format!(
+                "the installed component {digest} is missing from {}; install it again",
+                source.display()
+            )
+        })?;
+        if hex::encode(Sha256::digest(&bytes)) != digest {
+            bail!(
+                "the stored component {} does not match its digest; install it again",
+                source.display()
+            );
+        }
+        Ok(bytes)
+    }
+
     fn source_path(&self, digest: &str) -> PathBuf {
         self.cache_dir.join(format!("{digest}.wasm"))
     }
@@ -330,25 +349,10 @@ impl Runtime {
     /// Load an installed component: the precompiled artifact when it is
     /// intact, else recompile from the stored source.
     fn load(&self, digest: &str) -> anyhow::Result<Component> {
-        let source = self.source_path(digest);
-        let read = || {
-            std::fs::read(&source).with_context(|| {
-                format!(
-                    "the installed component {digest} is missing from {}; install it again",
-                    source.display()
-                )
-            })
-        };
         if let Some(c) = self.load_compiled(digest)? {
             return Ok(c);
         }
-        let bytes = read()?;
-        if hex::encode(Sha256::digest(&bytes)) != digest {
-            bail!(
-                "the stored component {} does not match its digest; install it again",
-                source.display()
-            );
-        }
+        let bytes = self.component_bytes(digest)?;
         self.compile_cached(digest, &bytes, &|_| {})
     }
 

@@ -39,6 +39,8 @@ pub struct LedgerEntry {
     pub retryable: Option<bool>,
     pub error: Option<String>,
     pub sources: Option<serde_json::Value>,
+    /// The account a read ran under (`user/label`; none: the gatekeeper's own).
+    pub account: Option<String>,
     pub action_ref: Option<i64>,
     pub created_at: i64,
     pub decided_at: Option<i64>,
@@ -106,7 +108,7 @@ impl Store {
         let mut st = conn.prepare_cached(
             "SELECT id, chat, kind, caller, gatekeeper, tool, classified_by, trust, state,
                     auto_approved, resolved_by, retryable, error, sources, action_ref,
-                    created_at, decided_at, finished_at
+                    created_at, decided_at, finished_at, account
              FROM ledger
              WHERE (?1 IS NULL OR chat = ?1)
                AND (?2 IS NULL OR kind = ?2)
@@ -147,6 +149,7 @@ impl Store {
                     created_at: r.get(15)?,
                     decided_at: r.get(16)?,
                     finished_at: r.get(17)?,
+                    account: r.get(18)?,
                 })
             },
         )?;

@@ -259,6 +259,16 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The chats a gadget has called a service from, per the ledger.
+    pub fn chats_called_from(&self, gadget: &str) -> anyhow::Result<Vec<String>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT DISTINCT chat FROM ledger WHERE caller = 'gadget:' || ?1 ORDER BY chat",
+        )?;
+        let rows = st.query_map([gadget], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     pub fn introduce(&self, intro: &Introduction, by: &str) -> anyhow::Result<()> {
         let tools = intro.tools.as_ref().map(json).transpose()?;
         self.lock().execute(

@@ -54,7 +54,7 @@ fn the_readme_tour_works_as_written() {
     );
     assert!(added.contains("listIssues"), "{added}");
     ok(&w, &["chat", "new", "work"]);
-    ok(&w, &["introduce", "work", "issues", "--as", "ISSUES"]);
+    ok(&w, &["introduce", "work", "issues", "--key", "ISSUES"]);
 
     let ran = ok(&w, &["run", "triage", "--chat", "work"]);
     assert!(ran.contains("Read 2 issues"), "{ran}");
@@ -145,7 +145,7 @@ fn errors_are_one_line_with_exit_code_1_and_usage_errors_exit_2() {
     let w = World::new();
     for args in [
         vec!["run", "nosuch", "--chat", "work"],
-        vec!["introduce", "nochat", "issues", "--as", "X"],
+        vec!["introduce", "nochat", "issues", "--key", "X"],
         vec!["show", "99"],
         vec!["approve", "99"],
         vec!["gatekeeper", "trust", "nosuch", "vetted"],

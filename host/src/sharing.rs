@@ -1,0 +1,572 @@
+//! Sharing (SPEC S, and the shared-chat half of O3): people and their own
+//! accounts, collaborators and share links, the re-verification of every
+//! observed source on each open (S2), the refusal of reads a collaborator
+//! could not see (S3), and removal (S5).
+//!
+//! Owns the decision whether a person may observe a chat, made from the
+//! chat's observation set alone: it never reads or shows what a gadget
+//! produced. Storage (and the transactions that make the latch and a share
+//! exclusive) lives in `store::sharing`; asking a gatekeeper lives in
+//! `runtime::gatekeeper`. It may not stage, apply or read on a gadget's
+//! behalf.
+
+use crate::kernel::{Kernel, Turn, check_name, random_hex, settings_for};
+use crate::prompt::inline;
+use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
+use crate::store::{Account, GatekeeperRecord, Observer, Store};
+use anyhow::{Context as _, bail};
+use sha2::{Digest as _, Sha256};
+use std::collections::BTreeMap;
+
+/// How a gatekeeper answers for observers (SPEC S4), as its manifest says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strategy {
+    Refuse,
+    AccessCheck,
+    TrackReads,
+    NoCheck,
+}
+
+impl Strategy {
+    /// Unknown strategies are treated as `refuse` (fail closed).
+    fn of(g: &GatekeeperRecord) -> Strategy {
+        match g.manifest.observers.as_str() {
+            "no-check" => Strategy::NoCheck,
+            "access-check" => Strategy::AccessCheck,
+            "track-reads" => Strategy::TrackReads,
+            _ => Strategy::Refuse,
+        }
+    }
+}
+
+/// What the opener brings: a share link, and the accounts they choose per
+/// gatekeeper (by label; the default account where none is chosen).
+#[derive(Clone, Debug, Default)]
+pub struct OpenRequest {
+    pub link: Option<String>,
+    pub accounts: BTreeMap<String, String>,
+}
+
+/// One binding that failed re-verification (SPEC S2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObserverFailure {
+    pub gatekeeper: String,
+    pub source: String,
+    pub title: String,
+    /// `user/label`; `None` when the opener has no account there.
+    pub account: Option<String>,
+    pub reason: String,
+}
+
+impl ObserverFailure {
+    /// The one line an opener sees: source, account, reason, each with
+    /// control and markup characters removed (the reason is a gatekeeper's
+    /// text).
+    pub fn line(&self) -> String {
+        format!(
+            "{} ({}) at {}, account {}: {}",
+            inline(&self.source),
+            inline(&self.title),
+            inline(&self.gatekeeper),
+            self.account
+                .as_deref()
+                .map(inline)
+                .unwrap_or_else(|| "(none connected)".into()),
+            inline(&self.reason)
+        )
+    }
+}
+
+/// The result of an open.
+#[derive(Clone, Debug)]
+pub enum OpenOutcome {
+    /// The owner opens their own chat: nothing to verify.
+    Owner,
+    /// Every observed source was re-verified; these observers are stored.
+    Admitted {
+        observers: Vec<Observer>,
+        /// How many distinct observed sources were checked.
+        checked: usize,
+    },
+    /// Refused; nothing was stored. `alternatives` lists, per failing
+    /// gatekeeper, the opener's other accounts to choose from.
+    Refused {
+        failures: Vec<ObserverFailure>,
+        alternatives: BTreeMap<String, Vec<String>>,
+    },
+}
+
+impl Kernel {
+    /// Add a person (SPEC S): someone who can own chats, collaborate and
+    /// connect accounts. Adding one who exists is not an error.
+    pub fn add_user(&self, name: &str) -> anyhow::Result<bool> {
+        check_name(name, "user")?;
+        self.store().add_user(name)
+    }
+
+    /// Connect one of `user`'s own accounts at a gatekeeper's service; the
+    /// credential goes to the kernel's secret store and never to a component.
+    pub fn connect_account(
+        &self,
+        user: &str,
+        gatekeeper: &str,
+        label: &str,
+        credential: &str,
+        make_default: bool,
+    ) -> anyhow::Result<Account> {
+        check_name(label, "account")?;
+        if !self.store().user_exists(user)? {
+            bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
+        }
+        if self.store().gatekeeper(gatekeeper)?.is_none() {
+            bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
+        }
+        let credential = credential.trim();
+        if credential.is_empty() {
+            bail!(
+                "the credential is empty; pipe it on stdin, e.g. `printf %s TOKEN | gatehouse account connect ...`"
+            );
+        }
+        self.store()
+            .connect_account(user, gatekeeper, label, credential, make_default)
+    }
+
+    /// Share `chat` with `with`. Only the owner shares; a latched chat gains
+    /// no collaborators (O3). The collaborator is verified when they open.
+    pub fn share(&self, chat: &str, with: &str, by: &str) -> anyhow::Result<bool> {
+        self.require_owner(chat, by, "share")?;
+        Ok(self.store().share(chat, with, by)??)
+    }
+
+    /// Create a share link: a token whoever holds may open the chat with
+    /// (and is then re-verified like any collaborator). Only its digest is
+    /// stored, so the token is shown once.
+    pub fn create_share_link(&self, chat: &str, by: &str) -> anyhow::Result<String> {
+        self.require_owner(chat, by, "share")?;
+        let token = random_hex(24)?;
+        self.store().create_link(chat, &link_digest(&token), by)??;
+        Ok(token)
+    }
+
+    /// Remove a collaborator and their observers (S5).
+    pub fn unshare(&self, chat: &str, user: &str, by: &str) -> anyhow::Result<bool> {
+        self.require_owner(chat, by, "unshare")?;
+        self.store().unshare(chat, user)
+    }
+
+    /// Revoke every share link of `chat`.
+    pub fn revoke_links(&self, chat: &str, by: &str) -> anyhow::Result<usize> {
+        self.require_owner(chat, by, "unshare")?;
+        self.store().revoke_links(chat)
+    }
+
+    fn require_owner(&self, chat: &str, by: &str, verb: &str) -> anyhow::Result<()> {
+        let Some(c) = self.store().chat(chat)? else {
+            bail!("no chat named {chat:?}; `gatehouse chats` lists them");
+        };
+        if c.owner != by {
+            bail!(
+                "only the owner of chat {chat:?} ({}) may {verb} it; you are {by:?}",
+                c.owner
+            );
+        }
+        Ok(())
+    }
+
+    /// Open `chat` as `user` (SPEC S2): for every gatekeeper the chat has
+    /// observed through, ask it, with the opener's own account, whether
+    /// that account may observe every source the chat observed there. All
+    /// failures are collected. Only a fully admitted open is stored (the
+    /// observers, and the collaborator a share link makes); a refused one
+    /// stores nothing.
+    pub async fn open_chat(
+        &self,
+        chat: &str,
+        user: &str,
+        request: &OpenRequest,
+    ) -> anyhow::Result<OpenOutcome> {
+        let (c, user_known, intros, observed) = {
+            let (chat, user) = (chat.to_owned(), user.to_owned());
+            self.store()
+                .run(move |s| {
+                    Ok((
+                        s.chat(&chat)?,
+                        s.user_exists(&user)?,
+                        s.introductions(&chat)?,
+                        s.observed_sources(&chat)?,
+                    ))
+                })
+                .await?
+        };
+        let Some(c) = c else {
+            bail!("no chat named {chat:?}");
+        };
+        if c.owner == user {
+            return Ok(OpenOutcome::Owner);
+        }
+        if !user_known {
+            bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
+        }
+        // Refusals that no account can fix come first, before any
+        // gatekeeper is asked anything.
+        if c.latched {
+            bail!(crate::store::ShareRefusal::LatchedOpen(chat.to_owned()));
+        }
+        let link = request.link.as_deref().map(link_digest);
+        if link.is_none() && !self.store().may_see(chat, user)? {
+            bail!(crate::store::ShareRefusal::NotCollaborator {
+                chat: chat.to_owned(),
+                user: user.to_owned(),
+            });
+        }
+        for g in request.accounts.keys() {
+            if !intros.iter().any(|i| &i.gatekeeper == g) {
+                bail!(
+                    "chat {chat:?} has no gatekeeper {g:?}; choose accounts only for its gatekeepers"
+                );
+            }
+        }
+
+        // The observation set (S1), per gatekeeper, each source once.
+        let mut by_gatekeeper: BTreeMap<String, Vec<gkwit::Source>> = BTreeMap::new();
+        for (g, sources) in observed {
+            let list = by_gatekeeper.entry(g).or_default();
+            for s in parse_sources(&sources) {
+                if !list.iter().any(|x| x.id == s.id) {
+                    list.push(s);
+                }
+            }
+        }
+
+        let mut failures = Vec::new();
+        let mut observers = Vec::new();
+        let mut checked = 0;
+        for (name, sources) in &by_gatekeeper {
+            let label = request.accounts.get(name).map(String::as_str);
+            let fail_all = |account: Option<String>, reason: &str| -> Vec<ObserverFailure> {
+                sources
+                    .iter()
+                    .map(|s| ObserverFailure {
+                        gatekeeper: name.clone(),
+                        source: s.id.clone(),
+                        title: s.title.clone(),
+                        account: account.clone(),
+                        reason: reason.to_owned(),
+                    })
+                    .collect()
+            };
+            let Some(g) = self.store().gatekeeper(name)? else {
+                failures.extend(fail_all(
+                    None,
+                    "the gatekeeper was removed, so nobody can check this source",
+                ));
+                continue;
+            };
+            let account = self.store().account_credential(user, name, label)?;
+            if let (Some(l), None) = (label, &account) {
+                failures.extend(fail_all(None, &format!("{user} has no account {l:?} here")));
+                continue;
+            }
+            checked += sources.len();
+            let verdict = self
+                .ask_observer(&g, account.clone(), sources.clone())
+                .await;
+            let account_id = account.as_ref().map(|(a, _)| a.id());
+            match verdict {
+                Err(reason) => failures.extend(fail_all(account_id, &reason)),
+                Ok(v) if !v.denials.is_empty() => {
+                    for d in v.denials {
+                        let title = sources
+                            .iter()
+                            .find(|s| s.id == d.source)
+                            .map(|s| s.title.clone())
+                            .unwrap_or_else(|| d.source.clone());
+                        failures.push(ObserverFailure {
+                            gatekeeper: name.clone(),
+                            source: d.source,
+                            title,
+                            account: account_id.clone(),
+                            reason: d.reason,
+                        });
+                    }
+                }
+                Ok(v) => observers.push(Observer {
+                    chat: chat.to_owned(),
+                    user: user.to_owned(),
+                    gatekeeper: name.clone(),
+                    account: account_id,
+                    scope: v.scope,
+                }),
+            }
+        }
+
+        if !failures.is_empty() {
+            let accounts = self.store().accounts(Some(user))?;
+            let mut alternatives: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for f in &failures {
+                let others: Vec<String> = accounts
+                    .iter()
+                    .filter(|a| a.gatekeeper == f.gatekeeper && Some(a.id()) != f.account)
+                    .map(|a| a.label.clone())
+                    .collect();
+                if !others.is_empty() {
+                    alternatives.insert(f.gatekeeper.clone(), others);
+                }
+            }
+            return Ok(OpenOutcome::Refused {
+                failures,
+                alternatives,
+            });
+        }
+        self.store()
+            .admit(chat, user, link.as_deref(), &observers)??;
+        Ok(OpenOutcome::Admitted { observers, checked })
+    }
+
+    /// Before `user` runs a turn in `chat`: the owner passes; anyone else
+    /// must pass an open, re-verified now with the accounts they chose last.
+    pub(crate) async fn verify_runner(&self, chat: &str, user: &str) -> anyhow::Result<()> {
+        let (c, user_, chat_) = (chat.to_owned(), user.to_owned(), chat.to_owned());
+        let (owner, observers) = self
+            .store()
+            .run(move |s| Ok((s.chat(&c)?.map(|c| c.owner), s.observers(&chat_)?)))
+            .await?;
+        if owner.as_deref() == Some(user) || owner.is_none() {
+            // An unknown chat is reported by the turn itself.
+            return Ok(());
+        }
+        let accounts = observers
+            .into_iter()
+            .filter(|o| o.user == user_)
+            .filter_map(|o| {
+                let label = o.account?.split_once('/')?.1.to_owned();
+                Some((o.gatekeeper, label))
+            })
+            .collect();
+        let request = OpenRequest {
+            link: None,
+            accounts,
+        };
+        match self.open_chat(chat, user, &request).await? {
+            OpenOutcome::Refused { failures, .. } => {
+                let lines: Vec<String> = failures.iter().map(ObserverFailure::line).collect();
+                bail!(
+                    "{user} may not run gadgets in chat {chat:?}: {}",
+                    lines.join("; ")
+                )
+            }
+            OpenOutcome::Owner | OpenOutcome::Admitted { .. } => Ok(()),
+        }
+    }
+
+    /// Ask gatekeeper `g` whether `account` may observe `sources`, with
+    /// that account's credential (never anyone else's). A gatekeeper that
+    /// declares `no-check` is not asked; one that crashes refuses.
+    async fn ask_observer(
+        &self,
+        g: &GatekeeperRecord,
+        account: Option<(Account, String)>,
+        sources: Vec<gkwit::Source>,
+    ) -> Result<gkwit::ObserverVerdict, String> {
+        if Strategy::of(g) == Strategy::NoCheck {
+            return Ok(gkwit::ObserverVerdict {
+                denials: Vec::new(),
+                scope: None,
+            });
+        }
+        let pre = self
+            .runtime()
+            .gatekeeper(&g.digest)
+            .map_err(|e| format!("the gatekeeper cannot be loaded: {e:#}"))?;
+        let (label, credential) = match account {
+            Some((a, c)) => (Some(a.id()), Some(c)),
+            None => (None, None),
+        };
+        let reach = Reach {
+            allowed_hosts: g.hosts.clone(),
+            credential,
+        };
+        let check = gkwit::ObserverCheck {
+            account: label,
+            settings: settings_for(g),
+            sources,
+        };
+        let called = gk::check_observer(&pre, &self.runtime().limits, &g.name, reach, check).await;
+        called.outcome.map_err(|gk::Fault::Crashed(m)| m)
+    }
+
+    /// SPEC S3: in a shared chat, may this read be made? `None` admits it;
+    /// `Some(reason)` refuses it before the gatekeeper is called, because
+    /// some current collaborator (other than the reader) could not see what
+    /// it would touch. Collaborators who have not opened the chat yet count
+    /// too (the safe side: they may open it later).
+    pub(crate) async fn exclude_forward(
+        &self,
+        turn: &Turn,
+        g: &GatekeeperRecord,
+        invocation: &gkwit::Invocation,
+        collaborators: &[String],
+    ) -> anyhow::Result<Option<String>> {
+        let strategy = Strategy::of(g);
+        let others: Vec<&String> = collaborators
+            .iter()
+            .filter(|c| Some(c.as_str()) != turn.user.as_deref())
+            .collect();
+        if others.is_empty() || strategy == Strategy::NoCheck {
+            return Ok(None);
+        }
+        let refuse = |what: &str| {
+            Some(format!(
+                "refused before it was made: this chat is shared, and a collaborator is not permitted to see {what}; nothing was read"
+            ))
+        };
+        if strategy == Strategy::Refuse {
+            return Ok(refuse(&format!(
+                "anything from {} (it admits no observers)",
+                g.name
+            )));
+        }
+        let predicted = if strategy == Strategy::TrackReads {
+            let pre = self.runtime().gatekeeper(&g.digest)?;
+            let called =
+                gk::predict_sources(&pre, &self.runtime().limits, &g.name, invocation.clone())
+                    .await;
+            match called.outcome {
+                Ok(p) if !p.is_empty() => p,
+                _ => {
+                    return Ok(refuse(
+                        "what this read would touch (the gatekeeper cannot say in advance)",
+                    ));
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let chat = turn.chat.clone();
+        let observers = self.store().run(move |s| s.observers(&chat)).await?;
+        for user in others {
+            let bound = observers
+                .iter()
+                .find(|o| &o.user == user && o.gatekeeper == g.name);
+            match (strategy, bound) {
+                // Passed its one access check when it opened (S4).
+                (Strategy::AccessCheck, Some(_)) => continue,
+                (
+                    _,
+                    Some(Observer {
+                        scope: Some(scope), ..
+                    }),
+                ) => {
+                    let unseen: Vec<&gkwit::Source> = predicted
+                        .iter()
+                        .filter(|s| !scope.contains(&s.id))
+                        .collect();
+                    if let Some(first) = unseen.first() {
+                        return Ok(refuse(&inline(&first.title)));
+                    }
+                }
+                _ => {
+                    // Never checked here (or no list to check against):
+                    // ask now, with that collaborator's own account.
+                    let label = bound
+                        .and_then(|o| o.account.as_deref())
+                        .and_then(|a| a.split_once('/'))
+                        .map(|(_, l)| l.to_owned());
+                    let (u, name) = (user.clone(), g.name.clone());
+                    let account = self
+                        .store()
+                        .run(move |s| s.account_credential(&u, &name, label.as_deref()))
+                        .await?;
+                    let sources = if predicted.is_empty() {
+                        vec![gkwit::Source {
+                            id: g.name.clone(),
+                            title: format!("gatekeeper {}", g.name),
+                            restricted: false,
+                        }]
+                    } else {
+                        predicted.clone()
+                    };
+                    match self.ask_observer(g, account, sources.clone()).await {
+                        Ok(v) if v.denials.is_empty() => {}
+                        Ok(v) => {
+                            let title = sources
+                                .iter()
+                                .find(|s| v.denials.iter().any(|d| d.source == s.id))
+                                .map(|s| s.title.clone())
+                                .unwrap_or_else(|| format!("data from {}", g.name));
+                            return Ok(refuse(&inline(&title)));
+                        }
+                        Err(_) => return Ok(refuse(&format!("data from {}", g.name))),
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The account (label, credential) a turn's call runs under at gatekeeper
+/// `g`, and its id for the ledger. The owner uses their own account there,
+/// else the gatekeeper's own credential; anyone else uses only their own
+/// (the one chosen when they opened the chat, else their default) and never
+/// the gatekeeper's.
+pub(crate) fn credential_for(
+    s: &Store,
+    chat: &str,
+    user: Option<&str>,
+    g: &GatekeeperRecord,
+) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let owner = s.chat(chat)?.map(|c| c.owner).unwrap_or_default();
+    let runner = user.unwrap_or(&owner);
+    let chosen = if runner == owner {
+        None
+    } else {
+        s.observers(chat)?
+            .into_iter()
+            .find(|o| o.user == runner && o.gatekeeper == g.name)
+            .and_then(|o| o.account)
+            .and_then(|a| a.split_once('/').map(|(_, l)| l.to_owned()))
+    };
+    if let Some((a, credential)) = s.account_credential(runner, &g.name, chosen.as_deref())? {
+        return Ok((Some(a.id()), Some(credential)));
+    }
+    if runner != owner {
+        return Ok((None, None));
+    }
+    let credential = match &g.secret {
+        None => None,
+        Some(n) => Some(s.secret(n)?.with_context(|| {
+            format!(
+                "the secret {n:?} of gatekeeper {:?} is not set; `gatehouse secret set {n}`",
+                g.name
+            )
+        })?),
+    };
+    Ok((None, credential))
+}
+
+/// What a share link is stored as.
+fn link_digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.trim().as_bytes()))
+}
+
+/// The sources of one observation row (a JSON array the store checked).
+fn parse_sources(json: &str) -> Vec<gkwit::Source> {
+    let Ok(values) = serde_json::from_str::<Vec<serde_json::Value>>(json) else {
+        return Vec::new();
+    };
+    values
+        .iter()
+        .filter_map(|v| {
+            Some(gkwit::Source {
+                id: v.get("id")?.as_str()?.to_owned(),
+                title: v
+                    .get("title")
+                    .and_then(|t| t.as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+                restricted: v.get("restricted").and_then(|r| r.as_bool()) == Some(true),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,564 @@
+//! SPEC S1-S5 and the shared-chat half of O3, against the real warehouse
+//! gatekeeper and a loopback warehouse whose accounts may read different
+//! tables. Alice owns a "salary board" chat; Bob and Carol are collaborators
+//! with their own accounts.
+
+use gatehouse::demo::warehouse::Warehouse;
+use gatehouse::sharing::{OpenOutcome, OpenRequest};
+use gatehouse::store::{LedgerFilter, Trust};
+use gatehouse_e2e::{World, call, cli_command, stderr, stdout};
+use serde_json::{Value, json};
+use std::io::Write as _;
+use std::process::{Output, Stdio};
+
+const ALICE: &str = "wh-alice-5d02";
+const BOB_ANALYST: &str = "wh-bob-analyst-77c1";
+const BOB_FINANCE: &str = "wh-bob-finance-0e9a";
+const CAROL: &str = "wh-carol-41f8";
+const CHAT: &str = "salary-board";
+
+pub struct Shared {
+    pub w: World,
+    pub warehouse: Warehouse,
+}
+
+/// Alice, Bob and Carol with their own warehouse accounts; chat
+/// `salary-board` of Alice's with the warehouse introduced as WAREHOUSE.
+/// `owner_only`: which tables the warehouse flags owner-only.
+pub async fn shared_world(owner_only: &[&str]) -> Shared {
+    let w = World::new();
+    w.install("script");
+    let warehouse = Warehouse::builder()
+        .owner_only(owner_only)
+        .account(ALICE, &["*"])
+        .account(BOB_ANALYST, &["sales", "customers"])
+        .account(BOB_FINANCE, &["*"])
+        .account(CAROL, &["sales"])
+        .start()
+        .expect("the warehouse starts");
+    let k = &w.kernel;
+    let bytes = std::fs::read(gatehouse_e2e::guest("warehouse")).expect("guest built");
+    // The operator configures no credential: everyone brings their own.
+    k.add_gatekeeper(
+        "wh-prod-7",
+        &bytes,
+        Trust::Byo,
+        vec![warehouse.host()],
+        None,
+        Vec::new(),
+        &|_| {},
+    )
+    .await
+    .expect("gatekeeper added");
+    for u in ["alice", "bob", "carol"] {
+        k.add_user(u).expect("user");
+    }
+    k.connect_account("alice", "wh-prod-7", "main", ALICE, false)
+        .expect("account");
+    k.connect_account("bob", "wh-prod-7", "analyst", BOB_ANALYST, false)
+        .expect("account");
+    k.connect_account("bob", "wh-prod-7", "finance", BOB_FINANCE, false)
+        .expect("account");
+    k.connect_account("carol", "wh-prod-7", "main", CAROL, false)
+        .expect("account");
+    k.new_chat(CHAT, "alice").expect("chat");
+    k.introduce(CHAT, "wh-prod-7", "WAREHOUSE", None, "alice")
+        .expect("introduce");
+    Shared { w, warehouse }
+}
+
+fn query(table: &str) -> Value {
+    call("WAREHOUSE", "query", json!({ "table": table }))
+}
+
+/// The CLI as `user`, with `input` on stdin.
+fn cli_as(w: &World, user: &str, args: &[&str], input: &str) -> Output {
+    let mut cmd = cli_command(w.home(), args);
+    cmd.env("GATEHOUSE_USER", user)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("the gatehouse binary runs");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    child
+        .wait_with_output()
+        .expect("the gatehouse binary finishes")
+}
+
+/// Lines of `text` that name a failing binding of `account`.
+fn failure_lines<'a>(text: &'a str, account: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| l.contains(&format!("account {account}:")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accounts() {
+    let Shared { w, warehouse } = shared_world(&[]).await;
+    let k = &w.kernel;
+    // Alice builds her board: payroll and customers, read with her account.
+    let read = w
+        .script(CHAT, json!([query("payroll"), query("customers")]))
+        .await;
+    assert!(read[0].get("done").is_some(), "{}", read[0]);
+    assert!(read[1].get("done").is_some(), "{}", read[1]);
+    let log = stdout(&w.cli(&["log", "--observations", "--chat", CHAT]));
+    assert!(log.contains("account alice/main"), "{log}");
+    assert!(log.contains("source table:payroll (Payroll)"), "{log}");
+    assert!(log.contains("source table:customers (Customers)"), "{log}");
+
+    k.share(CHAT, "bob", "alice").expect("shared");
+    k.share(CHAT, "carol", "alice").expect("shared");
+    let before = warehouse.requests().len();
+
+    // Bob's default account may not read payroll: refused with one line
+    // naming the source, his account and the reason. He declines the
+    // offer of another account (empty answer).
+    let refused = cli_as(&w, "bob", &["open", CHAT], "\n");
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    let err = stderr(&refused);
+    let lines = failure_lines(&err, "bob/analyst");
+    assert!(
+        lines.iter().any(
+            |l| l.contains("table:payroll") && l.contains("account may not read table payroll")
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("Use another account at wh-prod-7? [finance]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: bob may not open chat \"salary-board\": 1 source(s) failed"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("customers (Customers) at"),
+        "customers is allowed: {err}"
+    );
+    assert!(
+        k.store().observers(CHAT).unwrap().is_empty(),
+        "a refused open stores nothing"
+    );
+    // The check asked the warehouse with Bob's credential only, and read no data.
+    let asked: Vec<_> = warehouse.requests()[before..].to_vec();
+    assert!(!asked.is_empty());
+    for r in &asked {
+        assert_eq!(
+            r.authorization.as_deref(),
+            Some(&*format!("Bearer {BOB_ANALYST}"))
+        );
+        assert_eq!(r.path, "/access", "{r:?}");
+    }
+
+    // At the one re-prompt he picks his finance account and gets in.
+    let opened = cli_as(&w, "bob", &["open", CHAT], "finance\n");
+    assert!(opened.status.success(), "{}", stderr(&opened));
+    assert!(
+        stdout(&opened)
+            .contains("opened chat salary-board as bob: 2 observed source(s) re-verified"),
+        "{}",
+        stdout(&opened)
+    );
+    let observers = k.store().observers(CHAT).unwrap();
+    assert_eq!(observers.len(), 1);
+    assert_eq!(observers[0].user, "bob");
+    assert_eq!(observers[0].account.as_deref(), Some("bob/finance"));
+
+    // Carol fails on two sources and sees both lines; she has no other account.
+    let carol = cli_as(&w, "carol", &["open", CHAT], "");
+    assert_eq!(carol.status.code(), Some(1));
+    let err = stderr(&carol);
+    let lines = failure_lines(&err, "carol/main");
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines.iter().any(|l| l.contains("table:payroll")), "{err}");
+    assert!(lines.iter().any(|l| l.contains("table:customers")), "{err}");
+    assert!(!err.contains("Use another account"), "{err}");
+
+    // The API form: the same failures, and the choice as a parameter.
+    let outcome = k
+        .open_chat(CHAT, "carol", &OpenRequest::default())
+        .await
+        .unwrap();
+    let OpenOutcome::Refused {
+        failures,
+        alternatives,
+    } = outcome
+    else {
+        panic!("carol must be refused");
+    };
+    assert_eq!(failures.len(), 2);
+    assert!(alternatives.is_empty());
+    let mut accounts = std::collections::BTreeMap::new();
+    accounts.insert("wh-prod-7".to_owned(), "finance".to_owned());
+    let outcome = k
+        .open_chat(
+            CHAT,
+            "bob",
+            &OpenRequest {
+                link: None,
+                accounts,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, OpenOutcome::Admitted { checked: 2, .. }),
+        "{outcome:?}"
+    );
+
+    // Bob's turn in Alice's chat runs under the account he opened it with.
+    let n = warehouse.requests().len();
+    let report = k
+        .run_as(
+            "bob",
+            "script",
+            CHAT,
+            &json!({"steps": [query("sales")]}).to_string(),
+        )
+        .await
+        .unwrap();
+    assert!(report.output.is_ok(), "{:?}", report.output);
+    let sent = warehouse.requests();
+    let data: Vec<_> = sent[n..]
+        .iter()
+        .filter(|r| r.path == "/tables/sales")
+        .collect();
+    assert_eq!(data.len(), 1);
+    assert_eq!(
+        data[0].authorization.as_deref(),
+        Some(&*format!("Bearer {BOB_FINANCE}"))
+    );
+    let obs = k
+        .store()
+        .ledger(&LedgerFilter {
+            chat: Some(CHAT.into()),
+            kind: Some("observation".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(
+        obs.last().and_then(|e| e.account.as_deref()),
+        Some("bob/finance")
+    );
+    // Carol may not run anything there: her open fails.
+    let err = k
+        .run_as("carol", "script", CHAT, "{\"steps\": []}")
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("carol may not run gadgets in chat"),
+        "{err:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_a_collaborator_could_not_see_is_refused_before_it_reaches_the_service() {
+    let Shared { w, warehouse } = shared_world(&[]).await;
+    let k = &w.kernel;
+    let read = w.script(CHAT, json!([query("sales")])).await;
+    assert!(read[0].get("done").is_some(), "{}", read[0]);
+    k.share(CHAT, "bob", "alice").unwrap();
+    let opened = k
+        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .await
+        .unwrap();
+    assert!(matches!(opened, OpenOutcome::Admitted { .. }), "{opened:?}");
+
+    // Bob (analyst) may not see payroll: Alice's read of it is refused and
+    // the warehouse receives nothing at all.
+    let before = warehouse.requests().len();
+    let out = w.script(CHAT, json!([query("payroll")])).await;
+    let refused = out[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("a collaborator is not permitted to see"),
+        "{}",
+        out[0]
+    );
+    assert!(refused.contains("payroll"), "{}", out[0]);
+    assert_eq!(
+        warehouse.requests().len(),
+        before,
+        "{:?}",
+        &warehouse.requests()[before..]
+    );
+    let observed = k.store().observed_sources(CHAT).unwrap();
+    assert!(
+        observed.iter().all(|(_, s)| !s.contains("payroll")),
+        "{observed:?}"
+    );
+
+    // What Bob may see is read as usual.
+    let out = w.script(CHAT, json!([query("customers")])).await;
+    assert!(out[0].get("done").is_some(), "{}", out[0]);
+
+    // A collaborator who was invited but never opened counts too: Carol
+    // (sales only) now blocks customers, checked live with her account.
+    k.share(CHAT, "carol", "alice").unwrap();
+    let before = warehouse.requests().len();
+    let out = w.script(CHAT, json!([query("customers")])).await;
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not permitted"),
+        "{}",
+        out[0]
+    );
+    let sent = &warehouse.requests()[before..];
+    assert!(sent.iter().all(|r| r.path == "/access"), "{sent:?}");
+    assert!(
+        sent.iter()
+            .all(|r| r.authorization.as_deref() == Some(&*format!("Bearer {CAROL}"))),
+        "{sent:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn owner_only_data_latches_an_unshared_chat_against_sharing_and_is_refused_in_a_shared_one() {
+    // The warehouse's own flags: payroll is owner-only.
+    let Shared { w, warehouse } = shared_world(&["payroll"]).await;
+    let k = &w.kernel;
+
+    // A shared chat: the owner-only read is refused and nothing latches.
+    k.new_chat("team", "alice").unwrap();
+    k.introduce("team", "wh-prod-7", "WAREHOUSE", None, "alice")
+        .unwrap();
+    k.share("team", "bob", "alice").unwrap();
+    // Bob's default account may read every table, so no collaborator is
+    // excluded (S3): what refuses the read is O3 itself.
+    k.connect_account("bob", "wh-prod-7", "finance", BOB_FINANCE, true)
+        .unwrap();
+    let out = w.script("team", json!([query("payroll")])).await;
+    let refused = out[0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(refused.contains("owner-only"), "{}", out[0]);
+    assert!(
+        !out.to_string().contains("182000"),
+        "no payroll data reached the gadget: {out}"
+    );
+    let team = k.store().chat("team").unwrap().unwrap();
+    assert!(!team.latched);
+    assert!(k.store().observed_sources("team").unwrap().is_empty());
+
+    // An unshared chat: the read latches it.
+    let out = w.script(CHAT, json!([query("payroll")])).await;
+    assert!(out[0].get("done").is_some(), "{}", out[0]);
+    assert!(k.store().chat(CHAT).unwrap().unwrap().latched);
+
+    // Under the latch: no sharing, no links, no non-owner open.
+    let share = w.cli(&["share", CHAT, "--with", "bob"]);
+    assert_eq!(share.status.code(), Some(1));
+    assert!(stderr(&share).contains("locked down"), "{}", stderr(&share));
+    let link = w.cli(&["share", CHAT, "--link"]);
+    assert_eq!(link.status.code(), Some(1));
+    assert!(
+        stderr(&link).contains("cannot gain collaborators or share links"),
+        "{}",
+        stderr(&link)
+    );
+    assert!(k.create_share_link(CHAT, "alice").is_err());
+    let open = cli_as(&w, "bob", &["open", CHAT], "");
+    assert_eq!(open.status.code(), Some(1));
+    assert!(
+        stderr(&open).contains("only its owner may open it"),
+        "{}",
+        stderr(&open)
+    );
+    assert!(k.store().collaborators(CHAT).unwrap().is_empty());
+    // The owner still opens it.
+    let mine = w.cli(&["open", CHAT]);
+    assert!(mine.status.success(), "{}", stderr(&mine));
+    drop(warehouse);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_a_collaborator_removes_their_observers_and_re_adding_re_verifies() {
+    let Shared {
+        w,
+        warehouse: _warehouse,
+    } = shared_world(&[]).await;
+    let k = &w.kernel;
+    let read = w.script(CHAT, json!([query("sales")])).await;
+    assert!(read[0].get("done").is_some(), "{}", read[0]);
+    k.share(CHAT, "bob", "alice").unwrap();
+    let opened = k
+        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .await
+        .unwrap();
+    assert!(matches!(opened, OpenOutcome::Admitted { .. }));
+    assert_eq!(k.store().observers(CHAT).unwrap().len(), 1);
+
+    // Only the owner removes; removal takes the observers with it.
+    let not_owner = cli_as(&w, "bob", &["unshare", CHAT, "--with", "bob"], "");
+    assert_eq!(not_owner.status.code(), Some(1));
+    assert!(
+        stderr(&not_owner).contains("only the owner of chat"),
+        "{}",
+        stderr(&not_owner)
+    );
+    let removed = w.cli(&["unshare", CHAT, "--with", "bob"]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    assert!(k.store().observers(CHAT).unwrap().is_empty());
+    assert!(k.store().collaborators(CHAT).unwrap().is_empty());
+    let err = k
+        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .await
+        .unwrap_err();
+    assert!(format!("{err}").contains("is not a collaborator"), "{err}");
+
+    // Unshared again, Alice reads payroll freely (nobody to exclude).
+    let out = w.script(CHAT, json!([query("payroll")])).await;
+    assert!(out[0].get("done").is_some(), "{}", out[0]);
+
+    // Re-added, Bob is verified from scratch: payroll now blocks him.
+    k.share(CHAT, "bob", "alice").unwrap();
+    let again = k
+        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .await
+        .unwrap();
+    let OpenOutcome::Refused { failures, .. } = again else {
+        panic!("bob must be re-verified against payroll");
+    };
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].source, "table:payroll");
+    assert_eq!(failures[0].account.as_deref(), Some("bob/analyst"));
+    assert!(k.store().observers(CHAT).unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_link_admits_whoever_passes_re_verification_and_nobody_else() {
+    let Shared {
+        w,
+        warehouse: _warehouse,
+    } = shared_world(&[]).await;
+    let k = &w.kernel;
+    let read = w.script(CHAT, json!([query("customers")])).await;
+    assert!(read[0].get("done").is_some(), "{}", read[0]);
+    let made = w.cli(&["share", CHAT, "--link"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let text = stdout(&made);
+    let token = text
+        .split_whitespace()
+        .skip_while(|t| *t != "--link")
+        .nth(1)
+        .expect("the link's token is printed")
+        .to_owned();
+
+    // Carol (sales only) fails: nothing is stored, not even her membership.
+    let carol = cli_as(&w, "carol", &["open", CHAT, "--link", &token], "");
+    assert_eq!(carol.status.code(), Some(1));
+    assert!(
+        stderr(&carol).contains("table:customers"),
+        "{}",
+        stderr(&carol)
+    );
+    assert!(k.store().collaborators(CHAT).unwrap().is_empty());
+
+    // A wrong token admits nobody.
+    let wrong = cli_as(&w, "bob", &["open", CHAT, "--link", "0000"], "");
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        stderr(&wrong).contains("share link is not valid"),
+        "{}",
+        stderr(&wrong)
+    );
+
+    // Bob passes and becomes a collaborator.
+    let bob = cli_as(&w, "bob", &["open", CHAT, "--link", &token], "");
+    assert!(bob.status.success(), "{}", stderr(&bob));
+    let people = k.store().collaborators(CHAT).unwrap();
+    assert_eq!(people.len(), 1);
+    assert_eq!(people[0].user, "bob");
+
+    // Revoked links admit nobody new.
+    assert!(w.cli(&["unshare", CHAT, "--links"]).status.success());
+    k.connect_account("carol", "wh-prod-7", "main", ALICE, true)
+        .unwrap();
+    let late = cli_as(&w, "carol", &["open", CHAT, "--link", &token], "");
+    assert_eq!(late.status.code(), Some(1));
+    assert!(
+        stderr(&late).contains("share link is not valid"),
+        "{}",
+        stderr(&late)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
+    // `refuse` (rogue), `access-check` (issues), `no-check` (webfetch); the
+    // warehouse's `track-reads` is covered above.
+    let w = World::standard(Trust::Byo).await;
+    let k = &w.kernel;
+    for (component, name) in [("rogue", "rogue"), ("webfetch", "web")] {
+        let bytes = std::fs::read(gatehouse_e2e::guest(component)).unwrap();
+        k.add_gatekeeper(
+            name,
+            &bytes,
+            Trust::Byo,
+            vec![w.tracker.host()],
+            Some("tracker-token".into()),
+            Vec::new(),
+            &|_| {},
+        )
+        .await
+        .unwrap();
+        k.introduce("work", name, &name.to_uppercase(), None, "alice")
+            .unwrap();
+    }
+    for u in ["alice", "bob", "dave"] {
+        k.add_user(u).unwrap();
+    }
+    // Bob has a working tracker account; Dave's is unknown to the tracker.
+    k.connect_account("bob", "issues", "bob", gatehouse_e2e::TOKEN, false)
+        .unwrap();
+    k.connect_account("dave", "issues", "dave", "not-a-token", false)
+        .unwrap();
+    let url = format!("{}/issues", w.tracker.url());
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "listIssues", json!({})),
+                call("WEB", "fetch", json!({ "url": url })),
+                call("ROGUE", "echo", json!({"text": "hi"})),
+            ]),
+        )
+        .await;
+    for step in out.as_array().unwrap() {
+        assert!(step.get("done").is_some(), "{step}");
+    }
+    k.share("work", "bob", "alice").unwrap();
+    k.share("work", "dave", "alice").unwrap();
+    for (user, expect) in [("bob", vec!["rogue"]), ("dave", vec!["issues", "rogue"])] {
+        let OpenOutcome::Refused { failures, .. } = k
+            .open_chat("work", user, &OpenRequest::default())
+            .await
+            .unwrap()
+        else {
+            panic!("{user}: rogue refuses every observer");
+        };
+        let mut by: Vec<&str> = failures.iter().map(|f| f.gatekeeper.as_str()).collect();
+        by.dedup();
+        assert_eq!(by, expect, "{user}: {failures:?}");
+        assert!(
+            failures.iter().all(|f| f.gatekeeper != "web"),
+            "no-check never fails"
+        );
+        if user == "dave" {
+            let line = failures
+                .iter()
+                .find(|f| f.gatekeeper == "issues")
+                .unwrap()
+                .line();
+            assert!(
+                line.contains("account dave/dave: the account is not allowed to read the tracker"),
+                "{line}"
+            );
+        }
+    }
+}
