@@ -138,6 +138,44 @@ fn the_readme_tour_works_as_written() {
         1,
         "the rejected action was never sent"
     );
+
+    // People, accounts, sharing and blueprints, as the README shows them.
+    ok(&w, &["user", "add", "bob"]);
+    let mut connect = cli_command(
+        w.home(),
+        &["account", "connect", "bob", "issues", "--name", "bob"],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    connect
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(TOKEN.as_bytes())
+        .unwrap();
+    assert!(connect.wait().unwrap().success());
+    assert!(ok(&w, &["share", "work", "--with", "bob"]).contains("shared chat work with bob"));
+    let opened = ok(&w, &["--as", "bob", "open", "work"]);
+    assert!(opened.contains("opened chat work as bob"), "{opened}");
+    assert!(
+        opened.contains("observing through issues as bob/bob"),
+        "{opened}"
+    );
+    let observations = ok(&w, &["log", "--observations", "--chat", "work"]);
+    assert!(observations.contains("issues:listIssues"), "{observations}");
+    let blueprint = w.home().join("triage.blueprint.json");
+    let blueprint = blueprint.to_str().unwrap();
+    ok(&w, &["export", "triage", "-o", blueprint]);
+    let imported = ok(
+        &w,
+        &["--as", "bob", "import", blueprint, "--chat", "bobs-work"],
+    );
+    assert!(
+        imported.contains("ISSUES -> issues as bob/bob"),
+        "{imported}"
+    );
 }
 
 #[test]
