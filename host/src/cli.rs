@@ -647,7 +647,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             } else {
                 crate::kernel::Harness::Honest
             };
-            let r = kernel.agent(&gadget, &chat, &task, harness).await?;
+            let r = kernel.agent_as(&me, &gadget, &chat, &task, harness).await?;
             if json {
                 print_json(&r)?;
             } else {

@@ -35,6 +35,28 @@ impl Kernel {
             .await
     }
 
+    /// Start an agent run as `user`. **Decision**: agent runs (and their
+    /// resumptions, which happen later without anyone present) run under the
+    /// chat owner's accounts, so only the owner may start one.
+    pub async fn agent_as(
+        &self,
+        user: &str,
+        gadget: &str,
+        chat: &str,
+        task: &str,
+        harness: Harness,
+    ) -> anyhow::Result<RunReport> {
+        if let Some(c) = self.store().chat(chat)?
+            && c.owner != user
+        {
+            anyhow::bail!(
+                "only the owner of chat {chat:?} ({}) may start agent runs in it: they resume later under the owner's accounts",
+                c.owner
+            );
+        }
+        self.agent(gadget, chat, task, harness).await
+    }
+
     async fn agent_turn(
         &self,
         run: Option<i64>,

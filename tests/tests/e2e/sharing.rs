@@ -243,6 +243,14 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
         obs.last().and_then(|e| e.account.as_deref()),
         Some("bob/finance")
     );
+    // Agent runs resume later under the owner's accounts: owner only.
+    let agent = cli_as(&w, "bob", &["agent", "script", "--chat", CHAT, "{}"], "");
+    assert_eq!(agent.status.code(), Some(1));
+    assert!(
+        stderr(&agent).contains("only the owner of chat"),
+        "{}",
+        stderr(&agent)
+    );
     // Carol may not run anything there: her open fails.
     let err = k
         .run_as("carol", "script", CHAT, "{\"steps\": []}")
