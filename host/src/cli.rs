@@ -5,6 +5,7 @@
 //! module only words them as one line on stderr with exit code 1.
 
 mod sharing;
+mod workflow;
 
 use crate::home::Home;
 use crate::kernel::Kernel;
@@ -245,6 +246,9 @@ enum Command {
         #[arg(long = "bind", value_parser = parse_setting)]
         bind: Vec<(String, String)>,
     },
+    /// Workflows with scoped approvals: designs, runs, requests, audit.
+    #[command(subcommand)]
+    Workflow(workflow::WorkflowCmd),
     /// A guided end-to-end run on the bundled examples.
     Demo,
 }
@@ -684,6 +688,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 }
             }
         }
+        Command::Workflow(cmd) => return workflow::execute(kernel, cmd, &me).await,
         Command::User(UserCmd::Add { name }) => {
             if kernel.add_user(&name)? {
                 println!("added {name}");

@@ -44,6 +44,19 @@ pub struct Turn {
     pub harness: Harness,
     /// Actions of this turn that await a decision (honest harness).
     pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
+    /// Set when the turn is a workflow step (SPEC G).
+    pub step: Option<StepContext>,
+}
+
+/// A workflow step's side of a turn (SPEC G).
+#[derive(Clone, Debug)]
+pub struct StepContext {
+    pub run: i64,
+    pub step: String,
+    /// The certificate issued for this attempt, until the gadget takes it.
+    pub certificate: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
+    /// Set when a call was refused by the gate: the step waits for a decision.
+    pub gated: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Turn {
@@ -54,7 +67,18 @@ impl Turn {
             user: None,
             harness: Harness::Plain,
             awaited: Arc::default(),
+            step: None,
         }
+    }
+
+    /// The step's certificate, handed over once (SPEC G3).
+    pub fn take_certificate(&self) -> Option<(String, crate::grants::Claims)> {
+        self.step.as_ref().and_then(|s| {
+            s.certificate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        })
     }
 
     pub fn caller(&self) -> String {
@@ -177,6 +201,8 @@ struct Inner {
     drain_wanted: std::sync::atomic::AtomicBool,
     /// Work started beside a gadget (drains); awaited by [`Kernel::settle`].
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// The certificate authority, opened on first use (SPEC G3).
+    authority: std::sync::OnceLock<Arc<crate::grants::Authority>>,
 }
 
 impl Drop for Inner {
@@ -219,6 +245,7 @@ impl Kernel {
                 drain_gate: tokio::sync::Mutex::new(()),
                 drain_wanted: std::sync::atomic::AtomicBool::new(false),
                 background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+                authority: std::sync::OnceLock::new(),
             }),
         };
         let failed = kernel.inner.store.recover(|o| kernel.is_alive(o))?;
@@ -272,6 +299,15 @@ impl Kernel {
     /// benchmarks that wire components themselves.
     pub fn runtime(&self) -> &Runtime {
         &self.inner.runtime
+    }
+
+    /// This deployment's certificate authority, created on first use.
+    pub fn authority(&self) -> anyhow::Result<Arc<crate::grants::Authority>> {
+        if let Some(a) = self.inner.authority.get() {
+            return Ok(a.clone());
+        }
+        let a = Arc::new(crate::grants::Authority::open(&self.inner.home)?);
+        Ok(self.inner.authority.get_or_init(|| a).clone())
     }
 
     pub(crate) fn owner(&self) -> &str {
@@ -594,7 +630,7 @@ impl Kernel {
         }
     }
 
-    async fn read(
+    pub(crate) async fn read(
         &self,
         turn: &Turn,
         binding: &Binding,

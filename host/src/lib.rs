@@ -8,6 +8,7 @@
 //! - [`store`]: the durable action store and ledger (A, P, L);
 //! - [`overseer`]: decisions and at-most-once apply (P);
 //! - [`observations`]: what reads touched (O, S);
+//! - [`grants`], [`workflow`]: scoped approvals as signed certificates (G);
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
 //! - [`blueprint`]: a gadget as a file another person installs (B);
@@ -17,6 +18,7 @@ pub mod blueprint;
 pub mod classify;
 pub mod cli;
 pub mod demo;
+pub mod grants;
 pub mod guests;
 pub mod harness;
 pub mod home;
@@ -27,6 +29,7 @@ pub mod prompt;
 pub mod runtime;
 pub mod sharing;
 pub mod store;
+pub mod workflow;
 
 pub use home::Home;
 pub use kernel::Kernel;

@@ -15,8 +15,8 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gatehouse::Limits;
 use gatehouse::kernel::Turn;
-use gatehouse::runtime::gadget::gatehouse::os::{kernel as wit, types as witt};
-use gatehouse::runtime::gadget::{GadgetPre, ServiceHandle};
+use gatehouse::runtime::gadget::gatehouse::os::{kernel as wit, types as witt, workflow as witw};
+use gatehouse::runtime::gadget::{CertificateHandle, GadgetPre, ServiceHandle};
 use gatehouse::runtime::gatekeeper::{self as gk, GatekeeperPre, GatekeeperState, Reach};
 use gatehouse::store::{NewAction, Trust};
 use gatehouse_e2e::{World, guest};
@@ -71,6 +71,54 @@ impl WasiView for Direct {
 }
 
 impl witt::Host for Direct {}
+
+// The unmediated wiring has no workflows: no certificate, no requests.
+impl witw::Host for Direct {
+    async fn step_certificate(&mut self) -> wasmtime::Result<Option<Resource<CertificateHandle>>> {
+        Ok(None)
+    }
+    async fn request_approval(
+        &mut self,
+        _allowed: String,
+        _reason: String,
+    ) -> wasmtime::Result<Result<u64, String>> {
+        Ok(Err("no workflows here".into()))
+    }
+}
+
+impl witw::HostCertificate for Direct {
+    async fn run(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<u64> {
+        Ok(0)
+    }
+    async fn step(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<String> {
+        Ok(String::new())
+    }
+    async fn authority(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<String> {
+        Ok(String::new())
+    }
+    async fn tools(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    async fn expires_at(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<u64> {
+        Ok(0)
+    }
+    async fn encoded(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<String> {
+        Ok(String::new())
+    }
+    async fn call(
+        &mut self,
+        _: Resource<CertificateHandle>,
+        _: Resource<ServiceHandle>,
+        _: String,
+        _: String,
+    ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
+        Ok(Err(wit::CallError::Refused("no workflows here".into())))
+    }
+    async fn drop(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
 
 impl wit::Host for Direct {
     async fn env(&mut self) -> wasmtime::Result<Vec<String>> {
@@ -322,5 +370,86 @@ fn bench_instantiate(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_reads, bench_stage, bench_instantiate);
+/// `grant/*` (SPEC G5): one read from a covered workflow step, checked
+/// against its certificate and the approved allowed-calls list, against
+/// the same read on the plain path.
+fn bench_grants(c: &mut Criterion) {
+    use gatehouse::kernel::StepContext;
+    use gatehouse::workflow::RequestDecision;
+    let rt = runtime();
+    let w = world(&rt, Limits::default());
+    let k = &w.kernel;
+    let ask = json!({"steps": [{"request": {"allowed": {}, "reason": "echo"}}]}).to_string();
+    let design = json!({
+        "name": "bench",
+        "services": {"ROGUE": "rogue"},
+        "steps": [
+            {"id": "ask", "gadget": "script", "input": ask},
+            {"id": "work", "gadget": "script", "tools": ["ROGUE:echo"], "input": "{\"steps\": []}"}
+        ],
+        "edges": [["ask", "work"]]
+    });
+    k.publish_workflow(design.to_string().as_bytes(), "bench")
+        .unwrap();
+    let s = rt
+        .block_on(k.start_workflow("bench", None, "bench"))
+        .unwrap();
+    let request = s.requests[0].id;
+    let s = rt
+        .block_on(k.decide_request(request, RequestDecision::Approve, "carol"))
+        .unwrap();
+    assert_eq!(s.state, "done");
+    let run = k.store().workflow_run(s.run).unwrap().unwrap();
+    // A live certificate for the covered step, as the kernel issues one.
+    let ca = k.authority().unwrap();
+    let now = gatehouse::store::now_ms();
+    let claims = gatehouse::grants::Claims {
+        tenant: ca.tenant().to_owned(),
+        run: run.id,
+        step: "work".into(),
+        authority: "carol".into(),
+        tools: vec!["ROGUE:echo".into()],
+        issued_at: now,
+        expires_at: now + 3_600_000,
+        serial: "bench-serial".into(),
+    };
+    k.store().put_certificate(&claims).unwrap();
+    let token = ca.issue(&claims).unwrap();
+    let mut covered = Turn::new("script", &run.chat);
+    covered.step = Some(StepContext {
+        run: run.id,
+        step: "work".into(),
+        certificate: Default::default(),
+        gated: Default::default(),
+    });
+    let plain = Turn::new("script", &run.chat);
+    let args = r#"{"n":1}"#;
+    let out = rt
+        .block_on(k.certified_call(&covered, &token, "ROGUE", "echo", args.into()))
+        .unwrap();
+    assert!(out.is_ok(), "{out:?}");
+
+    let mut group = c.benchmark_group("grant");
+    group.bench_function("one_read/plain", |b| {
+        b.iter(|| {
+            rt.block_on(k.call(&plain, "ROGUE", "echo", args.into()))
+                .unwrap()
+        })
+    });
+    group.bench_function("one_read/certified_and_checked", |b| {
+        b.iter(|| {
+            rt.block_on(k.certified_call(&covered, &token, "ROGUE", "echo", args.into()))
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_reads,
+    bench_stage,
+    bench_instantiate,
+    bench_grants
+);
 criterion_main!(benches);

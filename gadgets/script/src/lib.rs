@@ -2,9 +2,16 @@
 //! calls (`{"steps": [...]}`) and its output is a JSON array with the exact
 //! answer to each step, so tests can drive the kernel interface directly.
 
-wit_bindgen::generate!({ world: "gadget", path: "../../wit" });
+wit_bindgen::generate!({ world: "step", path: "../../wit" });
 
 use gatehouse::os::kernel::{self, ActionStatus, CallError, Outcome};
+use gatehouse::os::workflow::{self, Certificate};
+use std::cell::RefCell;
+
+thread_local! {
+    /// The step's certificate, once taken (workflow steps only).
+    static CERT: RefCell<Option<Certificate>> = const { RefCell::new(None) };
+}
 use serde_json::{Map, Value, json};
 
 struct Script;
@@ -76,10 +83,61 @@ fn run_step(step: &Value) -> Result<Value, String> {
             Err(e) => error(&e),
         });
     }
-    Err("unknown step; expected one of call, poll, env, tools".to_string())
+    if let Some(request) = step.get("request") {
+        let allowed = request.get("allowed").cloned().unwrap_or(Value::Null);
+        let allowed = match allowed {
+            Value::String(raw) => raw,
+            v => v.to_string(),
+        };
+        let reason = request.get("reason").and_then(Value::as_str).unwrap_or("");
+        return Ok(match workflow::request_approval(&allowed, reason) {
+            Ok(id) => json!({ "request": id }),
+            Err(e) => json!({ "error": { "kind": "refused", "message": e } }),
+        });
+    }
+    if step.contains_key("certificate") {
+        return Ok(with_certificate(|c| {
+            json!({
+                "run": c.run(), "step": c.step(), "authority": c.authority(),
+                "tools": c.tools(), "expires_at": c.expires_at(), "encoded": c.encoded(),
+            })
+        }));
+    }
+    if step.contains_key("dropcert") {
+        CERT.with(|c| c.borrow_mut().take());
+        return Ok(json!({ "dropped": true }));
+    }
+    if let Some(call) = step.get("certcall") {
+        return run_certified(call.as_object().ok_or("\"certcall\" must be an object")?);
+    }
+    Err("unknown step; expected one of call, poll, env, tools, request, certificate, certcall, dropcert".to_string())
 }
 
-fn run_call(call: &Map<String, Value>) -> Result<Value, String> {
+/// Runs `f` on the step's certificate, taking it from the kernel once.
+fn with_certificate(f: impl FnOnce(&Certificate) -> Value) -> Value {
+    CERT.with(|cell| {
+        let mut cert = cell.borrow_mut();
+        if cert.is_none() {
+            *cert = workflow::step_certificate();
+        }
+        match cert.as_ref() {
+            Some(c) => f(c),
+            None => json!({ "error": { "kind": "refused", "message": "no certificate: not a workflow step, or it was dropped" } }),
+        }
+    })
+}
+
+/// A call made under the step's certificate.
+fn run_certified(call: &Map<String, Value>) -> Result<Value, String> {
+    let (key, tool, args) = call_parts(call)?;
+    let service = match kernel::open(key) {
+        Ok(service) => service,
+        Err(e) => return Ok(error(&e)),
+    };
+    Ok(with_certificate(|c| outcome(c.call(&service, tool, &args))))
+}
+
+fn call_parts(call: &Map<String, Value>) -> Result<(&str, &str, String), String> {
     let key = call
         .get("key")
         .and_then(Value::as_str)
@@ -94,11 +152,11 @@ fn run_call(call: &Map<String, Value>) -> Result<Value, String> {
         (None, Some(args)) => args.to_string(),
         (None, None) => "{}".to_string(),
     };
-    let service = match kernel::open(key) {
-        Ok(service) => service,
-        Err(e) => return Ok(error(&e)),
-    };
-    Ok(match service.call(tool, &args) {
+    Ok((key, tool, args))
+}
+
+fn outcome(result: Result<Outcome, CallError>) -> Value {
+    match result {
         Ok(Outcome::Done(result)) => json!({ "done": parse_or_string(result) }),
         Ok(Outcome::Pending(p)) => json!({
             "pending": {
@@ -109,7 +167,16 @@ fn run_call(call: &Map<String, Value>) -> Result<Value, String> {
             }
         }),
         Err(e) => error(&e),
-    })
+    }
+}
+
+fn run_call(call: &Map<String, Value>) -> Result<Value, String> {
+    let (key, tool, args) = call_parts(call)?;
+    let service = match kernel::open(key) {
+        Ok(service) => service,
+        Err(e) => return Ok(error(&e)),
+    };
+    Ok(outcome(service.call(tool, &args)))
 }
 
 /// The JSON value of `text`, or `text` itself as a string.

@@ -5,6 +5,7 @@
 //! walks through a staged write, its approval and a rejection, showing what
 //! the service received at each step. Owns nothing the kernel relies on.
 
+pub mod cloud;
 mod serve;
 pub mod tracker;
 pub mod warehouse;

@@ -13,16 +13,33 @@ use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+// The `step` world is the `gadget` world plus the workflow interface, so
+// one linker serves plain gadgets and workflow steps alike.
 wasmtime::component::bindgen!({
-    world: "gadget",
+    world: "step",
     path: "../wit",
     imports: { default: async | trappable },
     exports: { default: async },
-    with: { "gatehouse:os/kernel.service": ServiceHandle },
+    with: {
+        "gatehouse:os/kernel.service": ServiceHandle,
+        "gatehouse:os/workflow.certificate": CertificateHandle,
+    },
 });
+
+/// The generated world's name as the rest of the host knows it.
+pub type Gadget = Step;
+pub type GadgetPre<T> = StepPre<T>;
 
 use self::gatehouse::os::kernel as wit;
 use self::gatehouse::os::types as witt;
+use self::gatehouse::os::workflow as witw;
+
+/// The host side of a step's `certificate` resource: the signed token.
+/// Only the kernel creates one, in the step's own store.
+pub struct CertificateHandle {
+    token: String,
+    claims: crate::grants::Claims,
+}
 
 /// The host side of a `service` resource: which introduction it names.
 pub struct ServiceHandle {
@@ -220,22 +237,19 @@ impl wit::HostService for GadgetState {
         args: String,
     ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
         let key = self.table.get(&this)?.key.clone();
+        if self.turn.step.is_some() {
+            // In a workflow step every call is checked against the step's
+            // certificate (SPEC G5); there is no way around it.
+            return Ok(Err(wit::CallError::Refused(
+                "this is a workflow step: call through its certificate (workflow.step-certificate, then certificate.call)".into(),
+            )));
+        }
         let outcome = self
             .kernel
             .call(&self.turn, &key, &tool, args)
             .await
             .map_err(host)?;
-        Ok(outcome
-            .map(|o| match o {
-                kernel::CallOutcome::Done(r) => wit::Outcome::Done(r),
-                kernel::CallOutcome::Pending(p) => wit::Outcome::Pending(wit::Pending {
-                    action_id: p.action_id,
-                    message: p.message,
-                    await_decision: p.await_decision,
-                    provisional: p.provisional,
-                }),
-            })
-            .map_err(to_wit_error))
+        Ok(outcome.map(to_wit_outcome).map_err(to_wit_error))
     }
 
     async fn drop(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<()> {
@@ -245,3 +259,83 @@ impl wit::HostService for GadgetState {
 }
 
 impl witt::Host for GadgetState {}
+
+fn to_wit_outcome(o: kernel::CallOutcome) -> wit::Outcome {
+    match o {
+        kernel::CallOutcome::Done(r) => wit::Outcome::Done(r),
+        kernel::CallOutcome::Pending(p) => wit::Outcome::Pending(wit::Pending {
+            action_id: p.action_id,
+            message: p.message,
+            await_decision: p.await_decision,
+            provisional: p.provisional,
+        }),
+    }
+}
+
+impl witw::Host for GadgetState {
+    async fn step_certificate(&mut self) -> wasmtime::Result<Option<Resource<CertificateHandle>>> {
+        let Some((token, claims)) = self.turn.take_certificate() else {
+            return Ok(None);
+        };
+        Ok(Some(self.table.push(CertificateHandle { token, claims })?))
+    }
+
+    async fn request_approval(
+        &mut self,
+        allowed_calls: String,
+        reason: String,
+    ) -> wasmtime::Result<Result<u64, String>> {
+        self.kernel
+            .request_approval(&self.turn, &allowed_calls, &reason)
+            .await
+            .map_err(host)
+    }
+}
+
+impl witw::HostCertificate for GadgetState {
+    async fn run(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&this)?.claims.run.max(0) as u64)
+    }
+
+    async fn step(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.claims.step.clone())
+    }
+
+    async fn authority(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.claims.authority.clone())
+    }
+
+    async fn tools(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<Vec<String>> {
+        Ok(self.table.get(&this)?.claims.tools.clone())
+    }
+
+    async fn expires_at(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&this)?.claims.expires_at.max(0) as u64)
+    }
+
+    async fn encoded(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&this)?.token.clone())
+    }
+
+    async fn call(
+        &mut self,
+        this: Resource<CertificateHandle>,
+        svc: Resource<ServiceHandle>,
+        tool: String,
+        args: String,
+    ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
+        let token = self.table.get(&this)?.token.clone();
+        let key = self.table.get(&svc)?.key.clone();
+        let outcome = self
+            .kernel
+            .certified_call(&self.turn, &token, &key, &tool, args)
+            .await
+            .map_err(host)?;
+        Ok(outcome.map(to_wit_outcome).map_err(to_wit_error))
+    }
+
+    async fn drop(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}

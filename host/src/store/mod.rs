@@ -15,6 +15,7 @@ mod ledger;
 mod registry;
 mod rules;
 mod sharing;
+pub mod workflows;
 
 pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageError, validate_args};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};

@@ -162,3 +162,95 @@ CREATE TABLE IF NOT EXISTS agent_runs (
     last_output TEXT,
     updated_at INTEGER NOT NULL
 ) STRICT;
+
+-- Workflows (SPEC G). A published version never changes.
+CREATE TABLE IF NOT EXISTS workflows (
+    name         TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 64),
+    version      INTEGER NOT NULL CHECK (version >= 1),
+    design       TEXT NOT NULL CHECK (json_valid(design) AND json_type(design) = 'object'),
+    digest       TEXT NOT NULL CHECK (length(digest) = 64),
+    published_by TEXT NOT NULL,
+    published_at INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+) STRICT;
+CREATE TRIGGER IF NOT EXISTS workflows_immutable BEFORE UPDATE ON workflows
+BEGIN SELECT RAISE(ABORT, 'a published workflow version never changes'); END;
+
+CREATE TABLE IF NOT EXISTS workflow_runs (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow   TEXT NOT NULL,
+    version    INTEGER NOT NULL,
+    initiator  TEXT NOT NULL,
+    chat       TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('running', 'waiting', 'done', 'failed')),
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+
+-- A run's steps, their tool sets fixed from the design at start (G1).
+CREATE TABLE IF NOT EXISTS run_steps (
+    run      INTEGER NOT NULL REFERENCES workflow_runs(id),
+    step     TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    gadget   TEXT NOT NULL,
+    input    TEXT NOT NULL,
+    tools    TEXT NOT NULL CHECK (json_valid(tools) AND json_type(tools) = 'array'),
+    preds    TEXT NOT NULL CHECK (json_valid(preds) AND json_type(preds) = 'array'),
+    status   TEXT NOT NULL CHECK (status IN ('pending', 'gated', 'done', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    -- Why the step stopped (a gate, a failure); never a call's arguments.
+    note     TEXT,
+    PRIMARY KEY (run, step)
+) STRICT;
+CREATE TRIGGER IF NOT EXISTS run_step_tools_fixed BEFORE UPDATE OF tools, gadget, preds ON run_steps
+BEGIN SELECT RAISE(ABORT, 'a run step''s tool set never changes'); END;
+
+-- Approval requests and their allowed-calls lists (G2, G4). The list is
+-- immutable once requested.
+CREATE TABLE IF NOT EXISTS approval_requests (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    run        INTEGER NOT NULL REFERENCES workflow_runs(id),
+    step       TEXT NOT NULL,
+    allowed    TEXT NOT NULL CHECK (json_valid(allowed) AND json_type(allowed) = 'object'),
+    reason     TEXT NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'rejected', 'withdrawn', 'replaced')),
+    decided_by TEXT,
+    decided_at INTEGER,
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER IF NOT EXISTS approval_list_immutable BEFORE UPDATE OF allowed, run, step, reason ON approval_requests
+BEGIN SELECT RAISE(ABORT, 'an allowed-calls list never changes once requested'); END;
+
+-- Certificates issued here (G3), by serial; revoked when their step ends (G6).
+CREATE TABLE IF NOT EXISTS certificates (
+    serial     TEXT PRIMARY KEY,
+    run        INTEGER NOT NULL,
+    step       TEXT NOT NULL,
+    authority  TEXT NOT NULL,
+    tools      TEXT NOT NULL CHECK (json_valid(tools) AND json_type(tools) = 'array'),
+    issued_at  INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    revoked_at INTEGER
+) STRICT;
+
+-- Every decided call of a workflow step (G7): its certificate and a digest
+-- of its arguments, never the arguments; a denial names the failing input
+-- and the agreed range, never the value.
+CREATE TABLE IF NOT EXISTS invocations (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    run         INTEGER NOT NULL,
+    step        TEXT NOT NULL,
+    certificate TEXT,
+    requests    TEXT NOT NULL CHECK (json_valid(requests) AND json_type(requests) = 'array'),
+    authority   TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    args_digest TEXT NOT NULL CHECK (length(args_digest) = 64),
+    decision    TEXT NOT NULL CHECK (decision IN ('allowed', 'denied')),
+    -- An allowed action applied at once: claimed before it is sent (P1).
+    state       TEXT CHECK (state IS NULL OR state IN ('applying', 'applied', 'failed')),
+    claim_owner TEXT,
+    failed_input TEXT,
+    reason      TEXT,
+    created_at  INTEGER NOT NULL,
+    finished_at INTEGER
+) STRICT;

@@ -15,3 +15,4 @@ mod lockdown;
 mod pending_visibility;
 mod sandbox;
 mod sharing;
+mod workflows;

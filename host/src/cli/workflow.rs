@@ -1,0 +1,201 @@
+//! The `workflow` commands' words: publishing, starting, deciding and
+//! auditing runs. Every rule is the kernel's (`crate::workflow`).
+
+use crate::kernel::Kernel;
+use crate::prompt::inline;
+use crate::workflow::{RequestDecision, RunSummary};
+use clap::Subcommand;
+use std::path::PathBuf;
+
+#[derive(Subcommand, Debug)]
+pub enum WorkflowCmd {
+    /// Publish a design (a new, never-changing version).
+    Publish { file: PathBuf },
+    /// Start a run as you (`--as`): every step's tool set is fixed now.
+    Start {
+        name: String,
+        #[arg(long)]
+        version: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run's steps and requests.
+    Status {
+        run: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run (after a restart, say): run every step that can run.
+    Resume {
+        run: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approval requests, with their allowed-calls lists.
+    Requests {
+        #[arg(long)]
+        run: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a request: its list becomes what the covered steps may do.
+    Approve { id: i64 },
+    /// Reject a request: the steps it covers stay stopped.
+    Reject { id: i64 },
+    /// Withdraw an approval: the covered steps are stopped again.
+    Withdraw { id: i64 },
+    /// Re-submit a rejected or withdrawn request (its step asks anew).
+    Resubmit { id: i64 },
+    /// Who allowed each call of a run, on what grounds (never the arguments).
+    Invocations {
+        run: i64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Result<bool> {
+    match cmd {
+        WorkflowCmd::Publish { file } => {
+            let bytes = std::fs::read(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            let (name, version) = kernel.publish_workflow(&bytes, me)?;
+            println!("published workflow {name} version {version}");
+        }
+        WorkflowCmd::Start {
+            name,
+            version,
+            json,
+        } => print_run(&kernel.start_workflow(&name, version, me).await?, json)?,
+        WorkflowCmd::Status { run, json } => {
+            let s = kernel.advance_view(run)?;
+            print_run(&s, json)?;
+        }
+        WorkflowCmd::Resume { run, json } => print_run(&kernel.advance(run).await?, json)?,
+        WorkflowCmd::Requests { run, json } => {
+            let list = kernel.store().requests(run)?;
+            if json {
+                return super::print_json(&list).map(|_| true);
+            }
+            for r in list {
+                println!(
+                    "request #{} (run {}, step {}) {}{}",
+                    r.id,
+                    r.run,
+                    inline(&r.step),
+                    r.state,
+                    r.decided_by
+                        .as_deref()
+                        .map(|b| format!(" by {b}"))
+                        .unwrap_or_default()
+                );
+                println!("  Reason: {}", crate::prompt::excerpt(&r.reason, 300));
+                println!("  Allowed calls (nothing else will be permitted):");
+                if let Some(tools) = r.allowed.as_object() {
+                    for (tool, inputs) in tools {
+                        match inputs.as_object() {
+                            None => println!("    {}: any input (read-only)", inline(tool)),
+                            Some(inputs) => {
+                                println!("    {}:", inline(tool));
+                                for (name, c) in inputs {
+                                    println!("      {} = {}", inline(name), describe(c));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        WorkflowCmd::Approve { id } => decided(kernel, id, RequestDecision::Approve, me).await?,
+        WorkflowCmd::Reject { id } => decided(kernel, id, RequestDecision::Reject, me).await?,
+        WorkflowCmd::Withdraw { id } => decided(kernel, id, RequestDecision::Withdraw, me).await?,
+        WorkflowCmd::Resubmit { id } => print_run(&kernel.resubmit(id).await?, false)?,
+        WorkflowCmd::Invocations { run, json } => {
+            let list = kernel.store().invocations(run)?;
+            if json {
+                return super::print_json(&list).map(|_| true);
+            }
+            for i in list {
+                println!(
+                    "#{:<4} {:<10} {:<28} {:<8} authority {}  requests {:?}  cert {}  args sha256:{}{}",
+                    i.id,
+                    inline(&i.step),
+                    inline(&i.tool),
+                    i.decision,
+                    inline(&i.authority),
+                    i.requests,
+                    i.certificate
+                        .as_deref()
+                        .map(|c| &c[..8.min(c.len())])
+                        .unwrap_or("-"),
+                    &i.args_digest[..12],
+                    i.reason
+                        .as_deref()
+                        .map(|r| format!("  ({})", inline(r)))
+                        .unwrap_or_default()
+                );
+            }
+        }
+    }
+    Ok(true)
+}
+
+async fn decided(kernel: &Kernel, id: i64, d: RequestDecision, me: &str) -> anyhow::Result<()> {
+    let s = kernel.decide_request(id, d, me).await?;
+    let verb = match d {
+        RequestDecision::Approve => "approved",
+        RequestDecision::Reject => "rejected",
+        RequestDecision::Withdraw => "withdrew",
+    };
+    println!("{verb} request #{id}");
+    print_run(&s, false)
+}
+
+/// A constraint as the approver reads it.
+fn describe(c: &serde_json::Value) -> String {
+    let stored = serde_json::json!({ "T:t": { "x": c } }).to_string();
+    let text = crate::grants::allowed_from_stored(&stored)
+        .ok()
+        .and_then(|l| match l.into_iter().next() {
+            Some((_, crate::grants::ToolRule::Inputs(mut i))) if !i.is_empty() => {
+                let (_, r) = i.remove(0);
+                Some(format!(
+                    "{}{}",
+                    r.constraint.describe(),
+                    if r.optional { " (optional)" } else { "" }
+                ))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| c.to_string());
+    // Not `inline`: the approver must see brackets and quotes exactly.
+    crate::prompt::excerpt(&text, 300)
+}
+
+fn print_run(s: &RunSummary, json: bool) -> anyhow::Result<()> {
+    if json {
+        return super::print_json(s);
+    }
+    println!("run {} {}", s.run, s.state);
+    for st in &s.steps {
+        println!(
+            "  {:<12} {:<8} {}{}",
+            inline(&st.step),
+            st.status,
+            st.tools.join(", "),
+            st.note
+                .as_deref()
+                .map(|n| format!("  ({})", inline(n)))
+                .unwrap_or_default()
+        );
+    }
+    for r in s.requests.iter().filter(|r| r.state == "pending") {
+        println!(
+            "  request #{} from step {} awaits a decision: `gatehouse workflow requests --run {}`",
+            r.id,
+            inline(&r.step),
+            s.run
+        );
+    }
+    Ok(())
+}

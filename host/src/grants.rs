@@ -1,0 +1,627 @@
+//! Grants (SPEC G3, G5, G6): the deployment's certificate authority and
+//! the certificates it signs for workflow steps, and the allowed-calls
+//! lists that approvals carry (G4).
+//!
+//! Owns key material, the certificate format and the pure checks (is this
+//! certificate ours, for this run and step, unexpired? does this call fit
+//! this list?). Revocation, coverage and the audit are stored state and
+//! live in `crate::workflow` and `store::workflows`; this module may not
+//! call components.
+//!
+//! A certificate is `base64url(claims JSON) "." base64url(ed25519 signature)`.
+//! The CA key is created on first use under `$GATEHOUSE_HOME/ca/` with
+//! owner-only permissions; the tenant is named by the key's fingerprint, so
+//! a certificate from another deployment is refused as foreign.
+
+use crate::home::Home;
+use anyhow::Context as _;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+use std::path::PathBuf;
+
+/// What a certificate binds (SPEC G3).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Claims {
+    pub tenant: String,
+    pub run: i64,
+    pub step: String,
+    /// The approver(s) of the requests covering the step, else the run's
+    /// initiator.
+    pub authority: String,
+    /// `KEY:tool` entries, fixed from the published design at run start.
+    pub tools: Vec<String>,
+    pub issued_at: i64,
+    pub expires_at: i64,
+    /// Unique per certificate; revocation is by serial.
+    pub serial: String,
+}
+
+/// Why a certificate was refused. Each says what failed, never more.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CertRefusal {
+    #[error("the certificate is malformed")]
+    Malformed,
+    #[error("the certificate was not issued by this deployment's certificate authority")]
+    Foreign,
+    #[error("the certificate was issued for run {got}, not run {want}")]
+    WrongRun { got: i64, want: i64 },
+    #[error("the certificate was issued for step {got:?}, not step {want:?}")]
+    WrongStep { got: String, want: String },
+    #[error("the certificate expired")]
+    Expired,
+    #[error("the certificate was revoked (its step has finished or was restarted)")]
+    Revoked,
+}
+
+/// The deployment's certificate authority.
+pub struct Authority {
+    key: SigningKey,
+    tenant: String,
+}
+
+impl Authority {
+    /// The CA of `home`, created on first use (SPEC G3).
+    pub fn open(home: &Home) -> anyhow::Result<Authority> {
+        let dir = home.root().join("ca");
+        let path = dir.join("ca.key");
+        let key = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+                    anyhow::anyhow!(
+                        "the certificate authority key {} is damaged (expected 32 bytes); restore it from a backup, or remove it to start a new authority (outstanding certificates then stop working)",
+                        path.display()
+                    )
+                })?;
+                SigningKey::from_bytes(&seed)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_key(&dir, &path)?,
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read {}", path.display()));
+            }
+        };
+        Ok(Authority::from_key(key))
+    }
+
+    /// A fresh authority that is not any deployment's (for tests of
+    /// foreign certificates).
+    pub fn ephemeral() -> anyhow::Result<Authority> {
+        Ok(Authority::from_key(SigningKey::from_bytes(&seed()?)))
+    }
+
+    fn from_key(key: SigningKey) -> Authority {
+        let fingerprint = Sha256::digest(key.verifying_key().as_bytes());
+        Authority {
+            tenant: format!("tenant-{}", hex::encode(&fingerprint[..8])),
+            key,
+        }
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// Sign `claims` (whose tenant must be this authority's).
+    pub fn issue(&self, claims: &Claims) -> anyhow::Result<String> {
+        let body = serde_json::to_vec(claims)?;
+        let signature = self.key.sign(&body);
+        Ok(format!(
+            "{}.{}",
+            B64.encode(&body),
+            B64.encode(signature.to_bytes())
+        ))
+    }
+
+    /// Check that `token` is a certificate this authority signed, for
+    /// `run` and `step`, unexpired at `now`. Revocation is the caller's
+    /// (it is stored state).
+    pub fn verify(
+        &self,
+        token: &str,
+        run: i64,
+        step: &str,
+        now: i64,
+    ) -> Result<Claims, CertRefusal> {
+        let (body, sig) = token.split_once('.').ok_or(CertRefusal::Malformed)?;
+        let body = B64.decode(body).map_err(|_| CertRefusal::Malformed)?;
+        let sig = B64.decode(sig).map_err(|_| CertRefusal::Malformed)?;
+        let sig: [u8; 64] = sig.try_into().map_err(|_| CertRefusal::Malformed)?;
+        let verifying: VerifyingKey = self.key.verifying_key();
+        verifying
+            .verify(&body, &Signature::from_bytes(&sig))
+            .map_err(|_| CertRefusal::Foreign)?;
+        let claims: Claims = serde_json::from_slice(&body).map_err(|_| CertRefusal::Malformed)?;
+        if claims.tenant != self.tenant {
+            return Err(CertRefusal::Foreign);
+        }
+        if claims.run != run {
+            return Err(CertRefusal::WrongRun {
+                got: claims.run,
+                want: run,
+            });
+        }
+        if claims.step != step {
+            return Err(CertRefusal::WrongStep {
+                got: claims.step,
+                want: step.to_owned(),
+            });
+        }
+        if now >= claims.expires_at {
+            return Err(CertRefusal::Expired);
+        }
+        Ok(claims)
+    }
+}
+
+fn seed() -> anyhow::Result<[u8; 32]> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed)
+        .map_err(|e| anyhow::anyhow!("the system's random generator failed: {e}"))?;
+    Ok(seed)
+}
+
+/// Write a new key, owner-only, atomically (a half-written key is never
+/// read as a valid one).
+fn create_key(dir: &std::path::Path, path: &PathBuf) -> anyhow::Result<SigningKey> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let seed = seed()?;
+    let staging = path.with_extension(format!("new-{}", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+        options.mode(0o600);
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let mut f = options
+        .open(&staging)
+        .with_context(|| format!("cannot create {}", staging.display()))?;
+    f.write_all(&seed)?;
+    f.sync_all()?;
+    // A hard link fails if the key exists: when two processes create the
+    // authority at once, exactly one key wins and both use it.
+    let linked = std::fs::hard_link(&staging, path);
+    let _ = std::fs::remove_file(&staging);
+    match linked {
+        Ok(()) => Ok(SigningKey::from_bytes(&seed)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let bytes = std::fs::read(path)?;
+            let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
+                anyhow::anyhow!(
+                    "the certificate authority key {} is damaged",
+                    path.display()
+                )
+            })?;
+            Ok(SigningKey::from_bytes(&seed))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+    }
+}
+
+// ----- allowed-calls lists (SPEC G4) -----
+
+/// One input's agreed values.
+#[derive(Clone, Debug)]
+pub enum Constraint {
+    Eq(Value),
+    In(Vec<Value>),
+    Range(f64, f64),
+    Pattern(regex::Regex),
+}
+
+/// An input's constraint and whether it may be omitted.
+#[derive(Clone, Debug)]
+pub struct InputRule {
+    pub constraint: Constraint,
+    pub optional: bool,
+}
+
+/// One tool's entry: any input (read-only tools, written by the kernel
+/// only), or exactly these inputs.
+#[derive(Clone, Debug)]
+pub enum ToolRule {
+    AnyInput,
+    Inputs(Vec<(String, InputRule)>),
+}
+
+impl PartialEq for InputRule {
+    fn eq(&self, o: &Self) -> bool {
+        self.optional == o.optional && self.constraint == o.constraint
+    }
+}
+
+impl PartialEq for Constraint {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (Constraint::Eq(a), Constraint::Eq(b)) => a == b,
+            (Constraint::In(a), Constraint::In(b)) => a == b,
+            (Constraint::Range(a, b), Constraint::Range(c, d)) => a == c && b == d,
+            (Constraint::Pattern(a), Constraint::Pattern(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+/// Why a call does not fit a list: the input and the agreed range, never
+/// the value given (SPEC G7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Misfit {
+    pub input: Option<String>,
+    pub reason: String,
+}
+
+/// Parse a gadget's allowed-calls list. The gadget may not write "any
+/// input" entries (only the kernel adds them, for read-only tools).
+pub fn parse_allowed(json: &str) -> Result<Vec<(String, ToolRule)>, String> {
+    let v: Value = serde_json::from_str(json)
+        .map_err(|e| format!("the allowed-calls list is not JSON: {e}"))?;
+    let obj = v
+        .as_object()
+        .ok_or("the allowed-calls list must be an object of \"KEY:tool\" entries")?;
+    let mut rules = Vec::new();
+    for (tool, inputs) in obj {
+        if !tool.contains(':') {
+            return Err(format!("{tool:?} must name a tool as KEY:tool"));
+        }
+        let inputs = match inputs {
+            Value::String(s) if s == "any" => {
+                return Err(format!(
+                    "{tool}: only the kernel may grant \"any input\" (it does so for read-only tools); list each input's agreed values"
+                ));
+            }
+            Value::Object(m) => m,
+            _ => return Err(format!("{tool}: the entry must be an object of inputs")),
+        };
+        let mut parsed = Vec::new();
+        for (input, rule) in inputs {
+            parsed.push((input.clone(), parse_rule(tool, input, rule)?));
+        }
+        rules.push((tool.clone(), ToolRule::Inputs(parsed)));
+    }
+    Ok(rules)
+}
+
+fn parse_rule(tool: &str, input: &str, rule: &Value) -> Result<InputRule, String> {
+    let m = rule
+        .as_object()
+        .ok_or_else(|| format!("{tool}.{input}: a constraint must be an object"))?;
+    let optional = match m.get("optional") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(format!("{tool}.{input}: optional must be true or false")),
+    };
+    let kinds: Vec<&String> = m.keys().filter(|k| *k != "optional").collect();
+    let [kind] = kinds.as_slice() else {
+        return Err(format!(
+            "{tool}.{input}: give exactly one of eq, in, range, pattern"
+        ));
+    };
+    let value = &m[kind.as_str()];
+    let constraint = match kind.as_str() {
+        "eq" => Constraint::Eq(value.clone()),
+        "in" => match value.as_array() {
+            Some(a) if !a.is_empty() => Constraint::In(a.clone()),
+            _ => return Err(format!("{tool}.{input}: in must be a non-empty array")),
+        },
+        "range" => match value.as_array().map(|a| a.as_slice()) {
+            Some([lo, hi]) => match (lo.as_f64(), hi.as_f64()) {
+                (Some(lo), Some(hi)) if lo <= hi => Constraint::Range(lo, hi),
+                _ => return Err(format!("{tool}.{input}: range must be [min, max] numbers")),
+            },
+            _ => return Err(format!("{tool}.{input}: range must be [min, max]")),
+        },
+        "pattern" => {
+            let p = value
+                .as_str()
+                .ok_or_else(|| format!("{tool}.{input}: pattern must be a string"))?;
+            // Anchored: the whole value must match, not a part of it.
+            let re = regex::Regex::new(&format!("^(?:{p})$"))
+                .map_err(|e| format!("{tool}.{input}: bad pattern: {e}"))?;
+            Constraint::Pattern(re)
+        }
+        other => {
+            return Err(format!(
+                "{tool}.{input}: unknown constraint {other:?}; use eq, in, range or pattern"
+            ));
+        }
+    };
+    Ok(InputRule {
+        constraint,
+        optional,
+    })
+}
+
+impl Constraint {
+    /// The agreed range, for people and for denials.
+    pub fn describe(&self) -> String {
+        match self {
+            Constraint::Eq(v) => format!("exactly {v}"),
+            Constraint::In(vs) => format!(
+                "one of [{}]",
+                vs.iter()
+                    .map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Constraint::Range(lo, hi) => format!("a number from {lo} to {hi}"),
+            Constraint::Pattern(re) => format!("text matching {}", pattern_source(re)),
+        }
+    }
+
+    fn admits(&self, v: &Value) -> bool {
+        match self {
+            Constraint::Eq(want) => v == want,
+            Constraint::In(set) => set.contains(v),
+            Constraint::Range(lo, hi) => v.as_f64().is_some_and(|n| *lo <= n && n <= *hi),
+            Constraint::Pattern(re) => v.as_str().is_some_and(|s| re.is_match(s)),
+        }
+    }
+}
+
+/// The pattern as its author wrote it (without the anchoring we add).
+fn pattern_source(re: &regex::Regex) -> &str {
+    let p = re.as_str();
+    p.strip_prefix("^(?:")
+        .and_then(|p| p.strip_suffix(")$"))
+        .unwrap_or(p)
+}
+
+/// Does a call of `tool` with `args` fit `list` (SPEC G5)? The tool must be
+/// listed; every input given must be named; every required input present;
+/// every value inside its range.
+pub fn fits(
+    list: &[(String, ToolRule)],
+    tool: &str,
+    args: &Map<String, Value>,
+) -> Result<(), Misfit> {
+    let Some((_, rule)) = list.iter().find(|(t, _)| t == tool) else {
+        return Err(Misfit {
+            input: None,
+            reason: format!("{tool} is not in the approved allowed-calls list"),
+        });
+    };
+    let ToolRule::Inputs(inputs) = rule else {
+        return Ok(());
+    };
+    for name in args.keys() {
+        if !inputs.iter().any(|(n, _)| n == name) {
+            return Err(Misfit {
+                input: Some(name.clone()),
+                reason: format!("input {name} is not in the approved list for {tool}"),
+            });
+        }
+    }
+    for (name, r) in inputs {
+        match args.get(name) {
+            None if r.optional => {}
+            None => {
+                return Err(Misfit {
+                    input: Some(name.clone()),
+                    reason: format!(
+                        "required input {name} is missing (agreed: {})",
+                        r.constraint.describe()
+                    ),
+                });
+            }
+            Some(v) if r.constraint.admits(v) => {}
+            Some(_) => {
+                return Err(Misfit {
+                    input: Some(name.clone()),
+                    reason: format!(
+                        "input {name} is outside what was approved (agreed: {})",
+                        r.constraint.describe()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The list as JSON, for storage and for the approver (kernel-added
+/// entries appear as `"any"`).
+pub fn allowed_to_json(list: &[(String, ToolRule)]) -> Value {
+    let mut out = Map::new();
+    for (tool, rule) in list {
+        let v = match rule {
+            ToolRule::AnyInput => Value::String("any".into()),
+            ToolRule::Inputs(inputs) => {
+                let mut m = Map::new();
+                for (name, r) in inputs {
+                    let mut c = Map::new();
+                    match &r.constraint {
+                        Constraint::Eq(v) => {
+                            c.insert("eq".into(), v.clone());
+                        }
+                        Constraint::In(vs) => {
+                            c.insert("in".into(), Value::Array(vs.clone()));
+                        }
+                        Constraint::Range(lo, hi) => {
+                            c.insert("range".into(), serde_json::json!([lo, hi]));
+                        }
+                        Constraint::Pattern(re) => {
+                            c.insert("pattern".into(), Value::String(pattern_source(re).into()));
+                        }
+                    }
+                    if r.optional {
+                        c.insert("optional".into(), Value::Bool(true));
+                    }
+                    m.insert(name.clone(), Value::Object(c));
+                }
+                Value::Object(m)
+            }
+        };
+        out.insert(tool.clone(), v);
+    }
+    Value::Object(out)
+}
+
+/// Read a stored list back (kernel-written `"any"` entries included).
+pub fn allowed_from_stored(json: &str) -> Result<Vec<(String, ToolRule)>, String> {
+    let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    let obj = v.as_object().ok_or("not an object")?;
+    let mut rules = Vec::new();
+    for (tool, entry) in obj {
+        if entry.as_str() == Some("any") {
+            rules.push((tool.clone(), ToolRule::AnyInput));
+            continue;
+        }
+        let single = serde_json::json!({ tool: entry }).to_string();
+        rules.extend(parse_allowed(&single)?);
+    }
+    Ok(rules)
+}
+
+/// SHA-256 of a call's arguments: the audit keeps this, never the values.
+pub fn args_digest(args: &str) -> String {
+    hex::encode(Sha256::digest(args.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_certificate_verifies_only_here_for_its_run_and_step_until_it_expires() -> anyhow::Result<()>
+    {
+        let ca = Authority::ephemeral()?;
+        let claims = Claims {
+            tenant: ca.tenant().to_owned(),
+            run: 7,
+            step: "launch".into(),
+            authority: "alice".into(),
+            tools: vec!["CLOUD:launchInstance".into()],
+            issued_at: 0,
+            expires_at: 1_000,
+            serial: "s1".into(),
+        };
+        let token = ca.issue(&claims)?;
+        assert_eq!(ca.verify(&token, 7, "launch", 10), Ok(claims.clone()));
+        assert_eq!(
+            ca.verify(&token, 8, "launch", 10),
+            Err(CertRefusal::WrongRun { got: 7, want: 8 })
+        );
+        assert!(matches!(
+            ca.verify(&token, 7, "tag", 10),
+            Err(CertRefusal::WrongStep { .. })
+        ));
+        assert_eq!(
+            ca.verify(&token, 7, "launch", 1_000),
+            Err(CertRefusal::Expired)
+        );
+        assert_eq!(
+            Authority::ephemeral()?.verify(&token, 7, "launch", 10),
+            Err(CertRefusal::Foreign)
+        );
+        // Widening the tool set breaks the signature.
+        let (body, sig) = token.split_once('.').unwrap_or_default();
+        let mut wide: Claims = serde_json::from_slice(&B64.decode(body)?)?;
+        wide.tools.push("CLOUD:deleteEverything".into());
+        let forged = format!("{}.{sig}", B64.encode(serde_json::to_vec(&wide)?));
+        assert_eq!(
+            ca.verify(&forged, 7, "launch", 10),
+            Err(CertRefusal::Foreign)
+        );
+        assert_eq!(
+            ca.verify("nonsense", 7, "launch", 10),
+            Err(CertRefusal::Malformed)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn lists_admit_exactly_what_was_agreed_and_denials_never_quote_the_value() {
+        let list = parse_allowed(
+            &json!({"CLOUD:launchInstance": {
+                "type": {"in": ["small", "medium"]},
+                "region": {"eq": "eu-1"},
+                "count": {"range": [1, 3], "optional": true},
+                "name": {"pattern": "web-[a-z]+", "optional": true}
+            }})
+            .to_string(),
+        )
+        .unwrap_or_default();
+        let t = "CLOUD:launchInstance";
+        assert_eq!(
+            fits(&list, t, &args(json!({"type": "small", "region": "eu-1"}))),
+            Ok(())
+        );
+        assert_eq!(
+            fits(
+                &list,
+                t,
+                &args(json!({"type": "small", "region": "eu-1", "count": 3, "name": "web-a"}))
+            ),
+            Ok(())
+        );
+        let e = fits(&list, t, &args(json!({"type": "xlarge", "region": "eu-1"}))).unwrap_err();
+        assert_eq!(e.input.as_deref(), Some("type"));
+        assert!(
+            e.reason.contains("one of [small, medium]") && !e.reason.contains("xlarge"),
+            "{}",
+            e.reason
+        );
+        let e = fits(
+            &list,
+            t,
+            &args(json!({"type": "small", "region": "eu-1", "userData": "x"})),
+        )
+        .unwrap_err();
+        assert_eq!(e.input.as_deref(), Some("userData"));
+        let e = fits(&list, t, &args(json!({"type": "small"}))).unwrap_err();
+        assert!(
+            e.reason.contains("required input region is missing"),
+            "{}",
+            e.reason
+        );
+        assert!(
+            fits(
+                &list,
+                t,
+                &args(json!({"type": "small", "region": "eu-1", "count": 4}))
+            )
+            .is_err()
+        );
+        assert!(
+            fits(
+                &list,
+                t,
+                &args(json!({"type": "small", "region": "eu-1", "name": "web-a; rm"}))
+            )
+            .is_err()
+        );
+        assert!(fits(&list, "CLOUD:tagInstance", &args(json!({}))).is_err());
+        // Round trip through storage.
+        let stored = allowed_to_json(&list).to_string();
+        let back = allowed_from_stored(&stored).unwrap_or_default();
+        assert_eq!(allowed_to_json(&back).to_string(), stored);
+    }
+
+    #[test]
+    fn a_gadget_cannot_write_any_input_or_malformed_constraints() {
+        assert!(
+            parse_allowed(r#"{"CLOUD:describeInstances": "any"}"#)
+                .unwrap_err()
+                .contains("only the kernel")
+        );
+        assert!(parse_allowed(r#"{"launch": {}}"#).is_err());
+        assert!(parse_allowed(r#"{"C:t": {"x": {"range": [3, 1]}}}"#).is_err());
+        assert!(parse_allowed(r#"{"C:t": {"x": {"eq": 1, "in": [1]}}}"#).is_err());
+        assert!(parse_allowed(r#"{"C:t": {"x": {"pattern": "("}}}"#).is_err());
+        assert!(parse_allowed("[]").is_err());
+    }
+}

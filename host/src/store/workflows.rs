@@ -1,0 +1,437 @@
+//! Workflows as stored (SPEC G): published designs, runs and their steps,
+//! approval requests, certificates issued, and the audit of every decided
+//! call. Triggers in the schema keep what must never change (a published
+//! version, a step's tool set, a requested list) unchangeable even by a
+//! hand edit. Decisions live in `crate::workflow`.
+
+use super::{Store, now_ms};
+use rusqlite::{OptionalExtension as _, params};
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunRecord {
+    pub id: i64,
+    pub workflow: String,
+    pub version: i64,
+    pub initiator: String,
+    pub chat: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StepRecord {
+    pub run: i64,
+    pub step: String,
+    pub position: i64,
+    pub gadget: String,
+    #[serde(skip)]
+    pub input: String,
+    pub tools: Vec<String>,
+    pub preds: Vec<String>,
+    pub status: String,
+    pub attempts: i64,
+    pub note: Option<String>,
+}
+
+/// A step as a run is created with it.
+pub struct NewStep {
+    pub step: String,
+    pub gadget: String,
+    pub input: String,
+    pub tools: Vec<String>,
+    pub preds: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestRecord {
+    pub id: i64,
+    pub run: i64,
+    pub step: String,
+    pub allowed: serde_json::Value,
+    pub reason: String,
+    pub state: String,
+    pub decided_by: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Invocation {
+    pub id: i64,
+    pub run: i64,
+    pub step: String,
+    pub certificate: Option<String>,
+    pub requests: Vec<i64>,
+    pub authority: String,
+    pub tool: String,
+    pub args_digest: String,
+    pub decision: String,
+    pub state: Option<String>,
+    pub failed_input: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// An audit row about to be written.
+pub struct NewInvocation<'a> {
+    pub run: i64,
+    pub step: &'a str,
+    pub certificate: Option<&'a str>,
+    pub requests: &'a [i64],
+    pub authority: &'a str,
+    pub tool: &'a str,
+    pub args_digest: &'a str,
+    pub decision: &'a str,
+    pub state: Option<&'a str>,
+    pub claim_owner: Option<&'a str>,
+    pub failed_input: Option<&'a str>,
+    pub reason: Option<&'a str>,
+}
+
+fn json_list<T: serde::de::DeserializeOwned>(s: String) -> Vec<T> {
+    serde_json::from_str(&s).unwrap_or_default()
+}
+
+fn step_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StepRecord> {
+    Ok(StepRecord {
+        run: r.get(0)?,
+        step: r.get(1)?,
+        position: r.get(2)?,
+        gadget: r.get(3)?,
+        input: r.get(4)?,
+        tools: json_list(r.get(5)?),
+        preds: json_list(r.get(6)?),
+        status: r.get(7)?,
+        attempts: r.get(8)?,
+        note: r.get(9)?,
+    })
+}
+
+fn request_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RequestRecord> {
+    let allowed: String = r.get(3)?;
+    Ok(RequestRecord {
+        id: r.get(0)?,
+        run: r.get(1)?,
+        step: r.get(2)?,
+        allowed: serde_json::from_str(&allowed).unwrap_or_default(),
+        reason: r.get(4)?,
+        state: r.get(5)?,
+        decided_by: r.get(6)?,
+    })
+}
+
+fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    Ok(RunRecord {
+        id: r.get(0)?,
+        workflow: r.get(1)?,
+        version: r.get(2)?,
+        initiator: r.get(3)?,
+        chat: r.get(4)?,
+        state: r.get(5)?,
+    })
+}
+
+const STEP_COLUMNS: &str =
+    "run, step, position, gadget, input, tools, preds, status, attempts, note";
+const REQUEST_COLUMNS: &str = "id, run, step, allowed, reason, state, decided_by";
+
+impl Store {
+    /// Publish a new version of `name`; returns its number.
+    pub fn publish_workflow(
+        &self,
+        name: &str,
+        design: &str,
+        digest: &str,
+        by: &str,
+    ) -> anyhow::Result<i64> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM workflows WHERE name = ?1",
+            [name],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "INSERT INTO workflows (name, version, design, digest, published_by, published_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![name, version, design, digest, by, now_ms()],
+        )?;
+        tx.commit()?;
+        Ok(version)
+    }
+
+    /// The design of `name` at `version` (the newest if `None`).
+    pub fn workflow(
+        &self,
+        name: &str,
+        version: Option<i64>,
+    ) -> anyhow::Result<Option<(i64, String)>> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT version, design FROM workflows WHERE name = ?1
+                   AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1",
+                params![name, version],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?)
+    }
+
+    pub fn create_run(
+        &self,
+        workflow: &str,
+        version: i64,
+        initiator: &str,
+        chat: &str,
+        steps: &[NewStep],
+    ) -> anyhow::Result<i64> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO workflow_runs (workflow, version, initiator, chat, state, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5)",
+            params![workflow, version, initiator, chat, now],
+        )?;
+        let run = tx.last_insert_rowid();
+        for (i, s) in steps.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO run_steps (run, step, position, gadget, input, tools, preds, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending')",
+                params![
+                    run,
+                    s.step,
+                    i as i64,
+                    s.gadget,
+                    s.input,
+                    serde_json::to_string(&s.tools)?,
+                    serde_json::to_string(&s.preds)?
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(run)
+    }
+
+    pub fn workflow_run(&self, run: i64) -> anyhow::Result<Option<RunRecord>> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT id, workflow, version, initiator, chat, state FROM workflow_runs WHERE id = ?1",
+                [run],
+                run_from_row,
+            )
+            .optional()?)
+    }
+
+    pub fn workflow_runs(&self) -> anyhow::Result<Vec<RunRecord>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT id, workflow, version, initiator, chat, state FROM workflow_runs ORDER BY id",
+        )?;
+        let rows = st.query_map([], run_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_run_state(&self, run: i64, state: &str) -> anyhow::Result<()> {
+        self.lock().execute(
+            "UPDATE workflow_runs SET state = ?2, updated_at = ?3 WHERE id = ?1",
+            params![run, state, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn run_steps(&self, run: i64) -> anyhow::Result<Vec<StepRecord>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM run_steps WHERE run = ?1 ORDER BY position"
+        ))?;
+        let rows = st.query_map([run], step_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_step_status(
+        &self,
+        run: i64,
+        step: &str,
+        status: &str,
+        note: Option<&str>,
+        attempted: bool,
+    ) -> anyhow::Result<()> {
+        self.lock().execute(
+            "UPDATE run_steps SET status = ?3, note = ?4, attempts = attempts + ?5
+             WHERE run = ?1 AND step = ?2",
+            params![run, step, status, note, attempted as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Record a request; an earlier one of the same step is replaced by it
+    /// (G2: a re-submitted request replaces a rejected one).
+    pub fn add_request(
+        &self,
+        run: i64,
+        step: &str,
+        allowed: &str,
+        reason: &str,
+    ) -> anyhow::Result<i64> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE approval_requests SET state = 'replaced'
+             WHERE run = ?1 AND step = ?2 AND state <> 'replaced'",
+            params![run, step],
+        )?;
+        tx.execute(
+            "INSERT INTO approval_requests (run, step, allowed, reason, state, created_at)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
+            params![run, step, allowed, reason, now_ms()],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+
+    pub fn request(&self, id: i64) -> anyhow::Result<Option<RequestRecord>> {
+        Ok(self
+            .lock()
+            .query_row(
+                &format!("SELECT {REQUEST_COLUMNS} FROM approval_requests WHERE id = ?1"),
+                [id],
+                request_from_row,
+            )
+            .optional()?)
+    }
+
+    /// Requests of a run (all runs if `None`), oldest first.
+    pub fn requests(&self, run: Option<i64>) -> anyhow::Result<Vec<RequestRecord>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM approval_requests WHERE (?1 IS NULL OR run = ?1) ORDER BY id"
+        ))?;
+        let rows = st.query_map([run], request_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Move a request from `from` to `to`; false if it was not in `from`.
+    pub fn decide_request(&self, id: i64, from: &str, to: &str, by: &str) -> anyhow::Result<bool> {
+        let n = self.lock().execute(
+            "UPDATE approval_requests SET state = ?3, decided_by = ?4, decided_at = ?5
+             WHERE id = ?1 AND state = ?2",
+            params![id, from, to, by, now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+
+    pub fn put_certificate(&self, c: &crate::grants::Claims) -> anyhow::Result<()> {
+        self.lock().execute(
+            "INSERT INTO certificates (serial, run, step, authority, tools, issued_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                c.serial,
+                c.run,
+                c.step,
+                c.authority,
+                serde_json::to_string(&c.tools)?,
+                c.issued_at,
+                c.expires_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// `None`: no certificate with this serial was issued here.
+    pub fn certificate_revoked(&self, serial: &str) -> anyhow::Result<Option<bool>> {
+        Ok(self
+            .lock()
+            .query_row(
+                "SELECT revoked_at IS NOT NULL FROM certificates WHERE serial = ?1",
+                [serial],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn revoke_certificates(&self, run: i64, step: &str) -> anyhow::Result<()> {
+        self.lock().execute(
+            "UPDATE certificates SET revoked_at = ?3 WHERE run = ?1 AND step = ?2 AND revoked_at IS NULL",
+            params![run, step, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Write an audit row. An allowed action's row (state `applying`) is
+    /// its claim, committed with `synchronous=FULL` before it is sent.
+    pub fn audit(&self, i: &NewInvocation<'_>) -> anyhow::Result<i64> {
+        let mut conn = self.lock();
+        let durable = i.state == Some("applying");
+        if durable {
+            conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO invocations (run, step, certificate, requests, authority, tool, args_digest,
+               decision, state, claim_owner, failed_input, reason, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                i.run,
+                i.step,
+                i.certificate,
+                serde_json::to_string(i.requests)?,
+                i.authority,
+                i.tool,
+                i.args_digest,
+                i.decision,
+                i.state,
+                i.claim_owner,
+                i.failed_input,
+                i.reason,
+                now_ms()
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        let committed = tx.commit();
+        if durable {
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        committed?;
+        Ok(id)
+    }
+
+    pub fn finish_invocation(
+        &self,
+        id: i64,
+        state: &str,
+        reason: Option<&str>,
+    ) -> anyhow::Result<()> {
+        self.lock().execute(
+            "UPDATE invocations SET state = ?2, reason = COALESCE(?3, reason), finished_at = ?4
+             WHERE id = ?1 AND state = 'applying'",
+            params![id, state, reason, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn invocations(&self, run: i64) -> anyhow::Result<Vec<Invocation>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(
+            "SELECT id, run, step, certificate, requests, authority, tool, args_digest, decision,
+                    state, failed_input, reason
+             FROM invocations WHERE run = ?1 ORDER BY id",
+        )?;
+        let rows = st.query_map([run], |r| {
+            Ok(Invocation {
+                id: r.get(0)?,
+                run: r.get(1)?,
+                step: r.get(2)?,
+                certificate: r.get(3)?,
+                requests: json_list(r.get(4)?),
+                authority: r.get(5)?,
+                tool: r.get(6)?,
+                args_digest: r.get(7)?,
+                decision: r.get(8)?,
+                state: r.get(9)?,
+                failed_input: r.get(10)?,
+                reason: r.get(11)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

@@ -1,0 +1,742 @@
+//! Workflows with scoped approvals (SPEC G): published designs, runs that
+//! fix each step's tool set, approval requests with allowed-calls lists,
+//! coverage, the gate, certificates per step, the check of every call, and
+//! its audit.
+//!
+//! Owns the rules of G1-G7. Signing and list matching are `crate::grants`;
+//! storage is `store::workflows`; a call that passes is made through the
+//! kernel's ordinary read path or applied at once here (claimed first, P1).
+//! It may not stage an action for a covered step (the person already
+//! decided) nor store a call's arguments anywhere (G7: a digest only).
+
+use crate::classify::{self, Kind};
+use crate::grants::{self, CertRefusal, Claims, ToolRule};
+use crate::kernel::{CallError, CallOutcome, Kernel, StepContext, Turn, check_name, random_hex};
+use crate::runtime::gatekeeper as gk;
+use crate::store::workflows::{NewInvocation, NewStep, RequestRecord, StepRecord};
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// A workflow design, as published.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Design {
+    pub name: String,
+    /// Key → gatekeeper instance.
+    pub services: BTreeMap<String, String>,
+    pub steps: Vec<DesignStep>,
+    /// `[from, to]` pairs; a step runs once every predecessor is done.
+    #[serde(default)]
+    pub edges: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DesignStep {
+    pub id: String,
+    pub gadget: String,
+    #[serde(default)]
+    pub input: String,
+    /// `KEY:tool` entries this step may call.
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
+/// Where a run stands, with each step (as `workflow status` shows it).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    pub run: i64,
+    pub state: String,
+    pub steps: Vec<StepRecord>,
+    pub requests: Vec<RequestRecord>,
+    /// The answers of the steps run by this call, in order (never stored:
+    /// they may carry the values the audit must not keep).
+    pub outputs: Vec<(String, Result<String, String>)>,
+}
+
+/// A person's decision on a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestDecision {
+    Approve,
+    Reject,
+    /// Take back an approval: the covered steps are gated again.
+    Withdraw,
+}
+
+/// The maximum lifetime of a step certificate (G6):
+/// `$GATEHOUSE_CERT_TTL_SECS`, default 300 s.
+fn certificate_ttl_ms() -> i64 {
+    std::env::var("GATEHOUSE_CERT_TTL_SECS")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(300)
+        * 1000
+}
+
+/// The requests covering `step` (G2): its own latest request, else the
+/// union of what covers its predecessors. Coverage only runs forward.
+fn coverage<'a>(
+    steps: &[StepRecord],
+    requests: &'a [RequestRecord],
+    step: &str,
+) -> Vec<&'a RequestRecord> {
+    let mut out: Vec<&RequestRecord> = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![step.to_owned()];
+    while let Some(s) = todo.pop() {
+        if !seen.insert(s.clone()) {
+            continue;
+        }
+        if let Some(r) = requests
+            .iter()
+            .filter(|r| r.step == s && r.state != "replaced")
+            .max_by_key(|r| r.id)
+        {
+            if !out.iter().any(|o| o.id == r.id) {
+                out.push(r);
+            }
+            continue;
+        }
+        if let Some(rec) = steps.iter().find(|x| x.step == s) {
+            todo.extend(rec.preds.iter().cloned());
+        }
+    }
+    out.sort_by_key(|r| r.id);
+    out
+}
+
+/// Steps reachable from `step` (itself included), following edges forward.
+fn forward(steps: &[StepRecord], step: &str) -> Vec<String> {
+    let mut out = vec![step.to_owned()];
+    let mut i = 0;
+    while i < out.len() {
+        let cur = out[i].clone();
+        for s in steps {
+            if s.preds.contains(&cur) && !out.contains(&s.step) {
+                out.push(s.step.clone());
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+fn approvers(cover: &[&RequestRecord]) -> String {
+    let mut names: Vec<&str> = cover
+        .iter()
+        .filter_map(|r| r.decided_by.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.join(" + ")
+}
+
+fn gate_message(step: &str, r: &RequestRecord) -> String {
+    format!(
+        "refused before it reached any gatekeeper: step {step} is covered by approval request #{}, which is {}; no tool may be called until it is approved",
+        r.id, r.state
+    )
+}
+
+impl Kernel {
+    /// Publish a design (G1); returns its name and new version. A published
+    /// version never changes; publishing again makes a new version, which
+    /// running runs never see.
+    pub fn publish_workflow(&self, bytes: &[u8], by: &str) -> anyhow::Result<(String, i64)> {
+        let design: Design = serde_json::from_slice(bytes)
+            .context("this is not a workflow design (JSON with name, services, steps, edges)")?;
+        check_name(&design.name, "workflow")?;
+        let mut ids = BTreeSet::new();
+        for s in &design.steps {
+            check_name(&s.id, "step")?;
+            if !ids.insert(s.id.clone()) {
+                bail!("step {:?} appears twice; step ids must be unique", s.id);
+            }
+            for t in &s.tools {
+                let Some((key, tool)) = t.split_once(':') else {
+                    bail!("step {}: tool {t:?} must be KEY:tool", s.id);
+                };
+                let Some(g) = design.services.get(key) else {
+                    bail!("step {}: {key} is not among the design's services", s.id);
+                };
+                let Some(record) = self.store().gatekeeper(g)? else {
+                    bail!(
+                        "service {key}: no gatekeeper named {g:?}; `gatehouse gatekeepers` lists them"
+                    );
+                };
+                if record.manifest.tool(tool).is_none() {
+                    bail!("step {}: gatekeeper {g} has no tool {tool:?}", s.id);
+                }
+            }
+        }
+        for (a, b) in &design.edges {
+            if !ids.contains(a) || !ids.contains(b) {
+                bail!("edge {a} -> {b} names a step the design does not have");
+            }
+        }
+        // Acyclic: Kahn's algorithm must consume every step.
+        let mut indegree: BTreeMap<&str, usize> = ids.iter().map(|i| (i.as_str(), 0)).collect();
+        for (_, b) in &design.edges {
+            *indegree.entry(b.as_str()).or_default() += 1;
+        }
+        let mut ready: Vec<&str> = indegree
+            .iter()
+            .filter(|(_, d)| **d == 0)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut done = 0;
+        while let Some(n) = ready.pop() {
+            done += 1;
+            for (a, b) in &design.edges {
+                if a == n
+                    && let Some(d) = indegree.get_mut(b.as_str())
+                {
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.push(b.as_str());
+                    }
+                }
+            }
+        }
+        if done != ids.len() {
+            bail!("the design's edges form a cycle; a workflow must be acyclic");
+        }
+        let text = serde_json::to_string(&design)?;
+        let digest = hex::encode(Sha256::digest(text.as_bytes()));
+        let version = self
+            .store()
+            .publish_workflow(&design.name, &text, &digest, by)?;
+        Ok((design.name, version))
+    }
+
+    /// Start a run of `name` (the newest version if none is given) as
+    /// `initiator` (G1): every step's tool set is fixed now, from the design.
+    pub async fn start_workflow(
+        &self,
+        name: &str,
+        version: Option<i64>,
+        initiator: &str,
+    ) -> anyhow::Result<RunSummary> {
+        let Some((version, text)) = self.store().workflow(name, version)? else {
+            bail!(
+                "no published workflow {name:?}; publish one with `gatehouse workflow publish FILE`"
+            );
+        };
+        let design: Design = serde_json::from_str(&text)?;
+        for s in &design.steps {
+            if self.store().gadget(&s.gadget)?.is_none() {
+                bail!(
+                    "step {}: no gadget named {:?}; install it first",
+                    s.id,
+                    s.gadget
+                );
+            }
+        }
+        // Steps in a topological order (the design was checked acyclic).
+        let mut order: Vec<&DesignStep> = Vec::new();
+        while order.len() < design.steps.len() {
+            let before = order.len();
+            for s in &design.steps {
+                if order.iter().any(|o| o.id == s.id) {
+                    continue;
+                }
+                let ready = design
+                    .edges
+                    .iter()
+                    .filter(|(_, b)| *b == s.id)
+                    .all(|(a, _)| order.iter().any(|o| &o.id == a));
+                if ready {
+                    order.push(s);
+                }
+            }
+            if order.len() == before {
+                bail!("the design's edges form a cycle");
+            }
+        }
+        let steps: Vec<NewStep> = order
+            .iter()
+            .map(|s| NewStep {
+                step: s.id.clone(),
+                gadget: s.gadget.clone(),
+                input: s.input.clone(),
+                tools: s.tools.clone(),
+                preds: design
+                    .edges
+                    .iter()
+                    .filter(|(_, b)| *b == s.id)
+                    .map(|(a, _)| a.clone())
+                    .collect(),
+            })
+            .collect();
+        // A chat per run, owned by the initiator, with the design's services
+        // introduced for exactly the tools its steps use.
+        let chat = format!("wf-{}-{}", design.name, random_hex(4)?);
+        self.new_chat(&chat, initiator)?;
+        for (key, g) in &design.services {
+            let tools: BTreeSet<String> = design
+                .steps
+                .iter()
+                .flat_map(|s| s.tools.iter())
+                .filter_map(|t| t.strip_prefix(&format!("{key}:")).map(str::to_owned))
+                .collect();
+            self.introduce(&chat, g, key, Some(tools.into_iter().collect()), initiator)?;
+        }
+        let run = self
+            .store()
+            .create_run(&design.name, version, initiator, &chat, &steps)?;
+        self.advance(run).await
+    }
+
+    /// Run every step that can run now, until the run is done, failed, or
+    /// waits for a decision. Called at start and after every decision; a
+    /// restarted host continues a run by calling it again (G, "runs persist").
+    pub async fn advance(&self, run: i64) -> anyhow::Result<RunSummary> {
+        let mut outputs = Vec::new();
+        loop {
+            let Some(record) = self.store().workflow_run(run)? else {
+                bail!("no workflow run {run}");
+            };
+            if record.state == "done" || record.state == "failed" {
+                break;
+            }
+            let steps = self.store().run_steps(run)?;
+            let requests = self.store().requests(Some(run))?;
+            let next = steps.iter().find(|s| {
+                let preds_done = s
+                    .preds
+                    .iter()
+                    .all(|p| steps.iter().any(|x| &x.step == p && x.status == "done"));
+                let cover = coverage(&steps, &requests, &s.step);
+                match s.status.as_str() {
+                    "pending" => preds_done,
+                    "gated" => preds_done && cover.iter().all(|r| r.state == "approved"),
+                    _ => false,
+                }
+            });
+            let Some(step) = next.cloned() else {
+                let state = if steps.iter().all(|s| s.status == "done") {
+                    "done"
+                } else if steps.iter().any(|s| s.status == "failed") {
+                    "failed"
+                } else {
+                    "waiting"
+                };
+                self.store().set_run_state(run, state)?;
+                break;
+            };
+            self.store().set_run_state(run, "running")?;
+            let cover = coverage(&steps, &requests, &step.step);
+            let output = self
+                .run_step(&record.initiator, &record.chat, &step, &cover)
+                .await?;
+            outputs.push((step.step.clone(), output));
+        }
+        self.summary(run, outputs)
+    }
+
+    /// Where a run stands, without running anything.
+    pub fn advance_view(&self, run: i64) -> anyhow::Result<RunSummary> {
+        self.summary(run, Vec::new())
+    }
+
+    fn summary(
+        &self,
+        run: i64,
+        outputs: Vec<(String, Result<String, String>)>,
+    ) -> anyhow::Result<RunSummary> {
+        let record = self
+            .store()
+            .workflow_run(run)?
+            .with_context(|| format!("no workflow run {run}"))?;
+        Ok(RunSummary {
+            run,
+            state: record.state,
+            steps: self.store().run_steps(run)?,
+            requests: self.store().requests(Some(run))?,
+            outputs,
+        })
+    }
+
+    /// One attempt of one step: issue its certificate, run its gadget,
+    /// revoke the certificate when the step ends (G6).
+    async fn run_step(
+        &self,
+        initiator: &str,
+        chat: &str,
+        step: &StepRecord,
+        cover: &[&RequestRecord],
+    ) -> anyhow::Result<Result<String, String>> {
+        let ca = self.authority()?;
+        let now = crate::store::now_ms();
+        let authority = if cover.is_empty() {
+            initiator.to_owned()
+        } else if cover.iter().all(|r| r.state == "approved") {
+            approvers(cover)
+        } else {
+            format!("(awaiting request #{})", cover[0].id)
+        };
+        let claims = Claims {
+            tenant: ca.tenant().to_owned(),
+            run: step.run,
+            step: step.step.clone(),
+            authority,
+            tools: step.tools.clone(),
+            issued_at: now,
+            expires_at: now + certificate_ttl_ms(),
+            serial: random_hex(16)?,
+        };
+        let token = ca.issue(&claims)?;
+        self.store().revoke_certificates(step.run, &step.step)?;
+        self.store().put_certificate(&claims)?;
+        let context = StepContext {
+            run: step.run,
+            step: step.step.clone(),
+            certificate: Arc::new(std::sync::Mutex::new(Some((token, claims)))),
+            gated: Arc::default(),
+        };
+        let mut turn = Turn::new(&step.gadget, chat);
+        turn.user = Some(initiator.to_owned());
+        turn.step = Some(context.clone());
+        let report = self.run_turn(turn, &step.input).await;
+        self.store().revoke_certificates(step.run, &step.step)?;
+        let output = match report {
+            Ok(r) => r.output,
+            Err(e) => Err(format!("{e:#}")),
+        };
+        let gated = context.gated.load(Ordering::SeqCst);
+        let (status, note) = match (&output, gated) {
+            (_, true) => (
+                "gated",
+                Some("waits for a decision on the approval covering it".to_owned()),
+            ),
+            (Ok(_), false) => ("done", None),
+            (Err(e), false) => ("failed", Some(crate::runtime::one_line(e))),
+        };
+        self.store()
+            .set_step_status(step.run, &step.step, status, note.as_deref(), true)?;
+        Ok(output)
+    }
+
+    /// A step asks for approval of a bounded plan (G2, G4). The list must
+    /// name only tools of the steps it would cover (never wider than the
+    /// design); read-only tools of those steps are added as "any input" by
+    /// the kernel alone.
+    pub(crate) async fn request_approval(
+        &self,
+        turn: &Turn,
+        allowed: &str,
+        reason: &str,
+    ) -> anyhow::Result<Result<u64, String>> {
+        let Some(ctx) = &turn.step else {
+            return Ok(Err("only a workflow step can request an approval".into()));
+        };
+        let mut list = match grants::parse_allowed(allowed) {
+            Ok(l) => l,
+            Err(e) => return Ok(Err(e)),
+        };
+        let steps = self.store().run_steps(ctx.run)?;
+        let reach = forward(&steps, &ctx.step);
+        let covered_tools: BTreeSet<String> = steps
+            .iter()
+            .filter(|s| reach.contains(&s.step))
+            .flat_map(|s| s.tools.iter().cloned())
+            .collect();
+        for (tool, _) in &list {
+            if !covered_tools.contains(tool) {
+                return Ok(Err(format!(
+                    "{tool} is not a tool of this step or the steps after it in the published design; a request can never widen the design"
+                )));
+            }
+        }
+        let chat = self
+            .store()
+            .workflow_run(ctx.run)?
+            .map(|r| r.chat)
+            .unwrap_or_default();
+        let intros = self.store().introductions(&chat)?;
+        for t in &covered_tools {
+            if list.iter().any(|(x, _)| x == t) {
+                continue;
+            }
+            let Some((key, tool)) = t.split_once(':') else {
+                continue;
+            };
+            let Some(intro) = intros.iter().find(|i| i.key == key) else {
+                continue;
+            };
+            if let Some(g) = self.store().gatekeeper(&intro.gatekeeper)?
+                && let Some(info) = g.manifest.tool(tool)
+                && classify::classify(&info.annotations, g.trust).kind == Kind::Read
+            {
+                list.push((t.clone(), ToolRule::AnyInput));
+            }
+        }
+        let stored = grants::allowed_to_json(&list).to_string();
+        let reason = crate::prompt::excerpt(reason, 500);
+        let id = self
+            .store()
+            .add_request(ctx.run, &ctx.step, &stored, &reason)?;
+        Ok(Ok(id as u64))
+    }
+
+    /// Decide a request (approve, reject, or withdraw an approval), then
+    /// continue its run.
+    pub async fn decide_request(
+        &self,
+        id: i64,
+        decision: RequestDecision,
+        by: &str,
+    ) -> anyhow::Result<RunSummary> {
+        let Some(r) = self.store().request(id)? else {
+            bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
+        };
+        let (from, to) = match decision {
+            RequestDecision::Approve => ("pending", "approved"),
+            RequestDecision::Reject => ("pending", "rejected"),
+            RequestDecision::Withdraw => ("approved", "withdrawn"),
+        };
+        if !self.store().decide_request(id, from, to, by)? {
+            bail!("request #{id} is {}, not {from}; nothing changed", r.state);
+        }
+        self.advance(r.run).await
+    }
+
+    /// Re-submit a rejected (or withdrawn) request: its step runs again and
+    /// asks anew, replacing it, so no step stays stuck (G2).
+    pub async fn resubmit(&self, id: i64) -> anyhow::Result<RunSummary> {
+        let Some(r) = self.store().request(id)? else {
+            bail!("no approval request #{id}");
+        };
+        if r.state != "rejected" && r.state != "withdrawn" {
+            bail!(
+                "request #{id} is {}; only a rejected or withdrawn request is re-submitted",
+                r.state
+            );
+        }
+        self.store()
+            .set_step_status(r.run, &r.step, "pending", None, false)?;
+        self.store().set_run_state(r.run, "running")?;
+        self.advance(r.run).await
+    }
+
+    /// Check a certificate as every call does (G3, G5, G6): signed here,
+    /// for this run and step, unexpired, issued here and not revoked.
+    pub fn verify_certificate(
+        &self,
+        token: &str,
+        run: i64,
+        step: &str,
+    ) -> anyhow::Result<Result<Claims, CertRefusal>> {
+        let ca = self.authority()?;
+        let claims = match ca.verify(token, run, step, crate::store::now_ms()) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(match self.store().certificate_revoked(&claims.serial)? {
+            None => Err(CertRefusal::Foreign),
+            Some(true) => Err(CertRefusal::Revoked),
+            Some(false) => Ok(claims),
+        })
+    }
+
+    /// A call made under a step's certificate (G5): every check before the
+    /// call reaches a gatekeeper, and an audit row for every decision (G7).
+    /// This is what `certificate.call` does; public so that benchmarks
+    /// drive the exact same path.
+    pub async fn certified_call(
+        &self,
+        turn: &Turn,
+        token: &str,
+        key: &str,
+        tool: &str,
+        args: String,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        let Some(ctx) = &turn.step else {
+            return Ok(Err(CallError::Refused(
+                "a certificate is used only inside its workflow step".into(),
+            )));
+        };
+        let tool_id = format!("{key}:{tool}");
+        let digest = grants::args_digest(&args);
+        let deny = |cert: Option<&str>,
+                    requests: &[i64],
+                    authority: &str,
+                    input: Option<&str>,
+                    reason: &str| {
+            self.store().audit(&NewInvocation {
+                run: ctx.run,
+                step: &ctx.step,
+                certificate: cert,
+                requests,
+                authority,
+                tool: &tool_id,
+                args_digest: &digest,
+                decision: "denied",
+                state: None,
+                claim_owner: None,
+                failed_input: input,
+                reason: Some(reason),
+            })
+        };
+        let claims = match self.verify_certificate(token, ctx.run, &ctx.step)? {
+            Ok(c) => c,
+            Err(e) => {
+                let reason = e.to_string();
+                deny(None, &[], "(none)", None, &reason)?;
+                return Ok(Err(CallError::Refused(format!("refused: {reason}"))));
+            }
+        };
+        if !claims.tools.contains(&tool_id) {
+            let reason = format!(
+                "{tool_id} is not in this step's certificate (it may call: {})",
+                claims.tools.join(", ")
+            );
+            deny(Some(&claims.serial), &[], &claims.authority, None, &reason)?;
+            return Ok(Err(CallError::Refused(reason)));
+        }
+        let steps = self.store().run_steps(ctx.run)?;
+        let requests = self.store().requests(Some(ctx.run))?;
+        let cover = coverage(&steps, &requests, &ctx.step);
+        let ids: Vec<i64> = cover.iter().map(|r| r.id).collect();
+        if cover.is_empty() {
+            // Covered by nothing: the normal rules, the initiator's authority.
+            let initiator = self
+                .store()
+                .workflow_run(ctx.run)?
+                .map(|r| r.initiator)
+                .unwrap_or_default();
+            self.store().audit(&NewInvocation {
+                run: ctx.run,
+                step: &ctx.step,
+                certificate: Some(&claims.serial),
+                requests: &ids,
+                authority: &initiator,
+                tool: &tool_id,
+                args_digest: &digest,
+                decision: "allowed",
+                state: None,
+                claim_owner: None,
+                failed_input: None,
+                reason: Some("not covered by an approval: normal rules"),
+            })?;
+            return self.call(turn, key, tool, args).await;
+        }
+        if let Some(r) = cover.iter().find(|r| r.state != "approved") {
+            ctx.gated.store(true, Ordering::SeqCst);
+            let reason = gate_message(&ctx.step, r);
+            deny(Some(&claims.serial), &ids, &claims.authority, None, &reason)?;
+            return Ok(Err(CallError::Refused(reason)));
+        }
+        let authority = approvers(&cover);
+        let parsed: serde_json::Value =
+            serde_json::from_str(&args).unwrap_or(serde_json::Value::Null);
+        let Some(map) = parsed.as_object() else {
+            return Ok(Err(CallError::InvalidArgs(
+                "arguments must be a JSON object".into(),
+            )));
+        };
+        // Every covering list must admit the call: the stricter wins (G5).
+        for r in &cover {
+            let list = grants::allowed_from_stored(&r.allowed.to_string())
+                .map_err(|e| anyhow::anyhow!("request #{} has a damaged list: {e}", r.id))?;
+            if let Err(m) = grants::fits(&list, &tool_id, map) {
+                let reason = format!("refused by approval request #{}: {}", r.id, m.reason);
+                deny(
+                    Some(&claims.serial),
+                    &ids,
+                    &authority,
+                    m.input.as_deref(),
+                    &reason,
+                )?;
+                return Ok(Err(CallError::Refused(reason)));
+            }
+        }
+        let binding = match self.resolve(turn, key).await? {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e)),
+        };
+        let g = binding.gatekeeper.clone();
+        let Some(info) = g.manifest.tool(tool).cloned() else {
+            return Ok(Err(CallError::Refused(format!(
+                "{} has no tool {tool}",
+                g.name
+            ))));
+        };
+        let class = classify::classify(&info.annotations, g.trust);
+        if class.kind == Kind::Read {
+            self.store().audit(&NewInvocation {
+                run: ctx.run,
+                step: &ctx.step,
+                certificate: Some(&claims.serial),
+                requests: &ids,
+                authority: &authority,
+                tool: &tool_id,
+                args_digest: &digest,
+                decision: "allowed",
+                state: None,
+                claim_owner: None,
+                failed_input: None,
+                reason: None,
+            })?;
+            return self.read(turn, &binding, tool, args, g.trust).await;
+        }
+        // An approved action runs at once: the audit row is its claim,
+        // committed durably before anything is sent (P1), and it holds a
+        // digest of the arguments, never the arguments (G7).
+        let claim = self.store().audit(&NewInvocation {
+            run: ctx.run,
+            step: &ctx.step,
+            certificate: Some(&claims.serial),
+            requests: &ids,
+            authority: &authority,
+            tool: &tool_id,
+            args_digest: &digest,
+            decision: "allowed",
+            state: Some("applying"),
+            claim_owner: Some(self.owner()),
+            failed_input: None,
+            reason: None,
+        })?;
+        let (invocation, reach) = self.prepare(turn, &g, tool, args).await?;
+        let pre = self.runtime().gatekeeper(&g.digest)?;
+        let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
+        match called.outcome {
+            Ok(Ok(output)) => {
+                self.store().finish_invocation(claim, "applied", None)?;
+                Ok(Ok(CallOutcome::Done(output.result)))
+            }
+            Ok(Err(e)) => {
+                // The class only: a service's message may echo the arguments.
+                let class = match &e {
+                    gk::wit::ToolError::InvalidArgs(_) => "invalid-args",
+                    gk::wit::ToolError::UnknownTool(_) => "unknown-tool",
+                    gk::wit::ToolError::Refused(_) => "refused",
+                    gk::wit::ToolError::UnknownOutcome(_) => "unknown-outcome",
+                };
+                self.store().finish_invocation(
+                    claim,
+                    "failed",
+                    Some(&format!("failed: {class}")),
+                )?;
+                Ok(Err(CallError::Service(format!(
+                    "{} ({tool}): {}",
+                    g.name,
+                    gk::describe_tool_error(&e)
+                ))))
+            }
+            Err(gk::Fault::Crashed(m)) => {
+                self.store().finish_invocation(
+                    claim,
+                    "failed",
+                    Some("failed: the gatekeeper crashed"),
+                )?;
+                Ok(Err(CallError::Service(m)))
+            }
+        }
+    }
+}
