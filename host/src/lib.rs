@@ -9,7 +9,8 @@
 //! - [`overseer`]: decisions and at-most-once apply (P);
 //! - [`observations`]: what reads touched (O, S);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
-//! - [`cli`]: the `gatehouse` command; [`demo`]: the guided tour.
+//! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
+//!   (`gatehouse serve`); [`demo`]: the guided tour.
 
 pub mod classify;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod overseer;
 pub mod prompt;
 pub mod runtime;
 pub mod store;
+pub mod web;
 
 pub use home::Home;
 pub use kernel::Kernel;

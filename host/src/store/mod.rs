@@ -14,12 +14,14 @@ mod actions;
 mod ledger;
 mod registry;
 mod rules;
+mod sessions;
 mod sharing;
 
 pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageError, validate_args};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
+pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
 pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 
 use anyhow::Context as _;

@@ -13,3 +13,5 @@ mod introductions;
 mod lockdown;
 mod pending_visibility;
 mod sandbox;
+mod web_api;
+mod web_browser;
