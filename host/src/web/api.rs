@@ -227,7 +227,10 @@ struct Group {
     chat: String,
     /// The chat's restricted-data latch (O3): the page shows a banner.
     latched: bool,
+    /// Raw (attacker-written): for grouping only, never for display.
     gatekeeper: String,
+    /// The gatekeeper's name through the sanitiser (R1), for display.
+    gatekeeper_shown: String,
     actions: Vec<ActionView>,
 }
 
@@ -267,6 +270,7 @@ async fn inbox(State(st): State<AppState>, p: Person) -> ApiResult<Json<Inbox>> 
                         chat: a.chat.clone(),
                         latched: latched.get(&a.chat).copied().unwrap_or(false),
                         gatekeeper: a.gatekeeper.clone(),
+                        gatekeeper_shown: prompt::inline(&a.gatekeeper),
                         actions: vec![view],
                     }),
                 }
@@ -559,6 +563,17 @@ struct EntryView {
     #[serde(flatten)]
     entry: LedgerEntry,
     summary: String,
+    /// The attacker-writable fields through the sanitiser, for display.
+    shown: Shown,
+}
+
+#[derive(Serialize)]
+struct Shown {
+    chat: String,
+    /// `gatekeeper:tool`.
+    what: String,
+    caller: String,
+    resolved_by: Option<String>,
 }
 
 fn entry_view(e: LedgerEntry) -> EntryView {
@@ -587,11 +602,21 @@ fn entry_view(e: LedgerEntry) -> EntryView {
         e.id,
         prompt::inline(&e.chat),
         e.kind,
-        what,
+        &what,
         prompt::inline(&e.caller),
         status
     );
-    EntryView { entry: e, summary }
+    let shown = Shown {
+        chat: prompt::inline(&e.chat),
+        what,
+        caller: prompt::inline(&e.caller),
+        resolved_by: e.resolved_by.as_deref().map(prompt::inline),
+    };
+    EntryView {
+        entry: e,
+        summary,
+        shown,
+    }
 }
 
 async fn filtered_ledger(st: &AppState, user: String, f: LedgerFilter) -> ApiResult<Vec<EntryView>> {
@@ -673,11 +698,25 @@ async fn ledger(
 
 // ----- rules -----
 
-async fn rules(
-    State(st): State<AppState>,
-    _p: Person,
-) -> ApiResult<Json<Vec<crate::store::Rule>>> {
-    Ok(Json(st.kernel.store().run(|s| s.rules()).await?))
+#[derive(Serialize)]
+struct RuleItem {
+    #[serde(flatten)]
+    rule: crate::store::Rule,
+    /// The tag through the sanitiser (a tool name is attacker-written).
+    tag_shown: String,
+}
+
+async fn rules(State(st): State<AppState>, _p: Person) -> ApiResult<Json<Vec<RuleItem>>> {
+    let rules = st.kernel.store().run(|s| s.rules()).await?;
+    Ok(Json(
+        rules
+            .into_iter()
+            .map(|rule| RuleItem {
+                tag_shown: prompt::inline(&rule.tag),
+                rule,
+            })
+            .collect(),
+    ))
 }
 
 #[derive(Deserialize)]

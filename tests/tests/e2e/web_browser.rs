@@ -332,6 +332,35 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     assert_eq!(shown, gatehouse::prompt::render(&a, Some(EVIL_DESCRIPTION)));
     assert!(!shown.lines().any(|l| l.starts_with("Endpoint:")), "{shown}");
     assert_eq!(shown.lines().filter(|l| l.starts_with("Approve")).count(), 1, "{shown}");
+    // The group heading shows the gatekeeper's name through the sanitiser.
+    let heading = text(&c, "return document.querySelector('.group h2').textContent").await;
+    assert_eq!(
+        heading,
+        format!(
+            "Chat work · gatekeeper {}",
+            gatehouse::prompt::inline(EVIL_GATEKEEPER)
+        )
+    );
+    // The ledger page shows the names sanitised too, and runs nothing.
+    c.goto(&format!("{}/ledger", server.url())).await.unwrap();
+    wait_for(
+        &c,
+        "the ledger table",
+        "return document.querySelectorAll('tr.entry').length === 1",
+    )
+    .await;
+    let row = text(&c, "return document.querySelector('tr.entry').textContent").await;
+    assert!(row.contains(&gatehouse::prompt::inline(EVIL_TOOL)), "{row}");
+    assert!(!row.contains('<'), "{row}");
+    let title = text(&c, "return document.title + (window.__pwned === undefined ? '' : String(window.__pwned))").await;
+    assert_eq!(title, "Gatehouse inbox");
+    c.back().await.unwrap();
+    wait_for(
+        &c,
+        "the inbox again",
+        "return document.querySelectorAll('li.action').length === 1",
+    )
+    .await;
     let shot = screenshot(&c, "hostile-inbox").await;
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
     let _ = c.close().await;

@@ -122,6 +122,8 @@ async function signinView(main) {
 
 // Cards by action id, kept across polls so selections and results stay.
 const cards = new Map();
+// Sanitised gatekeeper names (from the server) by group key.
+const shownNames = new Map();
 
 function groupKey(a) {
   return JSON.stringify([a.chat, a.gatekeeper]);
@@ -170,10 +172,11 @@ function renderInbox(list, inbox) {
   const groups = new Map();
   const add = (a) => {
     const k = groupKey(a);
-    if (!groups.has(k)) groups.set(k, { chat: a.chat, gatekeeper: a.gatekeeper, items: [] });
+    if (!groups.has(k)) groups.set(k, { chat: a.chat, shown: shownNames.get(k) || "", items: [] });
     groups.get(k).items.push(card(a));
   };
   for (const g of inbox.groups) {
+    shownNames.set(JSON.stringify([g.chat, g.gatekeeper]), g.gatekeeper_shown);
     for (const a of g.actions) {
       seen.add(a.id);
       add(a);
@@ -203,7 +206,7 @@ function renderInbox(list, inbox) {
     const ul = el("ul", { class: "actions" }, ...g.items.map((c) => c.node));
     list.append(el("section", { class: "group" + (latched.has(g.chat) ? " latched" : "") },
       el("h2", {}, "Chat ", el("span", { class: "name", text: g.chat }),
-        " · gatekeeper ", el("span", { class: "name", text: g.gatekeeper })),
+        " · gatekeeper ", el("span", { class: "name", text: g.shown })),
       ul));
   }
 }
@@ -292,12 +295,12 @@ function entryTable(entries) {
   const head = el("tr", {}, ...["#", "Chat", "Kind", "Gatekeeper:tool", "Caller", "State", "Resolved by", "Auto", "Classified by"].map((h) => el("th", { text: h })));
   const rows = entries.map((e) => el("tr", { class: "entry", dataset: { id: String(e.id) } },
     el("td", { text: String(e.id) }),
-    el("td", { text: e.chat }),
+    el("td", { text: e.shown.chat }),
     el("td", { text: e.kind }),
-    el("td", { text: `${e.gatekeeper || ""}:${e.tool || ""}` }),
-    el("td", { text: e.caller }),
+    el("td", { text: e.shown.what }),
+    el("td", { text: e.shown.caller }),
     el("td", { text: e.state || "observed" }),
-    el("td", { text: e.resolved_by || "" }),
+    el("td", { text: e.shown.resolved_by || "" }),
     el("td", { text: e.auto_approved ? "yes" : "" }),
     el("td", { text: e.classified_by || "" })));
   return el("table", { class: "ledger" }, el("thead", {}, head), el("tbody", {}, ...rows));
@@ -392,7 +395,7 @@ async function rulesView(main) {
       const rules = await api("GET", "/api/rules");
       clear(list);
       if (rules.length === 0) list.append(el("li", { text: "No rules: every action waits for a person." }));
-      for (const r of rules) list.append(el("li", { text: `${r.tag} — enabled by ${r.enabled_by}` }));
+      for (const r of rules) list.append(el("li", { text: `${r.tag_shown} — enabled by ${r.enabled_by}` }));
     } catch (e) {
       failed(e);
     }
