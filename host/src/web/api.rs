@@ -149,10 +149,7 @@ async fn session_create(
         user: redeemed.user,
         expires_at: redeemed.expires_at,
     };
-    Ok((
-        jar.add(session_cookie(redeemed.session, ttl)),
-        Json(view),
-    ))
+    Ok((jar.add(session_cookie(redeemed.session, ttl)), Json(view)))
 }
 
 async fn session_end(
@@ -161,7 +158,10 @@ async fn session_end(
     p: Person,
 ) -> ApiResult<(StatusCode, CookieJar)> {
     let secret = p.secret.clone();
-    st.kernel.store().run(move |s| s.end_session(&secret)).await?;
+    st.kernel
+        .store()
+        .run(move |s| s.end_session(&secret))
+        .await?;
     Ok((StatusCode::NO_CONTENT, jar.add(removal_cookie())))
 }
 
@@ -579,7 +579,10 @@ struct Shown {
 fn entry_view(e: LedgerEntry) -> EntryView {
     let what = format!(
         "{}:{}",
-        e.gatekeeper.as_deref().map(prompt::inline).unwrap_or_default(),
+        e.gatekeeper
+            .as_deref()
+            .map(prompt::inline)
+            .unwrap_or_default(),
         e.tool.as_deref().map(prompt::inline).unwrap_or_default()
     );
     let status = match e.kind.as_str() {
@@ -592,10 +595,7 @@ fn entry_view(e: LedgerEntry) -> EntryView {
                 .unwrap_or_default(),
             if e.auto_approved { " (auto)" } else { "" }
         ),
-        _ => format!(
-            "observed ({})",
-            e.classified_by.clone().unwrap_or_default()
-        ),
+        _ => format!("observed ({})", e.classified_by.clone().unwrap_or_default()),
     };
     let summary = format!(
         "#{} {} {} {} {} {}",
@@ -619,7 +619,11 @@ fn entry_view(e: LedgerEntry) -> EntryView {
     }
 }
 
-async fn filtered_ledger(st: &AppState, user: String, f: LedgerFilter) -> ApiResult<Vec<EntryView>> {
+async fn filtered_ledger(
+    st: &AppState,
+    user: String,
+    f: LedgerFilter,
+) -> ApiResult<Vec<EntryView>> {
     if let Some(chat) = f.chat.clone() {
         let u = user.clone();
         let c = chat.clone();

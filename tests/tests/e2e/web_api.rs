@@ -196,7 +196,8 @@ pub(crate) async fn stage_labels(w: &World, chat: &str, labels: &[&str]) -> Vec<
 
 fn sql(w: &World, statement: &str) {
     let c = rusqlite::Connection::open(w.home().join("gatehouse.db")).expect("the database");
-    c.busy_timeout(Duration::from_secs(30)).expect("busy timeout");
+    c.busy_timeout(Duration::from_secs(30))
+        .expect("busy timeout");
     c.execute_batch(statement).expect("the statement runs");
 }
 
@@ -216,7 +217,11 @@ async fn web_sign_in_is_one_time_sets_a_strict_cookie_and_sessions_expire() {
     let o = w.cli(&["token", "create", "mallory"]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o).trim_end().lines().count(), 1, "{}", stderr(&o));
-    assert!(stderr(&o).contains("no person named \"mallory\""), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no person named \"mallory\""),
+        "{}",
+        stderr(&o)
+    );
 
     let anonymous = Api::new(&base);
     let a = anonymous.get("/api/inbox").await;
@@ -271,7 +276,12 @@ async fn web_sign_in_is_one_time_sets_a_strict_cookie_and_sessions_expire() {
     let api = Api::signed_in(&w, &base, "alice").await;
     let a = api.send("DELETE", "/api/session", None, &[]).await;
     assert_eq!(a.status, 204, "{}", a.text);
-    assert!(a.headers["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    assert!(
+        a.headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
     assert_eq!(api.get("/api/session").await.status, 401);
     server.stop().await;
 }
@@ -328,7 +338,10 @@ async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
         .post(&format!("/api/actions/{hidden}/approve"), json!({}))
         .await;
     assert_eq!(a.status, 404, "{}", a.text);
-    let chats: Vec<String> = api.get("/api/chats").await.json()
+    let chats: Vec<String> = api
+        .get("/api/chats")
+        .await
+        .json()
         .as_array()
         .unwrap()
         .iter()
@@ -337,7 +350,11 @@ async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
     assert_eq!(chats, ["work"]);
     let ledger = api.get("/api/ledger").await.json();
     assert!(
-        ledger.as_array().unwrap().iter().all(|e| e["chat"] == "work"),
+        ledger
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["chat"] == "work"),
         "{ledger}"
     );
     // bob sees his own.
@@ -371,7 +388,12 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
     let d = a.json();
     assert_eq!(d["outcome"], "applied");
     assert_eq!(d["ok"], true);
-    assert!(d["line"].as_str().unwrap().starts_with(&format!("#{} applied", ids[0])));
+    assert!(
+        d["line"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("#{} applied", ids[0]))
+    );
     assert_eq!(w.tracker.writes().len(), 1);
 
     let a = api
@@ -390,7 +412,11 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
         .await;
     assert_eq!(a.status, 409);
     assert!(a.error().contains("was rejected"), "{}", a.text);
-    assert_eq!(w.tracker.writes().len(), 1, "the rejected one was never sent");
+    assert_eq!(
+        w.tracker.writes().len(),
+        1,
+        "the rejected one was never sent"
+    );
 
     let a = api.post("/api/actions/x/approve", json!({})).await;
     assert_eq!(a.status, 400);
@@ -435,13 +461,21 @@ async fn web_batch_with_an_action_claimed_by_the_cli_at_the_same_time_sends_it_o
 
     // The web batch includes the claimed one.
     let a = api
-        .post("/api/decisions", json!({"approve": [ids[2], ids[0], ids[1]]}))
+        .post(
+            "/api/decisions",
+            json!({"approve": [ids[2], ids[0], ids[1]]}),
+        )
         .await;
     assert_eq!(a.status, 200, "{}", a.text);
     let results = a.json()["results"].as_array().unwrap().clone();
     let got: Vec<(i64, String)> = results
         .iter()
-        .map(|r| (r["id"].as_i64().unwrap(), r["outcome"].as_str().unwrap().to_owned()))
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     assert_eq!(got[0].0, ids[0], "oldest first: {got:?}");
     assert_eq!(got[0].1, "refused", "{results:?}");
@@ -460,7 +494,11 @@ async fn web_batch_with_an_action_claimed_by_the_cli_at_the_same_time_sends_it_o
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "the CLI's apply hung and failed");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the CLI's apply hung and failed"
+    );
     assert!(stderr(&out).contains("not retryable"), "{}", stderr(&out));
 
     // Exactly one send per action: three writes, three distinct labels.
@@ -470,7 +508,10 @@ async fn web_batch_with_an_action_claimed_by_the_cli_at_the_same_time_sends_it_o
     assert_eq!(bodies.len(), 3, "{writes:?}");
     for label in ["x", "y", "z"] {
         assert_eq!(
-            writes.iter().filter(|r| r.body.contains(&format!("\"{label}\""))).count(),
+            writes
+                .iter()
+                .filter(|r| r.body.contains(&format!("\"{label}\"")))
+                .count(),
             1,
             "{label} sent once: {writes:?}"
         );
@@ -488,12 +529,20 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
     assert_eq!(a.status, 400);
     a.error();
     let a = api
-        .post("/api/decisions", json!({"approve": [ids[0]], "reject": [ids[0]]}))
+        .post(
+            "/api/decisions",
+            json!({"approve": [ids[0]], "reject": [ids[0]]}),
+        )
         .await;
     assert_eq!(a.status, 400);
     assert!(a.error().contains("both approved and rejected"));
     let a = api
-        .send("POST", "/api/decisions", None, &[("content-type", "text/plain")])
+        .send(
+            "POST",
+            "/api/decisions",
+            None,
+            &[("content-type", "text/plain")],
+        )
         .await;
     assert_eq!(a.status, 415, "{}", a.text);
     a.error();
@@ -527,10 +576,12 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
         ]
     );
     assert_eq!(w.tracker.writes().len(), 2);
-    assert!(api.get("/api/inbox").await.json()["groups"]
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(
+        api.get("/api/inbox").await.json()["groups"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     server.stop().await;
 }
 
@@ -549,7 +600,12 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     let obs = obs.as_array().unwrap();
     assert_eq!(obs.len(), 1, "{obs:?}");
     assert_eq!(obs[0]["caller"], "gadget:triage");
-    assert!(obs[0]["summary"].as_str().unwrap().contains("issues:listIssues"));
+    assert!(
+        obs[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("issues:listIssues")
+    );
 
     let ids = |v: Value| -> Vec<i64> {
         v.as_array()
@@ -558,9 +614,18 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .map(|e| e["id"].as_i64().unwrap())
             .collect()
     };
-    assert_eq!(ids(api.get("/api/ledger?server_claims=true").await.json()), [obs[0]["id"].as_i64().unwrap()]);
-    assert_eq!(ids(api.get("/api/ledger?observed_by=triage").await.json()).len(), 1);
-    assert_eq!(ids(api.get("/api/ledger?kind=action&chat=work").await.json()).len(), 2);
+    assert_eq!(
+        ids(api.get("/api/ledger?server_claims=true").await.json()),
+        [obs[0]["id"].as_i64().unwrap()]
+    );
+    assert_eq!(
+        ids(api.get("/api/ledger?observed_by=triage").await.json()).len(),
+        1
+    );
+    assert_eq!(
+        ids(api.get("/api/ledger?kind=action&chat=work").await.json()).len(),
+        2
+    );
     let a = api.get("/api/ledger?kind=bogus").await;
     assert_eq!(a.status, 400);
     a.error();
@@ -570,15 +635,23 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
 
     // A rule on a byo gatekeeper: key two only, and the answer says key one
     // is missing and why.
-    let a = api.post("/api/rules", json!({"tag": "issues:addLabel"})).await;
+    let a = api
+        .post("/api/rules", json!({"tag": "issues:addLabel"}))
+        .await;
     assert_eq!(a.status, 200, "{}", a.text);
     let r = a.json();
     assert_eq!(r["key_one"], false);
     assert!(r["missing"].as_str().unwrap().contains("not vetted"), "{r}");
     let text = r["explanation"].to_string();
-    assert!(text.contains("Key two holds") && text.contains("key one is missing"), "{r}");
+    assert!(
+        text.contains("Key two holds") && text.contains("key one is missing"),
+        "{r}"
+    );
     assert!(r["applied"].as_array().unwrap().is_empty());
-    assert!(w.tracker.writes().is_empty(), "one key alone approves nothing");
+    assert!(
+        w.tracker.writes().is_empty(),
+        "one key alone approves nothing"
+    );
     let a = api.post("/api/rules", json!({"tag": "nocolon"})).await;
     assert_eq!(a.status, 400);
     a.error();
@@ -586,16 +659,26 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     // The drain stops at the first action that needs a person (U2): the
     // createIssue ahead of the addLabel. Reject it.
     let create = pending.iter().find(|a| a.tool == "createIssue").unwrap().id;
-    let a = api.post(&format!("/api/actions/{create}/reject"), json!({})).await;
+    let a = api
+        .post(&format!("/api/actions/{create}/reject"), json!({}))
+        .await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(w.tracker.writes().is_empty());
 
     // Vetted: both keys hold; the drain applies the pending addLabel, and
     // the ledger records it as auto-approved, resolved by alice.
     w.kernel.store().set_trust("issues", Trust::Vetted).unwrap();
-    let r = api.post("/api/rules", json!({"tag": "issues:addLabel"})).await.json();
+    let r = api
+        .post("/api/rules", json!({"tag": "issues:addLabel"}))
+        .await
+        .json();
     assert_eq!(r["key_one"], true, "{r}");
-    assert!(r["explanation"][1].as_str().unwrap().starts_with("Key one holds"));
+    assert!(
+        r["explanation"][1]
+            .as_str()
+            .unwrap()
+            .starts_with("Key one holds")
+    );
     assert_eq!(r["applied"].as_array().unwrap().len(), 1, "{r}");
     let auto = api.get("/api/ledger?auto_approved=true").await.json();
     assert_eq!(auto.as_array().unwrap().len(), 1, "{auto}");
@@ -606,8 +689,11 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
 
     // The latch shows on the chat and in the inbox (an action staged
     // before the latch still awaits a person there).
-    w.script("work", json!([call("ISSUES", "createIssue", json!({"title": "t"}))]))
-        .await;
+    w.script(
+        "work",
+        json!([call("ISSUES", "createIssue", json!({"title": "t"}))]),
+    )
+    .await;
     assert_eq!(api.get("/api/chats/work").await.json()["latched"], false);
     sql(&w, "UPDATE chats SET latched = 1 WHERE name = 'work'");
     assert_eq!(api.get("/api/chats/work").await.json()["latched"], true);
@@ -664,7 +750,10 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
     for page in ["/", "/signin", "/ledger", "/rules", "/chats/work"] {
         let a = api.get(page).await;
         assert_eq!(a.status, 200, "{page}");
-        assert_eq!(a.headers["content-security-policy"], web::CONTENT_SECURITY_POLICY);
+        assert_eq!(
+            a.headers["content-security-policy"],
+            web::CONTENT_SECURITY_POLICY
+        );
         assert_eq!(a.headers["x-content-type-options"], "nosniff");
         assert_eq!(a.headers["referrer-policy"], "no-referrer");
         let html = a.text.to_lowercase();
@@ -676,14 +765,32 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
     let csp = web::CONTENT_SECURITY_POLICY;
     assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"));
     let js = api.get("/assets/app.js").await;
-    assert!(js.headers["content-type"].to_str().unwrap().starts_with("text/javascript"));
-    for forbidden in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+    assert!(
+        js.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    for forbidden in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+    ] {
         assert!(!js.text.contains(forbidden), "app.js uses {forbidden}");
     }
     let css = api.get("/assets/app.css").await;
-    assert!(css.headers["content-type"].to_str().unwrap().starts_with("text/css"));
+    assert!(
+        css.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
     // A rebinding attack's Host is refused.
-    let a = api.send("GET", "/api/session", None, &[("host", "evil.example:80")]).await;
+    let a = api
+        .send("GET", "/api/session", None, &[("host", "evil.example:80")])
+        .await;
     assert_eq!(a.status, 421);
     a.error();
     server.stop().await;
@@ -713,7 +820,10 @@ fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
     let o = w.cli(&["token", "create", "alice"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let link = stdout(&o).trim().to_owned();
-    assert!(link.starts_with(&format!("{url}/signin?token=")), "{link} vs {url}");
+    assert!(
+        link.starts_with(&format!("{url}/signin?token=")),
+        "{link} vs {url}"
+    );
     let token = link.rsplit('=').next().unwrap().to_owned();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {

@@ -104,7 +104,10 @@ async fn wait_for(c: &Client, what: &str, script: &str) {
         }
         if start.elapsed() > PATIENCE {
             let shot = screenshot(c, "timeout").await;
-            panic!("timed out waiting for {what}; screenshot at {}", shot.display());
+            panic!(
+                "timed out waiting for {what}; screenshot at {}",
+                shot.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -177,7 +180,11 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
     .await;
 
     // The prompt on the page is the terminal's text.
-    let shown = text(&c, "return document.querySelector('li.action pre.prompt').textContent").await;
+    let shown = text(
+        &c,
+        "return document.querySelector('li.action pre.prompt').textContent",
+    )
+    .await;
     let a = w.kernel.store().action(ids[0]).unwrap().unwrap();
     let description = w
         .kernel
@@ -222,10 +229,26 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
     let result = |id: i64| {
         format!("return document.querySelector('li.action[data-id=\"{id}\"] .result').textContent")
     };
-    assert!(text(&c, &result(ids[0])).await.starts_with(&format!("#{} applied", ids[0])));
-    assert!(text(&c, &result(ids[1])).await.starts_with(&format!("#{} rejected", ids[1])));
-    assert!(text(&c, &result(ids[2])).await.starts_with(&format!("#{} applied", ids[2])));
-    assert_eq!(text(&c, &result(late)).await, "", "the late one was left alone");
+    assert!(
+        text(&c, &result(ids[0]))
+            .await
+            .starts_with(&format!("#{} applied", ids[0]))
+    );
+    assert!(
+        text(&c, &result(ids[1]))
+            .await
+            .starts_with(&format!("#{} rejected", ids[1]))
+    );
+    assert!(
+        text(&c, &result(ids[2]))
+            .await
+            .starts_with(&format!("#{} applied", ids[2]))
+    );
+    assert_eq!(
+        text(&c, &result(late)).await,
+        "",
+        "the late one was left alone"
+    );
     screenshot(&c, "batch-decided").await;
 
     // The service received exactly two writes, and each decision names alice.
@@ -241,7 +264,8 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
     // An expired session is said so on the page.
     let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
     db.busy_timeout(Duration::from_secs(30)).unwrap();
-    db.execute("UPDATE web_sessions SET expires_at = 1", []).unwrap();
+    db.execute("UPDATE web_sessions SET expires_at = 1", [])
+        .unwrap();
     wait_for(
         &c,
         "the expired-session message",
@@ -295,7 +319,9 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     wait_for(
         &c,
         "the hostile action",
-        &format!("return document.querySelector('li.action[data-id=\"{id}\"] pre.prompt') !== null"),
+        &format!(
+            "return document.querySelector('li.action[data-id=\"{id}\"] pre.prompt') !== null"
+        ),
     )
     .await;
 
@@ -323,15 +349,29 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     assert_eq!(probe["svgs"], 0, "{probe}");
     assert_eq!(probe["fake"], 0, "no fake field: {probe}");
     assert_eq!(probe["prompts"], 1, "{probe}");
-    assert_eq!(probe["promptChildren"], 0, "the prompt is one text node: {probe}");
+    assert_eq!(
+        probe["promptChildren"], 0,
+        "the prompt is one text node: {probe}"
+    );
 
     // The text shown is exactly the sanitiser's output, and no line of it
     // outside the quoted description and the fence forges a kernel field.
-    let shown = text(&c, "return document.querySelector('pre.prompt').textContent").await;
+    let shown = text(
+        &c,
+        "return document.querySelector('pre.prompt').textContent",
+    )
+    .await;
     let a = w.kernel.store().action(id).unwrap().unwrap();
     assert_eq!(shown, gatehouse::prompt::render(&a, Some(EVIL_DESCRIPTION)));
-    assert!(!shown.lines().any(|l| l.starts_with("Endpoint:")), "{shown}");
-    assert_eq!(shown.lines().filter(|l| l.starts_with("Approve")).count(), 1, "{shown}");
+    assert!(
+        !shown.lines().any(|l| l.starts_with("Endpoint:")),
+        "{shown}"
+    );
+    assert_eq!(
+        shown.lines().filter(|l| l.starts_with("Approve")).count(),
+        1,
+        "{shown}"
+    );
     // The group heading shows the gatekeeper's name through the sanitiser.
     let heading = text(&c, "return document.querySelector('.group h2').textContent").await;
     assert_eq!(
@@ -352,7 +392,11 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     let row = text(&c, "return document.querySelector('tr.entry').textContent").await;
     assert!(row.contains(&gatehouse::prompt::inline(EVIL_TOOL)), "{row}");
     assert!(!row.contains('<'), "{row}");
-    let title = text(&c, "return document.title + (window.__pwned === undefined ? '' : String(window.__pwned))").await;
+    let title = text(
+        &c,
+        "return document.title + (window.__pwned === undefined ? '' : String(window.__pwned))",
+    )
+    .await;
     assert_eq!(title, "Gatehouse inbox");
     c.back().await.unwrap();
     wait_for(

@@ -155,6 +155,13 @@ function showResult(c, r) {
   c.result.className = "result " + r.outcome + (r.ok ? " ok" : " not-ok");
   c.node.classList.add("decided");
   c.choice.disabled = true;
+  // The prompt said "pending": show the action as it stands now.
+  api("GET", "/api/actions/" + c.action.id)
+    .then((a) => {
+      c.action = a;
+      c.node.querySelector("pre.prompt").textContent = a.prompt;
+    })
+    .catch(() => {});
 }
 
 function latchedBanners(names) {
