@@ -610,10 +610,18 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             if let Err(e) = std::fs::write(&url_file, &url) {
                 tracing::warn!(error = %e, "cannot record the inbox's address");
             }
-            println!("serving the inbox at {url}/ (Ctrl-C stops)");
-            println!("sign in with a link from `gatehouse token create NAME`");
-            use std::io::Write as _;
-            std::io::stdout().flush()?;
+            {
+                // A server must not die because whoever started it stopped
+                // reading its output: write errors here are ignored.
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "serving the inbox at {url}/ (Ctrl-C stops)");
+                let _ = writeln!(
+                    out,
+                    "sign in with a link from `gatehouse token create NAME`"
+                );
+                let _ = out.flush();
+            }
             let served = tokio::select! {
                 r = server.wait() => r,
                 _ = shutdown_signal() => Ok(()),

@@ -522,7 +522,7 @@ async fn web_batch_with_an_action_claimed_by_the_cli_at_the_same_time_sends_it_o
 #[tokio::test(flavor = "multi_thread")]
 async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
     let w = people_world(Trust::Byo).await;
-    let ids = stage_labels(&w, "work", &["p", "q", "r"]).await;
+    let ids = stage_labels(&w, "work", &["p", "q", "r", "s"]).await;
     let server = serve(&w).await;
     let api = Api::signed_in(&w, &server.url(), "alice").await;
     let a = api.post("/api/decisions", json!({})).await;
@@ -547,10 +547,14 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
     assert_eq!(a.status, 415, "{}", a.text);
     a.error();
 
+    // The first write the tracker sees fails with a 500: the world may have
+    // changed, so that one is failed and not retryable (P2); the rest go on.
+    w.tracker
+        .inject(gatehouse::demo::tracker::Fault::Status(500), 1);
     let a = api
         .post(
             "/api/decisions",
-            json!({"approve": [ids[0], ids[2]], "reject": [ids[1], 4242]}),
+            json!({"approve": [ids[3], ids[0], ids[2]], "reject": [ids[1], 4242]}),
         )
         .await;
     assert_eq!(a.status, 200, "{}", a.text);
@@ -569,12 +573,30 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
     assert_eq!(
         outcomes,
         [
-            (ids[0], "applied".into(), true),
+            (ids[0], "failed".into(), false),
             (ids[1], "rejected".into(), true),
             (ids[2], "applied".into(), true),
+            (ids[3], "applied".into(), true),
             (4242, "not-found".into(), false),
         ]
     );
+    let results = a.json()["results"].clone();
+    assert_eq!(results[0]["retryable"], false, "{results}");
+    assert!(
+        results[0]["line"]
+            .as_str()
+            .unwrap()
+            .contains("failed (not retryable)"),
+        "{results}"
+    );
+    assert_eq!(results[1]["retryable"], Value::Null);
+    assert!(
+        results[4]["line"]
+            .as_str()
+            .unwrap()
+            .contains("no action #4242")
+    );
+    // The refused 500 is not a write that took effect; the two applied are.
     assert_eq!(w.tracker.writes().len(), 2);
     assert!(
         api.get("/api/inbox").await.json()["groups"]
@@ -806,9 +828,8 @@ fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
         .spawn()
         .expect("serve starts");
     let mut first = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let mut out = BufReader::new(serve.stdout.take().unwrap());
+    out.read_line(&mut first).unwrap();
     let url = first
         .strip_prefix("serving the inbox at ")
         .and_then(|r| r.split_whitespace().next())
@@ -832,6 +853,8 @@ fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
         assert_eq!(a.status, 200, "{}", a.text);
         assert_eq!(api.get("/api/session").await.json()["user"], "alice");
     });
+    // The server kept serving after printing (its output still open).
     serve.kill().expect("serve stops");
     let _ = serve.wait();
+    drop(out);
 }
