@@ -313,6 +313,12 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
         )
         .await;
     let id = gatehouse_e2e::pending_id(&out[0]);
+    // The chat is locked down after staging (as if it then read owner-only
+    // data): the page must say so.
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    db.execute("UPDATE chats SET latched = 1 WHERE name = 'work'", [])
+        .unwrap();
     let server = serve(&w).await;
     let c = browser(&driver).await;
     sign_in(&c, &w, &server.url(), "alice").await;
@@ -371,6 +377,11 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
         shown.lines().filter(|l| l.starts_with("Approve")).count(),
         1,
         "{shown}"
+    );
+    let banner = text(&c, "return document.getElementById('banners').textContent").await;
+    assert!(
+        banner.contains("Chat work is locked down"),
+        "the lockdown banner: {banner:?}"
     );
     // The group heading shows the gatekeeper's name through the sanitiser.
     let heading = text(&c, "return document.querySelector('.group h2').textContent").await;
