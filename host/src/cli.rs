@@ -251,6 +251,29 @@ enum Command {
     Workflow(workflow::WorkflowCmd),
     /// A guided end-to-end run on the bundled examples.
     Demo,
+    /// Serve the web inbox and its JSON API on 127.0.0.1 (Ctrl-C stops).
+    Serve {
+        /// The port to listen on; 0 picks a free one. The URL is printed.
+        #[arg(long, default_value_t = crate::web::DEFAULT_PORT)]
+        port: u16,
+    },
+    /// Sign-in links for the web inbox.
+    #[command(subcommand)]
+    Token(TokenCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCmd {
+    /// Print a one-time sign-in link for a person known to this deployment.
+    Create {
+        /// The person who signs in with it (decisions record them as resolved-by).
+        #[arg(value_name = "USER")]
+        person: String,
+        /// The inbox's address (default: the running `serve`'s, else
+        /// http://127.0.0.1:8337).
+        #[arg(long)]
+        url: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -818,6 +841,50 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 }
             }
         }
+        Command::Serve { port } => {
+            let server = crate::web::start(
+                kernel.clone(),
+                crate::web::Config {
+                    port,
+                    ..crate::web::Config::default()
+                },
+            )
+            .await?;
+            let url = server.url();
+            // `token create` links to the running server by reading this.
+            let url_file = serve_url_file(kernel);
+            if let Err(e) = std::fs::write(&url_file, &url) {
+                tracing::warn!(error = %e, "cannot record the inbox's address");
+            }
+            {
+                // A server must not die because whoever started it stopped
+                // reading its output: write errors here are ignored.
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "serving the inbox at {url}/ (Ctrl-C stops)");
+                let _ = writeln!(
+                    out,
+                    "sign in with a link from `gatehouse token create NAME`"
+                );
+                let _ = out.flush();
+            }
+            let served = tokio::select! {
+                r = server.wait() => r,
+                _ = shutdown_signal() => Ok(()),
+            };
+            let _ = std::fs::remove_file(&url_file);
+            served?;
+        }
+        Command::Token(TokenCmd::Create { person, url }) => {
+            let base = url
+                .or_else(|| std::fs::read_to_string(serve_url_file(kernel)).ok())
+                .map(|u| u.trim().trim_end_matches('/').to_owned())
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| format!("http://127.0.0.1:{}", crate::web::DEFAULT_PORT));
+            let ttl = i64::try_from(crate::web::SIGNIN_TTL.as_millis()).unwrap_or(i64::MAX);
+            let token = kernel.store().create_signin_token(&person, ttl)?;
+            println!("{base}/signin?token={token}");
+        }
         Command::Log {
             chat,
             kind,
@@ -891,6 +958,27 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         }
     }
     Ok(true)
+}
+
+/// Where a running `serve` records its address.
+fn serve_url_file(kernel: &Kernel) -> PathBuf {
+    kernel.home().root().join("web.url")
+}
+
+/// Ctrl-C, or SIGTERM where there is one.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn decide(

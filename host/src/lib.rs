@@ -12,7 +12,8 @@
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
 //! - [`blueprint`]: a gadget as a file another person installs (B);
-//! - [`cli`]: the `gatehouse` command; [`demo`]: the guided tour.
+//! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
+//!   (`gatehouse serve`); [`demo`]: the guided tour.
 
 pub mod blueprint;
 pub mod classify;
@@ -29,6 +30,7 @@ pub mod prompt;
 pub mod runtime;
 pub mod sharing;
 pub mod store;
+pub mod web;
 pub mod workflow;
 
 pub use home::Home;

@@ -14,6 +14,7 @@ mod actions;
 mod ledger;
 mod registry;
 mod rules;
+mod sessions;
 mod sharing;
 pub mod workflows;
 
@@ -21,6 +22,7 @@ pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageErro
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
+pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
 pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 
 use anyhow::Context as _;

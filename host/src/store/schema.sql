@@ -254,3 +254,21 @@ CREATE TABLE IF NOT EXISTS invocations (
     created_at  INTEGER NOT NULL,
     finished_at INTEGER
 ) STRICT;
+
+-- The web inbox's sign-in (SPEC R3 surface; issue 5). Only digests of the
+-- secrets are stored: a copy of this file lets nobody sign in. A one-time
+-- sign-in token is spent by the first use; a session expires.
+CREATE TABLE IF NOT EXISTS web_signin_tokens (
+    digest     TEXT PRIMARY KEY CHECK (length(digest) = 64),
+    user       TEXT NOT NULL REFERENCES users(name),
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    used_at    INTEGER
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS web_sessions (
+    digest     TEXT PRIMARY KEY CHECK (length(digest) = 64),
+    user       TEXT NOT NULL REFERENCES users(name),
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+) STRICT;

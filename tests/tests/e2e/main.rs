@@ -15,4 +15,6 @@ mod lockdown;
 mod pending_visibility;
 mod sandbox;
 mod sharing;
+mod web_api;
+mod web_browser;
 mod workflows;

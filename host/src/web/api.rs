@@ -1,0 +1,877 @@
+//! The JSON API (documented in `docs/api/openapi.json`).
+//!
+//! Errors are one line: `{"error": "..."}` with a status that says what
+//! kind (400 bad request, 401 not signed in or session expired, 403 CSRF,
+//! 404 no such thing *that you may see*, 409 already decided). A chat a
+//! person may not see answers exactly like a chat that does not exist, so
+//! the API never confirms what it will not show.
+
+use super::session::{Person, removal_cookie, session_cookie};
+use super::{AppState, Routes};
+use crate::overseer::Decision;
+use crate::prompt;
+use crate::store::{Action, LedgerEntry, LedgerFilter, Store};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum_extra::extract::cookie::CookieJar;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::HashMap;
+
+/// A one-line error answer.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: crate::runtime::one_line(&message.into()),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn into_response_now(self) -> Response {
+        self.into_response()
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        tracing::warn!(error = %format!("{e:#}"), "web request failed");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e:#}"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// JSON bodies whose rejection (wrong content type, bad JSON) is a one-line
+/// `{"error"}` like every other error.
+pub(crate) struct Body<T>(T);
+
+impl<S, T> axum::extract::FromRequest<S> for Body<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Body(v)),
+            Err(e) => Err(ApiError::new(e.status(), e.body_text())),
+        }
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+pub(crate) fn routes() -> Routes {
+    Routes::new()
+        .add(Method::GET, "/api/session", get(session_get))
+        .add(Method::POST, "/api/session", post(session_create))
+        .add(Method::DELETE, "/api/session", delete(session_end))
+        .add(Method::GET, "/api/inbox", get(inbox))
+        .add(Method::GET, "/api/actions/{id}", get(action_get))
+        .add(Method::POST, "/api/actions/{id}/approve", post(approve_one))
+        .add(Method::POST, "/api/actions/{id}/reject", post(reject_one))
+        .add(Method::POST, "/api/decisions", post(decide_many))
+        .add(Method::GET, "/api/chats", get(chats))
+        .add(Method::GET, "/api/chats/{chat}", get(chat_get))
+        .add(
+            Method::GET,
+            "/api/chats/{chat}/observations",
+            get(chat_observations),
+        )
+        .add(Method::POST, "/api/chats/{chat}/open", post(chat_open))
+        .add(Method::GET, "/api/ledger", get(ledger))
+        .add(Method::GET, "/api/rules", get(rules))
+        .add(Method::POST, "/api/rules", post(rule_add))
+}
+
+// ----- sessions -----
+
+#[derive(Serialize)]
+struct SessionView {
+    user: String,
+    csrf: String,
+    expires_at: i64,
+}
+
+async fn session_get(p: Person) -> Json<SessionView> {
+    Json(SessionView {
+        csrf: p.csrf(),
+        user: p.user,
+        expires_at: p.expires_at,
+    })
+}
+
+#[derive(Deserialize)]
+struct SignIn {
+    token: String,
+}
+
+/// Spend a one-time sign-in token; the answer sets the session cookie.
+async fn session_create(
+    State(st): State<AppState>,
+    jar: CookieJar,
+    Body(b): Body<SignIn>,
+) -> ApiResult<(CookieJar, Json<SessionView>)> {
+    let ttl = st.session_ttl_ms;
+    let token = b.token.trim().to_owned();
+    let redeemed = st
+        .kernel
+        .store()
+        .run(move |s| s.redeem_signin_token(&token, ttl))
+        .await?
+        .map_err(|r| ApiError::new(StatusCode::UNAUTHORIZED, r.to_string()))?;
+    let view = SessionView {
+        csrf: super::session::csrf_for(&redeemed.session),
+        user: redeemed.user,
+        expires_at: redeemed.expires_at,
+    };
+    Ok((jar.add(session_cookie(redeemed.session, ttl)), Json(view)))
+}
+
+async fn session_end(
+    State(st): State<AppState>,
+    jar: CookieJar,
+    p: Person,
+) -> ApiResult<(StatusCode, CookieJar)> {
+    let secret = p.secret.clone();
+    st.kernel
+        .store()
+        .run(move |s| s.end_session(&secret))
+        .await?;
+    Ok((StatusCode::NO_CONTENT, jar.add(removal_cookie())))
+}
+
+// ----- actions -----
+
+/// An action as the inbox shows it. `prompt` is the terminal's sanitised
+/// rendering (R3): the page shows it as text and nothing else of the
+/// action's attacker-written fields.
+#[derive(Serialize)]
+struct ActionView {
+    id: i64,
+    chat: String,
+    gatekeeper: String,
+    tool: String,
+    state: String,
+    created_at: i64,
+    prompt: String,
+}
+
+fn action_view(s: &Store, a: &Action) -> anyhow::Result<ActionView> {
+    let description = s
+        .gatekeeper(&a.gatekeeper)?
+        .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
+    Ok(ActionView {
+        id: a.id,
+        chat: a.chat.clone(),
+        gatekeeper: a.gatekeeper.clone(),
+        tool: a.tool.clone(),
+        state: a.state.to_string(),
+        created_at: a.created_at,
+        prompt: prompt::render(a, description.as_deref()),
+    })
+}
+
+/// Visibility by chat, asked once per chat per request.
+struct Visible<'a> {
+    store: &'a Store,
+    user: &'a str,
+    known: HashMap<String, bool>,
+}
+
+impl<'a> Visible<'a> {
+    fn new(store: &'a Store, user: &'a str) -> Visible<'a> {
+        Visible {
+            store,
+            user,
+            known: HashMap::new(),
+        }
+    }
+
+    fn chat(&mut self, chat: &str) -> anyhow::Result<bool> {
+        if let Some(v) = self.known.get(chat) {
+            return Ok(*v);
+        }
+        let v = self.store.may_see(chat, self.user)?;
+        self.known.insert(chat.to_owned(), v);
+        Ok(v)
+    }
+}
+
+#[derive(Serialize)]
+struct Group {
+    chat: String,
+    /// The chat's restricted-data latch (O3): the page shows a banner.
+    latched: bool,
+    /// Raw (attacker-written): for grouping only, never for display.
+    gatekeeper: String,
+    /// The gatekeeper's name through the sanitiser (R1), for display.
+    gatekeeper_shown: String,
+    actions: Vec<ActionView>,
+}
+
+#[derive(Serialize)]
+struct Inbox {
+    user: String,
+    /// Chats this person may see that are locked down.
+    latched_chats: Vec<String>,
+    groups: Vec<Group>,
+}
+
+/// Pending actions this person may see, grouped by chat and gatekeeper,
+/// oldest first (groups ordered by their oldest action).
+async fn inbox(State(st): State<AppState>, p: Person) -> ApiResult<Json<Inbox>> {
+    let user = p.user.clone();
+    let inbox = st
+        .kernel
+        .store()
+        .run(move |s| {
+            let mut vis = Visible::new(s, &user);
+            let mut groups: Vec<Group> = Vec::new();
+            let mut latched = HashMap::new();
+            for c in s.chats()? {
+                latched.insert(c.name.clone(), c.latched);
+            }
+            for a in s.pending(None)? {
+                if !vis.chat(&a.chat)? {
+                    continue;
+                }
+                let view = action_view(s, &a)?;
+                match groups
+                    .iter_mut()
+                    .find(|g| g.chat == a.chat && g.gatekeeper == a.gatekeeper)
+                {
+                    Some(g) => g.actions.push(view),
+                    None => groups.push(Group {
+                        chat: a.chat.clone(),
+                        latched: latched.get(&a.chat).copied().unwrap_or(false),
+                        gatekeeper: a.gatekeeper.clone(),
+                        gatekeeper_shown: prompt::inline(&a.gatekeeper),
+                        actions: vec![view],
+                    }),
+                }
+            }
+            let mut latched_chats: Vec<String> = Vec::new();
+            for c in s.chats()? {
+                if c.latched && vis.chat(&c.name)? {
+                    latched_chats.push(c.name);
+                }
+            }
+            Ok(Inbox {
+                user: user.clone(),
+                latched_chats,
+                groups,
+            })
+        })
+        .await?;
+    Ok(Json(inbox))
+}
+
+fn parse_id(raw: &str) -> ApiResult<i64> {
+    raw.parse::<i64>()
+        .map_err(|_| ApiError::bad(format!("{raw:?} is not an action id (a number)")))
+}
+
+/// The action, if it exists and this person may see its chat.
+async fn visible_action(st: &AppState, id: i64, user: &str) -> ApiResult<Option<ActionView>> {
+    let user = user.to_owned();
+    Ok(st
+        .kernel
+        .store()
+        .run(move |s| {
+            let Some(a) = s.action(id)? else {
+                return Ok(None);
+            };
+            if !s.may_see(&a.chat, &user)? {
+                return Ok(None);
+            }
+            Ok(Some(action_view(s, &a)?))
+        })
+        .await?)
+}
+
+fn no_action(id: i64) -> ApiError {
+    ApiError::not_found(format!(
+        "no action #{id} that you may see (it may not exist, may have been pruned, or belongs to a chat not shared with you)"
+    ))
+}
+
+async fn action_get(
+    State(st): State<AppState>,
+    p: Person,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ActionView>> {
+    let id = parse_id(&id)?;
+    visible_action(&st, id, &p.user)
+        .await?
+        .map(Json)
+        .ok_or_else(|| no_action(id))
+}
+
+/// The result of one decision, as the page shows it next to the action.
+#[derive(Serialize)]
+struct DecisionView {
+    id: i64,
+    /// `approve` or `reject`: what was asked.
+    decision: &'static str,
+    /// True when the decision did what was asked.
+    ok: bool,
+    /// `applied`, `failed`, `rejected`, `refused`, `already-applied`,
+    /// `not-found` or `error`.
+    outcome: &'static str,
+    /// For `failed`: whether approving again may retry (P2's class).
+    retryable: Option<bool>,
+    /// One line, the terminal's wording.
+    line: String,
+}
+
+fn decision_view(d: &Decision, verb: &'static str) -> DecisionView {
+    let (id, outcome, retryable) = match d {
+        Decision::Applied { id, .. } => (*id, "applied", None),
+        Decision::Failed { id, retryable, .. } => (*id, "failed", Some(*retryable)),
+        Decision::Rejected { id } => (*id, "rejected", None),
+        Decision::Refused { id, .. } => (*id, "refused", None),
+        Decision::AlreadyApplied { id } => (*id, "already-applied", None),
+    };
+    DecisionView {
+        id,
+        decision: verb,
+        ok: d.ok() && outcome != "already-applied",
+        outcome,
+        retryable,
+        line: d.line(),
+    }
+}
+
+/// Decide one action as `user`, after checking it is visible. Kernel
+/// errors become this item's outcome, so one failure never hides the others.
+async fn decide(st: &AppState, id: i64, approve: bool, user: &str) -> DecisionView {
+    let verb = if approve { "approve" } else { "reject" };
+    match visible_action(st, id, user).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return DecisionView {
+                id,
+                decision: verb,
+                ok: false,
+                outcome: "not-found",
+                retryable: None,
+                line: no_action(id).message,
+            };
+        }
+        Err(e) => {
+            return DecisionView {
+                id,
+                decision: verb,
+                ok: false,
+                outcome: "error",
+                retryable: None,
+                line: format!("#{id}: {}", e.message),
+            };
+        }
+    }
+    let decided = if approve {
+        st.kernel.approve(id, user).await
+    } else {
+        st.kernel.reject(id, user).await
+    };
+    match decided {
+        Ok(d) => decision_view(&d, verb),
+        Err(e) => DecisionView {
+            id,
+            decision: verb,
+            ok: false,
+            outcome: "error",
+            retryable: None,
+            line: crate::runtime::one_line(&format!("#{id}: {e:#}")),
+        },
+    }
+}
+
+/// One decision through a single-action endpoint: statuses say what
+/// happened (404 not visible, 409 already decided or being applied).
+async fn decide_one(st: &AppState, raw: &str, approve: bool, user: &str) -> Response {
+    let id = match parse_id(raw) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    let v = decide(st, id, approve, user).await;
+    let status = match v.outcome {
+        "not-found" => StatusCode::NOT_FOUND,
+        "refused" | "already-applied" => StatusCode::CONFLICT,
+        "error" => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::OK,
+    };
+    if status == StatusCode::OK {
+        Json(v).into_response()
+    } else {
+        ApiError::new(status, v.line).into_response()
+    }
+}
+
+async fn approve_one(State(st): State<AppState>, p: Person, Path(id): Path<String>) -> Response {
+    decide_one(&st, &id, true, &p.user).await
+}
+
+async fn reject_one(State(st): State<AppState>, p: Person, Path(id): Path<String>) -> Response {
+    decide_one(&st, &id, false, &p.user).await
+}
+
+#[derive(Deserialize)]
+struct Batch {
+    #[serde(default)]
+    approve: Vec<i64>,
+    #[serde(default)]
+    reject: Vec<i64>,
+}
+
+#[derive(Serialize)]
+struct BatchResult {
+    results: Vec<DecisionView>,
+}
+
+/// Approve and reject many actions in one go, oldest first (the order the
+/// overseer drains in, U2). Each gets its own result.
+async fn decide_many(
+    State(st): State<AppState>,
+    p: Person,
+    Body(b): Body<Batch>,
+) -> ApiResult<Json<BatchResult>> {
+    if b.approve.is_empty() && b.reject.is_empty() {
+        return Err(ApiError::bad(
+            "nothing to decide: send {\"approve\": [ids], \"reject\": [ids]}",
+        ));
+    }
+    if let Some(both) = b.approve.iter().find(|id| b.reject.contains(id)) {
+        return Err(ApiError::bad(format!(
+            "action #{both} is both approved and rejected; choose one"
+        )));
+    }
+    let mut items: Vec<(i64, bool)> = b
+        .approve
+        .iter()
+        .map(|&id| (id, true))
+        .chain(b.reject.iter().map(|&id| (id, false)))
+        .collect();
+    items.sort_unstable();
+    items.dedup();
+    let mut results = Vec::with_capacity(items.len());
+    for (id, approve) in items {
+        results.push(decide(&st, id, approve, &p.user).await);
+    }
+    Ok(Json(BatchResult { results }))
+}
+
+// ----- chats, ledger, observations -----
+
+#[derive(Serialize)]
+struct ChatView {
+    name: String,
+    owner: String,
+    latched: bool,
+    pending: usize,
+}
+
+async fn chats(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<ChatView>>> {
+    let user = p.user;
+    let list = st
+        .kernel
+        .store()
+        .run(move |s| {
+            let pending = s.pending(None)?;
+            let mut out = Vec::new();
+            for c in s.chats()? {
+                if !s.may_see(&c.name, &user)? {
+                    continue;
+                }
+                out.push(ChatView {
+                    pending: pending.iter().filter(|a| a.chat == c.name).count(),
+                    name: c.name,
+                    owner: c.owner,
+                    latched: c.latched,
+                });
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Json(list))
+}
+
+fn no_chat(chat: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "no chat named {:?} that you may see (it does not exist, or it is not shared with you)",
+        prompt::inline(chat)
+    ))
+}
+
+/// What the opener brings (SPEC S2): a share link's token, and the
+/// account to use per gatekeeper (the "one chance to choose other
+/// accounts" is this parameter on a second request).
+#[derive(Deserialize)]
+struct OpenBody {
+    #[serde(default)]
+    link: Option<String>,
+    #[serde(default)]
+    accounts: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct FailureView {
+    gatekeeper: String,
+    source: String,
+    title: String,
+    account: Option<String>,
+    reason: String,
+    /// The sanitised line a person reads.
+    line: String,
+}
+
+#[derive(Serialize)]
+struct OpenView {
+    opened: bool,
+    checked: usize,
+    observers: Vec<crate::store::Observer>,
+    failures: Vec<FailureView>,
+    /// Per failing gatekeeper, the opener's other accounts to choose from.
+    alternatives: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// Open a chat as the signed-in person: every observed source is
+/// re-verified with their own accounts (SPEC S2). A refused open answers
+/// 200 with `opened: false` and one failure per binding; refusals no
+/// account can fix (not shared with you, locked down) are 403.
+async fn chat_open(
+    State(st): State<AppState>,
+    p: Person,
+    Path(chat): Path<String>,
+    Body(b): Body<OpenBody>,
+) -> ApiResult<Json<OpenView>> {
+    use crate::sharing::OpenOutcome;
+    let request = crate::sharing::OpenRequest {
+        link: b.link,
+        accounts: b.accounts,
+    };
+    let outcome = st
+        .kernel
+        .open_chat(&chat, &p.user, &request)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}")))?;
+    Ok(Json(match outcome {
+        OpenOutcome::Owner => OpenView {
+            opened: true,
+            checked: 0,
+            observers: Vec::new(),
+            failures: Vec::new(),
+            alternatives: Default::default(),
+        },
+        OpenOutcome::Admitted { observers, checked } => OpenView {
+            opened: true,
+            checked,
+            observers,
+            failures: Vec::new(),
+            alternatives: Default::default(),
+        },
+        OpenOutcome::Refused {
+            failures,
+            alternatives,
+        } => OpenView {
+            opened: false,
+            checked: 0,
+            observers: Vec::new(),
+            failures: failures
+                .iter()
+                .map(|f| FailureView {
+                    line: f.line(),
+                    gatekeeper: prompt::inline(&f.gatekeeper),
+                    source: prompt::inline(&f.source),
+                    title: prompt::inline(&f.title),
+                    account: f.account.clone(),
+                    reason: prompt::inline(&f.reason),
+                })
+                .collect(),
+            alternatives,
+        },
+    }))
+}
+
+async fn chat_get(
+    State(st): State<AppState>,
+    p: Person,
+    Path(chat): Path<String>,
+) -> ApiResult<Json<ChatView>> {
+    let (user, name) = (p.user, chat.clone());
+    let view = st
+        .kernel
+        .store()
+        .run(move |s| {
+            let Some(c) = s.chat(&name)? else {
+                return Ok(None);
+            };
+            if !s.may_see(&c.name, &user)? {
+                return Ok(None);
+            }
+            let pending = s.pending(Some(&c.name))?.len();
+            Ok(Some(ChatView {
+                name: c.name,
+                owner: c.owner,
+                latched: c.latched,
+                pending,
+            }))
+        })
+        .await?;
+    view.map(Json).ok_or_else(|| no_chat(&chat))
+}
+
+/// A ledger entry with a one-line summary rendered like the terminal's
+/// `log` (names through the sanitiser).
+#[derive(Serialize)]
+struct EntryView {
+    #[serde(flatten)]
+    entry: LedgerEntry,
+    summary: String,
+    /// The attacker-writable fields through the sanitiser, for display.
+    shown: Shown,
+}
+
+#[derive(Serialize)]
+struct Shown {
+    chat: String,
+    /// `gatekeeper:tool`.
+    what: String,
+    caller: String,
+    resolved_by: Option<String>,
+}
+
+fn entry_view(e: LedgerEntry) -> EntryView {
+    let what = format!(
+        "{}:{}",
+        e.gatekeeper
+            .as_deref()
+            .map(prompt::inline)
+            .unwrap_or_default(),
+        e.tool.as_deref().map(prompt::inline).unwrap_or_default()
+    );
+    let status = match e.kind.as_str() {
+        "action" => format!(
+            "{}{}{}",
+            e.state.clone().unwrap_or_default(),
+            e.resolved_by
+                .as_deref()
+                .map(|b| format!(" by {}", prompt::inline(b)))
+                .unwrap_or_default(),
+            if e.auto_approved { " (auto)" } else { "" }
+        ),
+        _ => format!("observed ({})", e.classified_by.clone().unwrap_or_default()),
+    };
+    let summary = format!(
+        "#{} {} {} {} {} {}",
+        e.id,
+        prompt::inline(&e.chat),
+        e.kind,
+        &what,
+        prompt::inline(&e.caller),
+        status
+    );
+    let shown = Shown {
+        chat: prompt::inline(&e.chat),
+        what,
+        caller: prompt::inline(&e.caller),
+        resolved_by: e.resolved_by.as_deref().map(prompt::inline),
+    };
+    EntryView {
+        entry: e,
+        summary,
+        shown,
+    }
+}
+
+async fn filtered_ledger(
+    st: &AppState,
+    user: String,
+    f: LedgerFilter,
+) -> ApiResult<Vec<EntryView>> {
+    if let Some(chat) = f.chat.clone() {
+        let u = user.clone();
+        let c = chat.clone();
+        if !st.kernel.store().run(move |s| s.may_see(&c, &u)).await? {
+            return Err(no_chat(&chat));
+        }
+    }
+    let entries = st
+        .kernel
+        .store()
+        .run(move |s| {
+            let mut vis = Visible::new(s, &user);
+            let mut out = Vec::new();
+            for e in s.ledger(&f)? {
+                if vis.chat(&e.chat)? {
+                    out.push(entry_view(e));
+                }
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(entries)
+}
+
+async fn chat_observations(
+    State(st): State<AppState>,
+    p: Person,
+    Path(chat): Path<String>,
+) -> ApiResult<Json<Vec<EntryView>>> {
+    let f = LedgerFilter {
+        chat: Some(chat),
+        kind: Some("observation".into()),
+        ..LedgerFilter::default()
+    };
+    Ok(Json(filtered_ledger(&st, p.user, f).await?))
+}
+
+/// The ledger's filters (SPEC L2), as query parameters.
+#[derive(Deserialize, Default)]
+struct LedgerQuery {
+    chat: Option<String>,
+    kind: Option<String>,
+    approved_by: Option<String>,
+    server_claims: Option<bool>,
+    auto_approved: Option<bool>,
+    observed_by: Option<String>,
+}
+
+fn nonempty(s: Option<String>) -> Option<String> {
+    s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+async fn ledger(
+    State(st): State<AppState>,
+    p: Person,
+    q: Result<Query<LedgerQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Vec<EntryView>>> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    let kind = nonempty(q.kind);
+    if let Some(k) = &kind
+        && k != "action"
+        && k != "observation"
+    {
+        return Err(ApiError::bad("kind must be action or observation"));
+    }
+    let f = LedgerFilter {
+        chat: nonempty(q.chat),
+        kind,
+        approved_by: nonempty(q.approved_by),
+        server_claims: q.server_claims.unwrap_or(false),
+        auto_approved: q.auto_approved.unwrap_or(false),
+        observed_by: nonempty(q.observed_by),
+    };
+    Ok(Json(filtered_ledger(&st, p.user, f).await?))
+}
+
+// ----- rules -----
+
+#[derive(Serialize)]
+struct RuleItem {
+    #[serde(flatten)]
+    rule: crate::store::Rule,
+    /// The tag through the sanitiser (a tool name is attacker-written).
+    tag_shown: String,
+}
+
+async fn rules(State(st): State<AppState>, _p: Person) -> ApiResult<Json<Vec<RuleItem>>> {
+    let rules = st.kernel.store().run(|s| s.rules()).await?;
+    Ok(Json(
+        rules
+            .into_iter()
+            .map(|rule| RuleItem {
+                tag_shown: prompt::inline(&rule.tag),
+                rule,
+            })
+            .collect(),
+    ))
+}
+
+#[derive(Deserialize)]
+struct NewRule {
+    tag: String,
+}
+
+#[derive(Serialize)]
+struct RuleView {
+    tag: String,
+    enabled_by: String,
+    key_one: bool,
+    missing: Option<String>,
+    /// Both keys explained, one sentence each (U1).
+    explanation: Vec<String>,
+    /// What the drain after enabling it applied, in chats you may see.
+    applied: Vec<DecisionView>,
+}
+
+/// Enable key two for a tag; the answer explains both keys and says when
+/// key one is missing (the kernel's `RuleReport`).
+async fn rule_add(
+    State(st): State<AppState>,
+    p: Person,
+    Body(b): Body<NewRule>,
+) -> ApiResult<Json<RuleView>> {
+    let tag = b.tag.trim().to_owned();
+    let report = st
+        .kernel
+        .add_rule(&tag, &p.user)
+        .await
+        .map_err(|e| ApiError::bad(format!("{e:#}")))?;
+    let mut applied = Vec::new();
+    for d in &report.applied {
+        let id = match d {
+            Decision::Applied { id, .. }
+            | Decision::Failed { id, .. }
+            | Decision::Rejected { id }
+            | Decision::Refused { id, .. }
+            | Decision::AlreadyApplied { id } => *id,
+        };
+        if visible_action(&st, id, &p.user).await?.is_some() {
+            applied.push(decision_view(d, "approve"));
+        }
+    }
+    let tag_shown = prompt::inline(&report.tag);
+    let mut explanation = vec![format!(
+        "Key two holds: your rule for exactly {tag_shown} is enabled (enabled by {}); it never applies to a same-named tool of another gatekeeper.",
+        prompt::inline(&p.user)
+    )];
+    explanation.push(match &report.missing {
+        None => "Key one holds: the gatekeeper is vetted and the tool is a non-destructive, idempotent action; matching actions are now approved automatically, in order, and the ledger records you as resolved-by.".to_owned(),
+        Some(m) => format!("{m}. Both keys are needed: this rule alone approves nothing."),
+    });
+    Ok(Json(RuleView {
+        tag: report.tag.clone(),
+        enabled_by: p.user,
+        key_one: report.key_one,
+        missing: report.missing.clone(),
+        explanation,
+        applied,
+    }))
+}

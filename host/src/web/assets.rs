@@ -1,0 +1,67 @@
+//! The page: one HTML shell, one script, one stylesheet, embedded in the
+//! binary with `include_str!` and served as separate files, so the
+//! Content-Security-Policy can forbid every inline script and style.
+//!
+//! The shell holds no data: the script fetches the JSON API and builds the
+//! page with DOM text nodes only (`textContent`), never with HTML strings.
+
+use super::AppState;
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+const SHELL: &str = include_str!("static/app.html");
+const SCRIPT: &str = include_str!("static/app.js");
+const STYLE: &str = include_str!("static/app.css");
+
+fn with_type(body: &'static str, content_type: &'static str) -> Response {
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        body,
+    )
+        .into_response()
+}
+
+async fn shell() -> Response {
+    with_type(SHELL, "text/html; charset=utf-8")
+}
+
+async fn script() -> Response {
+    with_type(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+async fn style() -> Response {
+    with_type(STYLE, "text/css; charset=utf-8")
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/api/") || uri.path() == "/api" {
+        return super::api::ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no such API endpoint; docs/api/openapi.json lists them",
+        )
+        .into_response_now();
+    }
+    (
+        StatusCode::NOT_FOUND,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        "not found",
+    )
+        .into_response()
+}
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(shell))
+        .route("/signin", get(shell))
+        .route("/ledger", get(shell))
+        .route("/rules", get(shell))
+        .route("/chats/{chat}", get(shell))
+        .route("/assets/app.js", get(script))
+        .route("/assets/app.css", get(style))
+        .fallback(not_found)
+}

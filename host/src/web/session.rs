@@ -1,0 +1,138 @@
+//! Who is asking: the session cookie and the CSRF check.
+//!
+//! The cookie holds a 256-bit secret; the database holds only its digest
+//! (`store::sessions`). Every request that changes state must also carry
+//! `X-CSRF-Token`, a value derived from the session secret that only a page
+//! of this origin can read (it is served by `GET /api/session`, which the
+//! same-origin policy keeps from other sites). The cookie is HttpOnly (no
+//! script reads it), Secure and SameSite=Strict (never sent on a request
+//! another site starts).
+
+use super::AppState;
+use super::api::ApiError;
+use crate::store::SessionLookup;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{Method, StatusCode};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use sha2::{Digest as _, Sha256};
+
+/// The session cookie's name.
+pub(crate) const COOKIE: &str = "gatehouse_session";
+/// The header every state-changing request carries.
+pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
+
+/// A signed-in person.
+#[derive(Clone, Debug)]
+pub(crate) struct Person {
+    pub user: String,
+    pub secret: String,
+    pub expires_at: i64,
+}
+
+impl Person {
+    pub fn csrf(&self) -> String {
+        csrf_for(&self.secret)
+    }
+}
+
+/// The CSRF token of a session: a digest of its secret under a fixed label,
+/// so it needs no storage and reveals nothing about the secret.
+pub(crate) fn csrf_for(secret: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"gatehouse web csrf v1\0");
+    h.update(secret.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// Compare without an early exit, so timing says nothing about a guess.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The cookie that carries a new session.
+pub(crate) fn session_cookie(secret: String, max_age_ms: i64) -> Cookie<'static> {
+    Cookie::build((COOKIE, secret))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .path("/")
+        .max_age(cookie_max_age(max_age_ms))
+        .build()
+}
+
+/// The cookie that clears the session (sign-out).
+pub(crate) fn removal_cookie() -> Cookie<'static> {
+    Cookie::build((COOKIE, ""))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Strict)
+        .path("/")
+        .max_age(cookie_max_age(0))
+        .build()
+}
+
+fn cookie_max_age(ms: i64) -> time::Duration {
+    time::Duration::milliseconds(ms.max(0))
+}
+
+fn safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+impl FromRequestParts<AppState> for Person {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Person, ApiError> {
+        let jar = CookieJar::from_headers(&parts.headers);
+        let Some(secret) = jar
+            .get(COOKIE)
+            .map(|c| c.value().to_owned())
+            .filter(|v| !v.is_empty())
+        else {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "not signed in: open a sign-in link (`gatehouse token create NAME` prints one)",
+            ));
+        };
+        let s = secret.clone();
+        let lookup = state.kernel.store().run(move |st| st.session(&s)).await?;
+        let person = match lookup {
+            SessionLookup::Valid { user, expires_at } => Person {
+                user,
+                secret,
+                expires_at,
+            },
+            SessionLookup::Expired { .. } => {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "your session expired: sign in again with a new link (`gatehouse token create NAME`)",
+                ));
+            }
+            SessionLookup::Unknown => {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "this session is not known (signed out?): sign in again with a new link (`gatehouse token create NAME`)",
+                ));
+            }
+        };
+        if !safe(&parts.method) {
+            let sent = parts
+                .headers
+                .get(CSRF_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if !same(sent, &person.csrf()) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "missing or wrong X-CSRF-Token header: reload the page (the token comes from GET /api/session)",
+                ));
+            }
+        }
+        Ok(person)
+    }
+}

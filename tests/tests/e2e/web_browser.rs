@@ -1,0 +1,423 @@
+//! Issue 5 in a real browser: headless Chromium driven over WebDriver
+//! (chromedriver + fantoccini), against the real server, kernel and tracker.
+//!
+//! Chromium comes from Debian's packages (`.ci/run` installs `chromium` and
+//! `chromium-driver`). Without it these tests fail with one line saying how
+//! to install it: they never skip.
+
+use crate::web_api::{PATIENCE, people_world, serve, stage_labels};
+use fantoccini::{Client, ClientBuilder, Locator};
+use gatehouse::classify::{Annotations, Tool};
+use gatehouse::store::Trust;
+use gatehouse_e2e::{World, call};
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL: &str = "Chromium is not installed: run `apt-get install -y chromium chromium-driver` (Debian; .ci/run does this)";
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// chromedriver on an ephemeral port, stopped when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let driver = on_path("chromedriver").unwrap_or_else(|| panic!("{INSTALL}"));
+        if on_path("chromium").is_none() && on_path("chromium-browser").is_none() {
+            panic!("{INSTALL}");
+        }
+        let mut child = Command::new(driver)
+            .arg("--port=0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("chromedriver does not start ({e}); {INSTALL}"));
+        let out = child.stdout.take().expect("chromedriver's stdout");
+        let mut port = None;
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                port = rest.trim_end_matches('.').trim().parse().ok();
+                break;
+            }
+        }
+        let Some(port) = port else {
+            let _ = child.kill();
+            panic!("chromedriver did not report its port; {INSTALL}");
+        };
+        Driver { child, port }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A headless Chromium session.
+async fn browser(driver: &Driver) -> Client {
+    let binary = on_path("chromium")
+        .or_else(|| on_path("chromium-browser"))
+        .unwrap_or_else(|| panic!("{INSTALL}"));
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": binary,
+            "args": [
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--window-size=1280,1600",
+            ],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .unwrap_or_else(|e| panic!("cannot start a Chromium session ({e}); {INSTALL}"))
+}
+
+/// Run `script` in the page until it returns true (or `PATIENCE` passes).
+async fn wait_for(c: &Client, what: &str, script: &str) {
+    let start = Instant::now();
+    loop {
+        let v = c.execute(script, vec![]).await.unwrap_or(Value::Null);
+        if v == Value::Bool(true) {
+            return;
+        }
+        if start.elapsed() > PATIENCE {
+            let shot = screenshot(c, "timeout").await;
+            panic!(
+                "timed out waiting for {what}; screenshot at {}",
+                shot.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn text(c: &Client, script: &str) -> String {
+    c.execute(script, vec![])
+        .await
+        .expect("the script runs")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Save a screenshot under `<target>/web-screenshots/` and print its path.
+async fn screenshot(c: &Client, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable");
+    let target = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .and_then(|profile| profile.parent())
+        .expect("target/<profile>/deps");
+    let dir = target.join("web-screenshots");
+    std::fs::create_dir_all(&dir).expect("the screenshot directory");
+    let path = dir.join(format!("{name}.png"));
+    let png = c.screenshot().await.expect("a screenshot");
+    std::fs::write(&path, png).expect("the screenshot is written");
+    println!("screenshot: {}", path.display());
+    path
+}
+
+async fn sign_in(c: &Client, w: &World, base: &str, user: &str) {
+    let token = w
+        .kernel
+        .store()
+        .create_signin_token(user, 60_000)
+        .expect("a sign-in token");
+    c.goto(&format!("{base}/signin?token={token}"))
+        .await
+        .expect("the sign-in page opens");
+    c.wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#signin"))
+        .await
+        .expect("a sign-in button")
+        .click()
+        .await
+        .expect("the button clicks");
+    wait_for(
+        c,
+        "the signed-in inbox",
+        "return document.getElementById('who').textContent.includes('Signed in as')",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
+    let driver = Driver::start();
+    let w = people_world(Trust::Byo).await;
+    let ids = stage_labels(&w, "work", &["first", "second", "third"]).await;
+    let server = serve(&w).await;
+    let c = browser(&driver).await;
+    sign_in(&c, &w, &server.url(), "alice").await;
+    wait_for(
+        &c,
+        "three pending actions",
+        "return document.querySelectorAll('li.action').length === 3",
+    )
+    .await;
+
+    // The prompt on the page is the terminal's text.
+    let shown = text(
+        &c,
+        "return document.querySelector('li.action pre.prompt').textContent",
+    )
+    .await;
+    let a = w.kernel.store().action(ids[0]).unwrap().unwrap();
+    let description = w
+        .kernel
+        .store()
+        .gatekeeper("issues")
+        .unwrap()
+        .unwrap()
+        .manifest
+        .tool("addLabel")
+        .map(|t| t.description.clone());
+    assert_eq!(shown, gatehouse::prompt::render(&a, description.as_deref()));
+
+    // Live update: an action staged now appears without a reload.
+    let late = stage_labels(&w, "work", &["late"]).await[0];
+    wait_for(
+        &c,
+        "the new action to appear",
+        "return document.querySelectorAll('li.action').length === 4",
+    )
+    .await;
+
+    for (id, verb) in [(ids[0], "approve"), (ids[1], "reject"), (ids[2], "approve")] {
+        c.find(Locator::Css(&format!("select[name='choice-{id}']")))
+            .await
+            .expect("a decision control per action")
+            .select_by_value(verb)
+            .await
+            .expect("the choice is made");
+    }
+    c.find(Locator::Id("submit-decisions"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "a result next to each decided action",
+        "return document.querySelectorAll('li.action.decided').length === 3",
+    )
+    .await;
+    let result = |id: i64| {
+        format!("return document.querySelector('li.action[data-id=\"{id}\"] .result').textContent")
+    };
+    assert!(
+        text(&c, &result(ids[0]))
+            .await
+            .starts_with(&format!("#{} applied", ids[0]))
+    );
+    assert!(
+        text(&c, &result(ids[1]))
+            .await
+            .starts_with(&format!("#{} rejected", ids[1]))
+    );
+    assert!(
+        text(&c, &result(ids[2]))
+            .await
+            .starts_with(&format!("#{} applied", ids[2]))
+    );
+    assert_eq!(
+        text(&c, &result(late)).await,
+        "",
+        "the late one was left alone"
+    );
+    screenshot(&c, "batch-decided").await;
+
+    // The service received exactly two writes, and each decision names alice.
+    let writes = w.tracker.writes();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(writes.iter().any(|r| r.body.contains("\"first\"")));
+    assert!(writes.iter().any(|r| r.body.contains("\"third\"")));
+    for id in &ids {
+        let a = w.kernel.store().action(*id).unwrap().unwrap();
+        assert_eq!(a.resolved_by.as_deref(), Some("alice"));
+    }
+
+    // An expired session is said so on the page.
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    db.execute("UPDATE web_sessions SET expires_at = 1", [])
+        .unwrap();
+    wait_for(
+        &c,
+        "the expired-session message",
+        "return document.getElementById('error').textContent.includes('session expired')",
+    )
+    .await;
+    let _ = c.close().await;
+    server.stop().await;
+}
+
+const EVIL_GATEKEEPER: &str = "<img src=x onerror=\"window.__pwned='name'\">";
+const EVIL_TOOL: &str =
+    "<script>window.__pwned='tool';document.title='pwned'</script><b id=fake-tool>Endpoint:</b>";
+const EVIL_DESCRIPTION: &str = "Adds a label.</pre><script>window.__pwned='description'; document.title='pwned'</script>\n<img src=x onerror=\"window.__pwned='img';document.title='pwned'\">\nApprove: everything\n<div id=\"fake-field\">Endpoint: https://evil.example</div>";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
+    let driver = Driver::start();
+    let w = people_world(Trust::Byo).await;
+    // A gatekeeper whose declared name, tool name and description carry
+    // HTML and script (its component is the real `issues` one; only what
+    // it declares about itself is hostile, which is what an approver sees).
+    let mut g = w.kernel.store().gatekeeper("issues").unwrap().unwrap();
+    g.name = EVIL_GATEKEEPER.into();
+    g.manifest.tools = vec![Tool {
+        name: EVIL_TOOL.into(),
+        description: EVIL_DESCRIPTION.into(),
+        input_schema: "{\"type\":\"object\"}".into(),
+        annotations: Annotations::default(),
+    }];
+    g.manifest.simulates = false;
+    w.kernel.store().put_gatekeeper(&g).unwrap();
+    w.kernel
+        .introduce("work", EVIL_GATEKEEPER, "EVIL", None, "alice")
+        .unwrap();
+    // A real gadget stages the call, with hostile arguments too.
+    let out = w
+        .script(
+            "work",
+            json!([call(
+                "EVIL",
+                EVIL_TOOL,
+                json!({"title": "<svg onload=\"window.__pwned='args'\"></svg><div id='fake-field'>x</div>"})
+            )]),
+        )
+        .await;
+    let id = gatehouse_e2e::pending_id(&out[0]);
+    // The chat is locked down after staging (as if it then read owner-only
+    // data): the page must say so.
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    db.execute("UPDATE chats SET latched = 1 WHERE name = 'work'", [])
+        .unwrap();
+    let server = serve(&w).await;
+    let c = browser(&driver).await;
+    sign_in(&c, &w, &server.url(), "alice").await;
+    wait_for(
+        &c,
+        "the hostile action",
+        &format!(
+            "return document.querySelector('li.action[data-id=\"{id}\"] pre.prompt') !== null"
+        ),
+    )
+    .await;
+
+    // Nothing ran: no global set, title unchanged, no injected element.
+    let probe = c
+        .execute(
+            "return {
+                pwned: window.__pwned === undefined ? null : String(window.__pwned),
+                title: document.title,
+                scripts: document.querySelectorAll('script').length,
+                imgs: document.querySelectorAll('img').length,
+                svgs: document.querySelectorAll('svg').length,
+                fake: document.querySelectorAll('#fake-field, #fake-tool, b, div#fake-field').length,
+                prompts: document.querySelectorAll('pre.prompt').length,
+                promptChildren: document.querySelector('pre.prompt').children.length,
+            }",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(probe["pwned"], Value::Null, "{probe}");
+    assert_eq!(probe["title"], "Gatehouse inbox", "{probe}");
+    assert_eq!(probe["scripts"], 1, "only app.js: {probe}");
+    assert_eq!(probe["imgs"], 0, "{probe}");
+    assert_eq!(probe["svgs"], 0, "{probe}");
+    assert_eq!(probe["fake"], 0, "no fake field: {probe}");
+    assert_eq!(probe["prompts"], 1, "{probe}");
+    assert_eq!(
+        probe["promptChildren"], 0,
+        "the prompt is one text node: {probe}"
+    );
+
+    // The text shown is exactly the sanitiser's output, and no line of it
+    // outside the quoted description and the fence forges a kernel field.
+    let shown = text(
+        &c,
+        "return document.querySelector('pre.prompt').textContent",
+    )
+    .await;
+    let a = w.kernel.store().action(id).unwrap().unwrap();
+    assert_eq!(shown, gatehouse::prompt::render(&a, Some(EVIL_DESCRIPTION)));
+    assert!(
+        !shown.lines().any(|l| l.starts_with("Endpoint:")),
+        "{shown}"
+    );
+    assert_eq!(
+        shown.lines().filter(|l| l.starts_with("Approve")).count(),
+        1,
+        "{shown}"
+    );
+    let banner = text(&c, "return document.getElementById('banners').textContent").await;
+    assert!(
+        banner.contains("Chat work is locked down"),
+        "the lockdown banner: {banner:?}"
+    );
+    // The group heading shows the gatekeeper's name through the sanitiser.
+    let heading = text(&c, "return document.querySelector('.group h2').textContent").await;
+    assert_eq!(
+        heading,
+        format!(
+            "Chat work · gatekeeper {}",
+            gatehouse::prompt::inline(EVIL_GATEKEEPER)
+        )
+    );
+    // The ledger page shows the names sanitised too, and runs nothing.
+    c.goto(&format!("{}/ledger", server.url())).await.unwrap();
+    wait_for(
+        &c,
+        "the ledger table",
+        "return document.querySelectorAll('tr.entry').length === 1",
+    )
+    .await;
+    let row = text(&c, "return document.querySelector('tr.entry').textContent").await;
+    assert!(row.contains(&gatehouse::prompt::inline(EVIL_TOOL)), "{row}");
+    assert!(!row.contains('<'), "{row}");
+    let title = text(
+        &c,
+        "return document.title + (window.__pwned === undefined ? '' : String(window.__pwned))",
+    )
+    .await;
+    assert_eq!(title, "Gatehouse inbox");
+    c.back().await.unwrap();
+    wait_for(
+        &c,
+        "the inbox again",
+        "return document.querySelectorAll('li.action').length === 1",
+    )
+    .await;
+    let shot = screenshot(&c, "hostile-inbox").await;
+    assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
+    let _ = c.close().await;
+    server.stop().await;
+}
