@@ -134,3 +134,189 @@ async fn python_triage_sends_the_same_requests_as_rust() {
 async fn javascript_triage_sends_the_same_requests_as_rust() {
     same_requests_as_rust("triage-js").await;
 }
+
+/// An environment variable of the test process that no guest may see.
+const CANARY_NAME: &str = "GATEHOUSE_LANG_CANARY";
+const CANARY_VALUE: &str = "canary-7f3a91-visible-only-to-the-host";
+
+fn set_canary() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: std serialises its own environment accesses; no test in
+        // this binary reads the environment from foreign code, and the value
+        // is set once, before any world using it is created.
+        unsafe { std::env::set_var(CANARY_NAME, CANARY_VALUE) };
+    });
+    assert_eq!(std::env::var(CANARY_NAME).as_deref(), Ok(CANARY_VALUE));
+}
+
+/// Run the probe gadget `name` in a chat with the tracker's gatekeeper,
+/// aiming its connection attempts at the tracker (a real listening server,
+/// so an attempt that got out would show up in its request log).
+async fn probe(name: &str) -> (World, Value, String) {
+    set_canary();
+    let path = langs::guest(name);
+    let w = World::new();
+    langs::seed_compiled(w.home(), &path);
+    w.kernel
+        .install(name, &read(&path), &|_| {})
+        .unwrap_or_else(|e| panic!("{name} does not install: {e:#}"));
+    w.kernel.new_chat("work", "alice").expect("chat");
+    let report = w.turn(name, "work", &w.tracker.host()).await;
+    let text = report.output.unwrap_or_else(|e| {
+        panic!(
+            "the probe turn failed: {e}\nstdout: {}\nstderr: {}",
+            report.stdout, report.stderr
+        )
+    });
+    let found: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("probe output {text:?}: {e}"));
+    assert!(
+        !text.contains(CANARY_VALUE) && !text.contains(TOKEN),
+        "the host's environment or a secret leaked into the gadget: {text}"
+    );
+    assert!(
+        w.tracker.requests().is_empty(),
+        "the gadget reached the tracker: {:?}",
+        w.tracker.requests()
+    );
+    (w, found, text)
+}
+
+fn is_error(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| s.starts_with("error:"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_gadget_cannot_read_host_files_environment_or_open_sockets() {
+    let (_w, found, text) = probe("probe-py").await;
+    assert!(is_error(&found["file"]), "/etc/passwd was readable: {text}");
+    assert!(
+        is_error(&found["environ_file"]),
+        "/proc/self/environ was readable: {text}"
+    );
+    assert!(is_error(&found["dir"]), "/ could be listed: {text}");
+    assert!(is_error(&found["cwd"]), "a working directory could be listed: {text}");
+    assert_eq!(found["env"], serde_json::json!({}), "the environment is empty");
+    assert_eq!(found["getenv_home"], Value::Null, "HOME is not set: {text}");
+    assert!(is_error(&found["socket"]), "a socket was opened: {text}");
+    assert!(is_error(&found["resolve"]), "a name was resolved: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_gadget_cannot_fetch_read_files_or_the_environment() {
+    let (w, found, text) = probe("probe-js").await;
+    // Built without StarlingMonkey's HTTP support, `fetch` may exist but
+    // has no way out: calling it ends the turn, and nothing is sent.
+    let fetched = w
+        .turn("probe-js", "work", &format!("fetch {}", w.tracker.host()))
+        .await;
+    assert!(
+        fetched.output.as_ref().is_err_and(|e| e.contains("crashed")),
+        "fetch did not fail: {:?} ({text})",
+        fetched.output
+    );
+    assert!(
+        w.tracker.requests().is_empty(),
+        "fetch reached the tracker: {:?}",
+        w.tracker.requests()
+    );
+    assert!(is_error(&found["env"]), "an environment was visible: {text}");
+    assert!(is_error(&found["require"]), "a file was read: {text}");
+    assert_eq!(found["globals"], serde_json::json!([]), "{text}");
+}
+
+/// Install with the CLI, twice; the second install compiles nothing and
+/// leaves the cached artifact as it was; then a corrupted artifact is
+/// detected and rebuilt, and the gadget still runs.
+fn install_twice_then_corrupt(name: &str) {
+    let path = langs::guest(name);
+    let path_arg = path.to_string_lossy().into_owned();
+    let w = World::new();
+
+    let first = w.cli(&["install", &path_arg, "--name", "triage"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stdout(&first).contains("installed gadget triage"),
+        "{}",
+        stdout(&first)
+    );
+    let notes = stderr(&first);
+    let lines: Vec<&str> = notes.lines().collect();
+    assert!(
+        lines.first().is_some_and(|l| l.starts_with("compiling ")
+            && l.contains("KiB of WebAssembly")),
+        "install says it is compiling before it starts: {notes:?}"
+    );
+    assert!(
+        lines.last().is_some_and(|l| l.starts_with("compiling done in ")),
+        "install says when compiling is done: {notes:?}"
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("compiling")),
+        "only progress notes on stderr: {notes:?}"
+    );
+    let compiled = compiled_files(w.home());
+    assert_eq!(compiled.len(), 1, "{compiled:?}");
+    // Backdate the artifact, so any rewrite shows whatever the clock's
+    // resolution.
+    let backdated = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let set_mtime = |p: &Path| {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .and_then(|f| f.set_modified(backdated))
+            .unwrap_or_else(|e| panic!("cannot backdate {}: {e}", p.display()));
+    };
+    set_mtime(&compiled[0]);
+    let artifact = read(&compiled[0]);
+
+    let second = w.cli(&["install", &path_arg, "--name", "triage"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(stderr(&second), "", "the second install compiles nothing");
+    let modified = std::fs::metadata(&compiled[0])
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
+    assert_eq!(modified, backdated, "the artifact was not rewritten");
+    assert!(read(&compiled[0]) == artifact, "the artifact is unchanged");
+
+    // Corrupt the artifact (same length, one flipped byte in the middle):
+    // the next run detects it, recompiles and works.
+    let mut damaged = artifact.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x5a;
+    std::fs::write(&compiled[0], &damaged)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", compiled[0].display()));
+    set_mtime(&compiled[0]);
+    let chat = w.cli(&["chat", "new", "work"]);
+    assert!(chat.status.success(), "{}", stderr(&chat));
+    let ran = w.cli(&["run", "triage", "--chat", "work", "poll 7"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert!(stdout(&ran).starts_with("#7 error: refused:"), "{}", stdout(&ran));
+    assert_eq!(compiled_files(w.home()), compiled, "one artifact, same name");
+    let rebuilt = read(&compiled[0]);
+    assert!(rebuilt != damaged, "the damaged artifact was rewritten");
+    let modified = std::fs::metadata(&compiled[0])
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
+    assert!(modified != backdated, "the artifact was rebuilt");
+
+    // The rebuilt artifact is trusted by the next process as is.
+    set_mtime(&compiled[0]);
+    let again = w.cli(&["run", "triage", "--chat", "work", "poll 7"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let modified = std::fs::metadata(&compiled[0])
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
+    assert_eq!(modified, backdated, "an intact artifact is loaded, not rebuilt");
+}
+
+#[test]
+fn python_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
+    install_twice_then_corrupt("triage-py");
+}
+
+#[test]
+fn javascript_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
+    install_twice_then_corrupt("triage-js");
+}
