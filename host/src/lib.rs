@@ -11,6 +11,7 @@
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
 //! - [`blueprint`]: a gadget as a file another person installs (B);
+//! - [`scaffold`]: starter projects for gadget authors (`gatehouse new`);
 //! - [`cli`]: the `gatehouse` command; [`demo`]: the guided tour.
 
 pub mod blueprint;
@@ -25,6 +26,7 @@ pub mod observations;
 pub mod overseer;
 pub mod prompt;
 pub mod runtime;
+pub mod scaffold;
 pub mod sharing;
 pub mod store;
 

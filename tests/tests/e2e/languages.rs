@@ -12,7 +12,7 @@ use gatehouse_e2e::langs::{self, Lang};
 use gatehouse_e2e::{TOKEN, World, compiled_files, guest, stderr, stdout};
 use serde_json::Value;
 use std::path::Path;
-use std::sync::Mutex;
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 fn read(path: &Path) -> Vec<u8> {
@@ -319,4 +319,153 @@ fn python_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
 #[test]
 fn javascript_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
     install_twice_then_corrupt("triage-js");
+}
+
+/// The starter `gatehouse new` writes for `lang`, built with the commands
+/// its README gives; returns the built component.
+fn build_starter(w: &World, lang: &str, name: &str) -> std::path::PathBuf {
+    let dir = w.home().join("starter");
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let created = w.cli(&["new", "gadget", name, "--lang", lang, "--dir", &dir_arg]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(
+        stdout(&created).starts_with(&format!("created gadget {name}")),
+        "{}",
+        stdout(&created)
+    );
+    let again = w.cli(&["new", "gadget", name, "--lang", lang, "--dir", &dir_arg]);
+    assert_eq!(again.status.code(), Some(1), "a second starter is refused");
+    assert!(stderr(&again).contains("not empty"), "{}", stderr(&again));
+
+    let pins = langs::repo_root().join("tools/langs");
+    let run = |mut cmd: Command, what: &str| {
+        let o = cmd
+            .current_dir(&dir)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+        assert!(
+            o.status.success(),
+            "{what} failed in the {lang} starter:\n{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+    };
+    match lang {
+        "rust" => {
+            // The cargo running this test, so the starter builds with the
+            // toolchain (and its wasm32-wasip2 target) the repository pins.
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let target = langs::target_dir().join("starter-rust");
+            let mut cmd = Command::new(&cargo);
+            cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+                .env("CARGO_TARGET_DIR", &target);
+            if let Some(rustc) = Path::new(&cargo)
+                .parent()
+                .map(|bin| bin.join("rustc"))
+                .filter(|r| r.exists())
+            {
+                cmd.env("RUSTC", rustc);
+            }
+            for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "RUSTC_WRAPPER"] {
+                cmd.env_remove(var);
+            }
+            run(cmd, "cargo build");
+            target.join(format!(
+                "wasm32-wasip2/release/{}.wasm",
+                name.replace('-', "_")
+            ))
+        }
+        "python" => {
+            assert_eq!(
+                read(&dir.join("requirements.txt")),
+                read(&pins.join("requirements.txt")),
+                "the starter pins the componentize-py the repository verified"
+            );
+            let path = langs::path_with_tools(Lang::Python).unwrap_or_else(|e| panic!("{e}"));
+            let mut cmd = Command::new("sh");
+            cmd.arg("build.sh").env("PATH", path);
+            run(cmd, "sh build.sh");
+            dir.join(format!("{name}.wasm"))
+        }
+        "js" => {
+            let pinned = |p: &Path| -> Value {
+                let v: Value = serde_json::from_slice(&read(p))
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                v["devDependencies"].clone()
+            };
+            assert_eq!(
+                pinned(&dir.join("package.json")),
+                pinned(&pins.join("package.json")),
+                "the starter pins the componentize-js the repository verified"
+            );
+            // What `npm install` would fetch, already installed by
+            // tools/langs/setup.sh with the same pins.
+            let modules = langs::tool_bin(Lang::Js)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .parent()
+                .expect("node_modules/.bin")
+                .to_owned();
+            std::os::unix::fs::symlink(&modules, dir.join("node_modules"))
+                .unwrap_or_else(|e| panic!("cannot link node_modules: {e}"));
+            let mut cmd = Command::new("npm");
+            cmd.args(["run", "--silent", "build"]);
+            run(cmd, "npm run build");
+            dir.join(format!("{name}.wasm"))
+        }
+        other => panic!("no starter language {other}"),
+    }
+}
+
+/// `gatehouse new` for `lang`: the starter builds, installs and runs, alone
+/// and with the tracker's gatekeeper introduced.
+async fn starter_builds_installs_and_runs(lang: &str) {
+    let name = format!("hello-{lang}");
+    let w = World::new();
+    let wasm = build_starter(&w, lang, &name);
+    let wasm_arg = wasm.to_string_lossy().into_owned();
+    let installed = w.cli(&["install", &wasm_arg, "--name", &name]);
+    assert!(installed.status.success(), "{}", stderr(&installed));
+    assert!(
+        stdout(&installed).contains(&format!("installed gadget {name}")),
+        "{}",
+        stdout(&installed)
+    );
+    let chat = w.cli(&["chat", "new", "work"]);
+    assert!(chat.status.success(), "{}", stderr(&chat));
+    let ran = w.cli(&["run", &name, "--chat", "work", "hi"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let out = stdout(&ran);
+    assert!(
+        out.starts_with(&format!("Hello from {name}. You said: ")) && out.contains("hi"),
+        "{out}"
+    );
+    assert!(out.contains("Services introduced: none"), "{out}");
+
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    let introduced = w.cli(&["introduce", "work", "issues", "--key", "ISSUES"]);
+    assert!(introduced.status.success(), "{}", stderr(&introduced));
+    let ran = w.cli(&["run", &name, "--chat", "work", "again"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let out = stdout(&ran);
+    assert!(out.contains("Service ISSUES: listIssues"), "{out}");
+    assert!(
+        out.contains("ISSUES answered: [") && out.contains("Login page shows a blank screen"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_starter_builds_installs_and_runs() {
+    starter_builds_installs_and_runs("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_starter_builds_installs_and_runs() {
+    starter_builds_installs_and_runs("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_javascript_starter_builds_installs_and_runs() {
+    starter_builds_installs_and_runs("js").await;
 }
