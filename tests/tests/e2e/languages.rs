@@ -469,3 +469,41 @@ async fn the_python_starter_builds_installs_and_runs() {
 async fn the_javascript_starter_builds_installs_and_runs() {
     starter_builds_installs_and_runs("js").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_gadget_built_with_http_is_refused_naming_wasi_http() {
+    // The same triage-js, built without `-d http fetch-event`: its
+    // StarlingMonkey imports wasi:http, which gadgets are not given.
+    let bin = langs::tool_bin(Lang::Js).unwrap_or_else(|e| panic!("{e}"));
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let out = scratch.path().join("with-http.wasm");
+    let src = langs::repo_root().join("gadgets/triage-js/app.js");
+    let built = Command::new(bin.join("componentize-js"))
+        .arg("--wit")
+        .arg(langs::repo_root().join("wit"))
+        .args(["-n", "gadget", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .current_dir(scratch.path())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run componentize-js: {e}"));
+    assert!(built.status.success(), "{}", stderr(&built));
+
+    let w = World::new();
+    let err = w
+        .kernel
+        .install("with-http", &read(&out), &|_| {})
+        .map(|g| panic!("a gadget importing wasi:http was installed as {g:?}"))
+        .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("wasi:http") && msg.contains("imports something Gatehouse does not provide"),
+        "the refusal names the import: {msg:?}"
+    );
+    assert!(!msg.contains('\n'), "one line: {msg:?}");
+    assert!(w.gadget_names().is_empty());
+    assert!(
+        compiled_files(w.home()).is_empty(),
+        "a refused component leaves no compiled form"
+    );
+}
