@@ -104,7 +104,9 @@ pub fn new_gadget(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
     for (rel, template) in templates(lang) {
         write(
             rel,
-            &template.replace("{{name}}", name).replace("{{crate}}", &lib),
+            &template
+                .replace("{{name}}", name)
+                .replace("{{crate}}", &lib),
         )?;
     }
     write("wit/gatehouse.wit", WIT)?;
@@ -116,9 +118,9 @@ pub fn new_gadget(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
         Lang::Python => format!(
             "cd {shown}\npython3 -m venv .venv && .venv/bin/pip install -r requirements.txt\nPATH=$PWD/.venv/bin:$PATH sh build.sh\ngatehouse install {name}.wasm"
         ),
-        Lang::Js => format!(
-            "cd {shown}\nnpm install && npm run build\ngatehouse install {name}.wasm"
-        ),
+        Lang::Js => {
+            format!("cd {shown}\nnpm install && npm run build\ngatehouse install {name}.wasm")
+        }
     };
     Ok(Starter { dir, files, next })
 }
@@ -150,7 +152,11 @@ mod tests {
             assert_eq!(wit, WIT);
             for f in &s.files {
                 let text = std::fs::read_to_string(f).expect("readable");
-                assert!(!text.contains("{{"), "{} has a placeholder left", f.display());
+                assert!(
+                    !text.contains("{{"),
+                    "{} has a placeholder left",
+                    f.display()
+                );
             }
             let again = new_gadget("my-gadget", lang, Some(&dir)).map(|s| s.dir);
             assert!(

@@ -249,8 +249,8 @@ pub fn seed_compiled(home: &Path, path: &Path) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let runtime = gatehouse::runtime::Runtime::new(dir.path().to_owned(), crate::test_limits())
             .expect("a runtime");
-        let bytes = std::fs::read(path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let bytes =
+            std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         runtime
             .admit(&bytes, gatehouse::runtime::Role::Gadget, &|_| {})
             .unwrap_or_else(|e| panic!("{} is refused: {e:#}", path.display()));

@@ -60,7 +60,8 @@ async fn triage_scenario(path: &Path, shared_compile: bool) -> Trace {
     let ran = turn("").await;
     assert!(ran.starts_with("Read 2 issues from ISSUES."), "{ran}");
     assert!(
-        ran.contains("createIssue: #2 pending") && ran.contains("addLabel triaged to #1: #3 pending"),
+        ran.contains("createIssue: #2 pending")
+            && ran.contains("addLabel triaged to #1: #3 pending"),
         "{ran}"
     );
     assert!(
@@ -196,8 +197,15 @@ async fn a_python_gadget_cannot_read_host_files_environment_or_open_sockets() {
         "/proc/self/environ was readable: {text}"
     );
     assert!(is_error(&found["dir"]), "/ could be listed: {text}");
-    assert!(is_error(&found["cwd"]), "a working directory could be listed: {text}");
-    assert_eq!(found["env"], serde_json::json!({}), "the environment is empty");
+    assert!(
+        is_error(&found["cwd"]),
+        "a working directory could be listed: {text}"
+    );
+    assert_eq!(
+        found["env"],
+        serde_json::json!({}),
+        "the environment is empty"
+    );
     assert_eq!(found["getenv_home"], Value::Null, "HOME is not set: {text}");
     assert!(is_error(&found["socket"]), "a socket was opened: {text}");
     assert!(is_error(&found["resolve"]), "a name was resolved: {text}");
@@ -212,7 +220,10 @@ async fn a_javascript_gadget_cannot_fetch_read_files_or_the_environment() {
         .turn("probe-js", "work", &format!("fetch {}", w.tracker.host()))
         .await;
     assert!(
-        fetched.output.as_ref().is_err_and(|e| e.contains("crashed")),
+        fetched
+            .output
+            .as_ref()
+            .is_err_and(|e| e.contains("crashed")),
         "fetch did not fail: {:?} ({text})",
         fetched.output
     );
@@ -221,7 +232,10 @@ async fn a_javascript_gadget_cannot_fetch_read_files_or_the_environment() {
         "fetch reached the tracker: {:?}",
         w.tracker.requests()
     );
-    assert!(is_error(&found["env"]), "an environment was visible: {text}");
+    assert!(
+        is_error(&found["env"]),
+        "an environment was visible: {text}"
+    );
     assert!(is_error(&found["require"]), "a file was read: {text}");
     assert_eq!(found["globals"], serde_json::json!([]), "{text}");
 }
@@ -244,12 +258,15 @@ fn install_twice_then_corrupt(name: &str) {
     let notes = stderr(&first);
     let lines: Vec<&str> = notes.lines().collect();
     assert!(
-        lines.first().is_some_and(|l| l.starts_with("compiling ")
-            && l.contains("KiB of WebAssembly")),
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("compiling ") && l.contains("KiB of WebAssembly")),
         "install says it is compiling before it starts: {notes:?}"
     );
     assert!(
-        lines.last().is_some_and(|l| l.starts_with("compiling done in ")),
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with("compiling done in ")),
         "install says when compiling is done: {notes:?}"
     );
     assert!(
@@ -292,8 +309,16 @@ fn install_twice_then_corrupt(name: &str) {
     assert!(chat.status.success(), "{}", stderr(&chat));
     let ran = w.cli(&["run", "triage", "--chat", "work", "poll 7"]);
     assert!(ran.status.success(), "{}", stderr(&ran));
-    assert!(stdout(&ran).starts_with("#7 error: refused:"), "{}", stdout(&ran));
-    assert_eq!(compiled_files(w.home()), compiled, "one artifact, same name");
+    assert!(
+        stdout(&ran).starts_with("#7 error: refused:"),
+        "{}",
+        stdout(&ran)
+    );
+    assert_eq!(
+        compiled_files(w.home()),
+        compiled,
+        "one artifact, same name"
+    );
     let rebuilt = read(&compiled[0]);
     assert!(rebuilt != damaged, "the damaged artifact was rewritten");
     let modified = std::fs::metadata(&compiled[0])
@@ -308,7 +333,10 @@ fn install_twice_then_corrupt(name: &str) {
     let modified = std::fs::metadata(&compiled[0])
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
-    assert_eq!(modified, backdated, "an intact artifact is loaded, not rebuilt");
+    assert_eq!(
+        modified, backdated,
+        "an intact artifact is loaded, not rebuilt"
+    );
 }
 
 #[test]
