@@ -35,9 +35,19 @@ async fn triage_scenario(path: &Path, shared_compile: bool) -> Trace {
     if shared_compile {
         langs::seed_compiled(w.home(), path);
     }
+    let notes = std::sync::Mutex::new(Vec::<String>::new());
     w.kernel
-        .install("triage", &read(path), &|_| {})
+        .install("triage", &read(path), &|m| {
+            notes.lock().expect("notes").push(m.to_owned())
+        })
         .unwrap_or_else(|e| panic!("{} does not install: {e:#}", path.display()));
+    if shared_compile {
+        let notes = notes.lock().expect("notes");
+        assert!(
+            notes.is_empty(),
+            "the shared compiled form was used, nothing compiled: {notes:?}"
+        );
+    }
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
     w.kernel.new_chat("work", "alice").expect("chat");
     w.kernel
