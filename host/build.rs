@@ -77,6 +77,10 @@ fn main() {
     }
 }
 
+/// The package names of the Rust guests directly under `dir`. A directory
+/// without a Cargo.toml is a guest in another language (`gadgets/triage-py`,
+/// `gadgets/triage-js`): its own toolchain builds it (tests/src/langs.rs),
+/// so it is skipped here, as the workspace's `exclude` skips it for cargo.
 fn crate_names(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();

@@ -47,6 +47,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Start a new project: `gatehouse new gadget NAME --lang rust|python|js`.
+    #[command(subcommand)]
+    New(NewCmd),
     /// Install a gadget component (validated and compiled once).
     Install {
         file: PathBuf,
@@ -363,6 +366,19 @@ fn parse_setting(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
+#[derive(Subcommand, Debug)]
+enum NewCmd {
+    /// Write a starter gadget that builds and installs as written.
+    Gadget {
+        name: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::scaffold::Lang,
+        /// Where to write it (default: ./NAME); must be empty or absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
 /// Entry point for the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -415,6 +431,16 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
     if let Command::Demo = cli.command {
         return crate::demo::run(cli.home).await;
     }
+    // A starter needs no home and no kernel.
+    if let Command::New(NewCmd::Gadget { name, lang, dir }) = &cli.command {
+        let starter = crate::scaffold::new_gadget(name, *lang, dir.as_deref())?;
+        println!(
+            "created gadget {name} ({lang:?}) in {}\nnext:\n{}",
+            starter.dir.display(),
+            starter.next
+        );
+        return Ok(true);
+    }
     let home = match &cli.home {
         Some(h) => Home::at(h),
         None => Home::from_env()?,
@@ -431,7 +457,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
     let progress = |m: &str| eprintln!("{m}");
     let me = me.to_owned();
     match command {
-        Command::Demo => unreachable!("handled before the kernel opens"),
+        Command::Demo | Command::New(_) => unreachable!("handled before the kernel opens"),
         Command::Install { file, name } => {
             let bytes = read_component(&file)?;
             let name = match name {

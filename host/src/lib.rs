@@ -12,6 +12,7 @@
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
 //! - [`blueprint`]: a gadget as a file another person installs (B);
+//! - [`scaffold`]: starter projects for gadget authors (`gatehouse new`);
 //! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
 //!   (`gatehouse serve`); [`demo`]: the guided tour.
 
@@ -28,6 +29,7 @@ pub mod observations;
 pub mod overseer;
 pub mod prompt;
 pub mod runtime;
+pub mod scaffold;
 pub mod sharing;
 pub mod store;
 pub mod web;

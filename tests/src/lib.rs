@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub mod langs;
+
 /// The tracker credential stored as the secret `tracker-token`.
 pub const TOKEN: &str = "tok-3c9e1f0d-never-shown-to-guests";
 

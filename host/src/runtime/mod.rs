@@ -15,12 +15,15 @@ use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// The epoch advances this often; deadlines are counted in ticks of it.
 const TICK: Duration = Duration::from_millis(10);
+
+/// How often a long compile reports that it is still going.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Sandbox limits for one store (one gadget turn or one gatekeeper call).
 #[derive(Clone, Debug)]
@@ -397,12 +400,17 @@ impl Runtime {
             "compiling {} KiB of WebAssembly (once; later runs load the compiled form)",
             bytes.len() / 1024
         ));
-        let compiled = self.engine.precompile_component(bytes).map_err(|e| {
+        let started = Instant::now();
+        let compiled = self.precompile_reporting(bytes, progress).map_err(|e| {
             anyhow::anyhow!(
                 "not a valid WebAssembly component: {}",
                 one_line(&format!("{e:#}"))
             )
         })?;
+        progress(&format!(
+            "compiling done in {:.1} s; the compiled form is cached",
+            started.elapsed().as_secs_f64()
+        ));
         let path = self.compiled_path(digest);
         write_atomic(&path, &compiled)?;
         write_atomic(
@@ -413,6 +421,43 @@ impl Runtime {
         let c = unsafe { Component::deserialize(&self.engine, &compiled) }
             .map_err(anyhow::Error::from)?;
         Ok(c)
+    }
+}
+
+impl Runtime {
+    /// Compile on a helper thread and note the elapsed time every
+    /// [`PROGRESS_EVERY`] meanwhile: a Python or JavaScript component
+    /// bundles its language's runtime (10-20 MB) and takes seconds, and a
+    /// silent `install` looks hung. `progress` need not be `Send`, so only
+    /// this thread calls it. Every note starts with "compiling", the one
+    /// word a person (or a test) needs to tell a compile from a cache hit.
+    fn precompile_reporting(
+        &self,
+        bytes: &[u8],
+        progress: &dyn Fn(&str),
+    ) -> wasmtime::Result<Vec<u8>> {
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            let (done, finished) = std::sync::mpsc::channel();
+            let engine = &self.engine;
+            scope.spawn(move || {
+                // The receiver outlives this thread (the scope waits for
+                // it), so the send cannot fail in a way that matters.
+                let _ = done.send(engine.precompile_component(bytes));
+            });
+            loop {
+                match finished.recv_timeout(PROGRESS_EVERY) {
+                    Ok(result) => return result,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => progress(&format!(
+                        "compiling ... {} s so far",
+                        started.elapsed().as_secs()
+                    )),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(wasmtime::Error::msg("the compiler thread stopped early"));
+                    }
+                }
+            }
+        })
     }
 }
 

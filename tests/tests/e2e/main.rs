@@ -11,6 +11,7 @@ mod classification;
 mod cli;
 mod install;
 mod introductions;
+mod languages;
 mod lockdown;
 mod pending_visibility;
 mod sandbox;

@@ -1,0 +1,547 @@
+//! Issue 6: gadgets in Python and JavaScript from the same WIT. Each does
+//! what the Rust `triage` gadget does, and the service cannot tell them
+//! apart; a Python gadget has no more authority than a Rust one; the big
+//! components compile once and are cached safely; `gatehouse new` starters
+//! build, install and run as written.
+//!
+//! The Python and JavaScript components are built by `langs::guest` (cached
+//! across runs) with the toolchains `tools/langs/setup.sh` installs.
+
+use gatehouse::store::Trust;
+use gatehouse_e2e::langs::{self, Lang};
+use gatehouse_e2e::{TOKEN, World, compiled_files, guest, stderr, stdout};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// What one run of the triage scenario produced: the turns' answers and
+/// every request the tracker received (method, path, body).
+#[derive(Debug, PartialEq)]
+struct Trace {
+    outputs: Vec<String>,
+    requests: Vec<(String, String, String)>,
+}
+
+/// The triage scenario with the component at `path`, installed as
+/// `triage`: one run (a read, two staged actions), both approved, then a
+/// `poll` turn that sees them applied.
+async fn triage_scenario(path: &Path, shared_compile: bool) -> Trace {
+    let w = World::new();
+    if shared_compile {
+        langs::seed_compiled(w.home(), path);
+    }
+    let notes = std::sync::Mutex::new(Vec::<String>::new());
+    w.kernel
+        .install("triage", &read(path), &|m| {
+            notes.lock().expect("notes").push(m.to_owned())
+        })
+        .unwrap_or_else(|e| panic!("{} does not install: {e:#}", path.display()));
+    if shared_compile {
+        let notes = notes.lock().expect("notes");
+        assert!(
+            notes.is_empty(),
+            "the shared compiled form was used, nothing compiled: {notes:?}"
+        );
+    }
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").expect("chat");
+    w.kernel
+        .introduce("work", "issues", "ISSUES", None, "alice")
+        .expect("introduce");
+
+    let mut outputs = Vec::new();
+    let mut turn = async |input: &str| {
+        let report = w.turn("triage", "work", input).await;
+        let out = report.output.unwrap_or_else(|e| {
+            panic!(
+                "{} failed on {input:?}: {e}\nstderr: {}",
+                path.display(),
+                report.stderr
+            )
+        });
+        outputs.push(out.clone());
+        out
+    };
+    let ran = turn("").await;
+    assert!(ran.starts_with("Read 2 issues from ISSUES."), "{ran}");
+    assert!(
+        ran.contains("createIssue: #2 pending")
+            && ran.contains("addLabel triaged to #1: #3 pending"),
+        "{ran}"
+    );
+    assert!(
+        w.tracker.writes().is_empty(),
+        "nothing is sent before a decision"
+    );
+    let polled = turn("poll 2 3").await;
+    assert_eq!(polled, "#2 pending\n#3 pending");
+
+    for id in [2, 3] {
+        let decision = w
+            .kernel
+            .approve(id, "alice")
+            .await
+            .unwrap_or_else(|e| panic!("approving #{id}: {e:#}"));
+        assert!(decision.ok(), "#{id} was applied");
+    }
+    let polled = turn("poll #2, 3").await;
+    assert!(
+        polled.starts_with("#2 applied: {") && polled.contains("\n#3 applied: {"),
+        "{polled}"
+    );
+    let refused = turn("poll 99").await;
+    assert!(refused.starts_with("#99 error: refused:"), "{refused}");
+
+    let requests = w
+        .tracker
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.path, r.body))
+        .collect();
+    Trace { outputs, requests }
+}
+
+/// The Rust triage gadget's trace, computed once per test process.
+async fn rust_trace() -> &'static Trace {
+    static TRACE: tokio::sync::OnceCell<Trace> = tokio::sync::OnceCell::const_new();
+    TRACE
+        .get_or_init(async || triage_scenario(&guest("triage"), false).await)
+        .await
+}
+
+async fn same_requests_as_rust(name: &str) {
+    let path = langs::guest(name);
+    let size = read(&path).len();
+    assert!(
+        size > 4 << 20,
+        "{name} is a big component ({size} bytes), as toolchains with a bundled runtime make"
+    );
+    let rust = rust_trace().await;
+    let trace = triage_scenario(&path, true).await;
+    assert_eq!(
+        trace.requests, rust.requests,
+        "{name} sends the service exactly what the Rust triage sends"
+    );
+    assert_eq!(
+        trace.requests.len(),
+        3,
+        "one read and two applied actions: {:?}",
+        trace.requests
+    );
+    assert_eq!(trace.outputs, rust.outputs, "{name} answers as Rust triage");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_triage_sends_the_same_requests_as_rust() {
+    same_requests_as_rust("triage-py").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_triage_sends_the_same_requests_as_rust() {
+    same_requests_as_rust("triage-js").await;
+}
+
+/// An environment variable of the test process that no guest may see.
+const CANARY_NAME: &str = "GATEHOUSE_LANG_CANARY";
+const CANARY_VALUE: &str = "canary-7f3a91-visible-only-to-the-host";
+
+fn set_canary() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: std serialises its own environment accesses; no test in
+        // this binary reads the environment from foreign code, and the value
+        // is set once, before any world using it is created.
+        unsafe { std::env::set_var(CANARY_NAME, CANARY_VALUE) };
+    });
+    assert_eq!(std::env::var(CANARY_NAME).as_deref(), Ok(CANARY_VALUE));
+}
+
+/// Run the probe gadget `name` in a chat with the tracker's gatekeeper,
+/// aiming its connection attempts at the tracker (a real listening server,
+/// so an attempt that got out would show up in its request log).
+async fn probe(name: &str) -> (World, Value, String) {
+    set_canary();
+    let path = langs::guest(name);
+    let w = World::new();
+    langs::seed_compiled(w.home(), &path);
+    w.kernel
+        .install(name, &read(&path), &|_| {})
+        .unwrap_or_else(|e| panic!("{name} does not install: {e:#}"));
+    w.kernel.new_chat("work", "alice").expect("chat");
+    let report = w.turn(name, "work", &w.tracker.host()).await;
+    let text = report.output.unwrap_or_else(|e| {
+        panic!(
+            "the probe turn failed: {e}\nstdout: {}\nstderr: {}",
+            report.stdout, report.stderr
+        )
+    });
+    let found: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("probe output {text:?}: {e}"));
+    assert!(
+        !text.contains(CANARY_VALUE) && !text.contains(TOKEN),
+        "the host's environment or a secret leaked into the gadget: {text}"
+    );
+    assert!(
+        w.tracker.requests().is_empty(),
+        "the gadget reached the tracker: {:?}",
+        w.tracker.requests()
+    );
+    (w, found, text)
+}
+
+fn is_error(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| s.starts_with("error:"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_gadget_cannot_read_host_files_environment_or_open_sockets() {
+    let (_w, found, text) = probe("probe-py").await;
+    assert!(is_error(&found["file"]), "/etc/passwd was readable: {text}");
+    assert!(
+        is_error(&found["environ_file"]),
+        "/proc/self/environ was readable: {text}"
+    );
+    assert!(is_error(&found["dir"]), "/ could be listed: {text}");
+    assert!(
+        is_error(&found["cwd"]),
+        "a working directory could be listed: {text}"
+    );
+    assert_eq!(
+        found["env"],
+        serde_json::json!({}),
+        "the environment is empty"
+    );
+    assert_eq!(found["getenv_home"], Value::Null, "HOME is not set: {text}");
+    assert!(is_error(&found["socket"]), "a socket was opened: {text}");
+    assert!(is_error(&found["resolve"]), "a name was resolved: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_gadget_cannot_fetch_read_files_or_the_environment() {
+    let (w, found, text) = probe("probe-js").await;
+    // Built without StarlingMonkey's HTTP support, `fetch` may exist but
+    // has no way out: calling it ends the turn, and nothing is sent.
+    let fetched = w
+        .turn("probe-js", "work", &format!("fetch {}", w.tracker.host()))
+        .await;
+    assert!(
+        fetched
+            .output
+            .as_ref()
+            .is_err_and(|e| e.contains("crashed")),
+        "fetch did not fail: {:?} ({text})",
+        fetched.output
+    );
+    assert!(
+        w.tracker.requests().is_empty(),
+        "fetch reached the tracker: {:?}",
+        w.tracker.requests()
+    );
+    assert!(
+        is_error(&found["env"]),
+        "an environment was visible: {text}"
+    );
+    assert!(is_error(&found["require"]), "a file was read: {text}");
+    assert_eq!(found["globals"], serde_json::json!([]), "{text}");
+}
+
+/// Install with the CLI, twice; the second install compiles nothing and
+/// leaves the cached artifact as it was; then a corrupted artifact is
+/// detected and rebuilt, and the gadget still runs.
+fn install_twice_then_corrupt(name: &str) {
+    let path = langs::guest(name);
+    let path_arg = path.to_string_lossy().into_owned();
+    let w = World::new();
+
+    let first = w.cli(&["install", &path_arg, "--name", "triage"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stdout(&first).contains("installed gadget triage"),
+        "{}",
+        stdout(&first)
+    );
+    let notes = stderr(&first);
+    let lines: Vec<&str> = notes.lines().collect();
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("compiling ") && l.contains("KiB of WebAssembly")),
+        "install says it is compiling before it starts: {notes:?}"
+    );
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with("compiling done in ")),
+        "install says when compiling is done: {notes:?}"
+    );
+    assert!(
+        lines.iter().all(|l| l.starts_with("compiling")),
+        "only progress notes on stderr: {notes:?}"
+    );
+    let compiled = compiled_files(w.home());
+    assert_eq!(compiled.len(), 1, "{compiled:?}");
+    // Backdate the artifact, so any rewrite shows whatever the clock's
+    // resolution.
+    let backdated = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let set_mtime = |p: &Path| {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .and_then(|f| f.set_modified(backdated))
+            .unwrap_or_else(|e| panic!("cannot backdate {}: {e}", p.display()));
+    };
+    set_mtime(&compiled[0]);
+    let artifact = read(&compiled[0]);
+
+    let second = w.cli(&["install", &path_arg, "--name", "triage"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(stderr(&second), "", "the second install compiles nothing");
+    let modified = std::fs::metadata(&compiled[0])
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
+    assert_eq!(modified, backdated, "the artifact was not rewritten");
+    assert!(read(&compiled[0]) == artifact, "the artifact is unchanged");
+
+    // Corrupt the artifact (same length, one flipped byte in the middle):
+    // the next run detects it, recompiles and works.
+    let mut damaged = artifact.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x5a;
+    std::fs::write(&compiled[0], &damaged)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", compiled[0].display()));
+    set_mtime(&compiled[0]);
+    let chat = w.cli(&["chat", "new", "work"]);
+    assert!(chat.status.success(), "{}", stderr(&chat));
+    let ran = w.cli(&["run", "triage", "--chat", "work", "poll 7"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert!(
+        stdout(&ran).starts_with("#7 error: refused:"),
+        "{}",
+        stdout(&ran)
+    );
+    assert_eq!(
+        compiled_files(w.home()),
+        compiled,
+        "one artifact, same name"
+    );
+    let rebuilt = read(&compiled[0]);
+    assert!(rebuilt != damaged, "the damaged artifact was rewritten");
+    let modified = std::fs::metadata(&compiled[0])
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
+    assert!(modified != backdated, "the artifact was rebuilt");
+
+    // The rebuilt artifact is trusted by the next process as is.
+    set_mtime(&compiled[0]);
+    let again = w.cli(&["run", "triage", "--chat", "work", "poll 7"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let modified = std::fs::metadata(&compiled[0])
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", compiled[0].display()));
+    assert_eq!(
+        modified, backdated,
+        "an intact artifact is loaded, not rebuilt"
+    );
+}
+
+#[test]
+fn python_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
+    install_twice_then_corrupt("triage-py");
+}
+
+#[test]
+fn javascript_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
+    install_twice_then_corrupt("triage-js");
+}
+
+/// The starter `gatehouse new` writes for `lang`, built with the commands
+/// its README gives; returns the built component.
+fn build_starter(w: &World, lang: &str, name: &str) -> std::path::PathBuf {
+    let dir = w.home().join("starter");
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let created = w.cli(&["new", "gadget", name, "--lang", lang, "--dir", &dir_arg]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(
+        stdout(&created).starts_with(&format!("created gadget {name}")),
+        "{}",
+        stdout(&created)
+    );
+    let again = w.cli(&["new", "gadget", name, "--lang", lang, "--dir", &dir_arg]);
+    assert_eq!(again.status.code(), Some(1), "a second starter is refused");
+    assert!(stderr(&again).contains("not empty"), "{}", stderr(&again));
+
+    let pins = langs::repo_root().join("tools/langs");
+    let run = |mut cmd: Command, what: &str| {
+        let o = cmd
+            .current_dir(&dir)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+        assert!(
+            o.status.success(),
+            "{what} failed in the {lang} starter:\n{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+    };
+    match lang {
+        "rust" => {
+            // The cargo running this test, so the starter builds with the
+            // toolchain (and its wasm32-wasip2 target) the repository pins.
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let target = langs::target_dir().join("starter-rust");
+            let mut cmd = Command::new(&cargo);
+            cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+                .env("CARGO_TARGET_DIR", &target);
+            if let Some(rustc) = Path::new(&cargo)
+                .parent()
+                .map(|bin| bin.join("rustc"))
+                .filter(|r| r.exists())
+            {
+                cmd.env("RUSTC", rustc);
+            }
+            for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "RUSTC_WRAPPER"] {
+                cmd.env_remove(var);
+            }
+            run(cmd, "cargo build");
+            target.join(format!(
+                "wasm32-wasip2/release/{}.wasm",
+                name.replace('-', "_")
+            ))
+        }
+        "python" => {
+            assert_eq!(
+                read(&dir.join("requirements.txt")),
+                read(&pins.join("requirements.txt")),
+                "the starter pins the componentize-py the repository verified"
+            );
+            let path = langs::path_with_tools(Lang::Python).unwrap_or_else(|e| panic!("{e}"));
+            let mut cmd = Command::new("sh");
+            cmd.arg("build.sh").env("PATH", path);
+            run(cmd, "sh build.sh");
+            dir.join(format!("{name}.wasm"))
+        }
+        "js" => {
+            let pinned = |p: &Path| -> Value {
+                let v: Value = serde_json::from_slice(&read(p))
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                v["devDependencies"].clone()
+            };
+            assert_eq!(
+                pinned(&dir.join("package.json")),
+                pinned(&pins.join("package.json")),
+                "the starter pins the componentize-js the repository verified"
+            );
+            // What `npm install` would fetch, already installed by
+            // tools/langs/setup.sh with the same pins.
+            let modules = langs::tool_bin(Lang::Js)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .parent()
+                .expect("node_modules/.bin")
+                .to_owned();
+            std::os::unix::fs::symlink(&modules, dir.join("node_modules"))
+                .unwrap_or_else(|e| panic!("cannot link node_modules: {e}"));
+            let mut cmd = Command::new("npm");
+            cmd.args(["run", "--silent", "build"]);
+            run(cmd, "npm run build");
+            dir.join(format!("{name}.wasm"))
+        }
+        other => panic!("no starter language {other}"),
+    }
+}
+
+/// `gatehouse new` for `lang`: the starter builds, installs and runs, alone
+/// and with the tracker's gatekeeper introduced.
+async fn starter_builds_installs_and_runs(lang: &str) {
+    let name = format!("hello-{lang}");
+    let w = World::new();
+    let wasm = build_starter(&w, lang, &name);
+    let wasm_arg = wasm.to_string_lossy().into_owned();
+    let installed = w.cli(&["install", &wasm_arg, "--name", &name]);
+    assert!(installed.status.success(), "{}", stderr(&installed));
+    assert!(
+        stdout(&installed).contains(&format!("installed gadget {name}")),
+        "{}",
+        stdout(&installed)
+    );
+    let chat = w.cli(&["chat", "new", "work"]);
+    assert!(chat.status.success(), "{}", stderr(&chat));
+    let ran = w.cli(&["run", &name, "--chat", "work", "hi"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let out = stdout(&ran);
+    assert!(
+        out.starts_with(&format!("Hello from {name}. You said: ")) && out.contains("hi"),
+        "{out}"
+    );
+    assert!(out.contains("Services introduced: none"), "{out}");
+
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    let introduced = w.cli(&["introduce", "work", "issues", "--key", "ISSUES"]);
+    assert!(introduced.status.success(), "{}", stderr(&introduced));
+    let ran = w.cli(&["run", &name, "--chat", "work", "again"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let out = stdout(&ran);
+    assert!(out.contains("Service ISSUES: listIssues"), "{out}");
+    assert!(
+        out.contains("ISSUES answered: [") && out.contains("Login page shows a blank screen"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_starter_builds_installs_and_runs() {
+    starter_builds_installs_and_runs("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_starter_builds_installs_and_runs() {
+    starter_builds_installs_and_runs("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_javascript_starter_builds_installs_and_runs() {
+    starter_builds_installs_and_runs("js").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_gadget_built_with_http_is_refused_naming_wasi_http() {
+    // The same triage-js, built without `-d http fetch-event`: its
+    // StarlingMonkey imports wasi:http, which gadgets are not given.
+    let bin = langs::tool_bin(Lang::Js).unwrap_or_else(|e| panic!("{e}"));
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let out = scratch.path().join("with-http.wasm");
+    let src = langs::repo_root().join("gadgets/triage-js/app.js");
+    let built = Command::new(bin.join("componentize-js"))
+        .arg("--wit")
+        .arg(langs::repo_root().join("wit"))
+        .args(["-n", "gadget", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .current_dir(scratch.path())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run componentize-js: {e}"));
+    assert!(built.status.success(), "{}", stderr(&built));
+
+    let w = World::new();
+    let err = w
+        .kernel
+        .install("with-http", &read(&out), &|_| {})
+        .map(|g| panic!("a gadget importing wasi:http was installed as {g:?}"))
+        .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("wasi:http") && msg.contains("imports something Gatehouse does not provide"),
+        "the refusal names the import: {msg:?}"
+    );
+    assert!(!msg.contains('\n'), "one line: {msg:?}");
+    assert!(w.gadget_names().is_empty());
+    assert!(
+        compiled_files(w.home()).is_empty(),
+        "a refused component leaves no compiled form"
+    );
+}
