@@ -138,23 +138,30 @@ impl Authority {
         if claims.tenant != self.tenant {
             return Err(CertRefusal::Foreign);
         }
-        if claims.run != run {
-            return Err(CertRefusal::WrongRun {
-                got: claims.run,
-                want: run,
-            });
-        }
-        if claims.step != step {
-            return Err(CertRefusal::WrongStep {
-                got: claims.step,
-                want: step.to_owned(),
-            });
-        }
-        if now >= claims.expires_at {
-            return Err(CertRefusal::Expired);
-        }
+        check_binding(&claims, run, step, now)?;
         Ok(claims)
     }
+}
+
+/// The checks a signed certificate must pass on every use: this run, this
+/// step, not expired at `now`.
+pub fn check_binding(claims: &Claims, run: i64, step: &str, now: i64) -> Result<(), CertRefusal> {
+    if claims.run != run {
+        return Err(CertRefusal::WrongRun {
+            got: claims.run,
+            want: run,
+        });
+    }
+    if claims.step != step {
+        return Err(CertRefusal::WrongStep {
+            got: claims.step.clone(),
+            want: step.to_owned(),
+        });
+    }
+    if now >= claims.expires_at {
+        return Err(CertRefusal::Expired);
+    }
+    Ok(())
 }
 
 fn seed() -> anyhow::Result<[u8; 32]> {

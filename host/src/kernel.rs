@@ -57,6 +57,8 @@ pub struct StepContext {
     pub certificate: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
     /// Set when a call was refused by the gate: the step waits for a decision.
     pub gated: Arc<std::sync::atomic::AtomicBool>,
+    /// The certificate whose signature was verified in this attempt.
+    pub verified: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
 }
 
 impl Turn {
@@ -526,40 +528,8 @@ impl Kernel {
         turn: &Turn,
         key: &str,
     ) -> anyhow::Result<Result<Binding, CallError>> {
-        // One trip to the store: the introduction and its gatekeeper, whose
-        // record carries the trust tier as it is now (K3).
-        let (chat, wanted) = (turn.chat.clone(), key.to_owned());
-        let (intros, gatekeeper, chat_latched, collaborators) = self
-            .store()
-            .run(move |s| {
-                let intros = s.introductions(&chat)?;
-                let g = match intros.iter().find(|i| i.key == wanted) {
-                    Some(i) => s.gatekeeper(&i.gatekeeper)?,
-                    None => None,
-                };
-                let latched = s.chat(&chat)?.is_some_and(|c| c.latched);
-                let collaborators = s.collaborators(&chat)?;
-                Ok((intros, g, latched, collaborators))
-            })
-            .await?;
-        let Some(intro) = intros.iter().find(|i| i.key == key) else {
-            return Ok(Err(CallError::UnknownKey {
-                key: key.to_owned(),
-                known: intros.into_iter().map(|i| i.key).collect(),
-            }));
-        };
-        let Some(gatekeeper) = gatekeeper else {
-            return Ok(Err(CallError::Refused(format!(
-                "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
-            ))));
-        };
-        Ok(Ok(Binding {
-            key: key.to_owned(),
-            gatekeeper,
-            grant: intro.tools.clone(),
-            chat_latched,
-            collaborators: collaborators.into_iter().map(|c| c.user).collect(),
-        }))
+        let (chat, key) = (turn.chat.clone(), key.to_owned());
+        self.store().run(move |s| resolve_in(s, &chat, &key)).await
     }
 
     /// A gadget's call: classify, then read now or stage. This is what the
@@ -882,6 +852,35 @@ impl Kernel {
         };
         Ok((invocation, reach))
     }
+}
+
+/// Resolve `key` in `chat` (SPEC C2, C3), in the caller's trip to the
+/// store: the introduction and its gatekeeper, whose record carries the
+/// trust tier as it is now (K3), the latch and the collaborators.
+pub(crate) fn resolve_in(
+    s: &Store,
+    chat: &str,
+    key: &str,
+) -> anyhow::Result<Result<Binding, CallError>> {
+    let intros = s.introductions(chat)?;
+    let Some(intro) = intros.iter().find(|i| i.key == key) else {
+        return Ok(Err(CallError::UnknownKey {
+            key: key.to_owned(),
+            known: intros.into_iter().map(|i| i.key).collect(),
+        }));
+    };
+    let Some(gatekeeper) = s.gatekeeper(&intro.gatekeeper)? else {
+        return Ok(Err(CallError::Refused(format!(
+            "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
+        ))));
+    };
+    Ok(Ok(Binding {
+        key: key.to_owned(),
+        gatekeeper,
+        grant: intro.tools.clone(),
+        chat_latched: s.chat(chat)?.is_some_and(|c| c.latched),
+        collaborators: s.collaborators(chat)?.into_iter().map(|c| c.user).collect(),
+    }))
 }
 
 /// The settings a gatekeeper sees: the operator's, plus `allowed-hosts`.

@@ -398,6 +398,7 @@ impl Kernel {
             step: step.step.clone(),
             certificate: Arc::new(std::sync::Mutex::new(Some((token, claims)))),
             gated: Arc::default(),
+            verified: Arc::default(),
         };
         let mut turn = Turn::new(&step.gadget, chat);
         turn.user = Some(initiator.to_owned());
@@ -548,6 +549,11 @@ impl Kernel {
     /// call reaches a gatekeeper, and an audit row for every decision (G7).
     /// This is what `certificate.call` does; public so that benchmarks
     /// drive the exact same path.
+    ///
+    /// The signature is verified once per step attempt (the token cannot
+    /// change inside it); run, step and expiry are checked on every call,
+    /// and revocation, coverage, the gate, the lists and the audit row are
+    /// one trip to the store.
     pub async fn certified_call(
         &self,
         turn: &Turn,
@@ -563,180 +569,281 @@ impl Kernel {
         };
         let tool_id = format!("{key}:{tool}");
         let digest = grants::args_digest(&args);
-        let deny = |cert: Option<&str>,
-                    requests: &[i64],
-                    authority: &str,
-                    input: Option<&str>,
-                    reason: &str| {
-            self.store().audit(&NewInvocation {
-                run: ctx.run,
-                step: &ctx.step,
-                certificate: cert,
-                requests,
-                authority,
-                tool: &tool_id,
-                args_digest: &digest,
-                decision: "denied",
-                state: None,
-                claim_owner: None,
-                failed_input: input,
-                reason: Some(reason),
-            })
-        };
-        let claims = match self.verify_certificate(token, ctx.run, &ctx.step)? {
-            Ok(c) => c,
-            Err(e) => {
-                let reason = e.to_string();
-                deny(None, &[], "(none)", None, &reason)?;
-                return Ok(Err(CallError::Refused(format!("refused: {reason}"))));
-            }
-        };
-        if !claims.tools.contains(&tool_id) {
-            let reason = format!(
-                "{tool_id} is not in this step's certificate (it may call: {})",
-                claims.tools.join(", ")
-            );
-            deny(Some(&claims.serial), &[], &claims.authority, None, &reason)?;
-            return Ok(Err(CallError::Refused(reason)));
-        }
-        let steps = self.store().run_steps(ctx.run)?;
-        let requests = self.store().requests(Some(ctx.run))?;
-        let cover = coverage(&steps, &requests, &ctx.step);
-        let ids: Vec<i64> = cover.iter().map(|r| r.id).collect();
-        if cover.is_empty() {
-            // Covered by nothing: the normal rules, the initiator's authority.
-            let initiator = self
-                .store()
-                .workflow_run(ctx.run)?
-                .map(|r| r.initiator)
-                .unwrap_or_default();
-            self.store().audit(&NewInvocation {
-                run: ctx.run,
-                step: &ctx.step,
-                certificate: Some(&claims.serial),
-                requests: &ids,
-                authority: &initiator,
-                tool: &tool_id,
-                args_digest: &digest,
-                decision: "allowed",
-                state: None,
-                claim_owner: None,
-                failed_input: None,
-                reason: Some("not covered by an approval: normal rules"),
-            })?;
-            return self.call(turn, key, tool, args).await;
-        }
-        if let Some(r) = cover.iter().find(|r| r.state != "approved") {
-            ctx.gated.store(true, Ordering::SeqCst);
-            let reason = gate_message(&ctx.step, r);
-            deny(Some(&claims.serial), &ids, &claims.authority, None, &reason)?;
-            return Ok(Err(CallError::Refused(reason)));
-        }
-        let authority = approvers(&cover);
-        let parsed: serde_json::Value =
-            serde_json::from_str(&args).unwrap_or(serde_json::Value::Null);
-        let Some(map) = parsed.as_object() else {
-            return Ok(Err(CallError::InvalidArgs(
-                "arguments must be a JSON object".into(),
-            )));
-        };
-        // Every covering list must admit the call: the stricter wins (G5).
-        for r in &cover {
-            let list = grants::allowed_from_stored(&r.allowed.to_string())
-                .map_err(|e| anyhow::anyhow!("request #{} has a damaged list: {e}", r.id))?;
-            if let Err(m) = grants::fits(&list, &tool_id, map) {
-                let reason = format!("refused by approval request #{}: {}", r.id, m.reason);
-                deny(
-                    Some(&claims.serial),
-                    &ids,
-                    &authority,
-                    m.input.as_deref(),
-                    &reason,
+        let signed = self.signed_claims(ctx, token)?;
+        let parsed: Option<serde_json::Map<String, serde_json::Value>> =
+            serde_json::from_str(&args).ok();
+        let (run, step, owner) = (ctx.run, ctx.step.clone(), self.owner().to_owned());
+        let (chat, key_, tool_) = (turn.chat.clone(), key.to_owned(), tool.to_owned());
+        // One trip: the binding (it tells read from action, so that an
+        // action's audit row is its claim) and every stored check.
+        let decided = self
+            .store()
+            .run(move |s| {
+                let binding = match crate::kernel::resolve_in(s, &chat, &key_)? {
+                    Ok(b) => b,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let is_action = binding
+                    .gatekeeper
+                    .manifest
+                    .tool(&tool_)
+                    .is_some_and(|info| {
+                        classify::classify(&info.annotations, binding.gatekeeper.trust).kind
+                            == Kind::Action
+                    });
+                let decision = decide_call(
+                    s,
+                    run,
+                    &step,
+                    signed,
+                    &tool_id,
+                    &digest,
+                    parsed.as_ref(),
+                    is_action,
+                    &owner,
                 )?;
-                return Ok(Err(CallError::Refused(reason)));
-            }
-        }
-        let binding = match self.resolve(turn, key).await? {
-            Ok(b) => b,
+                Ok(Ok((binding, decision)))
+            })
+            .await?;
+        let (binding, decision) = match decided {
+            Ok(x) => x,
             Err(e) => return Ok(Err(e)),
         };
-        let g = binding.gatekeeper.clone();
-        let Some(info) = g.manifest.tool(tool).cloned() else {
-            return Ok(Err(CallError::Refused(format!(
-                "{} has no tool {tool}",
-                g.name
-            ))));
-        };
-        let class = classify::classify(&info.annotations, g.trust);
-        if class.kind == Kind::Read {
-            self.store().audit(&NewInvocation {
-                run: ctx.run,
-                step: &ctx.step,
-                certificate: Some(&claims.serial),
-                requests: &ids,
-                authority: &authority,
-                tool: &tool_id,
-                args_digest: &digest,
-                decision: "allowed",
-                state: None,
-                claim_owner: None,
-                failed_input: None,
-                reason: None,
-            })?;
-            return self.read(turn, &binding, tool, args, g.trust).await;
+        match decision {
+            CallDecision::Denied { reason, gated } => {
+                if gated {
+                    ctx.gated.store(true, Ordering::SeqCst);
+                }
+                Ok(Err(CallError::Refused(reason)))
+            }
+            CallDecision::Uncovered => self.call(turn, key, tool, args).await,
+            CallDecision::Allowed { claim: None } => {
+                let trust = binding.gatekeeper.trust;
+                self.read(turn, &binding, tool, args, trust).await
+            }
+            CallDecision::Allowed { claim: Some(claim) } => {
+                self.apply_now(turn, &binding.gatekeeper, tool, args, claim)
+                    .await
+            }
         }
-        // An approved action runs at once: the audit row is its claim,
-        // committed durably before anything is sent (P1), and it holds a
-        // digest of the arguments, never the arguments (G7).
-        let claim = self.store().audit(&NewInvocation {
-            run: ctx.run,
-            step: &ctx.step,
-            certificate: Some(&claims.serial),
-            requests: &ids,
-            authority: &authority,
-            tool: &tool_id,
-            args_digest: &digest,
-            decision: "allowed",
-            state: Some("applying"),
-            claim_owner: Some(self.owner()),
-            failed_input: None,
-            reason: None,
-        })?;
-        let (invocation, reach) = self.prepare(turn, &g, tool, args).await?;
+    }
+
+    /// The step's certificate, its signature checked once per attempt;
+    /// run, step and expiry are checked on every call.
+    fn signed_claims(
+        &self,
+        ctx: &StepContext,
+        token: &str,
+    ) -> anyhow::Result<Result<Claims, CertRefusal>> {
+        let ca = self.authority()?;
+        let now = crate::store::now_ms();
+        let mut cache = ctx.verified.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((t, claims)) = cache.as_ref()
+            && t == token
+        {
+            return Ok(
+                grants::check_binding(claims, ctx.run, &ctx.step, now).map(|()| claims.clone())
+            );
+        }
+        let verified = ca.verify(token, ctx.run, &ctx.step, now);
+        if let Ok(c) = &verified {
+            *cache = Some((token.to_owned(), c.clone()));
+        }
+        Ok(verified)
+    }
+
+    /// An approved action of a covered step, applied at once: the audit row
+    /// `claim` was committed durably before this sends anything (P1), and
+    /// records only the outcome's class, never the service's message.
+    async fn apply_now(
+        &self,
+        turn: &Turn,
+        g: &crate::store::GatekeeperRecord,
+        tool: &str,
+        args: String,
+        claim: i64,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        let (invocation, reach) = self.prepare(turn, g, tool, args).await?;
         let pre = self.runtime().gatekeeper(&g.digest)?;
         let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
-        match called.outcome {
-            Ok(Ok(output)) => {
-                self.store().finish_invocation(claim, "applied", None)?;
-                Ok(Ok(CallOutcome::Done(output.result)))
-            }
+        let (state, note, answer) = match called.outcome {
+            Ok(Ok(output)) => ("applied", None, Ok(CallOutcome::Done(output.result))),
             Ok(Err(e)) => {
-                // The class only: a service's message may echo the arguments.
                 let class = match &e {
                     gk::wit::ToolError::InvalidArgs(_) => "invalid-args",
                     gk::wit::ToolError::UnknownTool(_) => "unknown-tool",
                     gk::wit::ToolError::Refused(_) => "refused",
                     gk::wit::ToolError::UnknownOutcome(_) => "unknown-outcome",
                 };
-                self.store().finish_invocation(
-                    claim,
+                let message = format!("{} ({tool}): {}", g.name, gk::describe_tool_error(&e));
+                (
                     "failed",
-                    Some(&format!("failed: {class}")),
-                )?;
-                Ok(Err(CallError::Service(format!(
-                    "{} ({tool}): {}",
-                    g.name,
-                    gk::describe_tool_error(&e)
-                ))))
+                    Some(format!("failed: {class}")),
+                    Err(CallError::Service(message)),
+                )
             }
-            Err(gk::Fault::Crashed(m)) => {
-                self.store().finish_invocation(
-                    claim,
-                    "failed",
-                    Some("failed: the gatekeeper crashed"),
-                )?;
-                Ok(Err(CallError::Service(m)))
-            }
+            Err(gk::Fault::Crashed(m)) => (
+                "failed",
+                Some("failed: the gatekeeper crashed".to_owned()),
+                Err(CallError::Service(m)),
+            ),
+        };
+        self.store()
+            .run(move |s| s.finish_invocation(claim, state, note.as_deref()))
+            .await?;
+        Ok(answer)
+    }
+}
+
+/// What the store-side check decided about one call.
+enum CallDecision {
+    Denied {
+        reason: String,
+        gated: bool,
+    },
+    /// Covered by no request: the normal rules apply.
+    Uncovered,
+    /// Allowed; an action's audit row (its claim) when it is one.
+    Allowed {
+        claim: Option<i64>,
+    },
+}
+
+/// Every check of G5 that needs stored state, and the audit row (G7), in
+/// one place: revocation, the signed tool set, coverage and the gate, and
+/// each covering list (the stricter wins).
+#[allow(clippy::too_many_arguments)]
+fn decide_call(
+    s: &crate::store::Store,
+    run: i64,
+    step: &str,
+    signed: Result<Claims, CertRefusal>,
+    tool: &str,
+    digest: &str,
+    args: Option<&serde_json::Map<String, serde_json::Value>>,
+    is_action: bool,
+    owner: &str,
+) -> anyhow::Result<CallDecision> {
+    let row = |cert: Option<&str>,
+               requests: &[i64],
+               authority: &str,
+               decision: &str,
+               state: Option<&str>,
+               input: Option<&str>,
+               reason: Option<&str>|
+     -> anyhow::Result<i64> {
+        s.audit(&NewInvocation {
+            run,
+            step,
+            certificate: cert,
+            requests,
+            authority,
+            tool,
+            args_digest: digest,
+            decision,
+            state,
+            claim_owner: state.map(|_| owner),
+            failed_input: input,
+            reason,
+        })
+    };
+    let deny = |cert: Option<&str>,
+                ids: &[i64],
+                authority: &str,
+                input: Option<&str>,
+                reason: String,
+                gated: bool| {
+        row(cert, ids, authority, "denied", None, input, Some(&reason))?;
+        Ok(CallDecision::Denied { reason, gated })
+    };
+    let claims = match signed {
+        Ok(c) => c,
+        Err(e) => return deny(None, &[], "(none)", None, format!("refused: {e}"), false),
+    };
+    let serial = Some(claims.serial.as_str());
+    match s.certificate_revoked(&claims.serial)? {
+        Some(false) => {}
+        Some(true) => {
+            return deny(
+                serial,
+                &[],
+                &claims.authority,
+                None,
+                format!("refused: {}", CertRefusal::Revoked),
+                false,
+            );
+        }
+        None => {
+            return deny(
+                serial,
+                &[],
+                &claims.authority,
+                None,
+                format!("refused: {}", CertRefusal::Foreign),
+                false,
+            );
         }
     }
+    if !claims.tools.iter().any(|t| t == tool) {
+        let reason = format!(
+            "refused: {tool} is not in this step's certificate (it may call: {})",
+            claims.tools.join(", ")
+        );
+        return deny(serial, &[], &claims.authority, None, reason, false);
+    }
+    let steps = s.run_steps(run)?;
+    let requests = s.requests(Some(run))?;
+    let cover = coverage(&steps, &requests, step);
+    let ids: Vec<i64> = cover.iter().map(|r| r.id).collect();
+    if cover.is_empty() {
+        let initiator = s
+            .workflow_run(run)?
+            .map(|r| r.initiator)
+            .unwrap_or_default();
+        row(
+            serial,
+            &ids,
+            &initiator,
+            "allowed",
+            None,
+            None,
+            Some("not covered by an approval: normal rules"),
+        )?;
+        return Ok(CallDecision::Uncovered);
+    }
+    if let Some(r) = cover.iter().find(|r| r.state != "approved") {
+        return deny(
+            serial,
+            &ids,
+            &claims.authority,
+            None,
+            gate_message(step, r),
+            true,
+        );
+    }
+    let authority = approvers(&cover);
+    let Some(args) = args else {
+        return deny(
+            serial,
+            &ids,
+            &authority,
+            None,
+            "refused: the arguments are not a JSON object".into(),
+            false,
+        );
+    };
+    // Every covering list must admit the call: the stricter wins (G5).
+    for r in &cover {
+        let list = grants::allowed_from_stored(&r.allowed.to_string())
+            .map_err(|e| anyhow::anyhow!("request #{} has a damaged list: {e}", r.id))?;
+        if let Err(m) = grants::fits(&list, tool, args) {
+            let reason = format!("refused by approval request #{}: {}", r.id, m.reason);
+            return deny(serial, &ids, &authority, m.input.as_deref(), reason, false);
+        }
+    }
+    let state = is_action.then_some("applying");
+    let id = row(serial, &ids, &authority, "allowed", state, None, None)?;
+    Ok(CallDecision::Allowed {
+        claim: is_action.then_some(id),
+    })
 }

@@ -421,6 +421,7 @@ fn bench_grants(c: &mut Criterion) {
         step: "work".into(),
         certificate: Default::default(),
         gated: Default::default(),
+        verified: Default::default(),
     });
     let plain = Turn::new("script", &run.chat);
     let args = r#"{"n":1}"#;
