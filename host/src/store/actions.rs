@@ -433,6 +433,27 @@ impl Store {
                 failed.push(id);
             }
         }
+        // Covered workflow calls applied at once claim in the audit (G5):
+        // the same rule, and never sent again.
+        let audits: Vec<(i64, Option<String>)> = {
+            let conn = self.lock();
+            let mut st = conn.prepare_cached(
+                "SELECT id, claim_owner FROM invocations WHERE state = 'applying'",
+            )?;
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?
+        };
+        for (id, owner) in audits {
+            if owner.as_deref().is_some_and(&is_alive) {
+                continue;
+            }
+            self.lock().execute(
+                "UPDATE invocations SET state = 'failed', finished_at = ?3,
+                   reason = 'failed: interrupted after sending (the host stopped while applying)'
+                 WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
+                params![id, owner, now_ms()],
+            )?;
+        }
         Ok(failed)
     }
 

@@ -435,3 +435,44 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupted_covered_apply_is_failed_at_recovery_never_resent() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let s = Store::open(&dir.path().join("g.db"))?;
+        let digest = "0".repeat(64);
+        let row = |owner: &'static str| NewInvocation {
+            run: 1,
+            step: "launch",
+            certificate: Some("serial"),
+            requests: &[1],
+            authority: "carol",
+            tool: "CLOUD:launchInstance",
+            args_digest: &digest,
+            decision: "allowed",
+            state: Some("applying"),
+            claim_owner: Some(owner),
+            failed_input: None,
+            reason: None,
+        };
+        let dead = s.audit(&row("dead-process"))?;
+        let live = s.audit(&row("live-process"))?;
+        s.recover(|owner| owner == "live-process")?;
+        let rows = s.invocations(1)?;
+        let state = |id: i64| {
+            rows.iter()
+                .find(|i| i.id == id)
+                .and_then(|i| i.state.clone())
+        };
+        assert_eq!(state(dead).as_deref(), Some("failed"));
+        assert_eq!(state(live).as_deref(), Some("applying"));
+        // Finishing an already-failed row changes nothing.
+        s.finish_invocation(dead, "applied", None)?;
+        assert_eq!(s.invocations(1)?[0].state.as_deref(), Some("failed"));
+        Ok(())
+    }
+}
