@@ -436,53 +436,17 @@ impl Kernel {
         let Some(ctx) = &turn.step else {
             return Ok(Err("only a workflow step can request an approval".into()));
         };
-        let mut list = match grants::parse_allowed(allowed) {
+        let list = match grants::parse_allowed(allowed) {
             Ok(l) => l,
             Err(e) => return Ok(Err(e)),
         };
-        let steps = self.store().run_steps(ctx.run)?;
-        let reach = forward(&steps, &ctx.step);
-        let covered_tools: BTreeSet<String> = steps
-            .iter()
-            .filter(|s| reach.contains(&s.step))
-            .flat_map(|s| s.tools.iter().cloned())
-            .collect();
-        for (tool, _) in &list {
-            if !covered_tools.contains(tool) {
-                return Ok(Err(format!(
-                    "{tool} is not a tool of this step or the steps after it in the published design; a request can never widen the design"
-                )));
-            }
-        }
-        let chat = self
-            .store()
-            .workflow_run(ctx.run)?
-            .map(|r| r.chat)
-            .unwrap_or_default();
-        let intros = self.store().introductions(&chat)?;
-        for t in &covered_tools {
-            if list.iter().any(|(x, _)| x == t) {
-                continue;
-            }
-            let Some((key, tool)) = t.split_once(':') else {
-                continue;
-            };
-            let Some(intro) = intros.iter().find(|i| i.key == key) else {
-                continue;
-            };
-            if let Some(g) = self.store().gatekeeper(&intro.gatekeeper)?
-                && let Some(info) = g.manifest.tool(tool)
-                && classify::classify(&info.annotations, g.trust).kind == Kind::Read
-            {
-                list.push((t.clone(), ToolRule::AnyInput));
-            }
-        }
-        let stored = grants::allowed_to_json(&list).to_string();
+        let (run, step) = (ctx.run, ctx.step.clone());
         let reason = crate::prompt::excerpt(reason, 500);
-        let id = self
-            .store()
-            .add_request(ctx.run, &ctx.step, &stored, &reason)?;
-        Ok(Ok(id as u64))
+        // Called from a gadget's import: one trip to the store, off the
+        // executor.
+        self.store()
+            .run(move |s| record_request(s, run, &step, list, &reason))
+            .await
     }
 
     /// Decide a request (approve, reject, or withdraw an approval), then
@@ -693,6 +657,51 @@ impl Kernel {
             .await?;
         Ok(answer)
     }
+}
+
+/// Check a step's allowed-calls list against the published design and
+/// store it, with the kernel's "any input" entries for read-only tools.
+fn record_request(
+    s: &crate::store::Store,
+    run: i64,
+    step: &str,
+    mut list: Vec<(String, ToolRule)>,
+    reason: &str,
+) -> anyhow::Result<Result<u64, String>> {
+    let steps = s.run_steps(run)?;
+    let reach = forward(&steps, step);
+    let covered_tools: BTreeSet<String> = steps
+        .iter()
+        .filter(|x| reach.contains(&x.step))
+        .flat_map(|x| x.tools.iter().cloned())
+        .collect();
+    if let Some((tool, _)) = list.iter().find(|(t, _)| !covered_tools.contains(t)) {
+        return Ok(Err(format!(
+            "{tool} is not a tool of this step or the steps after it in the published design; a request can never widen the design"
+        )));
+    }
+    let chat = s.workflow_run(run)?.map(|r| r.chat).unwrap_or_default();
+    let intros = s.introductions(&chat)?;
+    for t in &covered_tools {
+        if list.iter().any(|(x, _)| x == t) {
+            continue;
+        }
+        let Some((key, tool)) = t.split_once(':') else {
+            continue;
+        };
+        let Some(intro) = intros.iter().find(|i| i.key == key) else {
+            continue;
+        };
+        if let Some(g) = s.gatekeeper(&intro.gatekeeper)?
+            && let Some(info) = g.manifest.tool(tool)
+            && classify::classify(&info.annotations, g.trust).kind == Kind::Read
+        {
+            list.push((t.clone(), ToolRule::AnyInput));
+        }
+    }
+    let stored = grants::allowed_to_json(&list).to_string();
+    let id = s.add_request(run, step, &stored, reason)?;
+    Ok(Ok(id as u64))
 }
 
 /// What the store-side check decided about one call.
