@@ -185,15 +185,34 @@ impl Kernel {
         user: &str,
         request: &OpenRequest,
     ) -> anyhow::Result<OpenOutcome> {
-        let (c, user_known, intros, observed) = {
+        // Everything the decision needs from the store, in one trip off the
+        // executor: the chat, the opener, the observation set, and for each
+        // gatekeeper observed through, its record and the opener's account.
+        let (c, user_known, may_see, intros, observed, records, credentials, accounts) = {
             let (chat, user) = (chat.to_owned(), user.to_owned());
+            let chosen = request.accounts.clone();
             self.store()
                 .run(move |s| {
+                    let observed = s.observed_sources(&chat)?;
+                    let mut records = BTreeMap::new();
+                    let mut credentials = BTreeMap::new();
+                    for (g, _) in &observed {
+                        if records.contains_key(g) {
+                            continue;
+                        }
+                        records.insert(g.clone(), s.gatekeeper(g)?);
+                        let label = chosen.get(g).map(String::as_str);
+                        credentials.insert(g.clone(), s.account_credential(&user, g, label)?);
+                    }
                     Ok((
                         s.chat(&chat)?,
                         s.user_exists(&user)?,
+                        s.may_see(&chat, &user)?,
                         s.introductions(&chat)?,
-                        s.observed_sources(&chat)?,
+                        observed,
+                        records,
+                        credentials,
+                        s.accounts(Some(&user))?,
                     ))
                 })
                 .await?
@@ -213,7 +232,7 @@ impl Kernel {
             bail!(crate::store::ShareRefusal::LatchedOpen(chat.to_owned()));
         }
         let link = request.link.as_deref().map(link_digest);
-        if link.is_none() && !self.store().may_see(chat, user)? {
+        if link.is_none() && !may_see {
             bail!(crate::store::ShareRefusal::NotCollaborator {
                 chat: chat.to_owned(),
                 user: user.to_owned(),
@@ -255,14 +274,14 @@ impl Kernel {
                     })
                     .collect()
             };
-            let Some(g) = self.store().gatekeeper(name)? else {
+            let Some(g) = records.get(name).cloned().flatten() else {
                 failures.extend(fail_all(
                     None,
                     "the gatekeeper was removed, so nobody can check this source",
                 ));
                 continue;
             };
-            let account = self.store().account_credential(user, name, label)?;
+            let account = credentials.get(name).cloned().flatten();
             if let (Some(l), None) = (label, &account) {
                 failures.extend(fail_all(None, &format!("{user} has no account {l:?} here")));
                 continue;
@@ -301,7 +320,6 @@ impl Kernel {
         }
 
         if !failures.is_empty() {
-            let accounts = self.store().accounts(Some(user))?;
             let mut alternatives: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for f in &failures {
                 let others: Vec<String> = accounts
@@ -318,8 +336,10 @@ impl Kernel {
                 alternatives,
             });
         }
+        let (c, u, stored) = (chat.to_owned(), user.to_owned(), observers.clone());
         self.store()
-            .admit(chat, user, link.as_deref(), &observers)??;
+            .run(move |s| s.admit(&c, &u, link.as_deref(), &stored))
+            .await??;
         Ok(OpenOutcome::Admitted { observers, checked })
     }
 
