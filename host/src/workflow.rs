@@ -298,14 +298,22 @@ impl Kernel {
     pub async fn advance(&self, run: i64) -> anyhow::Result<RunSummary> {
         let mut outputs = Vec::new();
         loop {
-            let Some(record) = self.store().workflow_run(run)? else {
+            let (record, steps, requests) = self
+                .store()
+                .run(move |s| {
+                    Ok((
+                        s.workflow_run(run)?,
+                        s.run_steps(run)?,
+                        s.requests(Some(run))?,
+                    ))
+                })
+                .await?;
+            let Some(record) = record else {
                 bail!("no workflow run {run}");
             };
             if record.state == "done" || record.state == "failed" {
                 break;
             }
-            let steps = self.store().run_steps(run)?;
-            let requests = self.store().requests(Some(run))?;
             let next = steps.iter().find(|s| {
                 let preds_done = s
                     .preds
@@ -326,10 +334,14 @@ impl Kernel {
                 } else {
                     "waiting"
                 };
-                self.store().set_run_state(run, state)?;
+                self.store()
+                    .run(move |s| s.set_run_state(run, state))
+                    .await?;
                 break;
             };
-            self.store().set_run_state(run, "running")?;
+            self.store()
+                .run(move |s| s.set_run_state(run, "running"))
+                .await?;
             let cover = coverage(&steps, &requests, &step.step);
             let output = self
                 .run_step(&record.initiator, &record.chat, &step, &cover)
@@ -391,8 +403,13 @@ impl Kernel {
             serial: random_hex(16)?,
         };
         let token = ca.issue(&claims)?;
-        self.store().revoke_certificates(step.run, &step.step)?;
-        self.store().put_certificate(&claims)?;
+        let (r, st, c) = (step.run, step.step.clone(), claims.clone());
+        self.store()
+            .run(move |s| {
+                s.revoke_certificates(r, &st)?;
+                s.put_certificate(&c)
+            })
+            .await?;
         let context = StepContext {
             run: step.run,
             step: step.step.clone(),
@@ -404,7 +421,6 @@ impl Kernel {
         turn.user = Some(initiator.to_owned());
         turn.step = Some(context.clone());
         let report = self.run_turn(turn, &step.input).await;
-        self.store().revoke_certificates(step.run, &step.step)?;
         let output = match report {
             Ok(r) => r.output,
             Err(e) => Err(format!("{e:#}")),
@@ -418,8 +434,14 @@ impl Kernel {
             (Ok(_), false) => ("done", None),
             (Err(e), false) => ("failed", Some(crate::runtime::one_line(e))),
         };
+        // The step has ended (for now): its certificate dies with it (G6).
+        let (r, st) = (step.run, step.step.clone());
         self.store()
-            .set_step_status(step.run, &step.step, status, note.as_deref(), true)?;
+            .run(move |s| {
+                s.revoke_certificates(r, &st)?;
+                s.set_step_status(r, &st, status, note.as_deref(), true)
+            })
+            .await?;
         Ok(output)
     }
 
