@@ -571,15 +571,7 @@ impl Kernel {
         let trust = binding.gatekeeper.trust;
         let class = classify::classify(&info.annotations, trust);
         match class.kind {
-            Kind::Read => {
-                if class.outbound && binding.chat_latched {
-                    return Ok(Err(CallError::Refused(format!(
-                        "chat {:?} is locked down (it read owner-only data): outbound reads such as {}:{tool} are refused",
-                        turn.chat, binding.gatekeeper.name
-                    ))));
-                }
-                self.read(turn, &binding, tool, args, trust).await
-            }
+            Kind::Read => self.read(turn, &binding, tool, args, trust, None).await,
             Kind::Action => {
                 let outcome = self.stage(turn, &binding, tool, args, class, trust).await?;
                 if let Ok(CallOutcome::Pending(p)) = &outcome {
@@ -600,6 +592,10 @@ impl Kernel {
         }
     }
 
+    /// A read (SPEC O1, O3, S3): refused when the chat is locked down and
+    /// the read is outbound, or when a collaborator could not see it; else
+    /// made, and recorded before its data is handed over. `audit`: a
+    /// workflow step's audit row, committed with the observation (G7).
     pub(crate) async fn read(
         &self,
         turn: &Turn,
@@ -607,7 +603,19 @@ impl Kernel {
         tool: &str,
         args: String,
         trust: Trust,
+        audit: Option<crate::store::workflows::AuditRow>,
     ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        let outbound = binding
+            .gatekeeper
+            .manifest
+            .tool(tool)
+            .is_none_or(|t| classify::classify(&t.annotations, trust).outbound);
+        if outbound && binding.chat_latched {
+            return Ok(Err(CallError::Refused(format!(
+                "chat {:?} is locked down (it read owner-only data): outbound reads such as {}:{tool} are refused",
+                turn.chat, binding.gatekeeper.name
+            ))));
+        }
         if let Err(e) = crate::store::validate_args(&args) {
             return Ok(Err(CallError::InvalidArgs(e.to_string())));
         }
@@ -658,7 +666,9 @@ impl Kernel {
             Err(gk::Fault::Crashed(m)) => return Ok(Err(CallError::Service(m))),
         };
         // Record first; hand over only if the record was made (O1).
-        match crate::observations::record_read(self, turn, g, tool, trust, account, &output).await {
+        match crate::observations::record_read(self, turn, g, tool, trust, account, audit, &output)
+            .await
+        {
             Ok(Observed::Recorded(_)) => Ok(Ok(CallOutcome::Done(output.result))),
             Ok(Observed::RestrictedInSharedChat) => Ok(Err(CallError::Refused(format!(
                 "chat {:?} is shared, and this read touched owner-only data, which is never handed over in a shared chat; the data was withheld and nothing was recorded",
@@ -762,7 +772,9 @@ impl Kernel {
             result,
             sources: Vec::new(),
         };
-        match crate::observations::record_read(self, turn, g, tool, trust, account, &output).await {
+        match crate::observations::record_read(self, turn, g, tool, trust, account, None, &output)
+            .await
+        {
             Ok(Observed::Recorded(_)) => Ok(Some(output.result)),
             Ok(Observed::RestrictedInSharedChat) | Err(_) => Ok(None),
         }

@@ -10,6 +10,7 @@ use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Trust};
 
 /// Record a read's observation. `Ok(Observed::Recorded)` means the data may
 /// be handed over; anything else means it may not.
+#[allow(clippy::too_many_arguments)]
 pub async fn record_read(
     kernel: &Kernel,
     turn: &Turn,
@@ -17,6 +18,7 @@ pub async fn record_read(
     tool: &str,
     trust: Trust,
     account: Option<String>,
+    audit: Option<crate::store::workflows::AuditRow>,
     output: &wit::Output,
 ) -> anyhow::Result<Observed> {
     let sources: Vec<serde_json::Value> = if output.sources.is_empty() {
@@ -41,6 +43,7 @@ pub async fn record_read(
         account,
         action_ref: None,
         result_bytes: output.result.len(),
+        audit,
     };
     kernel.store().run(move |s| s.observe(&o)).await
 }
@@ -63,6 +66,7 @@ pub async fn record_handover(
         account: None,
         action_ref: Some(a.id),
         result_bytes: result.len(),
+        audit: None,
     };
     kernel.store().run(move |s| s.observe(&o)).await?;
     Ok(())

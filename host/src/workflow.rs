@@ -13,7 +13,7 @@ use crate::classify::{self, Kind};
 use crate::grants::{self, CertRefusal, Claims, ToolRule};
 use crate::kernel::{CallError, CallOutcome, Kernel, StepContext, Turn, check_name, random_hex};
 use crate::runtime::gatekeeper as gk;
-use crate::store::workflows::{NewInvocation, NewStep, RequestRecord, StepRecord};
+use crate::store::workflows::{AuditRow, NewInvocation, NewStep, RequestRecord, StepRecord};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -603,11 +603,23 @@ impl Kernel {
                 Ok(Err(CallError::Refused(reason)))
             }
             CallDecision::Uncovered => self.call(turn, key, tool, args).await,
-            CallDecision::Allowed { claim: None } => {
+            CallDecision::AllowedRead(audit) => {
                 let trust = binding.gatekeeper.trust;
-                self.read(turn, &binding, tool, args, trust).await
+                let out = self
+                    .read(turn, &binding, tool, args, trust, Some(audit.clone()))
+                    .await?;
+                if out.is_err() {
+                    // Nothing was observed, so the row was not written with
+                    // an observation: the decision is recorded on its own.
+                    let row = AuditRow {
+                        reason: Some("allowed; the read itself did not complete".into()),
+                        ..audit
+                    };
+                    self.store().run(move |s| s.audit(&row.allowed())).await?;
+                }
+                Ok(out)
             }
-            CallDecision::Allowed { claim: Some(claim) } => {
+            CallDecision::AllowedAction(claim) => {
                 self.apply_now(turn, &binding.gatekeeper, tool, args, claim)
                     .await
             }
@@ -734,10 +746,10 @@ enum CallDecision {
     },
     /// Covered by no request: the normal rules apply.
     Uncovered,
-    /// Allowed; an action's audit row (its claim) when it is one.
-    Allowed {
-        claim: Option<i64>,
-    },
+    /// An allowed read: its audit row is written with its observation.
+    AllowedRead(AuditRow),
+    /// An allowed action: its audit row, committed, is its claim.
+    AllowedAction(i64),
 }
 
 /// Every check of G5 that needs stored state, and the audit row (G7), in
@@ -872,9 +884,26 @@ fn decide_call(
             return deny(serial, &ids, &authority, m.input.as_deref(), reason, false);
         }
     }
-    let state = is_action.then_some("applying");
-    let id = row(serial, &ids, &authority, "allowed", state, None, None)?;
-    Ok(CallDecision::Allowed {
-        claim: is_action.then_some(id),
-    })
+    if !is_action {
+        return Ok(CallDecision::AllowedRead(AuditRow {
+            run,
+            step: step.to_owned(),
+            certificate: Some(claims.serial.clone()),
+            requests: ids,
+            authority,
+            tool: tool.to_owned(),
+            args_digest: digest.to_owned(),
+            reason: None,
+        }));
+    }
+    let id = row(
+        serial,
+        &ids,
+        &authority,
+        "allowed",
+        Some("applying"),
+        None,
+        None,
+    )?;
+    Ok(CallDecision::AllowedAction(id))
 }

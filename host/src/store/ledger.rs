@@ -20,6 +20,9 @@ pub struct NewObservation {
     /// For the hand-over of an applied action's result (SPEC A4).
     pub action_ref: Option<i64>,
     pub result_bytes: usize,
+    /// The audit row of a workflow step's allowed read (SPEC G7), written
+    /// in the same commit as the observation.
+    pub audit: Option<super::workflows::AuditRow>,
 }
 
 /// One ledger line, as `log` shows it.
@@ -95,6 +98,9 @@ impl Store {
             ],
         )?;
         let id = tx.last_insert_rowid();
+        if let Some(a) = &o.audit {
+            super::workflows::insert_invocation(&tx, &a.allowed())?;
+        }
         // The latch and the observation are written together (SPEC O3).
         if restricted {
             tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;

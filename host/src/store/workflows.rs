@@ -69,6 +69,68 @@ pub struct Invocation {
     pub reason: Option<String>,
 }
 
+/// An audit row owned, to be written later in another transaction (an
+/// allowed read's row is written with its observation, in one commit).
+#[derive(Clone, Debug)]
+pub struct AuditRow {
+    pub run: i64,
+    pub step: String,
+    pub certificate: Option<String>,
+    pub requests: Vec<i64>,
+    pub authority: String,
+    pub tool: String,
+    pub args_digest: String,
+    pub reason: Option<String>,
+}
+
+impl AuditRow {
+    /// The row of an allowed call that needs no claim (a read).
+    pub fn allowed(&self) -> NewInvocation<'_> {
+        NewInvocation {
+            run: self.run,
+            step: &self.step,
+            certificate: self.certificate.as_deref(),
+            requests: &self.requests,
+            authority: &self.authority,
+            tool: &self.tool,
+            args_digest: &self.args_digest,
+            decision: "allowed",
+            state: None,
+            claim_owner: None,
+            failed_input: None,
+            reason: self.reason.as_deref(),
+        }
+    }
+}
+
+/// Insert an audit row on `conn`, inside the caller's transaction.
+pub(super) fn insert_invocation(
+    conn: &rusqlite::Connection,
+    i: &NewInvocation<'_>,
+) -> anyhow::Result<i64> {
+    conn.execute(
+        "INSERT INTO invocations (run, step, certificate, requests, authority, tool, args_digest,
+           decision, state, claim_owner, failed_input, reason, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![
+            i.run,
+            i.step,
+            i.certificate,
+            serde_json::to_string(i.requests)?,
+            i.authority,
+            i.tool,
+            i.args_digest,
+            i.decision,
+            i.state,
+            i.claim_owner,
+            i.failed_input,
+            i.reason,
+            now_ms()
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
 /// An audit row about to be written.
 pub struct NewInvocation<'a> {
     pub run: i64,
@@ -366,27 +428,7 @@ impl Store {
             conn.pragma_update(None, "synchronous", "FULL")?;
         }
         let tx = conn.transaction()?;
-        tx.execute(
-            "INSERT INTO invocations (run, step, certificate, requests, authority, tool, args_digest,
-               decision, state, claim_owner, failed_input, reason, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            params![
-                i.run,
-                i.step,
-                i.certificate,
-                serde_json::to_string(i.requests)?,
-                i.authority,
-                i.tool,
-                i.args_digest,
-                i.decision,
-                i.state,
-                i.claim_owner,
-                i.failed_input,
-                i.reason,
-                now_ms()
-            ],
-        )?;
-        let id = tx.last_insert_rowid();
+        let id = insert_invocation(&tx, i)?;
         let committed = tx.commit();
         if durable {
             conn.pragma_update(None, "synchronous", "NORMAL")?;
