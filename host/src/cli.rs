@@ -333,12 +333,17 @@ enum GatekeeperCmd {
         /// byo (you brought it) or vetted (an operator vouches for it).
         #[arg(long, default_value = "byo")]
         trust: String,
-        /// A host (host:port) it may reach; repeat for more.
+        /// A host it may reach, as host:port (either scheme on that port) or
+        /// host (HTTPS on 443 only); repeat for more.
         #[arg(long = "allow-host")]
         allow_host: Vec<String>,
         /// Name of a stored secret the kernel injects as its credential.
         #[arg(long)]
         secret: Option<String>,
+        /// The allowed host credentials are sent to (required with several
+        /// --allow-host and a --secret; never sent to the others).
+        #[arg(long = "credential-host", value_name = "HOST")]
+        credential_host: Option<String>,
         /// A KEY=VALUE setting passed to every call; repeat for more.
         #[arg(long = "set", value_parser = parse_setting)]
         set: Vec<(String, String)>,
@@ -395,7 +400,7 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -403,7 +408,7 @@ pub fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("error: {}", crate::runtime::one_line(&format!("{e:#}")));
+            errln!("error: {}", crate::prompt::terminal_line(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }
@@ -417,8 +422,10 @@ fn user(cli_user: &Option<String>) -> String {
         .unwrap_or_else(|| "owner".into())
 }
 
+/// `--json` output: the record as JSON, with hidden characters in strings
+/// escaped (`prompt::terminal_json`), so it is safe on a screen too.
 fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    outln!("{}", crate::prompt::terminal_json(v)?);
     Ok(())
 }
 
@@ -434,7 +441,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
     // A starter needs no home and no kernel.
     if let Command::New(NewCmd::Gadget { name, lang, dir }) = &cli.command {
         let starter = crate::scaffold::new_gadget(name, *lang, dir.as_deref())?;
-        println!(
+        outln!(
             "created gadget {name} ({lang:?}) in {}\nnext:\n{}",
             starter.dir.display(),
             starter.next
@@ -446,6 +453,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
         None => Home::from_env()?,
     };
     let me = user(&cli.user);
+    // The acting person becomes owners and `resolved-by`: a name like any
+    // other, never an escape sequence or a flag.
+    crate::kernel::check_name(&me, "person (--as)")?;
     let kernel = Kernel::open(home, Limits::from_env()?)?;
     let ok = command(&kernel, cli.command, &me).await;
     // Never exit while work started beside a gadget still holds a claim.
@@ -454,7 +464,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
 }
 
 async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<bool> {
-    let progress = |m: &str| eprintln!("{m}");
+    let progress = |m: &str| errln!("{m}");
     let me = me.to_owned();
     match command {
         Command::Demo | Command::New(_) => unreachable!("handled before the kernel opens"),
@@ -469,7 +479,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                     .to_owned(),
             };
             let g = kernel.install(&name, &bytes, &progress)?;
-            println!("installed gadget {} ({})", g.name, &g.digest[..12]);
+            outln!("installed gadget {} ({})", g.name, &g.digest[..12]);
         }
         Command::Gadgets { json } => {
             let list = kernel.store().gadgets()?;
@@ -477,7 +487,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&list)?;
             } else {
                 for g in list {
-                    println!("{}  {}", g.name, &g.digest[..12]);
+                    outln!("{}  {}", g.name, &g.digest[..12]);
                 }
             }
         }
@@ -487,15 +497,31 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             trust,
             allow_host,
             secret,
+            credential_host,
             set,
         }) => {
             let trust: Trust = trust.parse()?;
             let bytes = read_component(&file)?;
             let g = kernel
-                .add_gatekeeper(&name, &bytes, trust, allow_host, secret, set, &progress)
+                .add_gatekeeper_with(
+                    &name,
+                    &bytes,
+                    trust,
+                    allow_host,
+                    credential_host,
+                    secret,
+                    set,
+                    &progress,
+                )
                 .await?;
-            let tools: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
-            println!(
+            // Tool names are the component's words: shown through the sanitiser.
+            let tools: Vec<_> = g
+                .manifest
+                .tools
+                .iter()
+                .map(|t| crate::prompt::inline(&t.name))
+                .collect();
+            outln!(
                 "added gatekeeper {} ({}, trust {}); tools: {}",
                 g.name,
                 &g.digest[..12],
@@ -506,7 +532,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Gatekeeper(GatekeeperCmd::Trust { name, tier }) => {
             let t: Trust = tier.parse()?;
             kernel.store().set_trust(&name, t)?;
-            println!("gatekeeper {name} is now {t}");
+            outln!("gatekeeper {name} is now {t}");
         }
         Command::Gatekeepers { json } => {
             let list = kernel.store().gatekeepers()?;
@@ -514,10 +540,10 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&list)?;
             } else {
                 for g in list {
-                    println!("{}  trust={}  hosts={}", g.name, g.trust, g.hosts.join(","));
+                    outln!("{}  trust={}  hosts={}", g.name, g.trust, g.hosts.join(","));
                     for t in &g.manifest.tools {
                         let c = crate::classify::classify(&t.annotations, g.trust);
-                        println!(
+                        outln!(
                             "  {:<24} {:?}{}",
                             crate::prompt::inline(&t.name),
                             c.kind,
@@ -543,11 +569,11 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 );
             }
             kernel.store().put_secret(&name, value)?;
-            println!("stored secret {name}");
+            outln!("stored secret {name}");
         }
         Command::Chat(ChatCmd::New { name }) => {
             kernel.new_chat(&name, &me)?;
-            println!("created chat {name} (owner {me})");
+            outln!("created chat {name} (owner {me})");
         }
         Command::Chats { json } => {
             let list = kernel.store().chats()?;
@@ -555,7 +581,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&list)?;
             } else {
                 for c in list {
-                    println!(
+                    outln!(
                         "{}  owner={}{}",
                         c.name,
                         c.owner,
@@ -575,7 +601,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             tools,
         } => {
             let i = kernel.introduce(&chat, &gatekeeper, &key, tools, &me)?;
-            println!(
+            outln!(
                 "introduced {} into {} as {}{}",
                 i.gatekeeper,
                 i.chat,
@@ -598,16 +624,18 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&report)?;
                 return Ok(report.output.is_ok());
             }
+            // Everything the gadget wrote is attacker text (R2 for the
+            // terminal): hidden characters visible, look-alike lines marked.
             if !report.stdout.is_empty() {
-                eprint!("{}", report.stdout);
+                err!("{}", crate::prompt::terminal_block(&report.stdout));
             }
             if !report.stderr.is_empty() {
-                eprint!("{}", report.stderr);
+                err!("{}", crate::prompt::terminal_block(&report.stderr));
             }
             match report.output {
-                Ok(out) => println!("{out}"),
+                Ok(out) => outln!("{}", crate::prompt::terminal_block(&out)),
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    errln!("error: {}", crate::prompt::terminal_line(&e));
                     return Ok(false);
                 }
             }
@@ -617,10 +645,10 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             if json {
                 print_json(&list)?;
             } else if list.is_empty() {
-                println!("nothing awaits a decision");
+                outln!("nothing awaits a decision");
             } else {
                 for a in list {
-                    println!(
+                    outln!(
                         "#{:<5} {:<12} {}:{}  {}",
                         a.id,
                         crate::prompt::inline(&a.chat),
@@ -644,7 +672,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                     .store()
                     .gatekeeper(&a.gatekeeper)?
                     .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
-                print!("{}", crate::prompt::render(&a, description.as_deref()));
+                out!("{}", crate::prompt::render(&a, description.as_deref()));
             }
         }
         Command::Approve { ids, json } => {
@@ -658,15 +686,18 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             if json {
                 print_json(&r)?;
             } else {
-                println!("rule {} enabled by {me} (key two).", r.tag);
+                outln!(
+                    "rule {} enabled by {me} (key two).",
+                    crate::prompt::inline(&r.tag)
+                );
                 match &r.missing {
-                    None => println!(
+                    None => outln!(
                         "key one holds: the gatekeeper is vetted and the tool is a non-destructive, idempotent action; matching actions are now approved automatically, in order"
                     ),
-                    Some(m) => println!("{m}"),
+                    Some(m) => outln!("{m}"),
                 }
                 for d in &r.applied {
-                    println!("{}", d.line());
+                    outln!("{}", d.line());
                 }
             }
         }
@@ -675,10 +706,14 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             if json {
                 print_json(&rules)?;
             } else if rules.is_empty() {
-                println!("no rules: every action waits for a person");
+                outln!("no rules: every action waits for a person");
             } else {
                 for r in rules {
-                    println!("{}  enabled by {}", r.tag, r.enabled_by);
+                    outln!(
+                        "{}  enabled by {}",
+                        crate::prompt::inline(&r.tag),
+                        crate::prompt::inline(&r.enabled_by)
+                    );
                 }
             }
         }
@@ -686,7 +721,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             if !kernel.store().remove_rule(&tag)? {
                 bail!("no rule for {tag:?}; `gatehouse rules list` shows them");
             }
-            println!("rule {tag} removed");
+            outln!("rule {tag} removed");
         }
         Command::Agent {
             gadget,
@@ -705,12 +740,12 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&r)?;
             } else {
                 match &r.turn.output {
-                    Ok(o) => println!("{o}"),
-                    Err(e) => eprintln!("error: {e}"),
+                    Ok(o) => outln!("{}", crate::prompt::terminal_block(o)),
+                    Err(e) => errln!("error: {}", crate::prompt::terminal_line(e)),
                 }
                 if !r.awaited.is_empty() {
                     let ids: Vec<_> = r.awaited.iter().map(|i| format!("#{i}")).collect();
-                    println!(
+                    outln!(
                         "run {} waits for a decision on {}; it resumes when they are applied",
                         r.run,
                         ids.join(", ")
@@ -725,7 +760,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&runs)?;
             } else {
                 for r in runs {
-                    println!(
+                    outln!(
                         "run {}  {} in {}  {}  turns={}  {}",
                         r.id,
                         r.gadget,
@@ -740,9 +775,9 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Workflow(cmd) => return workflow::execute(kernel, cmd, &me).await,
         Command::User(UserCmd::Add { name }) => {
             if kernel.add_user(&name)? {
-                println!("added {name}");
+                outln!("added {name}");
             } else {
-                println!("{name} was already known");
+                outln!("{name} was already known");
             }
         }
         Command::Users { json } => {
@@ -751,7 +786,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&users)?;
             } else {
                 for u in users {
-                    println!("{u}");
+                    outln!("{u}");
                 }
             }
         }
@@ -767,7 +802,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 .context("cannot read the credential from stdin")?;
             let label = name.unwrap_or_else(|| user.clone());
             let a = kernel.connect_account(&user, &gatekeeper, &label, &credential, default)?;
-            println!(
+            outln!(
                 "connected account {} at {}{}",
                 a.id(),
                 a.gatekeeper,
@@ -780,7 +815,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&list)?;
             } else {
                 for a in list {
-                    println!(
+                    outln!(
                         "{:<24} at {}{}",
                         a.id(),
                         a.gatekeeper,
@@ -792,27 +827,27 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Share { chat, with, link } => {
             if link {
                 let token = kernel.create_share_link(&chat, &me)?;
-                println!("share link for chat {chat} (shown once): {token}");
-                println!("open it with: gatehouse open {chat} --link {token} --as USER");
+                outln!("share link for chat {chat} (shown once): {token}");
+                outln!("open it with: gatehouse open {chat} --link {token} --as USER");
             } else if let Some(with) = with {
                 if kernel.share(&chat, &with, &me)? {
-                    println!(
+                    outln!(
                         "shared chat {chat} with {with}; each time they open it, everything it observed is re-checked with their accounts"
                     );
                 } else {
-                    println!("chat {chat} was already shared with {with}");
+                    outln!("chat {chat} was already shared with {with}");
                 }
             }
         }
         Command::Unshare { chat, with, links } => {
             if links {
                 let n = kernel.revoke_links(&chat, &me)?;
-                println!("revoked {n} share link(s) of chat {chat}");
+                outln!("revoked {n} share link(s) of chat {chat}");
             } else if let Some(with) = with {
                 if !kernel.unshare(&chat, &with, &me)? {
                     bail!("{with} is not a collaborator of chat {chat:?}");
                 }
-                println!("removed {with} from chat {chat}, with their observers");
+                outln!("removed {with} from chat {chat}, with their observers");
             }
         }
         Command::Open {
@@ -830,7 +865,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             let bytes = kernel.export_blueprint(&gadget, chat.as_deref())?;
             std::fs::write(&output, &bytes)
                 .with_context(|| format!("cannot write {}", output.display()))?;
-            println!(
+            outln!(
                 "wrote the blueprint of {gadget} to {} ({} KiB): code and service requirements only",
                 output.display(),
                 bytes.len().div_ceil(1024)
@@ -853,14 +888,14 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 &bind,
                 &progress,
             )?;
-            println!(
+            outln!(
                 "installed {} for {} in new chat {}",
                 i.gadget, i.owner, i.chat
             );
             for b in &i.bound {
                 match &b.account {
-                    Some(a) => println!("  {} -> {} as {a}", b.key, b.gatekeeper),
-                    None => println!(
+                    Some(a) => outln!("  {} -> {} as {a}", b.key, b.gatekeeper),
+                    None => outln!(
                         "  {} -> {} (no account of yours there yet: `gatehouse account connect {} {}`)",
                         b.key, b.gatekeeper, i.owner, b.gatekeeper
                     ),
@@ -868,7 +903,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Serve { port } => {
-            let server = crate::web::start(
+            let mut server = crate::web::start(
                 kernel.clone(),
                 crate::web::Config {
                     port,
@@ -877,7 +912,9 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             )
             .await?;
             let url = server.url();
-            // `token create` links to the running server by reading this.
+            // `token create` links to a running server by reading this;
+            // each `serve` has its own file, so stopping one never removes
+            // another's.
             let url_file = serve_url_file(kernel);
             if let Err(e) = std::fs::write(&url_file, &url) {
                 tracing::warn!(error = %e, "cannot record the inbox's address");
@@ -894,22 +931,38 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 );
                 let _ = out.flush();
             }
-            let served = tokio::select! {
-                r = server.wait() => r,
-                _ = shutdown_signal() => Ok(()),
+            enum Stop {
+                Failed(anyhow::Result<()>),
+                Asked,
+                Vanished,
+            }
+            let stop = tokio::select! {
+                r = server.finished() => Stop::Failed(r),
+                _ = shutdown_signal() => Stop::Asked,
+                _ = kernel.store().vanished() => Stop::Vanished,
             };
+            // Requests and decisions in flight finish first (P8): a claimed
+            // action is sent and recorded, never dropped half-way.
+            server.stop().await;
             let _ = std::fs::remove_file(&url_file);
-            served?;
+            match stop {
+                Stop::Failed(r) => r?,
+                Stop::Asked => {}
+                Stop::Vanished => bail!(
+                    "the state database {} was removed or replaced while serving; the inbox stopped so that nothing more is written to a file nobody will read (restore the database, then start `serve` again)",
+                    kernel.store().path().display()
+                ),
+            }
         }
         Command::Token(TokenCmd::Create { person, url }) => {
             let base = url
-                .or_else(|| std::fs::read_to_string(serve_url_file(kernel)).ok())
+                .or_else(|| running_inbox(kernel))
                 .map(|u| u.trim().trim_end_matches('/').to_owned())
                 .filter(|u| !u.is_empty())
                 .unwrap_or_else(|| format!("http://127.0.0.1:{}", crate::web::DEFAULT_PORT));
             let ttl = i64::try_from(crate::web::SIGNIN_TTL.as_millis()).unwrap_or(i64::MAX);
             let token = kernel.store().create_signin_token(&person, ttl)?;
-            println!("{base}/signin?token={token}");
+            outln!("{base}/signin?token={token}");
         }
         Command::Log {
             chat,
@@ -964,13 +1017,13 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                             "{}{}{}",
                             e.state.unwrap_or_default(),
                             e.resolved_by
-                                .map(|b| format!(" by {b}"))
+                                .map(|b| format!(" by {}", crate::prompt::inline(&b)))
                                 .unwrap_or_default(),
                             if e.auto_approved { " (auto)" } else { "" }
                         ),
                         _ => format!("observed ({})", e.classified_by.unwrap_or_default()),
                     };
-                    println!(
+                    outln!(
                         "#{:<5} {:<12} {:<11} {:<32} {:<20} {}",
                         e.id,
                         crate::prompt::inline(&e.chat),
@@ -986,9 +1039,34 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
     Ok(true)
 }
 
-/// Where a running `serve` records its address.
+/// Where this `serve` process records its address: beside its liveness
+/// lock, `run/<process>.url`.
 fn serve_url_file(kernel: &Kernel) -> PathBuf {
-    kernel.home().root().join("web.url")
+    kernel
+        .home()
+        .run_dir()
+        .join(format!("{}.url", kernel.owner()))
+}
+
+/// The address of the most recently started `serve` that is still running.
+fn running_inbox(kernel: &Kernel) -> Option<String> {
+    let entries = std::fs::read_dir(kernel.home().run_dir()).ok()?;
+    let mut found: Vec<(std::time::SystemTime, String)> = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".url")) else {
+            continue;
+        };
+        if !kernel.is_alive(owner) {
+            continue;
+        }
+        let (Ok(url), Ok(meta)) = (std::fs::read_to_string(e.path()), e.metadata()) else {
+            continue;
+        };
+        found.push((meta.modified().unwrap_or(std::time::UNIX_EPOCH), url));
+    }
+    found.sort();
+    found.pop().map(|(_, url)| url)
 }
 
 /// Ctrl-C, or SIGTERM where there is one.
@@ -1025,9 +1103,9 @@ async fn decide(
         all_ok &= d.ok();
         if !json {
             if d.ok() {
-                println!("{}", d.line());
+                outln!("{}", d.line());
             } else {
-                eprintln!("{}", d.line());
+                errln!("{}", d.line());
             }
         }
         decisions.push(d);

@@ -266,6 +266,14 @@ pub struct Misfit {
 /// Parse a gadget's allowed-calls list. The gadget may not write "any
 /// input" entries (only the kernel adds them, for read-only tools).
 pub fn parse_allowed(json: &str) -> Result<Vec<(String, ToolRule)>, String> {
+    // Stored with the request and shown to the approver: capped like args.
+    if json.len() > crate::store::MAX_ARGS_BYTES {
+        return Err(format!(
+            "the allowed-calls list is {} bytes; at most {} are accepted",
+            json.len(),
+            crate::store::MAX_ARGS_BYTES
+        ));
+    }
     let v: Value = serde_json::from_str(json)
         .map_err(|e| format!("the allowed-calls list is not JSON: {e}"))?;
     let obj = v

@@ -53,6 +53,25 @@ impl Home {
         self.root.join("gatehouse.db")
     }
 
+    /// A file that says this home has held a database: if the database is
+    /// then missing, it was lost, and is not recreated empty.
+    pub fn marker(&self) -> PathBuf {
+        self.root.join("gatehouse.home")
+    }
+
+    /// Write [`Home::marker`] once the database exists.
+    pub fn mark(&self) -> anyhow::Result<()> {
+        let marker = self.marker();
+        if marker.exists() {
+            return Ok(());
+        }
+        std::fs::write(
+            &marker,
+            "This directory holds Gatehouse's state. gatehouse.db beside this file is its database:\nif it is missing, Gatehouse refuses to start rather than begin again empty; restore it\nfrom a backup, or move the whole directory aside to start afresh.\n",
+        )
+        .with_context(|| format!("cannot write {}", marker.display()))
+    }
+
     /// Installed components and their compiled forms, by content digest.
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("components")

@@ -224,7 +224,19 @@ impl Kernel {
     /// still applying (the kernel is opened by every command).
     pub fn open(home: Home, limits: Limits) -> anyhow::Result<Kernel> {
         home.create()?;
-        let store = Store::open(&home.database())?;
+        // A database that vanished is never silently replaced by an empty
+        // one: that would forget every claim, rule and decision.
+        let database = home.database();
+        let marker = home.marker();
+        if !database.exists() && marker.exists() {
+            bail!(
+                "the state database {} is missing, though this home held one (see {}); restore it from a backup, or move the directory aside to start afresh",
+                database.display(),
+                marker.display()
+            );
+        }
+        let store = Store::open(&database)?;
+        home.mark()?;
         let owner = format!("{}-{}", std::process::id(), random_hex(8)?);
         // The file appears under its real name only once locked (rename is
         // atomic), so no other process can ever see it unlocked and take
@@ -258,21 +270,48 @@ impl Kernel {
         Ok(kernel)
     }
 
-    /// Remove the lock files of processes that are gone (their claims, if
-    /// any, were recovered just before).
+    /// Remove the files of processes that are gone (their claims, if any,
+    /// were recovered just before): lock files, the inbox addresses they
+    /// recorded, and lock files left half-made by a process killed while it
+    /// started (unlocked and older than a minute; a live process holds its
+    /// half-made file locked, and for microseconds only).
     fn sweep_liveness(&self) {
-        let Ok(entries) = std::fs::read_dir(self.inner.home.run_dir()) else {
+        let run = self.inner.home.run_dir();
+        let Ok(entries) = std::fs::read_dir(&run) else {
             return;
         };
         for e in entries.flatten() {
             let name = e.file_name();
-            if let Some(owner) = name.to_str().and_then(|n| n.strip_suffix(".lock")) {
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            if let Some(owner) = name.strip_suffix(".lock") {
                 self.is_alive(owner); // removes the file of a dead owner
+            } else if let Some(owner) = name.strip_suffix(".url") {
+                if !self.is_alive(owner) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            } else if name.ends_with(".lock.new") {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
+                let path = e.path();
+                if old
+                    && let Ok(f) = File::options().read(true).write(true).open(&path)
+                    && f.try_lock().is_ok()
+                {
+                    let _ = std::fs::remove_file(&path);
+                }
             }
         }
     }
 
-    fn is_alive(&self, owner: &str) -> bool {
+    /// Whether the kernel process named `owner` still lives (it holds the
+    /// lock on its file). A dead owner's lock file is removed.
+    pub(crate) fn is_alive(&self, owner: &str) -> bool {
         if owner == self.inner.owner {
             return true;
         }
@@ -371,6 +410,8 @@ impl Kernel {
     }
 
     /// Add a gatekeeper instance: validated, then asked for its manifest.
+    /// Credentials go to its only allowed host; see
+    /// [`Kernel::add_gatekeeper_with`] to name one of several.
     #[allow(clippy::too_many_arguments)]
     pub async fn add_gatekeeper(
         &self,
@@ -382,9 +423,48 @@ impl Kernel {
         settings: Vec<(String, String)>,
         progress: &dyn Fn(&str),
     ) -> anyhow::Result<GatekeeperRecord> {
+        self.add_gatekeeper_with(name, bytes, trust, hosts, None, secret, settings, progress)
+            .await
+    }
+
+    /// Add a gatekeeper instance whose credentials go to `credential_host`,
+    /// one of its allowed hosts (SPEC C4). With several allowed hosts and a
+    /// secret, naming it is required: a credential is bound to one host.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn add_gatekeeper_with(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        trust: Trust,
+        hosts: Vec<String>,
+        credential_host: Option<String>,
+        secret: Option<String>,
+        settings: Vec<(String, String)>,
+        progress: &dyn Fn(&str),
+    ) -> anyhow::Result<GatekeeperRecord> {
         check_name(name, "gatekeeper")?;
         for h in &hosts {
             check_host(h)?;
+        }
+        if let Some(c) = &credential_host
+            && !hosts.iter().any(|h| h.eq_ignore_ascii_case(c))
+        {
+            bail!(
+                "--credential-host {c:?} is not one of the allowed hosts ({}); name one of them",
+                hosts.join(", ")
+            );
+        }
+        if secret.is_some() && credential_host.is_none() {
+            match hosts.len() {
+                0 => bail!(
+                    "--secret needs an --allow-host: a credential is sent only to the one host it is for"
+                ),
+                1 => {}
+                _ => bail!(
+                    "with several allowed hosts ({}), name the one the credential is for: --credential-host HOST (it is never sent to the others)",
+                    hosts.join(", ")
+                ),
+            }
         }
         if let Some(s) = &secret
             && self.inner.store.secret(s)?.is_none()
@@ -405,6 +485,7 @@ impl Kernel {
             trust,
             hosts,
             secret,
+            credential_host,
             settings,
             manifest,
             added_at: crate::store::now_ms(),
@@ -509,7 +590,12 @@ impl Kernel {
         )
         .await;
         if !report.stdout.is_empty() || !report.stderr.is_empty() {
-            tracing::info!(gadget = %g.name, stdout = %report.stdout, stderr = %report.stderr, "gadget output");
+            tracing::info!(
+                gadget = %g.name,
+                stdout = %crate::prompt::terminal_line(&report.stdout),
+                stderr = %crate::prompt::terminal_line(&report.stderr),
+                "gadget output"
+            );
         }
         Ok(report)
     }
@@ -635,6 +721,22 @@ impl Kernel {
         let output = match called.outcome {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => {
+                let insecure: Vec<_> = called
+                    .witness
+                    .sent
+                    .iter()
+                    .filter_map(|s| match s {
+                        gk::Sent::Insecure(h) => Some(h.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !insecure.is_empty() {
+                    return Ok(Err(CallError::Service(format!(
+                        "the kernel refused {}'s request to {} before it was sent: it would have carried the credential over plain http, which is allowed only to loopback; use https",
+                        g.name,
+                        insecure.join(", ")
+                    ))));
+                }
                 let denied: Vec<_> = called
                     .witness
                     .sent
@@ -858,10 +960,7 @@ impl Kernel {
             account,
             pending,
         };
-        let reach = Reach {
-            allowed_hosts: g.hosts.clone(),
-            credential,
-        };
+        let reach = Reach::of(g, credential);
         Ok((invocation, reach))
     }
 }
@@ -907,6 +1006,10 @@ pub(crate) fn settings_for(g: &GatekeeperRecord) -> Vec<(String, String)> {
     s
 }
 
+/// Every name a person gives (gadgets, gatekeepers, chats, people, accounts)
+/// is printed on terminals and used in paths and commands: 1-64 ASCII
+/// letters, digits, '.', '_' or '-', not starting with '.' or '-' (so never
+/// `.`, `..` or something that reads as a flag, like `-rf`).
 pub(crate) fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
     if name.is_empty()
         || name.len() > 64
@@ -914,7 +1017,15 @@ pub(crate) fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        bail!("{what} name {name:?} must be 1-64 letters, digits, '.', '_' or '-'");
+        bail!(
+            "{what} name {:?} must be 1-64 letters, digits, '.', '_' or '-'",
+            crate::prompt::terminal_line(&name.chars().take(80).collect::<String>())
+        );
+    }
+    if name.starts_with(['.', '-']) {
+        bail!(
+            "{what} name {name:?} must start with a letter, digit or '_' (not '.' or '-', so it is never `.`, `..` or a flag)"
+        );
     }
     Ok(())
 }

@@ -16,6 +16,9 @@
 //! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
 //!   (`gatehouse serve`); [`demo`]: the guided tour.
 
+#[macro_use]
+mod console;
+
 pub mod blueprint;
 pub mod classify;
 pub mod cli;

@@ -21,6 +21,29 @@ pub async fn record_read(
     audit: Option<crate::store::workflows::AuditRow>,
     output: &wit::Output,
 ) -> anyhow::Result<Observed> {
+    // Every source is recorded (S1) and re-verified later (S2): a read
+    // naming more than can be recorded, or an id too long to keep whole, is
+    // refused rather than recorded in part (A5).
+    if output.sources.len() > crate::store::MAX_SOURCES {
+        anyhow::bail!(
+            "gatekeeper {:?} named {} sources for one read; at most {} are recorded per read",
+            g.name,
+            output.sources.len(),
+            crate::store::MAX_SOURCES
+        );
+    }
+    if let Some(long) = output
+        .sources
+        .iter()
+        .find(|s| s.id.len() > crate::store::MAX_SOURCE_ID_BYTES)
+    {
+        anyhow::bail!(
+            "gatekeeper {:?} named a source id of {} bytes; at most {} are recorded",
+            g.name,
+            long.id.len(),
+            crate::store::MAX_SOURCE_ID_BYTES
+        );
+    }
     let sources: Vec<serde_json::Value> = if output.sources.is_empty() {
         vec![
             serde_json::json!({"id": g.name, "title": format!("gatekeeper {}", g.name), "restricted": false}),
@@ -29,7 +52,10 @@ pub async fn record_read(
         output
             .sources
             .iter()
-            .map(|s| serde_json::json!({"id": s.id, "title": s.title, "restricted": s.restricted}))
+            .map(|s| {
+                let title = crate::store::cut(&s.title, crate::store::MAX_SOURCE_TITLE_BYTES, "title");
+                serde_json::json!({"id": s.id, "title": title, "restricted": s.restricted})
+            })
             .collect()
     };
     let o = NewObservation {
@@ -48,7 +74,9 @@ pub async fn record_read(
     kernel.store().run(move |s| s.observe(&o)).await
 }
 
-/// Record that an applied action's result was handed to the gadget (A4).
+/// Record that an applied action's result was handed to the gadget (A4):
+/// once per action and caller, however often the gadget polls (the store
+/// keeps the first record).
 pub async fn record_handover(
     kernel: &Kernel,
     turn: &Turn,

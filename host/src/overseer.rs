@@ -41,7 +41,10 @@ impl Decision {
         )
     }
 
+    /// One line for a terminal or the inbox. A failure message is the
+    /// gatekeeper's text, so it goes through `prompt::terminal_line`.
     pub fn line(&self) -> String {
+        use crate::prompt::terminal_line;
         match self {
             Decision::Applied { id, result } => {
                 format!("#{id} applied: {}", crate::prompt::excerpt(result, 300))
@@ -52,7 +55,8 @@ impl Decision {
                 retryable: true,
             } => {
                 format!(
-                    "#{id} failed (retryable: nothing took effect; approve it again to retry): {message}"
+                    "#{id} failed (retryable: nothing took effect; approve it again to retry): {}",
+                    terminal_line(message)
                 )
             }
             Decision::Failed {
@@ -60,10 +64,10 @@ impl Decision {
                 message,
                 retryable: false,
             } => {
-                format!("#{id} failed (not retryable): {message}")
+                format!("#{id} failed (not retryable): {}", terminal_line(message))
             }
             Decision::Rejected { id } => format!("#{id} rejected; it was never sent"),
-            Decision::Refused { id, reason } => format!("#{id} refused: {reason}"),
+            Decision::Refused { id, reason } => format!("#{id} refused: {}", terminal_line(reason)),
             Decision::AlreadyApplied { id } => {
                 format!("#{id} was already applied; nothing was sent again")
             }
@@ -139,7 +143,56 @@ impl Kernel {
                 });
             }
         };
-        self.apply(action).await
+        let d = self.apply(action).await?;
+        self.as_recorded(d).await
+    }
+
+    /// The decision as the ledger keeps it. While this process was sending,
+    /// another one may have failed the claim (its recovery took this
+    /// process for dead, e.g. because its liveness file under `run/` was
+    /// removed): then this process's own outcome was not recorded, and what
+    /// it reports is what the ledger says, never "applied" beside a
+    /// `failed` row.
+    async fn as_recorded(&self, d: Decision) -> anyhow::Result<Decision> {
+        let (id, mine) = match &d {
+            Decision::Applied { id, .. } => (*id, "applied"),
+            Decision::Failed { id, .. } => (*id, "failed"),
+            _ => return Ok(d),
+        };
+        let Some(row) = self.store().run(move |s| s.action(id)).await? else {
+            return Ok(d);
+        };
+        let agrees = match &d {
+            Decision::Applied { .. } => row.state == crate::store::ActionState::Applied,
+            Decision::Failed { message, .. } => {
+                row.state == crate::store::ActionState::Failed
+                    && row.error.as_deref() == Some(message.as_str())
+            }
+            _ => true,
+        };
+        if agrees {
+            return Ok(d);
+        }
+        tracing::warn!(id, "the ledger recorded another outcome than this process's send");
+        let note = format!(
+            "this process's own attempt ended {mine} afterwards, but the ledger had already recorded the action as {}, and that stands",
+            row.state
+        );
+        Ok(match row.state {
+            crate::store::ActionState::Applied => Decision::Applied {
+                id,
+                result: row.result.unwrap_or_else(|| "null".into()),
+            },
+            crate::store::ActionState::Failed => Decision::Failed {
+                id,
+                message: format!("{} ({note})", row.error.unwrap_or_default()),
+                retryable: row.retryable == Some(true),
+            },
+            other => Decision::Refused {
+                id,
+                reason: format!("the action is {other} ({note})"),
+            },
+        })
     }
 
     /// Send a claimed action and record the outcome.

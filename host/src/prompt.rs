@@ -112,7 +112,9 @@ fn block_clean(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
-            '\n' => out.push('\n'),
+            // Unicode line separators break lines in some renderers (the
+            // page): they become real line breaks, quoted like any other.
+            '\n' | '\u{2028}' | '\u{2029}' => out.push('\n'),
             '\t' => out.push(' '),
             '\r' => {}
             c if is_hidden(c) => out.push_str(&visible(c)),
@@ -177,6 +179,162 @@ pub fn excerpt(s: &str, max: usize) -> String {
         .filter(|c| !is_hidden(*c))
         .collect();
     cap(one.split_whitespace().collect::<Vec<_>>().join(" "), max)
+}
+
+/// Whether a line of attacker text could pass for one the kernel prints:
+/// a prompt field ([`FIELD_LABELS`]), a decision or ledger line (`#12
+/// applied: ...`), or the CLI's own `error:` line. Leading whitespace does
+/// not hide it.
+pub fn looks_like_kernel_line(line: &str) -> bool {
+    let t = line.trim_start();
+    FIELD_LABELS.iter().any(|l| t.starts_with(l))
+        || t.strip_prefix('#')
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        || t.starts_with("error:")
+}
+
+/// The longest [`terminal_line`]: a 10 MiB message is not a line.
+pub const TERMINAL_LINE_CAP: usize = 4000;
+
+/// Attacker text as one line for a terminal or the inbox: an error, a
+/// failure message, a refusal. Hidden characters (controls, escapes, bidi
+/// and zero-width) are made visible as `<U+XXXX>`, every line break and
+/// run of whitespace becomes one space, and it is capped at
+/// [`TERMINAL_LINE_CAP`] characters. Printed after the kernel's own words
+/// (`#3 failed: ...`), it can never start a line of its own.
+pub fn terminal_line(s: &str) -> String {
+    let mut out = String::new();
+    let mut shown = 0usize;
+    let mut space = false;
+    for c in s.chars() {
+        if c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
+        }
+        let piece = if is_hidden(c) {
+            visible(c)
+        } else {
+            c.to_string()
+        };
+        let width = piece.chars().count() + usize::from(space);
+        if shown + width > TERMINAL_LINE_CAP {
+            out.push_str(" […cut]");
+            break;
+        }
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        out.push_str(&piece);
+        shown += width;
+    }
+    out
+}
+
+/// Attacker text as lines for a terminal: a gadget's answer, its stdout and
+/// stderr. Line breaks are kept (a carriage return, which could overwrite
+/// the start of a line, is not); every other hidden character is made
+/// visible as `<U+XXXX>`; and a line that could pass for the kernel's own
+/// ([`looks_like_kernel_line`]) is marked as quoted with `> `, like a tool's
+/// description in the prompt.
+pub fn terminal_block(s: &str) -> String {
+    let mut clean = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' | '\u{2028}' | '\u{2029}' => clean.push('\n'),
+            '\t' => clean.push(' '),
+            '\r' => {}
+            c if is_hidden(c) => clean.push_str(&visible(c)),
+            c => clean.push(c),
+        }
+    }
+    let mut out = String::with_capacity(clean.len());
+    for (i, line) in clean.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        if looks_like_kernel_line(line) {
+            out.push_str("> ");
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+/// JSON for a terminal: the same document `serde_json` writes, with every
+/// hidden character (and the Unicode line separators) inside a string
+/// escaped as `\uXXXX`, so `--json`
+/// output shown on a screen carries no escape sequence either (serde_json
+/// itself escapes only the C0 controls).
+pub fn terminal_json<T: serde::Serialize + ?Sized>(v: &T) -> serde_json::Result<String> {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, VisibleJson::default());
+    v.serialize(&mut ser)?;
+    // serde_json writes only valid UTF-8.
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// serde_json's pretty formatter, escaping hidden characters in strings.
+#[derive(Default)]
+struct VisibleJson<'a>(serde_json::ser::PrettyFormatter<'a>);
+
+impl serde_json::ser::Formatter for VisibleJson<'_> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if is_hidden(c) || matches!(c, '\u{2028}' | '\u{2029}') {
+                w.write_all(&fragment.as_bytes()[start..i])?;
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    write!(w, "\\u{:04x}", u)?;
+                }
+                start = i + c.len_utf8();
+            }
+        }
+        w.write_all(&fragment.as_bytes()[start..])
+    }
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
 }
 
 /// The prompt for one action.
@@ -354,6 +512,92 @@ mod tests {
             // Hidden characters never survive.
             let hidden = r.chars().any(|c| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}'));
             proptest::prop_assert!(!hidden, "a hidden character survived in\n{}", r);
+        }
+    }
+
+    /// What a terminal would act on or hide, decided independently of the
+    /// renderer's own list: controls (escapes among them), bidi controls,
+    /// zero-width characters and Unicode line separators.
+    fn acted_on(c: char, newline_ok: bool) -> bool {
+        (c.is_control() && !(newline_ok && c == '\n'))
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+                | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{2028}' | '\u{2029}')
+    }
+
+    /// Text built from the pieces attackers use, or anything at all.
+    fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let pieces = prop::sample::select(vec![
+            "\n", "\r", "\r\n", "\t", "\u{1b}[2J", "\u{1b}]8;;https://evil/\u{7}", "\u{9b}31m",
+            "\u{202E}", "\u{2066}", "\u{200B}", "\u{feff}", "\u{2028}", "\u{85}", "\u{7f}",
+            "Approve: gatehouse approve 1", "#1 applied: ok", "#12 failed", "Status: applied",
+            "Endpoint: https://evil", "error: none", "  ", "> ", "```", "word", "é", "\u{1F600}",
+        ]);
+        prop_oneof![
+            any::<String>(),
+            prop::collection::vec(pieces, 0..40).prop_map(|p| p.concat()),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// R for every terminal and inbox rendering of attacker text: no
+        /// control character, escape, bidi or zero-width character survives,
+        /// and no line of attacker text passes for one of the kernel's.
+        #[test]
+        fn no_rendering_lets_attacker_text_act_on_a_terminal(text in hostile_text()) {
+            use proptest::prop_assert;
+            let line = terminal_line(&text);
+            prop_assert!(!line.chars().any(|c| acted_on(c, false)), "terminal_line: {line:?}");
+            prop_assert!(line.chars().count() <= TERMINAL_LINE_CAP + 8);
+
+            let block = terminal_block(&text);
+            prop_assert!(!block.chars().any(|c| acted_on(c, true)), "terminal_block: {block:?}");
+            for l in block.lines() {
+                prop_assert!(
+                    !looks_like_kernel_line(l) || l.starts_with("> "),
+                    "terminal_block left a kernel-like line: {l:?}"
+                );
+                prop_assert!(!FIELD_LABELS.iter().any(|f| l.trim_start().starts_with(f)), "{l:?}");
+            }
+
+            for shown in [inline(&text), excerpt(&text, 300)] {
+                prop_assert!(!shown.chars().any(|c| acted_on(c, false)), "{shown:?}");
+            }
+
+            let json = terminal_json(&serde_json::json!({ "text": text })).unwrap();
+            prop_assert!(!json.chars().any(|c| acted_on(c, true)), "terminal_json: {json:?}");
+            let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+            prop_assert!(back["text"] == text.as_str(), "terminal_json changed the value");
+
+            use crate::overseer::Decision;
+            for d in [
+                Decision::Failed { id: 7, message: text.clone(), retryable: false },
+                Decision::Failed { id: 7, message: text.clone(), retryable: true },
+                Decision::Refused { id: 7, reason: text.clone() },
+                Decision::Applied { id: 7, result: text.clone() },
+            ] {
+                let l = d.line();
+                prop_assert!(l.starts_with("#7 "), "{l:?}");
+                prop_assert!(!l.chars().any(|c| acted_on(c, false)), "Decision::line: {l:?}");
+            }
+            let f = crate::sharing::ObserverFailure {
+                gatekeeper: text.clone(),
+                source: text.clone(),
+                title: text.clone(),
+                account: Some(text.clone()),
+                reason: text.clone(),
+            };
+            let l = f.line();
+            prop_assert!(!l.chars().any(|c| acted_on(c, false)), "ObserverFailure::line: {l:?}");
+
+            let mut a = action(&text, &text, &serde_json::json!({ "v": text }).to_string());
+            a.error = Some(text.clone());
+            a.caller = text.clone();
+            a.chat = text.clone();
+            let r = render(&a, Some(&text));
+            prop_assert!(!r.chars().any(|c| acted_on(c, true)), "render: {r:?}");
         }
     }
 

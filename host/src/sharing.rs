@@ -77,6 +77,15 @@ impl ObserverFailure {
     }
 }
 
+/// The refusal for a chat that does not exist *and* for one the person may
+/// not open (not shared with them, no valid link): one answer for both, so
+/// an open confirms nothing about a chat it will not show, neither that it
+/// exists nor whether it is locked down (SPEC W2). Surfaces answer it as
+/// their own "no such chat".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no chat named {0:?} that you may open (it does not exist, or it is not shared with you)")]
+pub struct NoSuchChat(pub String);
+
 /// The result of an open.
 #[derive(Clone, Debug)]
 pub enum OpenOutcome {
@@ -118,8 +127,14 @@ impl Kernel {
         if !self.store().user_exists(user)? {
             bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
         }
-        if self.store().gatekeeper(gatekeeper)?.is_none() {
+        let Some(g) = self.store().gatekeeper(gatekeeper)? else {
             bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
+        };
+        if g.credential_host().is_none() {
+            bail!(
+                "gatekeeper {gatekeeper:?} has no host a credential may go to (it allows {} hosts and none was named): add it again with --credential-host HOST",
+                g.hosts.len()
+            );
         }
         let credential = credential.trim();
         if credential.is_empty() {
@@ -188,9 +203,11 @@ impl Kernel {
         // Everything the decision needs from the store, in one trip off the
         // executor: the chat, the opener, the observation set, and for each
         // gatekeeper observed through, its record and the opener's account.
+        let link = request.link.as_deref().map(link_digest);
         let (c, user_known, may_see, intros, observed, records, credentials, accounts) = {
             let (chat, user) = (chat.to_owned(), user.to_owned());
             let chosen = request.accounts.clone();
+            let link = link.clone();
             self.store()
                 .run(move |s| {
                     let observed = s.observed_sources(&chat)?;
@@ -204,10 +221,14 @@ impl Kernel {
                         let label = chosen.get(g).map(String::as_str);
                         credentials.insert(g.clone(), s.account_credential(&user, g, label)?);
                     }
+                    let link_opens = match &link {
+                        Some(d) => s.link_opens(&chat, d)?,
+                        None => false,
+                    };
                     Ok((
                         s.chat(&chat)?,
                         s.user_exists(&user)?,
-                        s.may_see(&chat, &user)?,
+                        s.may_see(&chat, &user)? || link_opens,
                         s.introductions(&chat)?,
                         observed,
                         records,
@@ -218,25 +239,23 @@ impl Kernel {
                 .await?
         };
         let Some(c) = c else {
-            bail!("no chat named {chat:?}");
+            bail!(NoSuchChat(chat.to_owned()));
         };
         if c.owner == user {
             return Ok(OpenOutcome::Owner);
         }
+        // Refusals that no account can fix come first, before any
+        // gatekeeper is asked anything. Someone the chat is not shared with
+        // (and who brings no valid link) learns nothing of it, not even
+        // that it is locked down: the answer for a chat that does not exist.
+        if !may_see {
+            bail!(NoSuchChat(chat.to_owned()));
+        }
         if !user_known {
             bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
         }
-        // Refusals that no account can fix come first, before any
-        // gatekeeper is asked anything.
         if c.latched {
             bail!(crate::store::ShareRefusal::LatchedOpen(chat.to_owned()));
-        }
-        let link = request.link.as_deref().map(link_digest);
-        if link.is_none() && !may_see {
-            bail!(crate::store::ShareRefusal::NotCollaborator {
-                chat: chat.to_owned(),
-                user: user.to_owned(),
-            });
         }
         for g in request.accounts.keys() {
             if !intros.iter().any(|i| &i.gatekeeper == g) {
@@ -402,10 +421,7 @@ impl Kernel {
             Some((a, c)) => (Some(a.id()), Some(c)),
             None => (None, None),
         };
-        let reach = Reach {
-            allowed_hosts: g.hosts.clone(),
-            credential,
-        };
+        let reach = Reach::of(g, credential);
         let check = gkwit::ObserverCheck {
             account: label,
             settings: settings_for(g),

@@ -180,10 +180,7 @@ async fn unmediated_call(
         account: None,
         pending: Vec::new(),
     };
-    let reach = Reach {
-        allowed_hosts: Vec::new(),
-        credential: None,
-    };
+    let reach = Reach::nowhere();
     gk::call(pre, limits, "rogue", reach, invocation).await
 }
 

@@ -256,3 +256,194 @@ pub fn compiled_files(home: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+// ----- hostile input (issue 12) -----
+
+/// Crafted files, written by a small generator here rather than checked in
+/// as binaries: components nested deeper than any compiler stack takes, and
+/// blueprints carrying them.
+pub mod crafted {
+    use sha2::{Digest as _, Sha256};
+
+    /// `\0asm`, component-model version 0x0d, layer 1.
+    pub const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    /// A non-negative number as a signed LEB128 (`s33`, how a value type
+    /// names a type index).
+    fn sleb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 && byte & 0x40 == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(body.len(), out);
+        out.extend_from_slice(body);
+    }
+
+    /// A component with one type: `depth` component types, each declaring
+    /// the next (`(type (component (type (component ...))))`).
+    pub fn nested_component_types(depth: usize) -> Vec<u8> {
+        nested_types(depth, 0x41)
+    }
+
+    /// The same with instance types (`(type (instance (type (instance ...))))`).
+    pub fn nested_instance_types(depth: usize) -> Vec<u8> {
+        nested_types(depth, 0x42)
+    }
+
+    fn nested_types(depth: usize, kind: u8) -> Vec<u8> {
+        let mut body = vec![1u8];
+        for _ in 0..depth {
+            body.extend([kind, 1, 0x01]);
+        }
+        body.extend([0x41, 0]);
+        let mut out = COMPONENT_HEADER.to_vec();
+        section(7, &body, &mut out);
+        out
+    }
+
+    /// `depth` components, each the only section of the one around it.
+    pub fn nested_components(depth: usize) -> Vec<u8> {
+        let mut inner = COMPONENT_HEADER.to_vec();
+        for _ in 0..depth {
+            let mut outer = COMPONENT_HEADER.to_vec();
+            section(4, &inner, &mut outer);
+            inner = outer;
+        }
+        inner
+    }
+
+    /// A value type nested `depth` deep (`(list (list ... u8))`), each
+    /// level referring to the type before it.
+    pub fn nested_value_types(depth: usize) -> Vec<u8> {
+        let mut body = Vec::new();
+        leb(depth + 1, &mut body);
+        body.push(0x7d); // u8
+        for i in 0..depth {
+            body.push(0x70); // list
+            sleb(i, &mut body); // of the type before
+        }
+        let mut out = COMPONENT_HEADER.to_vec();
+        section(7, &body, &mut out);
+        out
+    }
+
+    /// A blueprint (`gatehouse export`'s format) carrying `component`.
+    pub fn blueprint(name: &str, component: &[u8]) -> Vec<u8> {
+        use base64::Engine as _;
+        serde_json::json!({
+            "format": "gatehouse-blueprint/1",
+            "gadget": {
+                "name": name,
+                "sha256": hex::encode(Sha256::digest(component)),
+                "component": base64::engine::general_purpose::STANDARD.encode(component),
+            },
+            "requirements": [],
+        })
+        .to_string()
+        .into_bytes()
+    }
+}
+
+/// A loopback HTTP service that answers every request with what it was
+/// sent: `{"method", "path", "headers": {name: value}}` (a misbehaving
+/// service that echoes request headers, credentials included). Every
+/// request is kept for the test to inspect.
+pub struct EchoService {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl EchoService {
+    /// Answer every request with `status`.
+    pub fn start(status: u16) -> EchoService {
+        use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("an echo port");
+        let addr = listener.local_addr().expect("its address");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(&stream);
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    let mut parts = line.split_whitespace();
+                    let method = parts.next().unwrap_or("").to_owned();
+                    let path = parts.next().unwrap_or("").to_owned();
+                    let mut headers = serde_json::Map::new();
+                    let mut length = 0usize;
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).is_err() || h.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':') {
+                            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_owned());
+                            if k == "content-length" {
+                                length = v.parse().unwrap_or(0);
+                            }
+                            headers.insert(k, Value::String(v));
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    let _ = reader.read_exact(&mut body);
+                    let echoed = json!({"method": method, "path": path, "headers": headers});
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push(echoed.clone());
+                    let text = echoed.to_string();
+                    let mut out = &stream;
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 {status} Echo\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                        text.len()
+                    );
+                });
+            }
+        });
+        EchoService { addr, seen }
+    }
+
+    /// `127.0.0.1:PORT`, for `--allow-host`.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Send `signal` (`TERM`, `KILL`) to a process, with the system's `kill`.
+pub fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill -{signal} {pid} failed");
+}

@@ -33,13 +33,13 @@ pub async fn open(
         && !chose
         && !alternatives.is_empty()
     {
-        eprintln!("{me} cannot open chat {chat:?} with these accounts:");
+        errln!("{me} cannot open chat {chat:?} with these accounts:");
         for f in failures {
-            eprintln!("  {}", f.line());
+            errln!("  {}", f.line());
         }
         let mut changed = false;
         for (gatekeeper, labels) in alternatives {
-            eprint!(
+            err!(
                 "Use another account at {gatekeeper}? [{}] (empty: no): ",
                 labels.join(", ")
             );
@@ -65,7 +65,7 @@ pub async fn open(
             if json {
                 super::print_json(&serde_json::json!({"opened": chat, "as": "owner"}))?;
             } else {
-                println!("opened chat {chat} (you own it)");
+                outln!("opened chat {chat} (you own it)");
             }
             Ok(true)
         }
@@ -75,11 +75,11 @@ pub async fn open(
                     "opened": chat, "as": "collaborator", "checked": checked, "observers": observers
                 }))?;
             } else {
-                println!(
+                outln!(
                     "opened chat {chat} as {me}: {checked} observed source(s) re-verified with your accounts"
                 );
                 for o in observers {
-                    println!(
+                    outln!(
                         "  observing through {} as {}",
                         o.gatekeeper,
                         o.account.as_deref().unwrap_or("(no account)")
@@ -89,12 +89,12 @@ pub async fn open(
             Ok(true)
         }
         OpenOutcome::Refused { failures, .. } => {
-            eprintln!(
+            errln!(
                 "error: {me} may not open chat {chat:?}: {} source(s) failed re-verification:",
                 failures.len()
             );
             for f in &failures {
-                eprintln!("  {}", f.line());
+                errln!("  {}", f.line());
             }
             Ok(false)
         }
@@ -121,7 +121,7 @@ pub fn collaborators(kernel: &Kernel, chat: &str, json: bool) -> anyhow::Result<
         }));
     }
     if people.is_empty() {
-        println!("chat {chat} is not shared");
+        outln!("chat {chat} is not shared");
     }
     for p in people {
         let bound: Vec<String> = observers
@@ -135,7 +135,7 @@ pub fn collaborators(kernel: &Kernel, chat: &str, json: bool) -> anyhow::Result<
                 )
             })
             .collect();
-        println!(
+        outln!(
             "{}  added by {}  {}",
             p.user,
             p.added_by,
@@ -152,7 +152,7 @@ pub fn collaborators(kernel: &Kernel, chat: &str, json: bool) -> anyhow::Result<
 /// One observation of `log --observations`: what was read, through which
 /// account, and every source it touched.
 pub fn print_observation(e: &LedgerEntry) {
-    println!(
+    outln!(
         "#{:<5} {:<12} {}:{}  by {}  account {}",
         e.id,
         inline(&e.chat),
@@ -172,7 +172,7 @@ pub fn print_observation(e: &LedgerEntry) {
         .unwrap_or_default();
     for s in sources {
         let text = |k: &str| s.get(k).and_then(|v| v.as_str()).unwrap_or("");
-        println!(
+        outln!(
             "         source {} ({}){}",
             inline(text("id")),
             inline(text("title")),

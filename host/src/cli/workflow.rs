@@ -60,7 +60,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
             let bytes = std::fs::read(&file)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
             let (name, version) = kernel.publish_workflow(&bytes, me)?;
-            println!("published workflow {name} version {version}");
+            outln!("published workflow {name} version {version}");
         }
         WorkflowCmd::Start {
             name,
@@ -78,7 +78,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
                 return super::print_json(&list).map(|_| true);
             }
             for r in list {
-                println!(
+                outln!(
                     "request #{} (run {}, step {}) {}{}",
                     r.id,
                     r.run,
@@ -86,19 +86,19 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
                     r.state,
                     r.decided_by
                         .as_deref()
-                        .map(|b| format!(" by {b}"))
+                        .map(|b| format!(" by {}", inline(b)))
                         .unwrap_or_default()
                 );
-                println!("  Reason: {}", crate::prompt::excerpt(&r.reason, 300));
-                println!("  Allowed calls (nothing else will be permitted):");
+                outln!("  Reason: {}", crate::prompt::excerpt(&r.reason, 300));
+                outln!("  Allowed calls (nothing else will be permitted):");
                 if let Some(tools) = r.allowed.as_object() {
                     for (tool, inputs) in tools {
                         match inputs.as_object() {
-                            None => println!("    {}: any input (read-only)", inline(tool)),
+                            None => outln!("    {}: any input (read-only)", inline(tool)),
                             Some(inputs) => {
-                                println!("    {}:", inline(tool));
+                                outln!("    {}:", inline(tool));
                                 for (name, c) in inputs {
-                                    println!("      {} = {}", inline(name), describe(c));
+                                    outln!("      {} = {}", inline(name), describe(c));
                                 }
                             }
                         }
@@ -116,7 +116,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
                 return super::print_json(&list).map(|_| true);
             }
             for i in list {
-                println!(
+                outln!(
                     "#{:<4} {:<10} {:<28} {:<8} authority {}  requests {:?}  cert {}  args sha256:{}{}",
                     i.id,
                     inline(&i.step),
@@ -147,7 +147,7 @@ async fn decided(kernel: &Kernel, id: i64, d: RequestDecision, me: &str) -> anyh
         RequestDecision::Reject => "rejected",
         RequestDecision::Withdraw => "withdrew",
     };
-    println!("{verb} request #{id}");
+    outln!("{verb} request #{id}");
     print_run(&s, false)
 }
 
@@ -176,13 +176,17 @@ fn print_run(s: &RunSummary, json: bool) -> anyhow::Result<()> {
     if json {
         return super::print_json(s);
     }
-    println!("run {} {}", s.run, s.state);
+    outln!("run {} {}", s.run, s.state);
     for st in &s.steps {
-        println!(
+        outln!(
             "  {:<12} {:<8} {}{}",
             inline(&st.step),
             st.status,
-            st.tools.join(", "),
+            st.tools
+                .iter()
+                .map(|t| inline(t))
+                .collect::<Vec<_>>()
+                .join(", "),
             st.note
                 .as_deref()
                 .map(|n| format!("  ({})", inline(n)))
@@ -190,7 +194,7 @@ fn print_run(s: &RunSummary, json: bool) -> anyhow::Result<()> {
         );
     }
     for r in s.requests.iter().filter(|r| r.state == "pending") {
-        println!(
+        outln!(
             "  request #{} from step {} awaits a decision: `gatehouse workflow requests --run {}`",
             r.id,
             inline(&r.step),

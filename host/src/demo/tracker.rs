@@ -78,6 +78,9 @@ pub enum Fault {
     /// the tracker shuts down. The client cannot know whether the write
     /// landed, which is exactly the case that tempts a blind retry.
     LandThenHang,
+    /// APPLY the write, then answer normally only after this long: a slow
+    /// service, so that a test can act while a send is in flight.
+    Slow(Duration),
 }
 
 /// Configuration for a [`Tracker`]; obtained from [`Tracker::builder`].
@@ -382,6 +385,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             // Parked until the runtime is dropped at shutdown, which closes
             // the connection without an answer.
             std::future::pending::<Response>().await
+        }
+        Some(Fault::Slow(delay)) => {
+            tokio::time::sleep(delay).await;
+            response
         }
         Some(Fault::Status(_)) | None => response,
     }

@@ -63,6 +63,23 @@ pub struct GadgetState {
     limiter: Limiter,
     kernel: Kernel,
     turn: Turn,
+    /// Kernel calls made in this turn, against `budget` (`Limits::turn_calls`).
+    calls: u32,
+    budget: u32,
+}
+
+impl GadgetState {
+    /// Count one call into the kernel; past the turn's budget, the refusal
+    /// the gadget gets instead.
+    fn charge(&mut self) -> Option<String> {
+        self.calls = self.calls.saturating_add(1);
+        (self.calls > self.budget).then(|| {
+            format!(
+                "this turn has used its budget of {} kernel calls (GATEHOUSE_TURN_CALLS), so the call was refused and nothing was asked of any service; finish the turn and carry on in a later one",
+                self.budget
+            )
+        })
+    }
 }
 
 impl WasiView for GadgetState {
@@ -111,6 +128,8 @@ pub async fn run(
         limiter: Limiter::new(limits),
         kernel,
         turn,
+        calls: 0,
+        budget: limits.turn_calls,
     };
     let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
@@ -165,6 +184,9 @@ fn to_wit_error(e: kernel::CallError) -> wit::CallError {
 
 impl wit::Host for GadgetState {
     async fn env(&mut self) -> wasmtime::Result<Vec<String>> {
+        if let Some(refusal) = self.charge() {
+            return Err(wasmtime::Error::msg(refusal));
+        }
         self.kernel.env(&self.turn).await.map_err(host)
     }
 
@@ -172,6 +194,9 @@ impl wit::Host for GadgetState {
         &mut self,
         key: String,
     ) -> wasmtime::Result<Result<Resource<ServiceHandle>, wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
         match self.kernel.resolve(&self.turn, &key).await.map_err(host)? {
             Ok(_) => Ok(Ok(self.table.push(ServiceHandle { key })?)),
             Err(e) => Ok(Err(to_wit_error(e))),
@@ -182,6 +207,9 @@ impl wit::Host for GadgetState {
         &mut self,
         action_id: u64,
     ) -> wasmtime::Result<Result<wit::ActionStatus, wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
         let status = self
             .kernel
             .action_result(&self.turn, action_id)
@@ -209,6 +237,9 @@ impl wit::HostService for GadgetState {
         &mut self,
         this: Resource<ServiceHandle>,
     ) -> wasmtime::Result<Vec<witt::ToolInfo>> {
+        if let Some(refusal) = self.charge() {
+            return Err(wasmtime::Error::msg(refusal));
+        }
         let key = self.table.get(&this)?.key.clone();
         let tools = match self.kernel.resolve(&self.turn, &key).await.map_err(host)? {
             Ok(b) => b.granted_tools(),
@@ -236,6 +267,9 @@ impl wit::HostService for GadgetState {
         tool: String,
         args: String,
     ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
         let key = self.table.get(&this)?.key.clone();
         if self.turn.step.is_some() {
             // In a workflow step every call is checked against the step's
@@ -285,6 +319,9 @@ impl witw::Host for GadgetState {
         allowed_calls: String,
         reason: String,
     ) -> wasmtime::Result<Result<u64, String>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(refusal));
+        }
         self.kernel
             .request_approval(&self.turn, &allowed_calls, &reason)
             .await
@@ -324,6 +361,9 @@ impl witw::HostCertificate for GadgetState {
         tool: String,
         args: String,
     ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
         let token = self.table.get(&this)?.token.clone();
         let key = self.table.get(&svc)?.key.clone();
         let outcome = self

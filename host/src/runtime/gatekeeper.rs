@@ -3,9 +3,16 @@
 //! A gatekeeper gets WASI without authority plus `wasi:http` outgoing
 //! requests, filtered here: only to the hosts its operator allowed (SPEC C4),
 //! with the credential added by the kernel (the component never holds it and
-//! may not set `Authorization` itself). Every request is written down in a
-//! [`Witness`], so that the kernel, not the gatekeeper, decides whether a
-//! failed action provably never took effect (P2).
+//! may not set `Authorization` itself), and only to the one host the
+//! credential is for, never over plain HTTP except to loopback. Every
+//! request is written down in a [`Witness`], so that the kernel, not the
+//! gatekeeper, decides whether a failed action provably never took effect
+//! (P2).
+//!
+//! Everything a gatekeeper hands back crosses [`Scrub`] before any other
+//! part of the kernel sees it: the injected credential is cut out wherever
+//! a service echoed it (C4), and texts and lists over their caps are cut or
+//! refused with a note (A5). So no caller can forget to.
 //!
 //! May not touch the store or decide policy: it runs one call and reports.
 
@@ -31,6 +38,9 @@ pub use exports::gatehouse::os::tool as wit;
 pub enum Sent {
     /// Refused by the kernel before dispatch (host not allowed).
     Denied(String),
+    /// Refused by the kernel before dispatch: it would have carried the
+    /// credential over plain HTTP to a host that is not loopback.
+    Insecure(String),
     /// No connection could be made: nothing reached the service.
     NotConnected,
     /// The service answered with this status.
@@ -52,7 +62,11 @@ impl Witness {
         self.sent.iter().all(|s| {
             matches!(
                 s,
-                Sent::Denied(_) | Sent::NotConnected | Sent::Answered(401) | Sent::Answered(403)
+                Sent::Denied(_)
+                    | Sent::Insecure(_)
+                    | Sent::NotConnected
+                    | Sent::Answered(401)
+                    | Sent::Answered(403)
             )
         })
     }
@@ -62,7 +76,35 @@ impl Witness {
 struct Egress {
     allowed_hosts: Vec<String>,
     credential: Option<String>,
+    /// The one allowed host the credential goes to.
+    credential_host: Option<String>,
     witness: Arc<Mutex<Witness>>,
+}
+
+/// Whether `host` (as in a URL's authority, brackets and all) is the loopback
+/// interface: plain HTTP to it never leaves the machine.
+pub fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether the allowed-host entry `entry` admits a request to `host` on
+/// `port` with `scheme`. **Decision** (C4): an entry with a port admits that
+/// port; an entry without one admits only HTTPS on 443, never plain HTTP on
+/// 80, so naming a host can never send anything (a credential least of all)
+/// in clear text by default.
+fn admits(entry: &str, host: &str, port: u16, scheme: Option<&str>) -> bool {
+    let entry = entry.to_ascii_lowercase();
+    match entry.parse::<http::uri::Authority>() {
+        Ok(a) => match a.port_u16() {
+            Some(p) => a.host() == host && p == port,
+            None => a.host() == host && port == 443 && scheme == Some("https"),
+        },
+        Err(_) => false,
+    }
 }
 
 impl Egress {
@@ -74,21 +116,28 @@ impl Egress {
             .push(s);
     }
 
-    fn allows(&self, uri: &http::Uri) -> Option<String> {
+    /// The request's `host:port` if an allowed host admits it, and whether
+    /// it goes to the credential's host.
+    fn allows(&self, uri: &http::Uri) -> Option<(String, bool)> {
         let authority = uri.authority()?;
-        let port = authority.port_u16().unwrap_or(match uri.scheme_str() {
+        let scheme = uri.scheme_str();
+        let port = authority.port_u16().unwrap_or(match scheme {
             Some("https") => 443,
             _ => 80,
         });
         let host = authority.host().to_ascii_lowercase();
-        let with_port = format!("{host}:{port}");
-        self.allowed_hosts
+        if !self
+            .allowed_hosts
             .iter()
-            .any(|a| {
-                let a = a.to_ascii_lowercase();
-                a == with_port || (a == host && authority.port().is_none())
-            })
-            .then_some(with_port)
+            .any(|a| admits(a, &host, port, scheme))
+        {
+            return None;
+        }
+        let for_credential = self
+            .credential_host
+            .as_deref()
+            .is_some_and(|c| admits(c, &host, port, scheme));
+        Some((format!("{host}:{port}"), for_credential))
     }
 }
 
@@ -119,7 +168,7 @@ impl WasiHttpHooks for Egress {
     > {
         _ = fut;
         let witness = self.witness.clone();
-        let Some(_host) = self.allows(request.uri()) else {
+        let Some((target, for_credential)) = self.allows(request.uri()) else {
             let target = request
                 .uri()
                 .authority()
@@ -129,12 +178,19 @@ impl WasiHttpHooks for Egress {
             Egress::record(&witness, Sent::Denied(target));
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         };
-        if let Some(secret) = &self.credential
-            && let Ok(v) = HeaderValue::from_str(&format!("Bearer {secret}"))
-        {
-            let mut v = v;
-            v.set_sensitive(true);
-            request.headers_mut().insert(http::header::AUTHORIZATION, v);
+        // The credential goes to its own host only (C4), and never in clear
+        // text over a network: plain HTTP carries it only to loopback.
+        if let Some(secret) = self.credential.as_ref().filter(|_| for_credential) {
+            let host = request.uri().host().unwrap_or("");
+            if request.uri().scheme_str() != Some("https") && !is_loopback(host) {
+                tracing::warn!(%target, "refused to send a credential over plain http");
+                Egress::record(&witness, Sent::Insecure(target));
+                return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+            }
+            if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {secret}")) {
+                v.set_sensitive(true);
+                request.headers_mut().insert(http::header::AUTHORIZATION, v);
+            }
         }
         // Written down before it leaves: if the call is cut off while the
         // request is in flight, the witness still shows "no answer".
@@ -226,6 +282,29 @@ pub fn powerless_wasi() -> wasmtime_wasi::WasiCtxBuilder {
 pub struct Reach {
     pub allowed_hosts: Vec<String>,
     pub credential: Option<String>,
+    /// The one allowed host the credential is sent to (SPEC C4).
+    pub credential_host: Option<String>,
+}
+
+impl Reach {
+    /// A gatekeeper's own reach: its allowed hosts, and `credential` bound
+    /// to its credential host.
+    pub fn of(g: &crate::store::GatekeeperRecord, credential: Option<String>) -> Reach {
+        Reach {
+            allowed_hosts: g.hosts.clone(),
+            credential,
+            credential_host: g.credential_host().map(str::to_owned),
+        }
+    }
+
+    /// No network at all (describing, predicting).
+    pub fn nowhere() -> Reach {
+        Reach {
+            allowed_hosts: Vec::new(),
+            credential: None,
+            credential_host: None,
+        }
+    }
 }
 
 /// Why a call produced no answer.
@@ -241,6 +320,121 @@ pub struct Called<T> {
     pub witness: Witness,
 }
 
+/// What a gatekeeper hands back, on its way into the kernel: the credential
+/// the kernel injected is replaced by `[redacted]` wherever it appears (a
+/// service may echo request headers, SPEC C4), then long messages are cut
+/// (A5). Redaction comes first, so a cut can never leave half a secret.
+///
+/// **Decision**: the credential is found as written, JSON-escaped and
+/// percent-encoded; a service that transforms it otherwise (base64,
+/// reversed, split) defeats this, which is why a gatekeeper never holds the
+/// credential in the first place. A very short credential is redacted all
+/// the same, at the cost of the text around it.
+pub struct Scrub {
+    needles: Vec<String>,
+}
+
+/// What replaces a credential a service echoed back.
+pub const REDACTED: &str = "[redacted]";
+
+impl Scrub {
+    pub fn new(credential: Option<&str>) -> Scrub {
+        let mut needles: Vec<String> = Vec::new();
+        if let Some(c) = credential.filter(|c| !c.is_empty()) {
+            let json = serde_json::to_string(c).unwrap_or_default();
+            let json = json
+                .strip_prefix('"')
+                .and_then(|j| j.strip_suffix('"'))
+                .unwrap_or(c)
+                .to_owned();
+            for n in [c.to_owned(), json, percent_encoded(c, false), percent_encoded(c, true)] {
+                if !n.is_empty() && !needles.contains(&n) {
+                    needles.push(n);
+                }
+            }
+            // Longest first, so no shorter form leaves a part of a longer one.
+            needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
+        }
+        Scrub { needles }
+    }
+
+    /// `s` with every form of the credential replaced.
+    pub fn text(&self, s: &str) -> String {
+        let mut out = s.to_owned();
+        for n in &self.needles {
+            if out.contains(n.as_str()) {
+                out = out.replace(n.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    /// A message (an error, a refusal): redacted, then capped.
+    pub fn message(&self, s: &str) -> String {
+        crate::store::cut(&self.text(s), crate::store::MAX_FAILURE_BYTES, "message")
+    }
+
+    fn output(&self, o: wit::Output) -> wit::Output {
+        wit::Output {
+            result: self.text(&o.result),
+            sources: o
+                .sources
+                .into_iter()
+                .map(|s| wit::Source {
+                    id: self.text(&s.id),
+                    title: self.text(&s.title),
+                    restricted: s.restricted,
+                })
+                .collect(),
+        }
+    }
+
+    fn tool_error(&self, e: wit::ToolError) -> wit::ToolError {
+        match e {
+            wit::ToolError::InvalidArgs(m) => wit::ToolError::InvalidArgs(self.message(&m)),
+            wit::ToolError::UnknownTool(m) => wit::ToolError::UnknownTool(self.message(&m)),
+            wit::ToolError::Refused(m) => wit::ToolError::Refused(self.message(&m)),
+            wit::ToolError::UnknownOutcome(m) => wit::ToolError::UnknownOutcome(self.message(&m)),
+        }
+    }
+
+    fn called<T>(&self, c: Called<T>, f: impl FnOnce(&Scrub, T) -> Result<T, Fault>) -> Called<T> {
+        let outcome = match c.outcome {
+            Ok(v) => f(self, v),
+            Err(Fault::Crashed(m)) => Err(Fault::Crashed(self.message(&m))),
+        };
+        let sent = c
+            .witness
+            .sent
+            .into_iter()
+            .map(|s| match s {
+                Sent::Denied(t) => Sent::Denied(self.message(&t)),
+                Sent::Insecure(t) => Sent::Insecure(self.message(&t)),
+                other => other,
+            })
+            .collect();
+        Called {
+            outcome,
+            witness: Witness { sent },
+        }
+    }
+}
+
+/// `s` percent-encoded, every byte but RFC 3986's unreserved ones.
+fn percent_encoded(s: &str, lower: bool) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else if lower {
+            out.push_str(&format!("%{b:02x}"));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 async fn instantiate(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
@@ -254,6 +448,7 @@ async fn instantiate(
         egress: Egress {
             allowed_hosts: reach.allowed_hosts,
             credential: reach.credential,
+            credential_host: reach.credential_host,
             witness: witness.clone(),
         },
         limiter: Limiter::new(limits),
@@ -307,7 +502,7 @@ where
     Called { outcome, witness }
 }
 
-/// Call a tool.
+/// Call a tool. The output and any error are scrubbed (see [`Scrub`]).
 pub async fn call(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
@@ -315,13 +510,19 @@ pub async fn call(
     reach: Reach,
     invocation: wit::Invocation,
 ) -> Called<Result<wit::Output, wit::ToolError>> {
-    with_instance(pre, limits, name, reach, move |store, gk| {
+    let scrub = Scrub::new(reach.credential.as_deref());
+    let called = with_instance(pre, limits, name, reach, move |store, gk| {
         Box::pin(async move { gk.gatehouse_os_tool().call_call(store, &invocation).await })
     })
-    .await
+    .await;
+    scrub.called(called, |s, r| {
+        Ok(r.map(|o| s.output(o)).map_err(|e| s.tool_error(e)))
+    })
 }
 
-/// Ask for a simulated result (SPEC V1).
+/// Ask for a simulated result (SPEC V1). One over the result cap (A5) is
+/// not handed over: the call fails with a note, and the gadget waits for
+/// the decision instead.
 pub async fn simulate(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
@@ -329,18 +530,30 @@ pub async fn simulate(
     reach: Reach,
     invocation: wit::Invocation,
 ) -> Called<Option<String>> {
-    with_instance(pre, limits, name, reach, move |store, gk| {
+    let scrub = Scrub::new(reach.credential.as_deref());
+    let called = with_instance(pre, limits, name, reach, move |store, gk| {
         Box::pin(async move {
             gk.gatehouse_os_tool()
                 .call_simulate(store, &invocation)
                 .await
         })
     })
-    .await
+    .await;
+    let name = name.to_owned();
+    scrub.called(called, move |s, r| match r {
+        Some(r) if r.len() > crate::store::MAX_RESULT_BYTES => Err(Fault::Crashed(format!(
+            "gatekeeper {name:?} simulated a result of {} bytes, over the {}-byte limit; it was not kept, and the action awaits a decision instead",
+            r.len(),
+            crate::store::MAX_RESULT_BYTES
+        ))),
+        r => Ok(r.map(|r| s.text(&r))),
+    })
 }
 
 /// Ask whether an account may observe sources (SPEC S2, S3); `reach`
-/// carries the *observer's* credential, never the chat owner's.
+/// carries the *observer's* credential, never the chat owner's. A scope
+/// longer than [`crate::store::MAX_SCOPE`] is dropped (later reads are then
+/// checked with the service), never stored.
 pub async fn check_observer(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
@@ -348,63 +561,139 @@ pub async fn check_observer(
     reach: Reach,
     check: wit::ObserverCheck,
 ) -> Called<wit::ObserverVerdict> {
-    with_instance(pre, limits, name, reach, move |store, gk| {
+    let scrub = Scrub::new(reach.credential.as_deref());
+    let called = with_instance(pre, limits, name, reach, move |store, gk| {
         Box::pin(async move {
             gk.gatehouse_os_tool()
                 .call_check_observer(store, &check)
                 .await
         })
     })
-    .await
+    .await;
+    scrub.called(called, |s, v| {
+        if v.denials.len() > crate::store::MAX_SOURCES {
+            return Err(Fault::Crashed(format!(
+                "the gatekeeper denied {} sources in one answer; at most {} are accepted",
+                v.denials.len(),
+                crate::store::MAX_SOURCES
+            )));
+        }
+        Ok(wit::ObserverVerdict {
+            denials: v
+                .denials
+                .into_iter()
+                .map(|d| wit::Denial {
+                    source: s.message(&d.source),
+                    reason: s.message(&d.reason),
+                })
+                .collect(),
+            scope: v
+                .scope
+                .filter(|scope| {
+                    scope.len() <= crate::store::MAX_SCOPE
+                        && scope
+                            .iter()
+                            .all(|id| id.len() <= crate::store::MAX_SOURCE_ID_BYTES)
+                })
+                .map(|scope| scope.iter().map(|id| s.text(id)).collect()),
+        })
+    })
 }
 
 /// Ask which sources a read would touch (SPEC S3). The gatekeeper may not
-/// reach anything while it answers: a prediction touches no service.
+/// reach anything while it answers: a prediction touches no service. More
+/// than [`crate::store::MAX_SOURCES`] is no prediction (fail closed).
 pub async fn predict_sources(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
     name: &str,
     invocation: wit::Invocation,
 ) -> Called<Vec<wit::Source>> {
-    let reach = Reach {
-        allowed_hosts: Vec::new(),
-        credential: None,
-    };
-    with_instance(pre, limits, name, reach, move |store, gk| {
+    let called = with_instance(pre, limits, name, Reach::nowhere(), move |store, gk| {
         Box::pin(async move {
             gk.gatehouse_os_tool()
                 .call_predict_sources(store, &invocation)
                 .await
         })
     })
-    .await
+    .await;
+    Scrub::new(None).called(called, |_, v| {
+        if v.len() > crate::store::MAX_SOURCES {
+            return Err(Fault::Crashed(format!(
+                "the gatekeeper predicted {} sources for one read; at most {} are accepted",
+                v.len(),
+                crate::store::MAX_SOURCES
+            )));
+        }
+        Ok(v)
+    })
 }
 
-/// Read a gatekeeper's manifest (at `gatekeeper add`).
+/// Read a gatekeeper's manifest (at `gatekeeper add`). A manifest over
+/// its caps (A5: tools, name and description lengths, schema and total
+/// size) is refused with one line saying which.
 pub async fn describe(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
     name: &str,
 ) -> anyhow::Result<Manifest> {
-    let reach = Reach {
-        allowed_hosts: Vec::new(),
-        credential: None,
+    use crate::store::{
+        MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES,
+        MAX_TOOLS,
     };
-    let called = with_instance(pre, limits, name, reach, |store, gk| {
+    let called = with_instance(pre, limits, name, Reach::nowhere(), |store, gk| {
         Box::pin(async move { gk.gatehouse_os_tool().call_describe(store).await })
     })
     .await;
     let m = match called.outcome {
         Ok(m) => m,
-        Err(Fault::Crashed(msg)) => anyhow::bail!("{msg} while describing its tools"),
+        Err(Fault::Crashed(msg)) => anyhow::bail!(
+            "{} while describing its tools",
+            crate::store::cut(&msg, crate::store::MAX_FAILURE_BYTES, "message")
+        ),
     };
+    if m.tools.len() > MAX_TOOLS {
+        anyhow::bail!(
+            "gatekeeper {name:?} declares {} tools; at most {MAX_TOOLS} are accepted: split it into several gatekeepers",
+            m.tools.len()
+        );
+    }
+    let shown = |t: &str| crate::prompt::inline(t);
+    let mut total = 0usize;
     let mut seen = std::collections::HashSet::new();
     let mut tools = Vec::new();
     for t in m.tools {
+        if t.name.len() > MAX_TOOL_NAME_BYTES {
+            anyhow::bail!(
+                "gatekeeper {name:?} declares a tool name of {} bytes ({}); at most {MAX_TOOL_NAME_BYTES} are accepted",
+                t.name.len(),
+                shown(&t.name)
+            );
+        }
+        if t.description.len() > MAX_DESCRIPTION_BYTES {
+            anyhow::bail!(
+                "gatekeeper {name:?}: the description of tool {} is {} bytes; at most {MAX_DESCRIPTION_BYTES} are accepted",
+                shown(&t.name),
+                t.description.len()
+            );
+        }
+        if t.input_schema.len() > MAX_SCHEMA_BYTES {
+            anyhow::bail!(
+                "gatekeeper {name:?}: the input schema of tool {} is {} bytes; at most {MAX_SCHEMA_BYTES} are accepted",
+                shown(&t.name),
+                t.input_schema.len()
+            );
+        }
+        total += t.name.len() + t.description.len() + t.input_schema.len();
+        if total > MAX_MANIFEST_BYTES {
+            anyhow::bail!(
+                "gatekeeper {name:?} describes more than {MAX_MANIFEST_BYTES} bytes of tools; a manifest that large is refused: split it into several gatekeepers"
+            );
+        }
         if !seen.insert(t.name.clone()) {
             anyhow::bail!(
-                "gatekeeper {name:?} declares the tool {:?} twice; tool names must be unique",
-                t.name
+                "gatekeeper {name:?} declares the tool {} twice; tool names must be unique",
+                shown(&t.name)
             );
         }
         tools.push(Tool {

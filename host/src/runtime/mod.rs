@@ -7,6 +7,7 @@
 
 pub mod gadget;
 pub mod gatekeeper;
+pub mod nesting;
 
 use anyhow::{Context as _, bail};
 use sha2::{Digest as _, Sha256};
@@ -40,6 +41,10 @@ pub struct Limits {
     pub instances: usize,
     /// Captured stdout/stderr per turn.
     pub output_bytes: usize,
+    /// Calls one gadget turn may make into the kernel (reads, actions,
+    /// polls); past it each call is refused, so a turn cannot hammer a
+    /// service for its whole deadline.
+    pub turn_calls: u32,
     /// Use the pooling allocator (the default) or allocate on demand.
     pub pooling: bool,
 }
@@ -54,6 +59,7 @@ impl Default for Limits {
             table_elements: 100_000,
             instances: 50,
             output_bytes: 64 << 10,
+            turn_calls: 1000,
             pooling: true,
         }
     }
@@ -61,7 +67,8 @@ impl Default for Limits {
 
 impl Limits {
     /// Defaults, overridden by `GATEHOUSE_GADGET_DEADLINE_MS`,
-    /// `GATEHOUSE_GATEKEEPER_DEADLINE_MS` and `GATEHOUSE_MEMORY_MIB`.
+    /// `GATEHOUSE_GATEKEEPER_DEADLINE_MS`, `GATEHOUSE_MEMORY_MIB` and
+    /// `GATEHOUSE_TURN_CALLS`.
     pub fn from_env() -> anyhow::Result<Limits> {
         let mut l = Limits::default();
         let var = |name: &str| -> anyhow::Result<Option<u64>> {
@@ -82,6 +89,11 @@ impl Limits {
         }
         if let Some(mib) = var("GATEHOUSE_MEMORY_MIB")? {
             l.memory_bytes = (mib as usize) << 20;
+        }
+        if let Some(n) = var("GATEHOUSE_TURN_CALLS")? {
+            l.turn_calls = u32::try_from(n).with_context(|| {
+                format!("GATEHOUSE_TURN_CALLS={n} is too large; at most {}", u32::MAX)
+            })?;
         }
         Ok(l)
     }
@@ -254,6 +266,9 @@ impl Runtime {
         progress: &dyn Fn(&str),
     ) -> anyhow::Result<String> {
         check_header(bytes)?;
+        // Before anything that recurses reads the bytes (X3): a deeply
+        // nested component must be refused, never crash the process.
+        nesting::check(bytes)?;
         let digest = hex::encode(Sha256::digest(bytes));
         let source = self.source_path(&digest);
         let component = self.compile_cached(&digest, bytes, progress)?;

@@ -1,7 +1,7 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
 use super::{Store, now_ms};
-use rusqlite::params;
+use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
 /// A read about to hand data to a gadget (SPEC O1).
@@ -78,6 +78,21 @@ impl Store {
         // `share` either sees the latch or makes this read refused.
         if restricted && super::sharing::is_shared(&tx, &o.chat)? {
             return Ok(super::Observed::RestrictedInSharedChat);
+        }
+        // A hand-over is recorded once per action and caller: polling a
+        // finished action again observes nothing new (SPEC A4).
+        if let Some(action) = o.action_ref {
+            let first: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM ledger WHERE kind = 'observation' AND action_ref = ?1
+                       AND caller = ?2 AND chat = ?3 ORDER BY id LIMIT 1",
+                    params![action, o.caller, o.chat],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(id) = first {
+                return Ok(super::Observed::Recorded(id));
+            }
         }
         tx.execute(
             "INSERT INTO ledger (chat, kind, caller, gatekeeper, tool, classified_by, trust,

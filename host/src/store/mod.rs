@@ -40,11 +40,124 @@ pub const MAX_RESULT_BYTES: usize = 128 * 1024;
 /// The newest finished actions kept (SPEC P5).
 pub const RETAINED_FINISHED: i64 = 100;
 
+// Every other size a gatekeeper or gadget controls has a cap too (SPEC A5).
+// Texts are cut with a note ([`cut`]); lists and manifests over their caps
+// are refused, since cutting them would change what they mean.
+
+/// A failure message, error or refusal from a gatekeeper.
+pub const MAX_FAILURE_BYTES: usize = 4 * 1024;
+/// Sources one read may name (each is recorded, S1).
+pub const MAX_SOURCES: usize = 1000;
+/// One source id; a longer one refuses the read (ids are re-verified, S2).
+pub const MAX_SOURCE_ID_BYTES: usize = 512;
+/// One source title; a longer one is cut.
+pub const MAX_SOURCE_TITLE_BYTES: usize = 512;
+/// Source ids an observer's scope may list; a longer scope is not kept.
+pub const MAX_SCOPE: usize = 10_000;
+/// What an agent turn answered, as kept with its run.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+/// Tools in one gatekeeper's manifest.
+pub const MAX_TOOLS: usize = 1000;
+/// One tool's name.
+pub const MAX_TOOL_NAME_BYTES: usize = 128;
+/// One tool's description (the prompt shows 600 characters of it).
+pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+/// One tool's input schema.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// A whole manifest: names, descriptions and schemas together.
+pub const MAX_MANIFEST_BYTES: usize = 1024 * 1024;
+
+/// `text` if it fits in `max` bytes, else its first bytes (cut at a
+/// character boundary) and a note saying how long the `what` was.
+pub fn cut(text: &str, max: usize, what: &str) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{} […cut: the {what} was {} bytes; the limit is {max}]",
+        &text[..end],
+        text.len()
+    )
+}
+
 /// A handle on the state database, cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+    /// The file opened (device and inode), to notice it was removed or
+    /// replaced under a long-running process.
+    identity: Option<(u64, u64)>,
+}
+
+/// The device and inode of a file, where the platform has them.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(path).ok().map(|_| (0, 0))
+    }
+}
+
+/// Why the database could not be opened, in words that say what to do: a
+/// read-only or full disk is not a damaged database, and only a damaged
+/// one should be moved aside. `os` is what the operating system said about
+/// SQLite's last file operation, when known.
+fn open_error(path: &Path, e: rusqlite::Error, os: Option<std::io::Error>) -> anyhow::Error {
+    use rusqlite::ErrorCode as C;
+    use std::io::ErrorKind as K;
+    let path = path.display();
+    let said = os
+        .as_ref()
+        .map(|o| format!("; the system said: {o}"))
+        .unwrap_or_default();
+    let kind = os.as_ref().map(|o| o.kind());
+    let full = matches!(
+        kind,
+        Some(K::StorageFull | K::FileTooLarge | K::QuotaExceeded)
+    );
+    let read_only = matches!(kind, Some(K::ReadOnlyFilesystem | K::PermissionDenied));
+    match e.sqlite_error_code() {
+        _ if full => anyhow::anyhow!(
+            "cannot write the state database {path} ({e}{said}): the disk is full or the file may grow no further; free some space, then retry"
+        ),
+        Some(C::DiskFull) => anyhow::anyhow!(
+            "cannot write the state database {path} ({e}{said}): the disk is full; free some space, then retry"
+        ),
+        _ if read_only => anyhow::anyhow!(
+            "cannot write the state database {path} ({e}{said}): its disk or directory is read-only or not writable by you; make it writable, then retry"
+        ),
+        Some(C::ReadOnly | C::PermissionDenied | C::CannotOpen) => anyhow::anyhow!(
+            "cannot write the state database {path} ({e}{said}): its disk or directory is read-only or not writable by you; make it writable, then retry"
+        ),
+        Some(C::SystemIoFailure) => anyhow::anyhow!(
+            "cannot read or write the state database {path} ({e}{said}): the disk reported an error; check that it has space and is writable, then retry"
+        ),
+        Some(C::DatabaseBusy | C::DatabaseLocked) => anyhow::anyhow!(
+            "the state database {path} is busy ({e}): another process holds it; retry"
+        ),
+        Some(C::DatabaseCorrupt | C::NotADatabase) => anyhow::anyhow!(
+            "the state database {path} is damaged or not a Gatehouse database ({e}); move it aside or restore a backup, then retry"
+        ),
+        _ => anyhow::anyhow!("cannot use the state database {path} ({e}{said})"),
+    }
+}
+
+/// What the operating system said about the connection's last failed file
+/// operation (SQLite keeps the errno), if anything.
+fn system_error(conn: &Connection) -> Option<std::io::Error> {
+    // SAFETY: `handle` is the live connection's own pointer, used only for
+    // this read of its saved errno while `conn` is borrowed.
+    let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+    (errno != 0).then(|| std::io::Error::from_raw_os_error(errno))
 }
 
 impl Store {
@@ -59,14 +172,9 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .with_context(|| format!("cannot open the state database {}", path.display()))?;
+        .map_err(|e| open_error(path, e, None))?;
         conn.busy_timeout(Duration::from_secs(30))?;
-        let corrupt = |e: rusqlite::Error| {
-            anyhow::anyhow!(
-                "the state database {} is unreadable ({e}); move it aside or restore a backup, then retry",
-                path.display()
-            )
-        };
+        let corrupt = |e: rusqlite::Error| open_error(path, e, system_error(&conn));
         // WAL: readers never block the writer; several CLI processes and the
         // web inbox share the file. NORMAL is enough for staging (a lost
         // staged row was never sent, so at-most-once still holds); the claim
@@ -88,10 +196,30 @@ impl Store {
         }
         conn.execute_batch(include_str!("schema.sql"))
             .map_err(corrupt)?;
+        migrate(&conn).map_err(corrupt)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_owned(),
+            identity: identity(path),
         })
+    }
+
+    /// Whether the file this store opened is still the one at its path.
+    /// A removed or replaced database keeps working for the process that
+    /// opened it, writing into a file nobody will read again.
+    pub fn still_on_disk(&self) -> bool {
+        self.identity.is_some() && identity(&self.path) == self.identity
+    }
+
+    /// Returns once the database file was removed or replaced (checked
+    /// every two seconds): a long-running process must stop then.
+    pub async fn vanished(&self) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if !self.still_on_disk() {
+                return;
+            }
+        }
     }
 
     /// The database file.
@@ -116,6 +244,22 @@ impl Store {
         // statement is atomic), so the connection stays usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Columns added after a table was first created: `CREATE TABLE IF NOT
+/// EXISTS` does not add them to an existing database.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let has = |table: &str, column: &str| -> rusqlite::Result<bool> {
+        conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
+            [table, column],
+            |r| r.get(0),
+        )
+    };
+    if !has("gatekeepers", "credential_host")? {
+        conn.execute_batch("ALTER TABLE gatekeepers ADD COLUMN credential_host TEXT")?;
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch.

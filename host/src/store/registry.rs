@@ -58,9 +58,27 @@ pub struct GatekeeperRecord {
     pub trust: Trust,
     pub hosts: Vec<String>,
     pub secret: Option<String>,
+    /// The allowed host credentials go to, when the operator named one
+    /// (`--credential-host`); see [`GatekeeperRecord::credential_host`].
+    pub credential_host: Option<String>,
     pub settings: Vec<(String, String)>,
     pub manifest: crate::classify::Manifest,
     pub added_at: i64,
+}
+
+impl GatekeeperRecord {
+    /// The one host a credential (the operator's secret or a person's
+    /// account) is sent to (SPEC C4): the one the operator named, else the
+    /// only allowed host. With several allowed hosts and none named, no
+    /// host gets a credential (fail closed; `gatekeeper add` refuses a
+    /// secret in that case).
+    pub fn credential_host(&self) -> Option<&str> {
+        match (&self.credential_host, self.hosts.as_slice()) {
+            (Some(h), _) => Some(h.as_str()),
+            (None, [only]) => Some(only.as_str()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -148,11 +166,13 @@ impl Store {
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
             .collect();
         self.lock().execute(
-            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at,
+               credential_host)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, trust = excluded.trust,
                hosts = excluded.hosts, secret = excluded.secret, settings = excluded.settings,
-               manifest = excluded.manifest, added_at = excluded.added_at",
+               manifest = excluded.manifest, added_at = excluded.added_at,
+               credential_host = excluded.credential_host",
             params![
                 g.name,
                 g.digest,
@@ -161,7 +181,8 @@ impl Store {
                 g.secret,
                 json(&settings)?,
                 json(&g.manifest)?,
-                g.added_at
+                g.added_at,
+                g.credential_host
             ],
         )?;
         Ok(())
@@ -171,7 +192,8 @@ impl Store {
         let conn = self.lock();
         let row = conn
             .prepare_cached(
-                "SELECT name, digest, trust, hosts, secret, settings, manifest, added_at
+                "SELECT name, digest, trust, hosts, secret, settings, manifest, added_at,
+                   credential_host
                  FROM gatekeepers WHERE name = ?1",
             )?
             .query_row([name], |r| {
@@ -179,11 +201,14 @@ impl Store {
                     gatekeeper_from_row(r)?,
                     r.get::<_, Option<String>>(4)?,
                     r.get(7)?,
+                    r.get::<_, Option<String>>(8)?,
                 ))
             })
             .optional()?;
-        row.map(|(cols, secret, added_at)| decode_gatekeeper(cols, secret, added_at))
-            .transpose()
+        row.map(|(cols, secret, added_at, credential_host)| {
+            decode_gatekeeper(cols, secret, added_at, credential_host)
+        })
+        .transpose()
     }
 
     pub fn gatekeepers(&self) -> anyhow::Result<Vec<GatekeeperRecord>> {
@@ -316,6 +341,7 @@ fn decode_gatekeeper(
     cols: [String; 6],
     secret: Option<String>,
     added_at: i64,
+    credential_host: Option<String>,
 ) -> anyhow::Result<GatekeeperRecord> {
     let [name, digest, trust, hosts, settings, manifest] = cols;
     let settings: serde_json::Map<String, serde_json::Value> =
@@ -332,6 +358,7 @@ fn decode_gatekeeper(
         name,
         digest,
         secret,
+        credential_host,
         added_at,
     })
 }

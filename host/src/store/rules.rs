@@ -102,6 +102,9 @@ impl Store {
             "waiting"
         };
         let awaited = serde_json::to_string(awaited)?;
+        // A turn may answer megabytes; the run keeps a capped copy (A5).
+        let output = super::cut(output, super::MAX_OUTPUT_BYTES, "output");
+        let output = output.as_str();
         let conn = self.lock();
         match id {
             None => {

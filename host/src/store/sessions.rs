@@ -16,6 +16,10 @@ use sha2::{Digest as _, Sha256};
 /// "your session expired" rather than "not signed in"; then they are purged.
 const EXPIRED_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// CSRF tokens a session keeps (one per page load that asked; the oldest go
+/// first), so a few open tabs all work.
+const CSRF_KEPT: i64 = 32;
+
 /// A fresh secret: 32 bytes from the operating system, hex-encoded.
 pub fn new_secret() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
@@ -159,12 +163,47 @@ impl Store {
         })
     }
 
-    /// End a session (sign out). Returns whether it existed.
+    /// End a session (sign out). Returns whether it existed. Its CSRF
+    /// tokens go with it.
     pub fn end_session(&self, secret: &str) -> anyhow::Result<bool> {
-        Ok(self.lock().execute(
-            "DELETE FROM web_sessions WHERE digest = ?1",
-            [secret_digest(secret)],
-        )? == 1)
+        let digest = secret_digest(secret);
+        let conn = self.lock();
+        conn.execute("DELETE FROM web_csrf WHERE session = ?1", [&digest])?;
+        Ok(conn.execute("DELETE FROM web_sessions WHERE digest = ?1", [&digest])? == 1)
+    }
+
+    /// A new CSRF token for the session with this secret: random, not
+    /// derived from the session's secret, stored as a digest only. The
+    /// session keeps its newest [`CSRF_KEPT`].
+    pub fn mint_csrf(&self, session_secret: &str) -> anyhow::Result<String> {
+        let token = new_secret()?;
+        let session = secret_digest(session_secret);
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT INTO web_csrf (digest, session, created_at) VALUES (?1, ?2, ?3)",
+            params![secret_digest(&token), session, now_ms()],
+        )?;
+        tx.execute(
+            "DELETE FROM web_csrf WHERE session = ?1 AND digest NOT IN
+               (SELECT digest FROM web_csrf WHERE session = ?1
+                ORDER BY created_at DESC, rowid DESC LIMIT ?2)",
+            params![session, CSRF_KEPT],
+        )?;
+        tx.commit()?;
+        Ok(token)
+    }
+
+    /// Whether `token` is a CSRF token of the session with this secret.
+    pub fn csrf_ok(&self, session_secret: &str, token: &str) -> anyhow::Result<bool> {
+        if token.is_empty() {
+            return Ok(false);
+        }
+        Ok(self.lock().query_row(
+            "SELECT EXISTS (SELECT 1 FROM web_csrf WHERE digest = ?1 AND session = ?2)",
+            params![secret_digest(token), secret_digest(session_secret)],
+            |r| r.get(0),
+        )?)
     }
 }
 

@@ -313,6 +313,15 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Whether the share link with this digest opens `chat`.
+    pub fn link_opens(&self, chat: &str, digest: &str) -> anyhow::Result<bool> {
+        Ok(self.lock().query_row(
+            "SELECT EXISTS (SELECT 1 FROM share_links WHERE digest = ?1 AND chat = ?2)",
+            params![digest, chat],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Whether `user` may see `chat`: its owner or one of its collaborators.
     pub fn may_see(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
         Ok(self.lock().query_row(

@@ -118,12 +118,15 @@ struct SessionView {
     expires_at: i64,
 }
 
-async fn session_get(p: Person) -> Json<SessionView> {
-    Json(SessionView {
-        csrf: p.csrf(),
+/// Who is signed in, with a fresh CSRF token for this page.
+async fn session_get(State(st): State<AppState>, p: Person) -> ApiResult<Json<SessionView>> {
+    let secret = p.secret.clone();
+    let csrf = st.kernel.store().run(move |s| s.mint_csrf(&secret)).await?;
+    Ok(Json(SessionView {
+        csrf,
         user: p.user,
         expires_at: p.expires_at,
-    })
+    }))
 }
 
 #[derive(Deserialize)]
@@ -145,8 +148,10 @@ async fn session_create(
         .run(move |s| s.redeem_signin_token(&token, ttl))
         .await?
         .map_err(|r| ApiError::new(StatusCode::UNAUTHORIZED, r.to_string()))?;
+    let session = redeemed.session.clone();
+    let csrf = st.kernel.store().run(move |s| s.mint_csrf(&session)).await?;
     let view = SessionView {
-        csrf: super::session::csrf_for(&redeemed.session),
+        csrf,
         user: redeemed.user,
         expires_at: redeemed.expires_at,
     };
@@ -420,7 +425,16 @@ async fn decide_one(st: &AppState, raw: &str, approve: bool, user: &str) -> Resp
         Ok(id) => id,
         Err(e) => return e.into_response(),
     };
-    let v = decide(st, id, approve, user).await;
+    // The decision is a task of its own: a client that hangs up now drops
+    // only this wait, never the claim and the send (P8).
+    let (task_state, user) = (st.clone(), user.to_owned());
+    let v = match st
+        .to_completion(async move { decide(&task_state, id, approve, &user).await })
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
     let status = match v.outcome {
         "not-found" => StatusCode::NOT_FOUND,
         "refused" | "already-applied" => StatusCode::CONFLICT,
@@ -480,10 +494,17 @@ async fn decide_many(
         .collect();
     items.sort_unstable();
     items.dedup();
-    let mut results = Vec::with_capacity(items.len());
-    for (id, approve) in items {
-        results.push(decide(&st, id, approve, &p.user).await);
-    }
+    // The whole batch runs to completion whatever the client does (P8).
+    let (task_state, user) = (st.clone(), p.user.clone());
+    let results = st
+        .to_completion(async move {
+            let mut results = Vec::with_capacity(items.len());
+            for (id, approve) in items {
+                results.push(decide(&task_state, id, approve, &user).await);
+            }
+            results
+        })
+        .await?;
     Ok(Json(BatchResult { results }))
 }
 
@@ -563,8 +584,9 @@ struct OpenView {
 
 /// Open a chat as the signed-in person: every observed source is
 /// re-verified with their own accounts (SPEC S2). A refused open answers
-/// 200 with `opened: false` and one failure per binding; refusals no
-/// account can fix (not shared with you, locked down) are 403.
+/// 200 with `opened: false` and one failure per binding; a chat that does
+/// not exist or is not shared with you is 404, exactly like any other route
+/// answers it (W2); refusals no account can fix (locked down) are 403.
 async fn chat_open(
     State(st): State<AppState>,
     p: Person,
@@ -580,7 +602,15 @@ async fn chat_open(
         .kernel
         .open_chat(&chat, &p.user, &request)
         .await
-        .map_err(|e| ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}")))?;
+        .map_err(|e| {
+            // The kernel's "no such chat" (which also covers chats this
+            // person may not open) is answered as every route answers it.
+            if e.downcast_ref::<crate::sharing::NoSuchChat>().is_some() {
+                no_chat(&chat)
+            } else {
+                ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}"))
+            }
+        })?;
     Ok(Json(match outcome {
         OpenOutcome::Owner => OpenView {
             opened: true,
@@ -839,10 +869,12 @@ async fn rule_add(
     Body(b): Body<NewRule>,
 ) -> ApiResult<Json<RuleView>> {
     let tag = b.tag.trim().to_owned();
+    // Enabling a rule drains: it may claim and send, so it runs to
+    // completion whatever the client does (P8).
+    let (kernel, user) = (st.kernel.clone(), p.user.clone());
     let report = st
-        .kernel
-        .add_rule(&tag, &p.user)
-        .await
+        .to_completion(async move { kernel.add_rule(&tag, &user).await })
+        .await?
         .map_err(|e| ApiError::bad(format!("{e:#}")))?;
     let mut applied = Vec::new();
     for d in &report.applied {

@@ -15,6 +15,13 @@
 //! The server works on the same `$GATEHOUSE_HOME` as the CLI: any number of
 //! CLI processes may run beside it, and the action store's claim keeps each
 //! action to one send whoever approves it (P1).
+//!
+//! A decision runs to completion whatever the client does (P8): each one is
+//! a task of its own that the request merely waits for, so a browser that
+//! hangs up drops only its wait, never the claim and the send. Stopping the
+//! server stops accepting, lets requests and decisions in flight finish
+//! (bounded by [`Config::grace`]), and only then returns. Connections are
+//! capped and must send their headers within [`Config::header_read_timeout`].
 
 mod api;
 mod assets;
@@ -26,7 +33,8 @@ use axum::Router;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::routing::MethodRouter;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 /// The port `serve` listens on unless told otherwise.
@@ -46,6 +54,13 @@ pub struct Config {
     /// 0 picks a free port.
     pub port: u16,
     pub session_ttl: Duration,
+    /// Connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's headers
+    /// (including the wait for the next request on a kept-alive one).
+    pub header_read_timeout: Duration,
+    /// How long stopping waits for requests and decisions in flight.
+    pub grace: Duration,
 }
 
 impl Default for Config {
@@ -53,6 +68,11 @@ impl Default for Config {
         Config {
             port: DEFAULT_PORT,
             session_ttl: SESSION_TTL,
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+            // Generous: a batch decision sends one action after another,
+            // each within the gatekeeper deadline.
+            grace: Duration::from_secs(120),
         }
     }
 }
@@ -65,9 +85,33 @@ pub(crate) struct AppState {
     /// The port actually bound: only `Host: 127.0.0.1:PORT` and
     /// `localhost:PORT` are answered (a DNS-rebinding page gets nothing).
     pub port: u16,
+    /// Decisions in flight: each holds a read guard; stopping takes the
+    /// write guard, so it waits for all of them.
+    pub decisions: Arc<tokio::sync::RwLock<()>>,
 }
 
-/// A running server. Dropping it stops the server.
+impl AppState {
+    /// Run `work` (a decision: claim and send) as a task of its own and
+    /// wait for it. If the request is dropped meanwhile (the client hung
+    /// up), the work still runs to completion, and a stopping server waits
+    /// for it (SPEC P8).
+    pub(crate) async fn to_completion<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let in_flight = self.decisions.clone().read_owned().await;
+        let task = tokio::spawn(async move {
+            let out = work.await;
+            drop(in_flight);
+            out
+        });
+        task.await
+            .map_err(|e| anyhow::anyhow!("a decision stopped unexpectedly: {e}"))
+    }
+}
+
+/// A running server. Dropping it stops accepting at once; [`Server::stop`]
+/// also waits for what is in flight.
 pub struct Server {
     addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -84,26 +128,33 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
-    /// Stop accepting, let requests in flight finish (bounded), return.
+    /// Stop accepting, let requests and decisions in flight finish
+    /// (bounded by [`Config::grace`]), then return.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(task) = self.task.take() {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+        if let Some(task) = self.task.take()
+            && let Err(e) = task.await
+        {
+            tracing::warn!(error = %e, "the web server task stopped unexpectedly");
         }
     }
 
     /// Serve until the server fails (or is stopped from elsewhere).
     pub async fn wait(mut self) -> anyhow::Result<()> {
-        match self.task.take() {
-            Some(task) => Ok(task.await.context("the web server task panicked")??),
+        self.finished().await
+    }
+
+    /// Wait until the server has stopped by itself (it failed); the server
+    /// can still be [`Server::stop`]ped after this was dropped unfinished.
+    pub async fn finished(&mut self) -> anyhow::Result<()> {
+        match self.task.as_mut() {
+            Some(task) => {
+                let r = task.await.context("the web server task panicked");
+                self.task = None;
+                Ok(r??)
+            }
             None => Ok(()),
         }
     }
@@ -129,25 +180,87 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
             )
         })?;
     let addr = listener.local_addr()?;
+    let decisions = Arc::new(tokio::sync::RwLock::new(()));
     let state = AppState {
         kernel,
         session_ttl_ms: i64::try_from(config.session_ttl.as_millis()).unwrap_or(i64::MAX),
         port: addr.port(),
+        decisions: decisions.clone(),
     };
     let app = app(state);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
-    });
+    let task = tokio::spawn(serve(listener, app, config, decisions, rx));
     Ok(Server {
         addr,
         shutdown: Some(tx),
         task: Some(task),
     })
+}
+
+/// The accept loop: at most `max_connections` at once, each HTTP/1 with a
+/// header-read timeout; on `stop`, stop accepting, finish what is in flight.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    config: Config,
+    decisions: Arc<tokio::sync::RwLock<()>>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        // Wait for a free slot first: over the cap, connections wait in the
+        // listen backlog rather than being served half.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            _ = &mut stop => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: pass, retry.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(config.header_read_timeout)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let deadline = Instant::now() + config.grace;
+    // Requests in flight finish; idle connections close.
+    if tokio::time::timeout(config.grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still open after the grace period; stopping anyway");
+    }
+    // Decisions whose client left are still running: wait for them too.
+    let left = deadline.saturating_duration_since(Instant::now());
+    if tokio::time::timeout(left, decisions.write()).await.is_err() {
+        tracing::warn!(
+            "decisions still running after the grace period; stopping anyway (recovery marks them interrupted)"
+        );
+    }
+    Ok(())
 }
 
 /// The API's routes, recorded as they are added so that the list the

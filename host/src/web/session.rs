@@ -2,10 +2,11 @@
 //!
 //! The cookie holds a 256-bit secret; the database holds only its digest
 //! (`store::sessions`). Every request that changes state must also carry
-//! `X-CSRF-Token`, a value derived from the session secret that only a page
-//! of this origin can read (it is served by `GET /api/session`, which the
-//! same-origin policy keeps from other sites). The cookie is HttpOnly (no
-//! script reads it), Secure and SameSite=Strict (never sent on a request
+//! `X-CSRF-Token`: a second random secret of the session, independent of
+//! the cookie's (nothing about one tells anything about the other), stored
+//! as a digest only and handed out by `GET /api/session`, which the
+//! same-origin policy keeps from other sites' pages. The cookie is HttpOnly
+//! (no script reads it), Secure and SameSite=Strict (never sent on a request
 //! another site starts).
 
 use super::AppState;
@@ -15,7 +16,6 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{Method, StatusCode};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use sha2::{Digest as _, Sha256};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "gatehouse_session";
@@ -30,29 +30,6 @@ pub(crate) struct Person {
     pub expires_at: i64,
 }
 
-impl Person {
-    pub fn csrf(&self) -> String {
-        csrf_for(&self.secret)
-    }
-}
-
-/// The CSRF token of a session: a digest of its secret under a fixed label,
-/// so it needs no storage and reveals nothing about the secret.
-pub(crate) fn csrf_for(secret: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(b"gatehouse web csrf v1\0");
-    h.update(secret.as_bytes());
-    hex::encode(h.finalize())
-}
-
-/// Compare without an early exit, so timing says nothing about a guess.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
 
 /// The cookie that carries a new session.
 pub(crate) fn session_cookie(secret: String, max_age_ms: i64) -> Cookie<'static> {
@@ -99,8 +76,29 @@ impl FromRequestParts<AppState> for Person {
                 "not signed in: open a sign-in link (`gatehouse token create NAME` prints one)",
             ));
         };
+        // A request that changes state must carry one of the session's CSRF
+        // tokens; it is looked up (by digest) in the same trip.
+        let sent = (!safe(&parts.method)).then(|| {
+            parts
+                .headers
+                .get(CSRF_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        });
         let s = secret.clone();
-        let lookup = state.kernel.store().run(move |st| st.session(&s)).await?;
+        let (lookup, csrf_ok) = state
+            .kernel
+            .store()
+            .run(move |st| {
+                let lookup = st.session(&s)?;
+                let ok = match &sent {
+                    Some(token) => st.csrf_ok(&s, token)?,
+                    None => true,
+                };
+                Ok((lookup, ok))
+            })
+            .await?;
         let person = match lookup {
             SessionLookup::Valid { user, expires_at } => Person {
                 user,
@@ -120,18 +118,11 @@ impl FromRequestParts<AppState> for Person {
                 ));
             }
         };
-        if !safe(&parts.method) {
-            let sent = parts
-                .headers
-                .get(CSRF_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            if !same(sent, &person.csrf()) {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "missing or wrong X-CSRF-Token header: reload the page (the token comes from GET /api/session)",
-                ));
-            }
+        if !csrf_ok {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "missing or wrong X-CSRF-Token header: reload the page (the token comes from GET /api/session)",
+            ));
         }
         Ok(person)
     }

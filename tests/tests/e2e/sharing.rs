@@ -370,13 +370,16 @@ async fn owner_only_data_latches_an_unshared_chat_against_sharing_and_is_refused
         stderr(&link)
     );
     assert!(k.create_share_link(CHAT, "alice").is_err());
+    // Bob is no collaborator: he is told what he would be told of a chat
+    // that does not exist, not that this one is locked down (W2).
     let open = cli_as(&w, "bob", &["open", CHAT], "");
     assert_eq!(open.status.code(), Some(1));
     assert!(
-        stderr(&open).contains("only its owner may open it"),
+        stderr(&open).contains("that you may open (it does not exist, or it is not shared with you)"),
         "{}",
         stderr(&open)
     );
+    assert!(!stderr(&open).contains("locked"), "{}", stderr(&open));
     assert!(k.store().collaborators(CHAT).unwrap().is_empty());
     // The owner still opens it.
     let mine = w.cli(&["open", CHAT]);
@@ -417,7 +420,10 @@ async fn removing_a_collaborator_removes_their_observers_and_re_adding_re_verifi
         .open_chat(CHAT, "bob", &OpenRequest::default())
         .await
         .unwrap_err();
-    assert!(format!("{err}").contains("is not a collaborator"), "{err}");
+    assert!(
+        err.downcast_ref::<gatehouse::sharing::NoSuchChat>().is_some(),
+        "a removed collaborator is told what a stranger is: {err}"
+    );
 
     // Unshared again, Alice reads payroll freely (nobody to exclude).
     let out = w.script(CHAT, json!([query("payroll")])).await;
