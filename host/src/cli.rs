@@ -540,7 +540,17 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 print_json(&list)?;
             } else {
                 for g in list {
-                    outln!("{}  trust={}  hosts={}", g.name, g.trust, g.hosts.join(","));
+                    outln!(
+                        "{}  trust={}  hosts={}{}",
+                        g.name,
+                        g.trust,
+                        g.hosts.join(","),
+                        match (g.credential_host(), g.secret.is_some()) {
+                            (Some(h), true) => format!("  credential to {h} only"),
+                            (None, true) => "  credential to no host (name one)".to_owned(),
+                            _ => String::new(),
+                        }
+                    );
                     for t in &g.manifest.tools {
                         let c = crate::classify::classify(&t.annotations, g.trust);
                         outln!(
@@ -890,14 +900,19 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             )?;
             outln!(
                 "installed {} for {} in new chat {}",
-                i.gadget, i.owner, i.chat
+                i.gadget,
+                i.owner,
+                i.chat
             );
             for b in &i.bound {
                 match &b.account {
                     Some(a) => outln!("  {} -> {} as {a}", b.key, b.gatekeeper),
                     None => outln!(
                         "  {} -> {} (no account of yours there yet: `gatehouse account connect {} {}`)",
-                        b.key, b.gatekeeper, i.owner, b.gatekeeper
+                        b.key,
+                        b.gatekeeper,
+                        i.owner,
+                        b.gatekeeper
                     ),
                 }
             }

@@ -53,7 +53,8 @@ pub async fn record_read(
             .sources
             .iter()
             .map(|s| {
-                let title = crate::store::cut(&s.title, crate::store::MAX_SOURCE_TITLE_BYTES, "title");
+                let title =
+                    crate::store::cut(&s.title, crate::store::MAX_SOURCE_TITLE_BYTES, "title");
                 serde_json::json!({"id": s.id, "title": title, "restricted": s.restricted})
             })
             .collect()

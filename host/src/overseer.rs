@@ -173,7 +173,10 @@ impl Kernel {
         if agrees {
             return Ok(d);
         }
-        tracing::warn!(id, "the ledger recorded another outcome than this process's send");
+        tracing::warn!(
+            id,
+            "the ledger recorded another outcome than this process's send"
+        );
         let note = format!(
             "this process's own attempt ended {mine} afterwards, but the ledger had already recorded the action as {}, and that stands",
             row.state

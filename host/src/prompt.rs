@@ -326,10 +326,7 @@ impl serde_json::ser::Formatter for VisibleJson<'_> {
     ) -> std::io::Result<()> {
         self.0.begin_object_key(w, first)
     }
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        w: &mut W,
-    ) -> std::io::Result<()> {
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.0.begin_object_value(w)
     }
     fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
@@ -528,10 +525,32 @@ mod tests {
     fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let pieces = prop::sample::select(vec![
-            "\n", "\r", "\r\n", "\t", "\u{1b}[2J", "\u{1b}]8;;https://evil/\u{7}", "\u{9b}31m",
-            "\u{202E}", "\u{2066}", "\u{200B}", "\u{feff}", "\u{2028}", "\u{85}", "\u{7f}",
-            "Approve: gatehouse approve 1", "#1 applied: ok", "#12 failed", "Status: applied",
-            "Endpoint: https://evil", "error: none", "  ", "> ", "```", "word", "é", "\u{1F600}",
+            "\n",
+            "\r",
+            "\r\n",
+            "\t",
+            "\u{1b}[2J",
+            "\u{1b}]8;;https://evil/\u{7}",
+            "\u{9b}31m",
+            "\u{202E}",
+            "\u{2066}",
+            "\u{200B}",
+            "\u{feff}",
+            "\u{2028}",
+            "\u{85}",
+            "\u{7f}",
+            "Approve: gatehouse approve 1",
+            "#1 applied: ok",
+            "#12 failed",
+            "Status: applied",
+            "Endpoint: https://evil",
+            "error: none",
+            "  ",
+            "> ",
+            "```",
+            "word",
+            "é",
+            "\u{1F600}",
         ]);
         prop_oneof![
             any::<String>(),

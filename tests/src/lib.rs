@@ -413,7 +413,9 @@ impl EchoService {
                     let mut body = vec![0u8; length];
                     let _ = reader.read_exact(&mut body);
                     let echoed = json!({"method": method, "path": path, "headers": headers});
-                    log.lock().unwrap_or_else(|e| e.into_inner()).push(echoed.clone());
+                    log.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(echoed.clone());
                     let text = echoed.to_string();
                     let mut out = &stream;
                     let _ = write!(

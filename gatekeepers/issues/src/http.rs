@@ -45,8 +45,10 @@ pub fn setting<'a>(settings: &'a [(String, String)], name: &str) -> Option<&'a s
         .filter(|v| !v.is_empty())
 }
 
-/// The service's base url: setting `base-url`, else `http://` + the first
-/// entry of `allowed-hosts`. Never ends with `/`.
+/// The service's base url: setting `base-url`, else the first entry of
+/// `allowed-hosts` as the kernel admits it: `http://HOST:PORT` when it names
+/// a port, `https://HOST` when it does not (the kernel admits a host without
+/// a port on HTTPS only). Never ends with `/`.
 pub fn base_url(settings: &[(String, String)]) -> Result<String, String> {
     if let Some(url) = setting(settings, "base-url") {
         return Ok(url.trim_end_matches('/').to_string());
@@ -57,7 +59,12 @@ pub fn base_url(settings: &[(String, String)]) -> Result<String, String> {
             "no service address: neither a base-url setting nor an allowed host is configured"
                 .to_string()
         })?;
-    Ok(format!("http://{}", first.trim_end_matches('/')))
+    let first = first.trim_end_matches('/');
+    let has_port = first
+        .rsplit_once(':')
+        .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+    let scheme = if has_port { "http" } else { "https" };
+    Ok(format!("{scheme}://{first}"))
 }
 
 /// Percent-encodes `text` for use in a query string.

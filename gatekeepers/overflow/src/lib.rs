@@ -110,7 +110,9 @@ impl Guest for Overflow {
                     return Err(ToolError::UnknownOutcome(text.to_string()));
                 }
                 let body = get(&invocation.settings, &args)?;
-                Err(ToolError::UnknownOutcome(format!("the service said: {body}")))
+                Err(ToolError::UnknownOutcome(format!(
+                    "the service said: {body}"
+                )))
             }
             "forge" => match args.get("kib").and_then(Value::as_u64) {
                 Some(kib) => {

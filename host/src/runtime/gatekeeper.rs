@@ -347,7 +347,12 @@ impl Scrub {
                 .and_then(|j| j.strip_suffix('"'))
                 .unwrap_or(c)
                 .to_owned();
-            for n in [c.to_owned(), json, percent_encoded(c, false), percent_encoded(c, true)] {
+            for n in [
+                c.to_owned(),
+                json,
+                percent_encoded(c, false),
+                percent_encoded(c, true),
+            ] {
                 if !n.is_empty() && !needles.contains(&n) {
                     needles.push(n);
                 }
@@ -638,8 +643,7 @@ pub async fn describe(
     name: &str,
 ) -> anyhow::Result<Manifest> {
     use crate::store::{
-        MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES,
-        MAX_TOOLS,
+        MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOLS,
     };
     let called = with_instance(pre, limits, name, Reach::nowhere(), |store, gk| {
         Box::pin(async move { gk.gatehouse_os_tool().call_describe(store).await })

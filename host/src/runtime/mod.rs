@@ -92,7 +92,10 @@ impl Limits {
         }
         if let Some(n) = var("GATEHOUSE_TURN_CALLS")? {
             l.turn_calls = u32::try_from(n).with_context(|| {
-                format!("GATEHOUSE_TURN_CALLS={n} is too large; at most {}", u32::MAX)
+                format!(
+                    "GATEHOUSE_TURN_CALLS={n} is too large; at most {}",
+                    u32::MAX
+                )
             })?;
         }
         Ok(l)

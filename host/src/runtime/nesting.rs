@@ -50,7 +50,9 @@ pub fn check(bytes: &[u8]) -> anyhow::Result<()> {
             Payload::ComponentTypeSection(section) => {
                 let range = section.range();
                 let Some(data) = bytes.get(range.clone()) else {
-                    bail!("not a valid WebAssembly component: a type section runs past the end of the file");
+                    bail!(
+                        "not a valid WebAssembly component: a type section runs past the end of the file"
+                    );
                 };
                 check_types(BinaryReader::new(data, range.start))?;
             }
@@ -99,8 +101,7 @@ fn check_types(mut r: BinaryReader<'_>) -> anyhow::Result<()> {
                     }
                     // A core type, an alias or an export: leaves.
                     _ => {
-                        r.read::<InstanceTypeDeclaration<'_>>()
-                            .map_err(malformed)?;
+                        r.read::<InstanceTypeDeclaration<'_>>().map_err(malformed)?;
                     }
                 }
             }

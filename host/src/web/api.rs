@@ -149,7 +149,11 @@ async fn session_create(
         .await?
         .map_err(|r| ApiError::new(StatusCode::UNAUTHORIZED, r.to_string()))?;
     let session = redeemed.session.clone();
-    let csrf = st.kernel.store().run(move |s| s.mint_csrf(&session)).await?;
+    let csrf = st
+        .kernel
+        .store()
+        .run(move |s| s.mint_csrf(&session))
+        .await?;
     let view = SessionView {
         csrf,
         user: redeemed.user,

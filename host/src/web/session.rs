@@ -30,7 +30,6 @@ pub(crate) struct Person {
     pub expires_at: i64,
 }
 
-
 /// The cookie that carries a new session.
 pub(crate) fn session_cookie(secret: String, max_age_ms: i64) -> Cookie<'static> {
     Cookie::build((COOKIE, secret))

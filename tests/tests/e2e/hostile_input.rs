@@ -29,7 +29,9 @@ fn forged_lines(text: &str) -> Vec<String> {
     text.lines()
         .filter(|l| {
             let t = l.trim_start();
-            t.starts_with("Approve") || t.starts_with("#1 applied") || t.starts_with("#3 applied")
+            t.starts_with("Approve")
+                || t.starts_with("#1 applied")
+                || t.starts_with("#3 applied")
                 || t.starts_with("Status:")
         })
         .map(str::to_owned)
@@ -60,7 +62,10 @@ fn one_line_refusal(what: &str, o: &Output) -> String {
     );
     // Progress notes ("compiling ...") may come first; the refusal is one line.
     let all = stderr(o);
-    let err: Vec<&str> = all.lines().filter(|l| !l.starts_with("compiling")).collect();
+    let err: Vec<&str> = all
+        .lines()
+        .filter(|l| !l.starts_with("compiling"))
+        .collect();
     assert_eq!(err.len(), 1, "{what}: one line expected: {all:?}");
     assert!(err[0].starts_with("error: "), "{what}: {all:?}");
     err[0].to_owned()
@@ -83,11 +88,31 @@ fn deeply_nested_components_are_refused_in_one_line_at_install_and_import() {
         .expect("gatehouse runs");
     assert!(o.status.success(), "{}", stderr(&o));
     let cases = [
-        ("component types 2,000 deep", crafted::nested_component_types(2000), "nested"),
-        ("component types 200,000 deep", crafted::nested_component_types(200_000), "nested"),
-        ("instance types 2,000 deep", crafted::nested_instance_types(2000), "nested"),
-        ("components 2,000 deep", crafted::nested_components(2000), "nest"),
-        ("value types 100,000 deep", crafted::nested_value_types(100_000), "too deep"),
+        (
+            "component types 2,000 deep",
+            crafted::nested_component_types(2000),
+            "nested",
+        ),
+        (
+            "component types 200,000 deep",
+            crafted::nested_component_types(200_000),
+            "nested",
+        ),
+        (
+            "instance types 2,000 deep",
+            crafted::nested_instance_types(2000),
+            "nested",
+        ),
+        (
+            "components 2,000 deep",
+            crafted::nested_components(2000),
+            "nest",
+        ),
+        (
+            "value types 100,000 deep",
+            crafted::nested_value_types(100_000),
+            "too deep",
+        ),
     ];
     for (what, bytes, says) in cases {
         let file = write(files.path(), "crafted.wasm", &bytes);
@@ -97,7 +122,11 @@ fn deeply_nested_components_are_refused_in_one_line_at_install_and_import() {
         let err = one_line_refusal(&format!("install of {what}"), &o);
         assert!(err.contains(says), "install of {what}: {err}");
 
-        let blueprint = write(files.path(), "crafted.json", &crafted::blueprint("crafted", &bytes));
+        let blueprint = write(
+            files.path(),
+            "crafted.json",
+            &crafted::blueprint("crafted", &bytes),
+        );
         let o = cli_command(home.path(), &["import", &blueprint])
             .output()
             .expect("gatehouse runs");
@@ -105,9 +134,14 @@ fn deeply_nested_components_are_refused_in_one_line_at_install_and_import() {
         assert!(err.contains(says), "import of {what}: {err}");
     }
     // Nothing was installed, and the home still works.
-    let o = cli_command(home.path(), &["gadgets", "--json"]).output().expect("runs");
+    let o = cli_command(home.path(), &["gadgets", "--json"])
+        .output()
+        .expect("runs");
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(serde_json::from_str::<Value>(&stdout(&o)).unwrap(), json!([]));
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap(),
+        json!([])
+    );
     let script = guest("script");
     let o = cli_command(home.path(), &["install", script.to_str().unwrap()])
         .output()
@@ -237,14 +271,22 @@ async fn attacker_text_never_reaches_a_terminal_raw() {
         .collect();
     assert_eq!(
         approve_lines,
-        vec![format!("Approve: gatehouse approve {id}    Reject: gatehouse reject {id}")]
+        vec![format!(
+            "Approve: gatehouse approve {id}    Reject: gatehouse reject {id}"
+        )]
     );
     let o = w.cli(&["approve", &id]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert_terminal_safe("approve", &o);
     let err = stderr(&o);
-    assert!(err.starts_with(&format!("#{id} failed (not retryable): ")), "{err}");
-    assert!(err.contains("<U+001B>[2J"), "escapes are shown, not acted on: {err}");
+    assert!(
+        err.starts_with(&format!("#{id} failed (not retryable): ")),
+        "{err}"
+    );
+    assert!(
+        err.contains("<U+001B>[2J"),
+        "escapes are shown, not acted on: {err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
     let o = w.cli(&["approve", &id, "--json"]);
     assert_terminal_safe("approve --json", &o);
@@ -293,7 +335,10 @@ fn person_names_are_checked_like_every_other_name() {
         let err = one_line_refusal(&format!("--as {bad:?}"), &o);
         assert!(err.contains("person"), "{err}");
         assert!(hidden(&err).is_empty(), "{err:?}");
-        assert!(err.len() < 400, "a 10,000-character name is not echoed whole: {err}");
+        assert!(
+            err.len() < 400,
+            "a 10,000-character name is not echoed whole: {err}"
+        );
         let o = cli_command(home.path(), &["user", "add", "--", bad])
             .output()
             .unwrap();
@@ -303,8 +348,13 @@ fn person_names_are_checked_like_every_other_name() {
             .unwrap();
         one_line_refusal(&format!("chat new {bad:?}"), &o);
     }
-    let o = cli_command(home.path(), &["chats", "--json"]).output().unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&stdout(&o)).unwrap(), json!([]));
+    let o = cli_command(home.path(), &["chats", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap(),
+        json!([])
+    );
     let o = cli_command(home.path(), &["--as", "bob_2.x", "chat", "new", "c1"])
         .output()
         .unwrap();
@@ -339,11 +389,18 @@ async fn every_size_a_component_controls_is_capped_with_a_note() {
         .await;
     let message = out[0]["error"]["message"].as_str().unwrap().to_owned();
     assert!(message.len() < 5 * 1024, "{} bytes", message.len());
-    assert!(message.contains("[…cut: the message was 10485760 bytes"), "{}", &message[message.len() - 120..]);
+    assert!(
+        message.contains("[…cut: the message was 10485760 bytes"),
+        "{}",
+        &message[message.len() - 120..]
+    );
     // An action failing with 10 MiB: `approve` prints one short line, and
     // the ledger keeps a few KiB.
     let out = w
-        .script("work", json!([call("OVER", "forge", json!({"kib": 10240}))]))
+        .script(
+            "work",
+            json!([call("OVER", "forge", json!({"kib": 10240}))]),
+        )
         .await;
     let id = pending_id(&out[0]);
     let o = w.cli(&["approve", &id.to_string()]);
@@ -353,17 +410,28 @@ async fn every_size_a_component_controls_is_capped_with_a_note() {
     let error: String = db(&w)
         .query_row("SELECT error FROM ledger WHERE id = ?1", [id], |r| r.get(0))
         .unwrap();
-    assert!(error.len() < 5 * 1024 && error.contains("[…cut"), "{} bytes", error.len());
+    assert!(
+        error.len() < 5 * 1024 && error.contains("[…cut"),
+        "{} bytes",
+        error.len()
+    );
 
     // A read naming 100,000 sources is refused, nothing recorded.
     let observations = |w: &World| -> i64 {
         db(w)
-            .query_row("SELECT count(*) FROM ledger WHERE kind = 'observation'", [], |r| r.get(0))
+            .query_row(
+                "SELECT count(*) FROM ledger WHERE kind = 'observation'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap()
     };
     let seen = observations(&w);
     let out = w
-        .script("work", json!([call("OVER", "get", json!({"sources": 100_000}))]))
+        .script(
+            "work",
+            json!([call("OVER", "get", json!({"sources": 100_000}))]),
+        )
         .await;
     let message = out[0]["error"]["message"].as_str().unwrap_or_default();
     assert!(
@@ -396,10 +464,18 @@ async fn every_size_a_component_controls_is_capped_with_a_note() {
     let o = w.cli(&["agent", "hostile", "--chat", "work", "flood"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let kept: String = db(&w)
-        .query_row("SELECT last_output FROM agent_runs ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+        .query_row(
+            "SELECT last_output FROM agent_runs ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(kept.len() < 65 * 1024, "{} bytes kept", kept.len());
-    assert!(kept.contains("the output was 20971520 bytes"), "{}", &kept[kept.len() - 100..]);
+    assert!(
+        kept.contains("the output was 20971520 bytes"),
+        "{}",
+        &kept[kept.len() - 100..]
+    );
 
     // Everything above added far less than the megabytes it was offered.
     let grown = database_bytes(&w).saturating_sub(before);
@@ -414,7 +490,10 @@ async fn every_size_a_component_controls_is_capped_with_a_note() {
         "bloated",
     ]);
     let err = one_line_refusal("gatekeeper add bloated", &o);
-    assert!(err.contains("10001 tools") && err.contains("at most 1000"), "{err}");
+    assert!(
+        err.contains("10001 tools") && err.contains("at most 1000"),
+        "{err}"
+    );
     assert!(!w.gatekeeper_names().contains(&"bloated".to_owned()));
 }
 
@@ -434,7 +513,12 @@ async fn a_hand_over_is_recorded_once_and_a_turn_has_a_call_budget() {
     assert!(o.status.success(), "{}", stderr(&o));
     let polls: Vec<Value> = (0..50).map(|_| json!({"poll": id})).collect();
     let out = w.script("work", Value::Array(polls)).await;
-    assert!(out.as_array().unwrap().iter().all(|p| p["status"] == "applied"));
+    assert!(
+        out.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["status"] == "applied")
+    );
     let _ = w.script("work", json!([{"poll": id}])).await;
     let handovers: i64 = db(&w)
         .query_row(
@@ -465,7 +549,10 @@ async fn a_hand_over_is_recorded_once_and_a_turn_has_a_call_budget() {
     let refused = &answers[149]["error"];
     assert_eq!(refused["kind"], "refused", "{refused}");
     assert!(
-        refused["message"].as_str().unwrap().contains("budget of 100 kernel calls"),
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget of 100 kernel calls"),
         "{refused}"
     );
     assert_eq!(w.tracker.requests().len() - before, 50);
@@ -485,7 +572,10 @@ async fn an_echoed_credential_never_reaches_the_gadget() {
     ]);
     let out = w.script("work", steps).await;
     let text = out.to_string();
-    assert!(!text.contains(SECRET), "the secret reached the gadget: {text}");
+    assert!(
+        !text.contains(SECRET),
+        "the secret reached the gadget: {text}"
+    );
     // The service really got (and echoed) it: redaction did the work.
     let seen = echo.requests();
     assert!(!seen.is_empty());
@@ -506,7 +596,10 @@ async fn an_echoed_credential_never_reaches_the_gadget() {
         .script("work", json!([{"poll": pending_id(&out[3])}]))
         .await
         .to_string();
-    assert!(polled.contains("[redacted]") && !polled.contains(SECRET), "{polled}");
+    assert!(
+        polled.contains("[redacted]") && !polled.contains(SECRET),
+        "{polled}"
+    );
     let dump: String = db(&w)
         .query_row(
             "SELECT group_concat(coalesce(result, '') || coalesce(error, '') || coalesce(sources, '') || coalesce(provisional, ''), ' ') FROM ledger",
@@ -530,27 +623,64 @@ async fn a_credential_goes_to_its_one_host_and_never_in_clear_text() {
 
     // Two hosts and a secret: the operator must say which host gets it.
     let o = w.cli(&[
-        "gatekeeper", "add", overflow, "--name", "two", "--allow-host", &home_host.host(),
-        "--allow-host", &other.host(), "--secret", "echo-token",
+        "gatekeeper",
+        "add",
+        overflow,
+        "--name",
+        "two",
+        "--allow-host",
+        &home_host.host(),
+        "--allow-host",
+        &other.host(),
+        "--secret",
+        "echo-token",
     ]);
     let err = one_line_refusal("two hosts, no credential host", &o);
     assert!(err.contains("--credential-host"), "{err}");
     let o = w.cli(&[
-        "gatekeeper", "add", overflow, "--name", "two", "--allow-host", &home_host.host(),
-        "--allow-host", &other.host(), "--secret", "echo-token", "--credential-host",
-        &home_host.host(), "--set", &format!("base-url=http://{}", other.host()),
+        "gatekeeper",
+        "add",
+        overflow,
+        "--name",
+        "two",
+        "--allow-host",
+        &home_host.host(),
+        "--allow-host",
+        &other.host(),
+        "--secret",
+        "echo-token",
+        "--credential-host",
+        &home_host.host(),
+        "--set",
+        &format!("base-url=http://{}", other.host()),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     // Plain http to a host that is not loopback would carry it in clear.
     let o = w.cli(&[
-        "gatekeeper", "add", overflow, "--name", "clear", "--allow-host", "192.0.2.10:80",
-        "--secret", "echo-token",
+        "gatekeeper",
+        "add",
+        overflow,
+        "--name",
+        "clear",
+        "--allow-host",
+        "192.0.2.10:80",
+        "--secret",
+        "echo-token",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     // A host without a port admits https on 443 only, never http on 80.
     let o = w.cli(&[
-        "gatekeeper", "add", overflow, "--name", "portless", "--allow-host", "localhost",
-        "--secret", "echo-token",
+        "gatekeeper",
+        "add",
+        overflow,
+        "--name",
+        "portless",
+        "--allow-host",
+        "localhost",
+        "--secret",
+        "echo-token",
+        "--set",
+        "base-url=http://localhost",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     w.kernel.new_chat("work", "alice").unwrap();

@@ -41,7 +41,11 @@ async fn a_removed_liveness_file_never_makes_approve_print_applied() {
     let out = w
         .script(
             "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "slow"}))]),
+            json!([call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": "slow"})
+            )]),
         )
         .await;
     let id = pending_id(&out[0]);
@@ -73,7 +77,9 @@ async fn a_removed_liveness_file_never_makes_approve_print_applied() {
         "approve must print what the ledger says: {printed}"
     );
     assert!(
-        printed.contains(&format!("#{id} failed (not retryable): interrupted after sending")),
+        printed.contains(&format!(
+            "#{id} failed (not retryable): interrupted after sending"
+        )),
         "{printed}"
     );
     assert_eq!(o.status.code(), Some(1));
@@ -144,14 +150,20 @@ fn a_removed_database_is_never_replaced_by_an_empty_one() {
             if let Some(s) = serving.try_wait().unwrap() {
                 break s;
             }
-            assert!(start.elapsed() < PATIENCE, "serve kept running on a deleted database");
+            assert!(
+                start.elapsed() < PATIENCE,
+                "serve kept running on a deleted database"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     };
     assert_eq!(status.code(), Some(1));
     let mut err = String::new();
     std::io::Read::read_to_string(&mut serving.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(err.contains("was removed or replaced while serving"), "{err}");
+    assert!(
+        err.contains("was removed or replaced while serving"),
+        "{err}"
+    );
     // The next command refuses rather than start again empty.
     let o = cli_command(home.path(), &["chats"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -201,10 +213,13 @@ fn a_read_only_database_is_reported_as_read_only_not_as_damage() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let o = cli_command(&home, &["chat", "new", "work"]).output().unwrap();
+    let o = cli_command(&home, &["chat", "new", "work"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     // Everything readable, nothing writable.
-    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
     mode(dir.path(), 0o755);
     for entry in std::fs::read_dir(&home).unwrap().flatten() {
         let p = entry.path();
@@ -232,7 +247,10 @@ fn a_read_only_database_is_reported_as_read_only_not_as_damage() {
     let err = stderr(&o);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("read-only or not writable"), "{err}");
-    assert!(!err.contains("damaged") && !err.contains("move it aside"), "{err}");
+    assert!(
+        !err.contains("damaged") && !err.contains("move it aside"),
+        "{err}"
+    );
     // Writable again, so the directory can be removed.
     mode(&home, 0o755);
     for entry in std::fs::read_dir(&home).unwrap().flatten() {
@@ -270,8 +288,15 @@ fn half_made_lock_files_are_swept() {
     let o = cli_command(home.path(), &["chats"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stale.exists(), "a stale half-made lock file is removed");
-    assert!(fresh.exists(), "a recent one may belong to a process starting now");
-    assert!(run_files(home.path(), ".lock").is_empty(), "{:?}", run_files(home.path(), ""));
+    assert!(
+        fresh.exists(),
+        "a recent one may belong to a process starting now"
+    );
+    assert!(
+        run_files(home.path(), ".lock").is_empty(),
+        "{:?}",
+        run_files(home.path(), "")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -308,7 +333,12 @@ async fn a_closed_pipe_never_panics_a_command() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
     }
     // The approve still did its work.
-    let a = w.kernel.store().action(id.parse().unwrap()).unwrap().unwrap();
+    let a = w
+        .kernel
+        .store()
+        .action(id.parse().unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(a.state, ActionState::Applied);
 }
 
@@ -350,7 +380,10 @@ async fn numbers_reach_the_approver_exactly_as_they_will_be_sent() {
     let stored = stdout(&w.cli(&["show", &id, "--json"]));
     for n in exact {
         assert!(shown.contains(n), "the prompt shows {n} exactly: {shown}");
-        assert!(stored.contains(n), "the stored arguments keep {n}: {stored}");
+        assert!(
+            stored.contains(n),
+            "the stored arguments keep {n}: {stored}"
+        );
     }
     let o = w.cli(&["approve", &id]);
     assert!(o.status.success(), "{}", stderr(&o));

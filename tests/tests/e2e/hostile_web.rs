@@ -63,7 +63,9 @@ async fn a_browser_that_hangs_up_mid_approve_does_not_stop_the_send() {
     let a = w.kernel.store().action(id).unwrap().unwrap();
     assert_eq!(a.resolved_by.as_deref(), Some("alice"));
     assert_eq!(w.tracker.writes().len(), 1);
-    let again = api.post(&format!("/api/actions/{id}/approve"), json!({})).await;
+    let again = api
+        .post(&format!("/api/actions/{id}/approve"), json!({}))
+        .await;
     assert_eq!(again.status, 409, "{}", again.text);
     assert!(again.error().contains("already applied"), "{}", again.text);
     server.stop().await;
@@ -107,7 +109,10 @@ async fn sigterm_lets_serve_finish_a_send_in_flight() {
     })
     .await
     .unwrap();
-    assert!(status.0.success(), "serve exits 0 after SIGTERM: {status:?}");
+    assert!(
+        status.0.success(),
+        "serve exits 0 after SIGTERM: {status:?}"
+    );
     let answer = approving.await.expect("the approve got its answer");
     assert_eq!(answer.status, 200, "{}", answer.text);
     assert_eq!(answer.json()["outcome"], "applied", "{}", answer.text);
@@ -209,7 +214,13 @@ async fn the_csrf_token_is_a_secret_of_its_own() {
         secret.clone(),
         bob.csrf.clone().unwrap(),
     ] {
-        let a = raw_post(&server, &cookie, &forged, &format!("/api/actions/{id}/reject")).await;
+        let a = raw_post(
+            &server,
+            &cookie,
+            &forged,
+            &format!("/api/actions/{id}/reject"),
+        )
+        .await;
         assert_eq!(a.0, 403, "{forged}: {}", a.1);
     }
     assert_eq!(state(&w, id), ActionState::Pending);
@@ -225,7 +236,9 @@ async fn the_csrf_token_is_a_secret_of_its_own() {
     let ok = raw_post(&server, &cookie, &first, "/api/rules").await;
     assert_ne!(ok.0, 403, "{}", ok.1);
     alice.csrf = Some(fresh.clone());
-    let a = alice.post(&format!("/api/actions/{id}/reject"), json!({})).await;
+    let a = alice
+        .post(&format!("/api/actions/{id}/reject"), json!({}))
+        .await;
     assert_eq!(a.status, 200, "{}", a.text);
     server.stop().await;
 }
@@ -338,7 +351,10 @@ async fn every_status_the_api_answers_is_documented() {
                 for (body, kind) in [
                     (huge.as_str(), "application/json"),
                     ("{}", "text/plain"),
-                    ("{\"token\": 7, \"tag\": 7, \"approve\": 7, \"link\": 7}", "application/json"),
+                    (
+                        "{\"token\": 7, \"tag\": 7, \"approve\": 7, \"link\": 7}",
+                        "application/json",
+                    ),
                     ("{not json", "application/json"),
                 ] {
                     answers.push(raw(&server, &api, &method, &concrete, body, kind).await);

@@ -375,7 +375,8 @@ async fn owner_only_data_latches_an_unshared_chat_against_sharing_and_is_refused
     let open = cli_as(&w, "bob", &["open", CHAT], "");
     assert_eq!(open.status.code(), Some(1));
     assert!(
-        stderr(&open).contains("that you may open (it does not exist, or it is not shared with you)"),
+        stderr(&open)
+            .contains("that you may open (it does not exist, or it is not shared with you)"),
         "{}",
         stderr(&open)
     );
@@ -421,7 +422,8 @@ async fn removing_a_collaborator_removes_their_observers_and_re_adding_re_verifi
         .await
         .unwrap_err();
     assert!(
-        err.downcast_ref::<gatehouse::sharing::NoSuchChat>().is_some(),
+        err.downcast_ref::<gatehouse::sharing::NoSuchChat>()
+            .is_some(),
         "a removed collaborator is told what a stranger is: {err}"
     );
 
