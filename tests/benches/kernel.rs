@@ -9,6 +9,8 @@
 //!   against a bare SQLite INSERT+COMMIT at the same `synchronous` setting.
 //! - `instantiate/*`: a fresh gadget instance per turn, pooling allocator
 //!   vs on-demand allocation.
+//! - `admission/*`: the nesting walk every component gets before it is
+//!   compiled (issue 12), against compiling the same component.
 //!
 //! Run: `cargo bench -p gatehouse-e2e`.
 
@@ -443,11 +445,32 @@ fn bench_grants(c: &mut Criterion) {
     group.finish();
 }
 
+/// `admission/*`: the iterative nesting walk (`runtime::nesting::check`)
+/// against the compile it guards, on a small gadget and on the largest Rust
+/// guest (`bloated`, 2.5 MiB).
+fn bench_admission(c: &mut Criterion) {
+    let engine = wasmtime::Engine::default();
+    let mut group = c.benchmark_group("admission");
+    group.sample_size(10);
+    for name in ["script", "bloated"] {
+        let bytes = std::fs::read(guest(name)).expect("guest built");
+        gatehouse::runtime::nesting::check(&bytes).expect("a real guest passes");
+        group.bench_function(format!("{name}/nesting_check"), |b| {
+            b.iter(|| gatehouse::runtime::nesting::check(&bytes).unwrap())
+        });
+        group.bench_function(format!("{name}/compile"), |b| {
+            b.iter(|| engine.precompile_component(&bytes).unwrap())
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_reads,
     bench_stage,
     bench_instantiate,
-    bench_grants
+    bench_grants,
+    bench_admission
 );
 criterion_main!(benches);

@@ -475,11 +475,13 @@ async fn a_share_link_admits_whoever_passes_re_verification_and_nobody_else() {
     );
     assert!(k.store().collaborators(CHAT).unwrap().is_empty());
 
-    // A wrong token admits nobody.
+    // A wrong token admits nobody, and tells a stranger nothing: the
+    // answer for a chat that does not exist (W2).
     let wrong = cli_as(&w, "bob", &["open", CHAT, "--link", "0000"], "");
     assert_eq!(wrong.status.code(), Some(1));
     assert!(
-        stderr(&wrong).contains("share link is not valid"),
+        stderr(&wrong)
+            .contains("that you may open (it does not exist, or it is not shared with you)"),
         "{}",
         stderr(&wrong)
     );
@@ -498,7 +500,7 @@ async fn a_share_link_admits_whoever_passes_re_verification_and_nobody_else() {
     let late = cli_as(&w, "carol", &["open", CHAT, "--link", &token], "");
     assert_eq!(late.status.code(), Some(1));
     assert!(
-        stderr(&late).contains("share link is not valid"),
+        stderr(&late).contains("that you may open (it does not exist"),
         "{}",
         stderr(&late)
     );
