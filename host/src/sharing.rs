@@ -10,11 +10,12 @@
 //! `runtime::gatekeeper`. It may not stage, apply or read on a gadget's
 //! behalf.
 
+use crate::access::{Need, Refusal};
 use crate::kernel::{Kernel, Turn, check_name, random_hex, settings_for};
 use crate::prompt::inline;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
-use crate::store::{Account, GatekeeperRecord, Observer, Store};
-use anyhow::{Context as _, bail};
+use crate::store::{Account, Collaborator, GatekeeperRecord, Observer};
+use anyhow::bail;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 
@@ -131,18 +132,26 @@ impl Kernel {
             .connect_account(user, gatekeeper, label, credential, make_default)
     }
 
-    /// Share `chat` with `with`. Only the owner shares; a latched chat gains
-    /// no collaborators (O3). The collaborator is verified when they open.
-    pub fn share(&self, chat: &str, with: &str, by: &str) -> anyhow::Result<bool> {
-        self.require_owner(chat, by, "share")?;
-        Ok(self.store().share(chat, with, by)??)
+    /// Share `chat` with `with` (W1: the owner only). A latched chat gains
+    /// no collaborators (O3). The collaborator sees nothing until their
+    /// first successful open (W2); `may_decide` lets them decide too.
+    /// Sharing again with a collaborator changes only `may_decide`.
+    pub fn share(
+        &self,
+        chat: &str,
+        with: &str,
+        by: &str,
+        may_decide: bool,
+    ) -> anyhow::Result<bool> {
+        self.require(chat, by, Need::Share)?;
+        Ok(self.store().share(chat, with, by, may_decide)??)
     }
 
     /// Create a share link: a token whoever holds may open the chat with
     /// (and is then re-verified like any collaborator). Only its digest is
     /// stored, so the token is shown once.
     pub fn create_share_link(&self, chat: &str, by: &str) -> anyhow::Result<String> {
-        self.require_owner(chat, by, "share")?;
+        self.require(chat, by, Need::Share)?;
         let token = random_hex(24)?;
         self.store().create_link(chat, &link_digest(&token), by)??;
         Ok(token)
@@ -150,26 +159,32 @@ impl Kernel {
 
     /// Remove a collaborator and their observers (S5).
     pub fn unshare(&self, chat: &str, user: &str, by: &str) -> anyhow::Result<bool> {
-        self.require_owner(chat, by, "unshare")?;
+        self.require(chat, by, Need::Share)?;
         self.store().unshare(chat, user)
     }
 
     /// Revoke every share link of `chat`.
     pub fn revoke_links(&self, chat: &str, by: &str) -> anyhow::Result<usize> {
-        self.require_owner(chat, by, "unshare")?;
+        self.require(chat, by, Need::Share)?;
         self.store().revoke_links(chat)
     }
 
-    fn require_owner(&self, chat: &str, by: &str, verb: &str) -> anyhow::Result<()> {
-        let Some(c) = self.store().chat(chat)? else {
-            bail!("no chat named {chat:?}; `gatehouse chats` lists them");
-        };
-        if c.owner != by {
-            bail!(
-                "only the owner of chat {chat:?} ({}) may {verb} it; you are {by:?}",
-                c.owner
-            );
-        }
+    /// A chat's collaborators, for someone who may see it.
+    pub fn collaborators(&self, chat: &str, by: &str) -> anyhow::Result<Vec<Collaborator>> {
+        self.require(chat, by, Need::See)?;
+        self.store().collaborators(chat)
+    }
+
+    /// A chat's observers (each collaborator's binding per gatekeeper), for
+    /// someone who may see it.
+    pub fn observers(&self, chat: &str, by: &str) -> anyhow::Result<Vec<Observer>> {
+        self.require(chat, by, Need::See)?;
+        self.store().observers(chat)
+    }
+
+    /// Apply the one authorization rule (W1) for `person` in `chat`.
+    pub(crate) fn require(&self, chat: &str, person: &str, need: Need) -> anyhow::Result<()> {
+        self.store().access(chat, person)?.require(need, chat, person)?;
         Ok(())
     }
 
@@ -188,7 +203,7 @@ impl Kernel {
         // Everything the decision needs from the store, in one trip off the
         // executor: the chat, the opener, the observation set, and for each
         // gatekeeper observed through, its record and the opener's account.
-        let (c, user_known, may_see, intros, observed, records, credentials, accounts) = {
+        let (c, user_known, collaborator, intros, observed, records, credentials, accounts) = {
             let (chat, user) = (chat.to_owned(), user.to_owned());
             let chosen = request.accounts.clone();
             self.store()
@@ -207,7 +222,7 @@ impl Kernel {
                     Ok((
                         s.chat(&chat)?,
                         s.user_exists(&user)?,
-                        s.may_see(&chat, &user)?,
+                        s.is_collaborator(&chat, &user)?,
                         s.introductions(&chat)?,
                         observed,
                         records,
@@ -217,8 +232,12 @@ impl Kernel {
                 })
                 .await?
         };
-        let Some(c) = c else {
-            bail!("no chat named {chat:?}");
+        // Someone who is neither owner nor collaborator, and brings no
+        // link, learns nothing: not whether the chat exists, nor whether it
+        // is locked down (W2).
+        let link = request.link.as_deref().map(link_digest);
+        let Some(c) = c.filter(|c| c.owner == user || collaborator || link.is_some()) else {
+            bail!(Refusal::NoSuchChat(chat.to_owned()));
         };
         if c.owner == user {
             return Ok(OpenOutcome::Owner);
@@ -230,13 +249,6 @@ impl Kernel {
         // gatekeeper is asked anything.
         if c.latched {
             bail!(crate::store::ShareRefusal::LatchedOpen(chat.to_owned()));
-        }
-        let link = request.link.as_deref().map(link_digest);
-        if link.is_none() && !may_see {
-            bail!(crate::store::ShareRefusal::NotCollaborator {
-                chat: chat.to_owned(),
-                user: user.to_owned(),
-            });
         }
         for g in request.accounts.keys() {
             if !intros.iter().any(|i| &i.gatekeeper == g) {
@@ -330,6 +342,12 @@ impl Kernel {
                 if !others.is_empty() {
                     alternatives.insert(f.gatekeeper.clone(), others);
                 }
+            }
+            // A failed check takes away what an earlier open gave (W2):
+            // the collaborator sees nothing until an open succeeds again.
+            if collaborator {
+                let (c, u) = (chat.to_owned(), user.to_owned());
+                self.store().run(move |s| s.unverify(&c, &u)).await?;
             }
             return Ok(OpenOutcome::Refused {
                 failures,
@@ -430,7 +448,7 @@ impl Kernel {
         let strategy = Strategy::of(g);
         let others: Vec<&String> = collaborators
             .iter()
-            .filter(|c| Some(c.as_str()) != turn.user.as_deref())
+            .filter(|c| c.as_str() != turn.person())
             .collect();
         if others.is_empty() || strategy == Strategy::NoCheck {
             return Ok(None);
@@ -523,46 +541,6 @@ impl Kernel {
         }
         Ok(None)
     }
-}
-
-/// The account (label, credential) a turn's call runs under at gatekeeper
-/// `g`, and its id for the ledger. The owner uses their own account there,
-/// else the gatekeeper's own credential; anyone else uses only their own
-/// (the one chosen when they opened the chat, else their default) and never
-/// the gatekeeper's.
-pub(crate) fn credential_for(
-    s: &Store,
-    chat: &str,
-    user: Option<&str>,
-    g: &GatekeeperRecord,
-) -> anyhow::Result<(Option<String>, Option<String>)> {
-    let owner = s.chat(chat)?.map(|c| c.owner).unwrap_or_default();
-    let runner = user.unwrap_or(&owner);
-    let chosen = if runner == owner {
-        None
-    } else {
-        s.observers(chat)?
-            .into_iter()
-            .find(|o| o.user == runner && o.gatekeeper == g.name)
-            .and_then(|o| o.account)
-            .and_then(|a| a.split_once('/').map(|(_, l)| l.to_owned()))
-    };
-    if let Some((a, credential)) = s.account_credential(runner, &g.name, chosen.as_deref())? {
-        return Ok((Some(a.id()), Some(credential)));
-    }
-    if runner != owner {
-        return Ok((None, None));
-    }
-    let credential = match &g.secret {
-        None => None,
-        Some(n) => Some(s.secret(n)?.with_context(|| {
-            format!(
-                "the secret {n:?} of gatekeeper {:?} is not set; `gatehouse secret set {n}`",
-                g.name
-            )
-        })?),
-    };
-    Ok((None, credential))
 }
 
 /// What a share link is stored as.

@@ -99,8 +99,7 @@ impl FromRequestParts<AppState> for Person {
                 "not signed in: open a sign-in link (`gatehouse token create NAME` prints one)",
             ));
         };
-        let s = secret.clone();
-        let lookup = state.kernel.store().run(move |st| st.session(&s)).await?;
+        let lookup = state.kernel.session(&secret).await?;
         let person = match lookup {
             SessionLookup::Valid { user, expires_at } => Person {
                 user,

@@ -79,7 +79,7 @@ async fn a_tool_outside_the_grant_fails_naming_the_allowed_tools() {
         .collect();
     assert_eq!(names, vec![json!("listIssues"), json!("getIssue")]);
     assert!(
-        w.kernel.store().pending(None).unwrap().is_empty(),
+        w.kernel.inspect().pending(None).unwrap().is_empty(),
         "nothing was staged"
     );
 
@@ -113,7 +113,7 @@ async fn every_call_records_its_caller() {
     .await;
     let entries = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             chat: Some("work".into()),
             ..Default::default()

@@ -16,6 +16,7 @@ mod lockdown;
 mod pending_visibility;
 mod sandbox;
 mod sharing;
+mod side_doors;
 mod web_api;
 mod web_browser;
 mod workflows;

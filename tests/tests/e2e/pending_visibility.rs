@@ -20,7 +20,7 @@ async fn agent_world(gatekeeper: &str) -> World {
 
 async fn approve_all(w: &World) {
     loop {
-        let pending = w.kernel.store().pending(None).unwrap();
+        let pending = w.kernel.inspect().pending(None).unwrap();
         let Some(a) = pending.first() else { break };
         assert!(w.kernel.approve(a.id, "alice").await.unwrap().ok());
     }
@@ -70,13 +70,13 @@ async fn awaiting_the_decision_creates_it_once_and_resumes_after_approval() {
 
     // Approving the create resumes the run; it then stages the label and waits again.
     assert!(w.kernel.approve(r.awaited[0], "alice").await.unwrap().ok());
-    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "waiting", "{run:?}");
     assert_eq!(run.turns, 2);
     assert!(run.last_output.unwrap().contains("addLabel"));
 
     approve_all(&w).await;
-    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "done", "{run:?}");
     assert!(
         run.last_output.unwrap().starts_with("done"),
@@ -101,7 +101,7 @@ async fn a_rejected_awaited_action_stops_the_run_instead_of_resuming_it() {
         .await
         .unwrap();
     assert!(w.kernel.reject(r.awaited[0], "alice").await.unwrap().ok());
-    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "stopped");
     assert!(run.last_output.unwrap().contains("rejected"));
     assert_eq!(run.turns, 1, "never resumed");
@@ -123,7 +123,7 @@ async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
         out, "labelled: issue #3 (ci)",
         "two issues exist, so the provisional id is 3"
     );
-    let pending = w.kernel.store().pending(None).unwrap();
+    let pending = w.kernel.inspect().pending(None).unwrap();
     assert_eq!(pending.len(), 2);
     assert!(!pending[0].await_decision);
     assert_eq!(w.tracker.writes().len(), 0, "simulating sent nothing");

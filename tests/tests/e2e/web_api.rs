@@ -87,7 +87,6 @@ impl Api {
     pub async fn signed_in(w: &World, base: &str, user: &str) -> Api {
         let token = w
             .kernel
-            .store()
             .create_signin_token(user, 60_000)
             .expect("a sign-in token");
         let mut api = Api::new(base);
@@ -174,8 +173,8 @@ impl Api {
 /// The standard world with alice (owner of `work`) and bob known.
 pub(crate) async fn people_world(trust: Trust) -> World {
     let w = World::standard(trust).await;
-    w.kernel.store().add_user("alice").expect("alice");
-    w.kernel.store().add_user("bob").expect("bob");
+    w.kernel.add_user("alice").expect("alice");
+    w.kernel.add_user("bob").expect("bob");
     w
 }
 
@@ -424,7 +423,7 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
 
     // resolved-by is the signed-in person, for both decisions.
     for id in &ids {
-        let a = w.kernel.store().action(*id).unwrap().unwrap();
+        let a = w.kernel.inspect().action(*id).unwrap().unwrap();
         assert_eq!(a.resolved_by.as_deref(), Some("alice"), "{a:?}");
     }
     let approved = api.get("/api/ledger?approved_by=alice").await.json();
@@ -613,7 +612,7 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     // triage reads (an observation) and stages two actions.
     let report = w.kernel.run("triage", "work", "").await.unwrap();
     report.output.unwrap();
-    let pending = w.kernel.store().pending(Some("work")).unwrap();
+    let pending = w.kernel.inspect().pending(Some("work")).unwrap();
     assert_eq!(pending.len(), 2);
     let server = serve(&w).await;
     let api = Api::signed_in(&w, &server.url(), "alice").await;
@@ -689,7 +688,7 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
 
     // Vetted: both keys hold; the drain applies the pending addLabel, and
     // the ledger records it as auto-approved, resolved by alice.
-    w.kernel.store().set_trust("issues", Trust::Vetted).unwrap();
+    w.kernel.set_trust("issues", Trust::Vetted).unwrap();
     let r = api
         .post("/api/rules", json!({"tag": "issues:addLabel"}))
         .await
@@ -821,7 +820,7 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
 #[test]
 fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
     let w = World::new();
-    w.kernel.store().add_user("alice").unwrap();
+    w.kernel.add_user("alice").unwrap();
     let mut serve = cli_command(w.home(), &["serve", "--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -873,7 +872,7 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
         )
         .await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
-    w.kernel.share("salary-board", "bob", "alice").unwrap();
+    w.kernel.share("salary-board", "bob", "alice", false).unwrap();
     let server = serve(&w).await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
 
@@ -896,7 +895,7 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
     assert_eq!(v["alternatives"], json!({"wh-prod-7": ["finance"]}));
     assert!(
         w.kernel
-            .store()
+            .inspect()
             .observers("salary-board")
             .unwrap()
             .is_empty()
