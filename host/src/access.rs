@@ -13,6 +13,8 @@
 //!   with their own accounts (SPEC S2), and loses it when a check fails or
 //!   they are removed; once verified they see, and decide (and enable rules
 //!   for that one chat) only if the owner granted it; they never share;
+//! - a workflow run's approvers (named by its initiator) see and decide the
+//!   run's approval requests and nothing else of its chat;
 //! - a locked-down chat (O3) is the owner's alone;
 //! - anyone else gets exactly the answer a chat that does not exist gets.
 //!
@@ -32,6 +34,10 @@ pub enum Standing {
         /// The owner granted them the right to decide.
         may_decide: bool,
     },
+    /// Named by a workflow run's initiator to decide the run's approval
+    /// requests (SPEC G2): sees the requests and the run's audit (argument
+    /// digests only), decides them, and sees nothing else of the chat.
+    Approver,
     /// Neither owner nor collaborator (or no such chat).
     Stranger,
 }
@@ -63,7 +69,7 @@ impl Access {
         match self.standing {
             Standing::Owner => true,
             Standing::Collaborator { verified, .. } => verified && !self.latched,
-            Standing::Stranger => false,
+            Standing::Approver | Standing::Stranger => false,
         }
     }
 
@@ -72,8 +78,20 @@ impl Access {
         match self.standing {
             Standing::Owner => true,
             Standing::Collaborator { may_decide, .. } => may_decide && self.may_see(),
-            Standing::Stranger => false,
+            Standing::Approver | Standing::Stranger => false,
         }
+    }
+
+    /// See a workflow run's approval requests, their allowed-calls lists
+    /// and its audit: whoever sees the chat, and its approvers.
+    pub fn may_see_requests(&self) -> bool {
+        self.may_see() || (self.standing == Standing::Approver && !self.latched)
+    }
+
+    /// Approve, reject or withdraw a workflow run's approval requests:
+    /// whoever decides in the chat, and its approvers.
+    pub fn may_decide_requests(&self) -> bool {
+        self.may_decide() || (self.standing == Standing::Approver && !self.latched)
     }
 
     /// Share the chat, create links, remove collaborators, grant deciding.
@@ -107,6 +125,8 @@ pub enum Need {
     EnableRule,
     /// Introduce services into the chat.
     Manage,
+    SeeRequests,
+    DecideRequests,
 }
 
 impl Access {
@@ -120,16 +140,18 @@ impl Access {
             Need::Share => self.may_share(),
             Need::EnableRule => self.may_enable_rule(),
             Need::Manage => self.may_manage(),
+            Need::SeeRequests => self.may_see_requests(),
+            Need::DecideRequests => self.may_decide_requests(),
         };
         if ok {
             return Ok(());
         }
-        if !self.may_see() {
+        if !self.may_see_requests() {
             return Err(Refusal::NoSuchChat(chat.to_owned()));
         }
         Err(match need {
-            Need::See => Refusal::NoSuchChat(chat.to_owned()),
-            Need::Decide | Need::EnableRule => Refusal::MayNotDecide {
+            Need::See | Need::SeeRequests => Refusal::NoSuchChat(chat.to_owned()),
+            Need::Decide | Need::EnableRule | Need::DecideRequests => Refusal::MayNotDecide {
                 chat: chat.to_owned(),
                 person: person.to_owned(),
             },
@@ -179,6 +201,7 @@ mod tests {
             (collaborator(false, true), false, (false, false, false, false)),
             (collaborator(false, false), false, (false, false, false, false)),
             (collaborator(true, true), true, (false, false, false, false)),
+            (Standing::Approver, false, (false, false, false, false)),
             (Standing::Stranger, false, (false, false, false, false)),
         ];
         for (standing, latched, want) in table {
@@ -191,6 +214,14 @@ mod tests {
             );
             assert_eq!(got, want, "{standing:?} latched={latched}");
         }
+        // Workflow requests: approvers see and decide them, and nothing
+        // else; a viewer sees them but does not decide.
+        let approver = Access::of(Standing::Approver, false);
+        assert!(approver.may_see_requests() && approver.may_decide_requests());
+        let viewer = Access::of(collaborator(true, false), false);
+        assert!(viewer.may_see_requests() && !viewer.may_decide_requests());
+        assert!(!Access::of(Standing::Approver, true).may_decide_requests());
+        assert!(!Access::none().may_see_requests());
     }
 
     #[test]

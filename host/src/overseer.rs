@@ -409,6 +409,10 @@ impl Kernel {
     /// of key one and the latch; the claim checks both keys again, in its
     /// transaction.
     async fn candidate_rules(&self, a: &crate::store::Action) -> anyhow::Result<Vec<Rule>> {
+        if a.note.is_some() {
+            // Held by a revalidation: a person decides it (see the claim).
+            return Ok(Vec::new());
+        }
         let (gname, tool, chat, tag) = (
             a.gatekeeper.clone(),
             a.tool.clone(),

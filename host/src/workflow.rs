@@ -221,9 +221,10 @@ impl Kernel {
     /// `initiator` (G1): every step's tool set is fixed now, from the design.
     ///
     /// `approvers` are the people the initiator asks to decide the run's
-    /// approval requests: the run's chat is shared with each of them, with
-    /// the right to decide (W1); like any collaborator they are
-    /// re-verified before they decide (S2).
+    /// approval requests (W1): they see and decide those requests, and
+    /// nothing else of the run's chat (they are not collaborators: they
+    /// observe nothing, so the run's reads are not limited to what they
+    /// could see).
     pub async fn start_workflow(
         &self,
         name: &str,
@@ -297,7 +298,7 @@ impl Kernel {
         }
         for approver in approvers {
             if *approver != initiator {
-                self.share(&chat, approver, initiator, true)?;
+                self.store().add_approver(&chat, approver, initiator)?;
             }
         }
         let run = self
@@ -368,7 +369,7 @@ impl Kernel {
     /// Where a run stands, without running anything, for someone who may
     /// see its chat (W1).
     pub fn run_status(&self, person: &str, run: i64) -> anyhow::Result<RunSummary> {
-        self.require_run(person, run, crate::access::Need::See)?;
+        self.require_run(person, run, crate::access::Need::SeeRequests)?;
         self.summary(run, Vec::new())
     }
 
@@ -397,7 +398,7 @@ impl Kernel {
                         .workflow_run(r.run)?
                         .map(|w| w.chat)
                         .unwrap_or_default();
-                    let v = self.store().access(&chat, person)?.may_see();
+                    let v = self.store().access(&chat, person)?.may_see_requests();
                     visible.insert(r.run, v);
                     v
                 }
@@ -415,7 +416,7 @@ impl Kernel {
         person: &str,
         run: i64,
     ) -> anyhow::Result<Vec<crate::store::workflows::Invocation>> {
-        self.require_run(person, run, crate::access::Need::See)?;
+        self.require_run(person, run, crate::access::Need::SeeRequests)?;
         self.store().invocations(run)
     }
 
@@ -426,7 +427,7 @@ impl Kernel {
             bail!("no workflow run {run}");
         };
         let access = self.store().access(&r.chat, person)?;
-        if !access.may_see() {
+        if !access.may_see_requests() {
             bail!("no workflow run {run}");
         }
         access.require(need, &r.chat, person)?;
@@ -564,21 +565,27 @@ impl Kernel {
         let Some(r) = self.store().request(id)? else {
             bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
         };
-        // The same rule as for actions (W1): whoever decides must be able
-        // to decide in the run's chat, re-verified first like any
-        // collaborator. Someone who may not see it is told there is no
-        // such request.
+        // The one rule (W1): the run's owner, a collaborator who may
+        // decide there (re-verified first, as on every open), or one of
+        // the run's approvers. Whoever may not even see the request is
+        // told there is no such request.
         let chat = self
             .store()
             .workflow_run(r.run)?
             .map(|run| run.chat)
             .unwrap_or_default();
         let access = self.store().access(&chat, by)?;
-        if access.standing() == crate::access::Standing::Stranger {
+        let collaborator = matches!(
+            access.standing(),
+            crate::access::Standing::Collaborator { .. }
+        );
+        if !access.may_see_requests() && !collaborator {
             bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
         }
-        self.verify_runner(&chat, by).await?;
-        self.require(&chat, by, crate::access::Need::Decide)?;
+        if collaborator {
+            self.verify_runner(&chat, by).await?;
+        }
+        self.require(&chat, by, crate::access::Need::DecideRequests)?;
         let (from, to) = match decision {
             RequestDecision::Approve => ("pending", "approved"),
             RequestDecision::Reject => ("pending", "rejected"),
@@ -601,9 +608,11 @@ impl Kernel {
             .workflow_run(r.run)?
             .map(|run| run.chat)
             .unwrap_or_default();
-        if !self.store().access(&chat, by)?.may_see() {
+        let access = self.store().access(&chat, by)?;
+        if !access.may_see_requests() {
             bail!("no approval request #{id}");
         }
+        access.require(crate::access::Need::DecideRequests, &chat, by)?;
         if r.state != "rejected" && r.state != "withdrawn" {
             bail!(
                 "request #{id} is {}; only a rejected or withdrawn request is re-submitted",

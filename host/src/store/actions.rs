@@ -148,7 +148,7 @@ pub enum StageError {
     )]
     TooLarge(usize),
     #[error(
-        "{0} actions of this chat already await approval (the limit is 50 per chat); ask a person to decide some (`gatehouse pending`) before staging more"
+        "{0} actions already await approval in this chat (the limit is 50 per chat); ask a person to decide some (`gatehouse pending`) before staging more"
     )]
     TooManyOpen(i64),
     #[error(
@@ -814,6 +814,14 @@ fn claim_in(
     match by {
         ClaimBy::Person(_) => {}
         ClaimBy::Rule { id: rule, person } => {
+            // Once what it would be sent with changed under it, a person
+            // decides it: a rule never sends what a revalidation held.
+            if a.note.is_some() {
+                return Ok(Err(ClaimRefusal::NeedsPerson {
+                    id,
+                    reason: "it changed since it was staged; a person decides it".into(),
+                }));
+            }
             if let Some(reason) = auto_refusal(tx, &a, &current, *rule, person)? {
                 return Ok(Err(ClaimRefusal::NeedsPerson { id, reason }));
             }

@@ -32,7 +32,7 @@ pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -46,11 +46,12 @@ pub const MAX_RESULT_BYTES: usize = 128 * 1024;
 /// The newest finished actions kept per chat (SPEC P5).
 pub const RETAINED_FINISHED: i64 = 100;
 
-/// A handle on the state database, cheap to clone.
+/// A handle on the state database, cheap to clone. Crate-private: only the
+/// kernel holds one, and surfaces reach the state only through the kernel
+/// (issue 11: no public store handle).
 #[derive(Clone)]
-pub struct Store {
+pub(crate) struct Store {
     conn: Arc<Mutex<Connection>>,
-    path: PathBuf,
 }
 
 impl Store {
@@ -96,13 +97,7 @@ impl Store {
         migrate(&mut conn, path)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
-            path: path.to_owned(),
         })
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Run `f` on a blocking thread: SQLite never runs on the async executor.

@@ -159,7 +159,18 @@ pub(crate) fn access(
             verified: verified.is_some(),
             may_decide: may_decide == 1,
         },
-        None => Standing::Stranger,
+        None => {
+            let approver: bool = conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM approvers WHERE chat = ?1 AND person = ?2)",
+                )?
+                .query_row(params![chat, person], |r| r.get(0))?;
+            if approver {
+                Standing::Approver
+            } else {
+                Standing::Stranger
+            }
+        }
     };
     Ok(Access::of(standing, latched))
 }
@@ -372,6 +383,20 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Name `person` an approver of the workflow run whose chat is `chat`.
+    pub fn add_approver(&self, chat: &str, person: &str, by: &str) -> anyhow::Result<()> {
+        let conn = self.lock();
+        if !user_exists(&conn, person)? {
+            anyhow::bail!(ShareRefusal::NoUser(person.to_owned()));
+        }
+        conn.execute(
+            "INSERT INTO approvers (chat, person, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (chat, person) DO NOTHING",
+            params![chat, person, by, now_ms()],
+        )?;
+        Ok(())
     }
 
     /// What `person` may do in `chat` (SPEC W1), by the one rule.

@@ -284,15 +284,6 @@ impl Store {
             .optional()?)
     }
 
-    pub fn workflow_runs(&self) -> anyhow::Result<Vec<RunRecord>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT id, workflow, version, initiator, chat, state FROM workflow_runs ORDER BY id",
-        )?;
-        let rows = st.query_map([], run_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     pub fn set_run_state(&self, run: i64, state: &str) -> anyhow::Result<()> {
         self.lock().execute(
             "UPDATE workflow_runs SET state = ?2, updated_at = ?3 WHERE id = ?1",

@@ -506,7 +506,10 @@ async fn chat_open(
         .kernel
         .open_chat(&chat, &p.user, &request)
         .await
-        .map_err(|e| ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}")))?;
+        .map_err(|e| match e.downcast_ref::<Refusal>() {
+            Some(_) => refused(e),
+            None => ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}")),
+        })?;
     Ok(Json(match outcome {
         OpenOutcome::Owner => OpenView {
             opened: true,

@@ -37,7 +37,7 @@ async fn twenty_concurrent_approvals_send_once() {
     for _ in 0..10 {
         let k = w.reopen();
         tasks.push(tokio::spawn(
-            async move { k.approve(id, "bob").await.unwrap() },
+            async move { k.approve(id, "alice").await.unwrap() },
         ));
     }
     let mut applied = 0;

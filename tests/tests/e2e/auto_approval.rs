@@ -205,21 +205,43 @@ async fn ten_concurrent_drains_apply_each_action_once() {
         .collect();
     let out = w.script("work", json!(steps)).await;
     w.kernel.settle().await;
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    // Nine drains spin, in this kernel (single flight) and in separate
+    // kernels (claims), while the rule that makes the actions eligible is
+    // enabled (its own drain is the tenth).
+    let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
     let mut tasks = Vec::new();
-    for i in 0..10 {
-        // Half share this kernel (single flight), half are separate kernels (claims).
+    for i in 0..9 {
         let k = if i % 2 == 0 {
             w.kernel.clone()
         } else {
             w.reopen()
         };
-        tasks.push(tokio::spawn(async move { k.drain().await.unwrap() }));
+        let (ids, probe) = (ids.clone(), w.reopen());
+        tasks.push(tokio::spawn(async move {
+            let mut applied = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                applied.extend(k.drain().await.unwrap());
+                let done = ids.iter().all(|id| {
+                    probe.inspect().action(*id).unwrap().unwrap().state == ActionState::Applied
+                });
+                if done || std::time::Instant::now() > deadline {
+                    return applied;
+                }
+                tokio::task::yield_now().await;
+            }
+        }));
     }
-    let mut applied = 0;
+    let rule = w
+        .kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
+    let mut applied = rule
+        .applied
+        .iter()
+        .filter(|d| matches!(d, Decision::Applied { .. }))
+        .count();
     for t in tasks {
         applied += t
             .await

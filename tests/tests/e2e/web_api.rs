@@ -620,7 +620,8 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     let obs = api.get("/api/chats/work/observations").await.json();
     let obs = obs.as_array().unwrap();
     assert_eq!(obs.len(), 1, "{obs:?}");
-    assert_eq!(obs[0]["caller"], "gadget:triage");
+    assert_eq!(obs[0]["caller"], "alice");
+    assert_eq!(obs[0]["gadget"], "triage");
     assert!(
         obs[0]["summary"]
             .as_str()
@@ -686,8 +687,10 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(w.tracker.writes().is_empty());
 
-    // Vetted: both keys hold; the drain applies the pending addLabel, and
-    // the ledger records it as auto-approved, resolved by alice.
+    // Vetted: both keys hold now, but the pending addLabel was staged when
+    // the gatekeeper was byo. What it would be sent with changed (SPEC
+    // P7): a person decides it, on current facts, and the prompt says so.
+    let label = pending.iter().find(|a| a.tool == "addLabel").unwrap().id;
     w.kernel.set_trust("issues", Trust::Vetted).unwrap();
     let r = api
         .post("/api/rules", json!({"tag": "issues:addLabel"}))
@@ -700,7 +703,30 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .unwrap()
             .starts_with("Key one holds")
     );
-    assert_eq!(r["applied"].as_array().unwrap().len(), 1, "{r}");
+    assert!(r["applied"].as_array().unwrap().is_empty(), "{r}");
+    assert!(w.tracker.writes().is_empty());
+    let shown = api.get(&format!("/api/actions/{label}")).await.json();
+    assert!(
+        shown["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("Changed: gatekeeper issues's trust tier changed from byo to vetted"),
+        "{shown}"
+    );
+    let a = api
+        .post(&format!("/api/actions/{label}/approve"), json!({}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(w.tracker.writes().len(), 1);
+    // Staged under both keys, the next one is auto-approved, recorded as
+    // resolved by alice (her rule).
+    w.script(
+        "work",
+        json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"}))]),
+    )
+    .await;
+    w.kernel.settle().await;
+    assert_eq!(w.tracker.writes().len(), 2);
     let auto = api.get("/api/ledger?auto_approved=true").await.json();
     assert_eq!(auto.as_array().unwrap().len(), 1, "{auto}");
     assert_eq!(auto[0]["resolved_by"], "alice");
@@ -914,12 +940,20 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
     assert_eq!(v["checked"], 1);
     assert_eq!(v["observers"][0]["account"], "bob/finance");
 
-    // Someone the chat is not shared with: a one-line 403.
+    // Someone the chat is not shared with: answered exactly like a chat
+    // that does not exist (W2).
     let carol = Api::signed_in(&w, &server.url(), "carol").await;
     let a = carol
         .send("POST", "/api/chats/salary-board/open", Some(json!({})), &[])
         .await;
-    assert_eq!(a.status, 403);
-    assert!(a.error().contains("is not a collaborator"), "{}", a.text);
+    let missing = carol
+        .send("POST", "/api/chats/no-such-board/open", Some(json!({})), &[])
+        .await;
+    assert_eq!(a.status, 404, "{}", a.text);
+    assert_eq!(missing.status, 404, "{}", missing.text);
+    assert_eq!(
+        a.error().replace("salary-board", "X"),
+        missing.error().replace("no-such-board", "X")
+    );
     server.stop().await;
 }

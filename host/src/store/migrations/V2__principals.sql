@@ -128,3 +128,13 @@ UPDATE invocations SET state = 'failed', finished_at = created_at,
 -- of tools); its digest names it. NULL (rows from version 1): parsed on
 -- every use until the gatekeeper is added again.
 ALTER TABLE gatekeepers ADD COLUMN manifest_digest TEXT CHECK (manifest_digest IS NULL OR length(manifest_digest) = 64);
+
+-- The people a workflow run's initiator named to decide its approval
+-- requests (SPEC W1, G2): they see and decide the requests, nothing else.
+CREATE TABLE approvers (
+    chat     TEXT NOT NULL REFERENCES chats(name),
+    person   TEXT NOT NULL REFERENCES users(name),
+    added_by TEXT NOT NULL,
+    added_at INTEGER NOT NULL,
+    PRIMARY KEY (chat, person)
+) STRICT;
