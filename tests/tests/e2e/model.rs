@@ -67,7 +67,7 @@ use std::sync::OnceLock;
 const BOB_TOKEN: &str = "tok-bob-model-7a21";
 const WAREHOUSE_TOKEN: &str = "wh-owner-model-c3d9";
 const CLOUD_TOKEN: &str = "cloud-model-5b80";
-const DEFAULT_CASES: u32 = 20;
+const DEFAULT_CASES: u32 = 24;
 const DEFAULT_SEED: u64 = 0x6761_7465_686f_7573;
 
 // ----- the vocabulary of the model -----
@@ -303,10 +303,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(who, tool, scope, surface)| Op::AddRule { who, tool, scope, surface }),
         1 => (person(), tool(), prop::option::of(chat()))
             .prop_map(|(who, tool, scope)| Op::RemoveRule { who, tool, scope }),
-        2 => any::<bool>().prop_map(|vetted| Op::Trust { vetted }),
+        3 => any::<bool>().prop_map(|vetted| Op::Trust { vetted }),
         1 => Just(Op::Latch),
-        2 => any::<bool>().prop_map(|simulating| Op::Readd { simulating }),
-        2 => any::<bool>().prop_map(|narrow| Op::Grant { narrow }),
+        3 => any::<bool>().prop_map(|simulating| Op::Readd { simulating }),
+        3 => any::<bool>().prop_map(|narrow| Op::Grant { narrow }),
         2 => prop::option::of(prop_oneof![Just(Person::Bob), Just(Person::Carol)])
             .prop_map(|approver| Op::WfStart { approver }),
         6 => (any::<usize>(), prop::option::weighted(0.5, person()), prop_oneof![
@@ -316,8 +316,8 @@ fn op() -> impl Strategy<Value = Op> {
                 1 => Just(WfKind::Resubmit),
             ])
             .prop_map(|(run, who, kind)| Op::WfDecide { run, who, kind }),
-        2 => any::<usize>().prop_map(|run| Op::WfCrash { run }),
-        2 => any::<usize>().prop_map(|action| Op::Crash { action }),
+        3 => any::<usize>().prop_map(|run| Op::WfCrash { run }),
+        3 => any::<usize>().prop_map(|action| Op::Crash { action }),
     ]
 }
 
@@ -382,7 +382,6 @@ struct Model {
     chats: Vec<ChatM>,
     rules: BTreeSet<(Person, Tool, Option<String>)>,
     vetted: bool,
-    simulating: bool,
     narrowed: bool,
     actions: Vec<ActionM>,
     runs: Vec<RunM>,
@@ -901,7 +900,6 @@ impl Case {
                     )
                     .await
                     .map_err(|e| format!("re-adding issues: {e:#}"))?;
-                self.model.simulating = simulating;
                 self.note(format!("re-add issues as {component}"));
                 Ok(())
             }
@@ -964,11 +962,10 @@ impl Case {
             }
             None => {
                 let granted = tool == Tool::Label || chat != "work" || !self.model.narrowed;
-                // A simulating gatekeeper may refuse a stage in a shared
-                // chat (forward exclusion of its simulation); the plain
-                // one stages whatever its person may send.
-                let must_stage =
-                    may_send && !c.latched && c.run.is_none() && granted && !self.model.simulating;
+                // Whoever may send stages, simulating gatekeeper or not: a
+                // simulation a collaborator could not see is skipped, and
+                // the action awaits the decision.
+                let must_stage = may_send && !c.latched && c.run.is_none() && granted;
                 ensure!(
                     !must_stage,
                     "{} could not stage in {chat}: {}",
@@ -1362,7 +1359,20 @@ impl Case {
             self.note("workflow crash: no run yet".into());
             return Ok(());
         }
-        let run = self.model.runs[run % self.model.runs.len()].run;
+        // A run whose call was sent, if there is one: that is the re-run
+        // that must not send it again.
+        let launched: Vec<i64> = self
+            .model
+            .runs
+            .iter()
+            .filter(|r| r.sent)
+            .map(|r| r.run)
+            .collect();
+        let run = if launched.is_empty() {
+            self.model.runs[run % self.model.runs.len()].run
+        } else {
+            launched[run % launched.len()]
+        };
         // The host died after the step's call, before the step was
         // recorded done: the step is pending again and the run resumes.
         let reset = self
