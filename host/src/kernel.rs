@@ -873,25 +873,29 @@ impl Kernel {
                 allowed: binding.resolved.granted_names(),
             }));
         };
+        if let Credential::Refused(reason) = &binding.resolved.credential {
+            return Ok(Err(CallError::Refused(format!(
+                "{}:{tool} was not staged: {reason}",
+                g.name
+            ))));
+        }
         // A gatekeeper that can simulate tells the gadget what will happen;
         // one that cannot makes the gadget wait (SPEC V1, V2). A simulation
-        // reads the service, so it passes every egress check first.
+        // reads the service, so it passes every egress check first. The
+        // latch and the credential were checked above, so a refusal here is
+        // forward exclusion (S3): no simulation, and the action is staged to
+        // await the decision, like any action of a gatekeeper that cannot
+        // simulate.
         let provisional = if g.manifest.simulates {
             let invocation = invocation_for(binding, tool, args.clone());
             match self
                 .admit_egress(turn, binding, tool, &invocation, "simulations")
                 .await?
             {
-                Some(refusal) => return Ok(Err(refusal)),
+                Some(_) => None,
                 None => self.simulate(turn, binding, tool, invocation).await?,
             }
         } else {
-            if let Credential::Refused(reason) = &binding.resolved.credential {
-                return Ok(Err(CallError::Refused(format!(
-                    "{}:{tool} was not staged: {reason}",
-                    g.name
-                ))));
-            }
             None
         };
         let action = NewAction {

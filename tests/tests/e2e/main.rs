@@ -13,6 +13,7 @@ mod install;
 mod introductions;
 mod languages;
 mod lockdown;
+mod model;
 mod pending_visibility;
 mod sandbox;
 mod sharing;
