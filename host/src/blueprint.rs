@@ -70,20 +70,28 @@ pub struct Bound {
 
 impl Kernel {
     /// The blueprint of `gadget`, with the requirements of the chat it ran
-    /// in (or `chat`).
-    pub fn export_blueprint(&self, gadget: &str, chat: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    /// in (or `chat`), as `by` may see it: only a chat they may see (W1).
+    pub fn export_blueprint(
+        &self,
+        gadget: &str,
+        chat: Option<&str>,
+        by: &str,
+    ) -> anyhow::Result<Vec<u8>> {
         let Some(g) = self.store().gadget(gadget)? else {
             bail!("no gadget named {gadget:?}; `gatehouse gadgets` lists them");
         };
         let chat = match chat {
             Some(c) => {
-                if self.store().chat(c)?.is_none() {
-                    bail!("no chat named {c:?}; `gatehouse chats` lists them");
-                }
+                self.require(c, by, crate::access::Need::See)?;
                 c.to_owned()
             }
             None => {
-                let chats = self.store().chats_called_from(gadget)?;
+                let mut chats = Vec::new();
+                for c in self.store().chats_called_from(gadget)? {
+                    if self.store().access(&c, by)?.may_see() {
+                        chats.push(c);
+                    }
+                }
                 match chats.as_slice() {
                     [one] => one.clone(),
                     [] => bail!(
@@ -103,7 +111,7 @@ impl Kernel {
             };
             requirements.push(Requirement {
                 key: i.key,
-                gatekeeper_sha256: k.digest,
+                gatekeeper_sha256: k.digest.clone(),
                 tools_offered: k.manifest.tools.iter().map(|t| t.name.clone()).collect(),
                 grant: i.tools,
             });

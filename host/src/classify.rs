@@ -110,6 +110,33 @@ pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
     }
 }
 
+/// Why key one of auto-approval does not hold for a tool at a tier, in
+/// words a person can act on; `None` when it holds (K3). The one place that
+/// explains key one, so that no surface words it differently.
+pub fn key_one_missing(annotations: &Annotations, trust: Trust) -> Option<String> {
+    let class = classify(annotations, trust);
+    if class.auto_approvable {
+        return None;
+    }
+    if class.kind == Kind::Read {
+        return Some("it is a read: reads need no approval".into());
+    }
+    let mut why = Vec::new();
+    if trust != Trust::Vetted {
+        why.push("the gatekeeper is not vetted (an operator must vouch for it: `gatehouse gatekeeper trust NAME vetted`)".to_owned());
+    }
+    if annotations.destructive != Some(false) {
+        why.push("the tool is not declared non-destructive".to_owned());
+    }
+    if annotations.idempotent != Some(true) {
+        why.push("the tool is not declared idempotent".to_owned());
+    }
+    Some(format!(
+        "key one is missing: {}; until then nothing is auto-approved",
+        why.join("; ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

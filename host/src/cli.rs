@@ -10,7 +10,7 @@ mod workflow;
 use crate::home::Home;
 use crate::kernel::Kernel;
 use crate::overseer::Decision;
-use crate::runtime::Limits;
+use crate::Limits;
 use crate::store::{LedgerFilter, Trust};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
@@ -195,6 +195,9 @@ enum Command {
         /// Create a share link instead (printed once).
         #[arg(long, conflicts_with = "with")]
         link: bool,
+        /// Let them decide too (approve and reject the chat's actions).
+        #[arg(long, requires = "with")]
+        may_decide: bool,
     },
     /// Remove a collaborator (and their observers), or revoke share links.
     Unshare {
@@ -309,18 +312,27 @@ enum AccountCmd {
 enum RulesCmd {
     /// Enable auto-approval for GATEKEEPER:TOOL (key two). Key one must hold
     /// too: a vetted gatekeeper, a non-destructive idempotent action.
+    ///
+    /// The rule is yours: it applies in the chats you own, or with --chat
+    /// only in that chat (where you must be allowed to decide).
     Add {
         tag: String,
         #[arg(long)]
+        chat: Option<String>,
+        #[arg(long)]
         json: bool,
     },
-    /// List rules.
+    /// List your rules, and those scoped to chats you own.
     List {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a rule.
-    Remove { tag: String },
+    /// Remove one of your rules (with --chat: the one for that chat).
+    Remove {
+        tag: String,
+        #[arg(long)]
+        chat: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -408,7 +420,7 @@ pub fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            errln!("error: {}", crate::prompt::terminal_line(&format!("{e:#}")));
+            errln!("error: {}", crate::prompt::one_line(&format!("{e:#}")));
             ExitCode::from(1)
         }
     }
@@ -482,7 +494,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             outln!("installed gadget {} ({})", g.name, &g.digest[..12]);
         }
         Command::Gadgets { json } => {
-            let list = kernel.store().gadgets()?;
+            let list = kernel.gadgets()?;
             if json {
                 print_json(&list)?;
             } else {
@@ -531,11 +543,11 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         }
         Command::Gatekeeper(GatekeeperCmd::Trust { name, tier }) => {
             let t: Trust = tier.parse()?;
-            kernel.store().set_trust(&name, t)?;
+            kernel.set_trust(&name, t)?;
             outln!("gatekeeper {name} is now {t}");
         }
         Command::Gatekeepers { json } => {
-            let list = kernel.store().gatekeepers()?;
+            let list = kernel.gatekeepers()?;
             if json {
                 print_json(&list)?;
             } else {
@@ -578,7 +590,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                     "the secret is empty; pipe its value on stdin, e.g. `printf %s \"$TOKEN\" | gatehouse secret set {name}`"
                 );
             }
-            kernel.store().put_secret(&name, value)?;
+            kernel.put_secret(&name, value)?;
             outln!("stored secret {name}");
         }
         Command::Chat(ChatCmd::New { name }) => {
@@ -586,15 +598,16 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             outln!("created chat {name} (owner {me})");
         }
         Command::Chats { json } => {
-            let list = kernel.store().chats()?;
+            let list = kernel.chats(&me).await?;
             if json {
                 print_json(&list)?;
             } else {
                 for c in list {
                     outln!(
-                        "{}  owner={}{}",
-                        c.name,
-                        c.owner,
+                        "{}  owner={}  pending={}{}",
+                        crate::prompt::inline(&c.name),
+                        crate::prompt::inline(&c.owner),
+                        c.pending,
                         if c.latched {
                             "  LOCKED DOWN (read owner-only data)"
                         } else {
@@ -651,7 +664,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Pending { chat, json } => {
-            let list = kernel.store().pending(chat.as_deref())?;
+            let list = kernel.pending(&me, chat.as_deref()).await?;
             if json {
                 print_json(&list)?;
             } else if list.is_empty() {
@@ -670,19 +683,15 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Show { id, json } => {
-            let Some(a) = kernel.store().action(id)? else {
+            let Some(shown) = kernel.shown(&me, id).await? else {
                 bail!(
-                    "no action #{id} (it may have been pruned); `gatehouse pending` lists open ones"
+                    "no action #{id} that you may see (it may have been pruned); `gatehouse pending` lists open ones"
                 );
             };
             if json {
-                print_json(&a)?;
+                print_json(&shown.action)?;
             } else {
-                let description = kernel
-                    .store()
-                    .gatekeeper(&a.gatekeeper)?
-                    .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
-                out!("{}", crate::prompt::render(&a, description.as_deref()));
+                out!("{}", shown.prompt);
             }
         }
         Command::Approve { ids, json } => {
@@ -691,14 +700,18 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Reject { ids, json } => {
             return decide(kernel, &ids, &me, json, false).await;
         }
-        Command::Rules(RulesCmd::Add { tag, json }) => {
-            let r = kernel.add_rule(&tag, &me).await?;
+        Command::Rules(RulesCmd::Add { tag, chat, json }) => {
+            let r = kernel.add_rule(&me, &tag, chat.as_deref()).await?;
             if json {
                 print_json(&r)?;
             } else {
                 outln!(
-                    "rule {} enabled by {me} (key two).",
-                    crate::prompt::inline(&r.tag)
+                    "rule {} enabled by {me} (key two), {}.",
+                    crate::prompt::inline(&r.tag),
+                    match &r.chat {
+                        Some(c) => format!("in chat {}", crate::prompt::inline(c)),
+                        None => "in the chats you own".to_owned(),
+                    }
                 );
                 match &r.missing {
                     None => outln!(
@@ -712,7 +725,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Rules(RulesCmd::List { json }) => {
-            let rules = kernel.store().rules()?;
+            let rules = kernel.rules(&me)?;
             if json {
                 print_json(&rules)?;
             } else if rules.is_empty() {
@@ -720,16 +733,20 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             } else {
                 for r in rules {
                     outln!(
-                        "{}  enabled by {}",
+                        "{}  enabled by {}  {}",
                         crate::prompt::inline(&r.tag),
-                        crate::prompt::inline(&r.enabled_by)
+                        crate::prompt::inline(&r.person),
+                        match &r.chat {
+                            Some(c) => format!("in chat {}", crate::prompt::inline(c)),
+                            None => "in the chats they own".to_owned(),
+                        }
                     );
                 }
             }
         }
-        Command::Rules(RulesCmd::Remove { tag }) => {
-            if !kernel.store().remove_rule(&tag)? {
-                bail!("no rule for {tag:?}; `gatehouse rules list` shows them");
+        Command::Rules(RulesCmd::Remove { tag, chat }) => {
+            if !kernel.remove_rule(&me, &tag, chat.as_deref())? {
+                bail!("you have no rule for {tag:?} there; `gatehouse rules list` shows yours");
             }
             outln!("rule {tag} removed");
         }
@@ -765,7 +782,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             return Ok(r.turn.output.is_ok());
         }
         Command::Runs { json } => {
-            let runs = kernel.store().agent_runs()?;
+            let runs = kernel.agent_runs(&me).await?;
             if json {
                 print_json(&runs)?;
             } else {
@@ -791,7 +808,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Users { json } => {
-            let users = kernel.store().users()?;
+            let users = kernel.users()?;
             if json {
                 print_json(&users)?;
             } else {
@@ -820,7 +837,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             );
         }
         Command::Account(AccountCmd::List { json }) => {
-            let list = kernel.store().accounts(None)?;
+            let list = kernel.accounts(None)?;
             if json {
                 print_json(&list)?;
             } else {
@@ -834,18 +851,28 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 }
             }
         }
-        Command::Share { chat, with, link } => {
+        Command::Share {
+            chat,
+            with,
+            link,
+            may_decide,
+        } => {
             if link {
                 let token = kernel.create_share_link(&chat, &me)?;
                 outln!("share link for chat {chat} (shown once): {token}");
                 outln!("open it with: gatehouse open {chat} --link {token} --as USER");
             } else if let Some(with) = with {
-                if kernel.share(&chat, &with, &me)? {
+                let decides = if may_decide {
+                    "; they may decide its actions"
+                } else {
+                    "; they may see but not decide"
+                };
+                if kernel.share(&chat, &with, &me, may_decide)? {
                     outln!(
-                        "shared chat {chat} with {with}; each time they open it, everything it observed is re-checked with their accounts"
+                        "shared chat {chat} with {with}{decides}. They see nothing until they open it: each open re-checks everything it observed with their own accounts"
                     );
                 } else {
-                    outln!("chat {chat} was already shared with {with}");
+                    outln!("chat {chat} was already shared with {with}{decides}");
                 }
             }
         }
@@ -866,13 +893,13 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             accounts,
             json,
         } => return sharing::open(kernel, &chat, &me, link, accounts, json).await,
-        Command::Collaborators { chat, json } => sharing::collaborators(kernel, &chat, json)?,
+        Command::Collaborators { chat, json } => sharing::collaborators(kernel, &chat, &me, json)?,
         Command::Export {
             gadget,
             chat,
             output,
         } => {
-            let bytes = kernel.export_blueprint(&gadget, chat.as_deref())?;
+            let bytes = kernel.export_blueprint(&gadget, chat.as_deref(), &me)?;
             std::fs::write(&output, &bytes)
                 .with_context(|| format!("cannot write {}", output.display()))?;
             outln!(
@@ -954,7 +981,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             let stop = tokio::select! {
                 r = server.finished() => Stop::Failed(r),
                 _ = shutdown_signal() => Stop::Asked,
-                _ = kernel.store().vanished() => Stop::Vanished,
+                _ = kernel.state_vanished() => Stop::Vanished,
             };
             // Requests and decisions in flight finish first (P8): a claimed
             // action is sent and recorded, never dropped half-way.
@@ -965,7 +992,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 Stop::Asked => {}
                 Stop::Vanished => bail!(
                     "the state database {} was removed or replaced while serving; the inbox stopped so that nothing more is written to a file nobody will read (restore the database, then start `serve` again)",
-                    kernel.store().path().display()
+                    kernel.state_path().display()
                 ),
             }
         }
@@ -976,7 +1003,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 .filter(|u| !u.is_empty())
                 .unwrap_or_else(|| format!("http://127.0.0.1:{}", crate::web::DEFAULT_PORT));
             let ttl = i64::try_from(crate::web::SIGNIN_TTL.as_millis()).unwrap_or(i64::MAX);
-            let token = kernel.store().create_signin_token(&person, ttl)?;
+            let token = kernel.create_signin_token(&person, ttl)?;
             outln!("{base}/signin?token={token}");
         }
         Command::Log {
@@ -1000,14 +1027,20 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             {
                 bail!("--kind must be action or observation");
             }
-            let entries = kernel.store().ledger(&LedgerFilter {
-                chat,
-                kind,
-                approved_by,
-                server_claims,
-                auto_approved,
-                observed_by,
-            })?;
+            let entries = kernel
+                .ledger(
+                    &me,
+                    LedgerFilter {
+                        chat,
+                        kind,
+                        approved_by,
+                        server_claims,
+                        auto_approved,
+                        observed_by,
+                        ..LedgerFilter::default()
+                    },
+                )
+                .await?;
             if json {
                 print_json(&entries)?;
             } else if observations {
@@ -1015,38 +1048,8 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                     sharing::print_observation(e);
                 }
             } else {
-                for e in entries {
-                    let what = format!(
-                        "{}:{}",
-                        e.gatekeeper
-                            .as_deref()
-                            .map(crate::prompt::inline)
-                            .unwrap_or_default(),
-                        e.tool
-                            .as_deref()
-                            .map(crate::prompt::inline)
-                            .unwrap_or_default()
-                    );
-                    let status = match e.kind.as_str() {
-                        "action" => format!(
-                            "{}{}{}",
-                            e.state.unwrap_or_default(),
-                            e.resolved_by
-                                .map(|b| format!(" by {}", crate::prompt::inline(&b)))
-                                .unwrap_or_default(),
-                            if e.auto_approved { " (auto)" } else { "" }
-                        ),
-                        _ => format!("observed ({})", e.classified_by.unwrap_or_default()),
-                    };
-                    outln!(
-                        "#{:<5} {:<12} {:<11} {:<32} {:<20} {}",
-                        e.id,
-                        crate::prompt::inline(&e.chat),
-                        e.kind,
-                        what,
-                        crate::prompt::inline(&e.caller),
-                        status
-                    );
+                for e in &entries {
+                    outln!("{}", crate::prompt::ledger_line(e));
                 }
             }
         }
@@ -1129,4 +1132,47 @@ async fn decide(
         print_json(&decisions)?;
     }
     Ok(all_ok)
+}
+
+#[cfg(test)]
+mod surfaces {
+    /// Every source file of a surface (the CLI, the web inbox, the demo).
+    const SURFACES: &[(&str, &str)] = &[
+        ("cli.rs", include_str!("cli.rs")),
+        ("cli/sharing.rs", include_str!("cli/sharing.rs")),
+        ("cli/workflow.rs", include_str!("cli/workflow.rs")),
+        ("web/mod.rs", include_str!("web/mod.rs")),
+        ("web/api.rs", include_str!("web/api.rs")),
+        ("web/session.rs", include_str!("web/session.rs")),
+        ("demo/mod.rs", include_str!("demo/mod.rs")),
+    ];
+
+    /// Issue 11: a surface holds no policy and no handle on the state or
+    /// the runtime. It asks the kernel, which applies the one
+    /// authorization rule and the one send path. A surface that reached
+    /// past it would be a side door; this test is the lock on it.
+    #[test]
+    fn surfaces_never_reach_past_the_kernel() {
+        // Assembled so that this file's own text does not trip the check.
+        let forbidden = [
+            [".", "store()"].concat(),
+            [".", "runtime()"].concat(),
+            [".", "inspect()"].concat(),
+            ["crate::", "store::Store"].concat(),
+            ["crate::", "runtime::"].concat(),
+        ];
+        for (file, source) in SURFACES {
+            for f in &forbidden {
+                let hits: Vec<(usize, &str)> = source
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| l.contains(f.as_str()))
+                    .collect();
+                assert!(
+                    hits.is_empty(),
+                    "{file} reaches past the kernel with `{f}` at {hits:?}"
+                );
+            }
+        }
+    }
 }

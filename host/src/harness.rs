@@ -9,6 +9,7 @@
 //! never resume it twice. May not decide or apply actions.
 
 use crate::kernel::{Harness, Kernel, Turn};
+use crate::principal::Principal;
 use crate::runtime::gadget::TurnReport;
 use crate::store::ActionState;
 use serde::Serialize;
@@ -23,7 +24,8 @@ pub struct RunReport {
 }
 
 impl Kernel {
-    /// Start an agent run of `gadget` in `chat` on `task`.
+    /// Start an agent run of `gadget` in `chat` on `task`, for the chat's
+    /// owner.
     pub async fn agent(
         &self,
         gadget: &str,
@@ -31,42 +33,65 @@ impl Kernel {
         task: &str,
         harness: Harness,
     ) -> anyhow::Result<RunReport> {
-        self.agent_turn(None, gadget, chat, task, task, harness)
-            .await
+        let c = chat.to_owned();
+        let owner = self
+            .store()
+            .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
+            .await?
+            .ok_or_else(|| {
+                anyhow::anyhow!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`")
+            })?;
+        self.agent_as(&owner, gadget, chat, task, harness).await
     }
 
-    /// Start an agent run as `user`. **Decision**: agent runs (and their
-    /// resumptions, which happen later without anyone present) run under the
-    /// chat owner's accounts, so only the owner may start one.
+    /// Start an agent run as `person`. **Decision**: agent runs (and their
+    /// resumptions, which happen later without anyone present) act for the
+    /// person who started them, with that person's accounts; only a chat's
+    /// owner may start one, so that a run resumed hours later never acts
+    /// for someone whose access has since been checked away.
     pub async fn agent_as(
         &self,
-        user: &str,
+        person: &str,
         gadget: &str,
         chat: &str,
         task: &str,
         harness: Harness,
     ) -> anyhow::Result<RunReport> {
-        if let Some(c) = self.store().chat(chat)?
-            && c.owner != user
-        {
+        let access = self.store().access(chat, person)?;
+        access.require(crate::access::Need::See, chat, person)?;
+        if !access.is_owner() {
             anyhow::bail!(
-                "only the owner of chat {chat:?} ({}) may start agent runs in it: they resume later under the owner's accounts",
-                c.owner
+                "only the owner of chat {chat:?} may start agent runs in it: they resume later, when nobody is present"
             );
         }
-        self.agent(gadget, chat, task, harness).await
+        let (c, g, t, p) = (
+            chat.to_owned(),
+            gadget.to_owned(),
+            task.to_owned(),
+            person.to_owned(),
+        );
+        let run = self
+            .store()
+            .run(move |s| s.start_run(&c, &g, &t, &p))
+            .await?;
+        self.agent_turn(run, person, gadget, chat, task, harness)
+            .await
     }
 
     async fn agent_turn(
         &self,
-        run: Option<i64>,
+        run: i64,
+        person: &str,
         gadget: &str,
         chat: &str,
-        task: &str,
         input: &str,
         harness: Harness,
     ) -> anyhow::Result<RunReport> {
-        let mut turn = Turn::new(gadget, chat);
+        let principal = Principal::Agent {
+            run,
+            person: person.to_owned(),
+        };
+        let mut turn = Turn::new(gadget, chat, principal);
         turn.harness = harness;
         let report = self.run_turn(turn.clone(), input).await?;
         let awaited = turn.awaited();
@@ -74,18 +99,12 @@ impl Kernel {
             Ok(o) => o.clone(),
             Err(e) => format!("error: {e}"),
         };
-        let (c, g, t, a) = (
-            chat.to_owned(),
-            gadget.to_owned(),
-            task.to_owned(),
-            awaited.clone(),
-        );
-        let id = self
-            .store()
-            .run(move |s| s.save_run(run, &c, &g, &t, &a, &output))
+        let a = awaited.clone();
+        self.store()
+            .run(move |s| s.save_run(run, &a, &output))
             .await?;
         Ok(RunReport {
-            run: id,
+            run,
             state: if awaited.is_empty() {
                 "done"
             } else {
@@ -147,10 +166,10 @@ impl Kernel {
             );
             resumed.push(
                 self.agent_turn(
-                    Some(run.id),
+                    run.id,
+                    &run.person,
                     &run.gadget,
                     &run.chat,
-                    &run.task,
                     &input,
                     Harness::Honest,
                 )

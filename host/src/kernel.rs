@@ -1,19 +1,22 @@
 //! The kernel: the only path between a gadget and the outside world.
 //!
-//! Owns the call path of SPEC C2-C5, K and A1: resolve an introduction,
-//! check the grant, ask `classify` (the only reader of annotations), then
-//! either run a read and record its observation (O1) or stage an action and
-//! answer `pending`. Approval and apply live in `crate::overseer`; the record
-//! of reads in `crate::observations`. This module may not read annotations
+//! Owns the call path of SPEC C2-C5, K and A1: resolve an introduction for
+//! the turn's principal, check the grant, ask `classify` (the only reader of
+//! annotations), then either run a read and record its observation (O1) or
+//! stage an action and answer `pending`. Approval and the one send path live
+//! in `crate::overseer`; the record of reads in `crate::observations`; who
+//! may do what in `crate::access`. This module may not read annotations
 //! itself, and never sends an action.
 
-use crate::classify::{self, Kind, Tool};
+use crate::classify::{self, Kind};
 use crate::home::Home;
+use crate::principal::{Credential, Principal};
 use crate::runtime::gadget::TurnReport;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 use crate::runtime::{Limits, Role, Runtime};
 use crate::store::{
-    GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, StageError, Store, Trust,
+    Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
+    StageError, Store, Trust, Unresolved,
 };
 use anyhow::{Context as _, bail};
 use std::fs::File;
@@ -36,11 +39,13 @@ pub enum Harness {
 /// Who is calling, from where (SPEC C5), and the turn's harness state.
 #[derive(Clone, Debug)]
 pub struct Turn {
-    pub gadget: String,
+    /// The gadget running the turn; `None` for a caller without one (an
+    /// external agent over MCP).
+    pub gadget: Option<String>,
     pub chat: String,
-    /// The person running the turn; `None`: the chat's owner. Calls run
-    /// under this person's accounts (see `sharing::credential_for`).
-    pub user: Option<String>,
+    /// Who is acting; calls run under the accounts of the person it acts
+    /// for, and what it stages is sent with that person's account.
+    pub principal: Principal,
     pub harness: Harness,
     /// Actions of this turn that await a decision (honest harness).
     pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
@@ -59,18 +64,28 @@ pub struct StepContext {
     pub gated: Arc<std::sync::atomic::AtomicBool>,
     /// The certificate whose signature was verified in this attempt.
     pub verified: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
+    /// How many times each `(tool, args digest)` was called in this
+    /// attempt: with the run and step, the logical identity of a call
+    /// across re-runs (SPEC G8).
+    pub calls: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
 }
 
 impl Turn {
-    pub fn new(gadget: &str, chat: &str) -> Turn {
+    /// A turn of `gadget` in `chat` for `principal`.
+    pub fn new(gadget: &str, chat: &str, principal: Principal) -> Turn {
         Turn {
-            gadget: gadget.to_owned(),
+            gadget: Some(gadget.to_owned()),
             chat: chat.to_owned(),
-            user: None,
+            principal,
             harness: Harness::Plain,
             awaited: Arc::default(),
             step: None,
         }
+    }
+
+    /// The person the turn acts for.
+    pub fn person(&self) -> &str {
+        self.principal.acting_for()
     }
 
     /// The step's certificate, handed over once (SPEC G3).
@@ -81,10 +96,6 @@ impl Turn {
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
         })
-    }
-
-    pub fn caller(&self) -> String {
-        format!("gadget:{}", self.gadget)
     }
 
     /// The actions this turn ended on.
@@ -133,6 +144,17 @@ impl std::fmt::Display for CallError {
     }
 }
 
+impl From<Unresolved> for CallError {
+    fn from(u: Unresolved) -> CallError {
+        match u {
+            Unresolved::UnknownKey { key, known } => CallError::UnknownKey { key, known },
+            Unresolved::Removed { key } => CallError::Refused(format!(
+                "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
+            )),
+        }
+    }
+}
+
 /// A staged action, as the gadget learns of it.
 #[derive(Clone, Debug)]
 pub struct PendingAction {
@@ -154,34 +176,32 @@ pub enum ActionStatus {
     Rejected(String),
     Failed { message: String, retryable: bool },
     Applied(String),
+    Expired(String),
 }
 
-/// An introduction, resolved against its gatekeeper.
+/// An introduction resolved for a turn, with the chat's pending actions at
+/// its gatekeeper when that gatekeeper simulates (the overlay, SPEC V1).
 #[derive(Clone, Debug)]
 pub struct Binding {
-    pub key: String,
-    pub gatekeeper: GatekeeperRecord,
-    pub grant: Option<Vec<String>>,
-    /// The chat's restricted-data latch, read with the binding (O3).
-    pub chat_latched: bool,
-    /// The chat's collaborators, read with the binding (S3).
-    pub collaborators: Vec<String>,
+    pub resolved: Resolved,
+    pub overlay: Vec<Action>,
 }
 
 impl Binding {
+    pub fn gatekeeper(&self) -> &GatekeeperRecord {
+        &self.resolved.gatekeeper
+    }
+
     /// The tools this introduction grants, in the gatekeeper's order.
-    pub fn granted_tools(&self) -> Vec<Tool> {
-        self.gatekeeper
+    pub fn granted_tools(&self) -> Vec<classify::Tool> {
+        self.resolved
+            .gatekeeper
             .manifest
             .tools
             .iter()
-            .filter(|t| self.grant.as_ref().is_none_or(|g| g.contains(&t.name)))
+            .filter(|t| self.resolved.grants(&t.name))
             .cloned()
             .collect()
-    }
-
-    fn granted_names(&self) -> Vec<String> {
-        self.granted_tools().into_iter().map(|t| t.name).collect()
     }
 }
 
@@ -328,17 +348,28 @@ impl Kernel {
         }
     }
 
-    pub fn store(&self) -> &Store {
+    /// The state database. Kernel modules only: surfaces ask the kernel,
+    /// which applies the one authorization rule; tests and operator tools
+    /// read through [`Kernel::inspect`].
+    pub(crate) fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// A read-only view of the deployment's state for the operator, tests
+    /// and benchmarks: no policy is applied, nothing can be changed. A
+    /// surface acting for a person never uses it (it asks the kernel's
+    /// person-scoped methods, which apply `crate::access`).
+    pub fn inspect(&self) -> crate::inspect::Inspect<'_> {
+        crate::inspect::Inspect::new(&self.inner.store)
     }
 
     pub fn home(&self) -> &Home {
         &self.inner.home
     }
 
-    /// The runtime (engine, limits, compiled components); for embedders and
-    /// benchmarks that wire components themselves.
-    pub fn runtime(&self) -> &Runtime {
+    /// The runtime (engine, limits, compiled components). Kernel modules
+    /// only: every call into a component goes through the kernel's paths.
+    pub(crate) fn runtime(&self) -> &Runtime {
         &self.inner.runtime
     }
 
@@ -388,6 +419,17 @@ impl Kernel {
             }
             while set.join_next().await.is_some() {}
         }
+    }
+
+    /// The state database's file.
+    pub fn state_path(&self) -> &std::path::Path {
+        self.store().path()
+    }
+
+    /// Returns once the state database's file was removed or replaced: a
+    /// long-running process (`serve`) must stop writing into it then.
+    pub async fn state_vanished(&self) {
+        self.store().vanished().await
     }
 
     // ----- installing and introducing -----
@@ -487,11 +529,66 @@ impl Kernel {
             secret,
             credential_host,
             settings,
-            manifest,
+            manifest: Arc::new(manifest),
             added_at: crate::store::now_ms(),
         };
         self.inner.store.put_gatekeeper(&record)?;
         Ok(record)
+    }
+
+    /// Change a gatekeeper's trust tier (an operator's word, SPEC K3). It
+    /// takes effect at the next use; pending actions staged under the old
+    /// tier are revalidated before they are sent (P7).
+    pub fn set_trust(&self, gatekeeper: &str, trust: Trust) -> anyhow::Result<()> {
+        self.inner.store.set_trust(gatekeeper, trust)
+    }
+
+    /// Store a secret for gatekeepers (operator credentials). Only the
+    /// kernel ever reads it.
+    pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
+        if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+            bail!("secret name {name:?} must be 1-128 printable characters");
+        }
+        self.inner.store.put_secret(name, value)
+    }
+
+    // ----- the operator's listings (deployment-wide, not chat-scoped) -----
+
+    /// Installed gadgets.
+    pub fn gadgets(&self) -> anyhow::Result<Vec<GadgetRecord>> {
+        self.inner.store.gadgets()
+    }
+
+    /// Gatekeeper instances, with their trust tiers and manifests.
+    pub fn gatekeepers(&self) -> anyhow::Result<Vec<Arc<GatekeeperRecord>>> {
+        self.inner.store.gatekeepers()
+    }
+
+    /// The people this deployment knows.
+    pub fn users(&self) -> anyhow::Result<Vec<String>> {
+        self.inner.store.users()
+    }
+
+    /// People's accounts (never their credentials): one person's, or all.
+    pub fn accounts(&self, person: Option<&str>) -> anyhow::Result<Vec<crate::store::Account>> {
+        self.inner.store.accounts(person)
+    }
+
+    /// Agent runs in the chats `person` may see.
+    pub async fn agent_runs(&self, person: &str) -> anyhow::Result<Vec<crate::store::AgentRun>> {
+        let p = person.to_owned();
+        self.inner
+            .store
+            .run(move |s| {
+                let mut out = Vec::new();
+                for r in s.agent_runs()? {
+                    if s.access(&r.chat, &p)?.may_see() {
+                        out.push(r);
+                    }
+                }
+                Ok(out)
+            })
+            .await
     }
 
     pub fn new_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
@@ -499,7 +596,8 @@ impl Kernel {
         self.inner.store.create_chat(name, owner)
     }
 
-    /// Introduce a gatekeeper into a chat under a key (SPEC C2, C3).
+    /// Introduce a gatekeeper into a chat under a key (SPEC C2, C3). Only
+    /// the chat's owner introduces.
     pub fn introduce(
         &self,
         chat: &str,
@@ -508,18 +606,20 @@ impl Kernel {
         tools: Option<Vec<String>>,
         by: &str,
     ) -> anyhow::Result<Introduction> {
-        if self.inner.store.chat(chat)?.is_none() {
-            bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
-        }
+        self.inner
+            .store
+            .access(chat, by)?
+            .require(crate::access::Need::Manage, chat, by)?;
         let Some(g) = self.inner.store.gatekeeper(gatekeeper)? else {
             bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
         };
         if key.is_empty()
+            || key.len() > 64
             || !key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
-            bail!("key {key:?} must be letters, digits, '_' or '-' (like ISSUES)");
+            bail!("key {key:?} must be 1-64 letters, digits, '_' or '-' (like ISSUES)");
         }
         if let Some(tools) = &tools {
             for t in tools {
@@ -542,30 +642,40 @@ impl Kernel {
         Ok(intro)
     }
 
-    /// Run one turn of a gadget in a chat.
+    /// Run one turn of a gadget in a chat, as the chat's owner.
     pub async fn run(&self, gadget: &str, chat: &str, input: &str) -> anyhow::Result<TurnReport> {
-        self.run_turn(Turn::new(gadget, chat), input).await
+        let c = chat.to_owned();
+        let owner = self
+            .inner
+            .store
+            .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
+            .await?
+            .with_context(|| format!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`"))?;
+        self.run_as(&owner, gadget, chat, input).await
     }
 
-    /// Run one turn as `user`. Someone other than the chat's owner is
+    /// Run one turn as `person`. Someone other than the chat's owner is
     /// re-verified first, as on every open (SPEC S2), with the accounts they
     /// chose when they last opened it; their calls run under those accounts.
     pub async fn run_as(
         &self,
-        user: &str,
+        person: &str,
         gadget: &str,
         chat: &str,
         input: &str,
     ) -> anyhow::Result<TurnReport> {
-        self.verify_runner(chat, user).await?;
-        let mut turn = Turn::new(gadget, chat);
-        turn.user = Some(user.to_owned());
+        self.verify_runner(chat, person).await?;
+        let turn = Turn::new(gadget, chat, Principal::person(person));
         self.run_turn(turn, input).await
     }
 
     /// Run one turn with a given turn context (harness state).
     pub(crate) async fn run_turn(&self, turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
-        let (gadget, chat) = (turn.gadget.clone(), turn.chat.clone());
+        let gadget = turn
+            .gadget
+            .clone()
+            .context("a turn without a gadget runs nothing")?;
+        let chat = turn.chat.clone();
         let g = self
             .store()
             .run(move |s| {
@@ -608,20 +718,50 @@ impl Kernel {
         Ok(intros.into_iter().map(|i| i.key).collect())
     }
 
-    /// Resolve a key of the turn's chat to its introduction (SPEC C2, C3).
+    /// Resolve a key of the turn's chat for the turn's person (SPEC C2-C5):
+    /// one trip to the store for the introduction, its gatekeeper (with the
+    /// trust tier as it is now, K3), the latch, the collaborators, the
+    /// credential, and the overlay of a simulating gatekeeper.
     pub(crate) async fn resolve(
         &self,
         turn: &Turn,
         key: &str,
     ) -> anyhow::Result<Result<Binding, CallError>> {
-        let (chat, key) = (turn.chat.clone(), key.to_owned());
-        self.store().run(move |s| resolve_in(s, &chat, &key)).await
+        let (chat, key, person) = (turn.chat.clone(), key.to_owned(), turn.person().to_owned());
+        let resolved = self
+            .store()
+            .run(move |s| s.resolve(&chat, &key, &person))
+            .await?;
+        Ok(resolved
+            .map(|(resolved, overlay)| Binding { resolved, overlay })
+            .map_err(CallError::from))
     }
 
-    /// A gadget's call: classify, then read now or stage. This is what the
-    /// `service.call` import does; it is public so that embedders and
-    /// benchmarks can drive the exact same path.
+    /// A call: classify, then read now or stage. This is what the gadget's
+    /// `service.call` import does, and what every other caller without a
+    /// gadget (an external agent) does; it is public so that embedders and
+    /// benchmarks drive the exact same path.
+    ///
+    /// In a workflow step every call is checked against the step's
+    /// certificate (SPEC G5): a plain call is refused, whoever makes it.
     pub async fn call(
+        &self,
+        turn: &Turn,
+        key: &str,
+        tool: &str,
+        args: String,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        if turn.step.is_some() {
+            return Ok(Err(CallError::Refused(
+                "this is a workflow step: call through its certificate (workflow.step-certificate, then certificate.call)".into(),
+            )));
+        }
+        self.dispatch(turn, key, tool, args).await
+    }
+
+    /// The call path proper, for plain calls and for a step's calls that
+    /// its certificate found uncovered (normal rules apply).
+    pub(crate) async fn dispatch(
         &self,
         turn: &Turn,
         key: &str,
@@ -639,27 +779,27 @@ impl Kernel {
             Ok(b) => b,
             Err(e) => return Ok(Err(e)),
         };
-        let granted = binding.granted_names();
-        let Some(info) = binding
-            .gatekeeper
-            .manifest
-            .tool(tool)
-            .filter(|t| granted.contains(&t.name))
-            .cloned()
-        else {
+        if !binding.resolved.grants(tool) {
             return Ok(Err(CallError::NotGranted {
                 key: key.to_owned(),
                 tool: tool.to_owned(),
-                allowed: granted,
+                allowed: binding.resolved.granted_names(),
+            }));
+        }
+        let Some(info) = binding.gatekeeper().manifest.tool(tool).cloned() else {
+            return Ok(Err(CallError::NotGranted {
+                key: key.to_owned(),
+                tool: tool.to_owned(),
+                allowed: binding.resolved.granted_names(),
             }));
         };
         // The tier was read with the binding, at the moment of use (K3).
-        let trust = binding.gatekeeper.trust;
+        let trust = binding.gatekeeper().trust;
         let class = classify::classify(&info.annotations, trust);
         match class.kind {
-            Kind::Read => self.read(turn, &binding, tool, args, trust, None).await,
+            Kind::Read => self.read(turn, &binding, tool, args, None).await,
             Kind::Action => {
-                let outcome = self.stage(turn, &binding, tool, args, class, trust).await?;
+                let outcome = self.stage(turn, &binding, tool, args, class).await?;
                 if let Ok(CallOutcome::Pending(p)) = &outcome {
                     // Auto-approval runs beside the gadget, never in its way (A1).
                     self.drain_in_background();
@@ -678,46 +818,80 @@ impl Kernel {
         }
     }
 
+    /// The egress checks every outbound call of a turn passes before it is
+    /// made, in this order (SPEC O3, C5, S3): the chat's latch (when the
+    /// call reaches beyond a closed service), the credential of the person
+    /// it acts for, and forward exclusion in a shared chat. `None` admits.
+    async fn admit_egress(
+        &self,
+        turn: &Turn,
+        binding: &Binding,
+        tool: &str,
+        invocation: &gkwit::Invocation,
+        what: &str,
+    ) -> anyhow::Result<Option<CallError>> {
+        let g = binding.gatekeeper();
+        let outbound = g
+            .manifest
+            .tool(tool)
+            .is_none_or(|t| classify::classify(&t.annotations, g.trust).outbound);
+        if outbound && binding.resolved.latched {
+            return Ok(Some(CallError::Refused(format!(
+                "chat {:?} is locked down (it read owner-only data): outbound {what} such as {}:{tool} are refused",
+                turn.chat, g.name
+            ))));
+        }
+        if let Credential::Refused(reason) = &binding.resolved.credential {
+            return Ok(Some(CallError::Refused(format!(
+                "{}:{tool} refused before it was made: {reason}",
+                g.name
+            ))));
+        }
+        // A shared chat admits only what every collaborator may see (S3).
+        if !binding.resolved.collaborators.is_empty()
+            && let Some(refusal) = self
+                .exclude_forward(turn, g, invocation, &binding.resolved.collaborators)
+                .await?
+        {
+            return Ok(Some(CallError::Refused(refusal)));
+        }
+        Ok(None)
+    }
+
     /// A read (SPEC O1, O3, S3): refused when the chat is locked down and
-    /// the read is outbound, or when a collaborator could not see it; else
-    /// made, and recorded before its data is handed over. `audit`: a
-    /// workflow step's audit row, committed with the observation (G7).
+    /// the read is outbound, when the person has no credential of their own
+    /// for it, or when a collaborator could not see it; else made, and
+    /// recorded before its data is handed over. `audit`: a workflow step's
+    /// audit row, committed with the observation (G7).
     pub(crate) async fn read(
         &self,
         turn: &Turn,
         binding: &Binding,
         tool: &str,
         args: String,
-        trust: Trust,
         audit: Option<crate::store::workflows::AuditRow>,
     ) -> anyhow::Result<Result<CallOutcome, CallError>> {
-        let outbound = binding
-            .gatekeeper
-            .manifest
-            .tool(tool)
-            .is_none_or(|t| classify::classify(&t.annotations, trust).outbound);
-        if outbound && binding.chat_latched {
-            return Ok(Err(CallError::Refused(format!(
-                "chat {:?} is locked down (it read owner-only data): outbound reads such as {}:{tool} are refused",
-                turn.chat, binding.gatekeeper.name
-            ))));
-        }
-        if let Err(e) = crate::store::validate_args(&args) {
-            return Ok(Err(CallError::InvalidArgs(e.to_string())));
-        }
-        let g = &binding.gatekeeper;
-        let (invocation, reach) = self.prepare(turn, g, tool, args).await?;
-        // A shared chat admits only reads every collaborator may see (S3).
-        if !binding.collaborators.is_empty()
-            && let Some(refusal) = self
-                .exclude_forward(turn, g, &invocation, &binding.collaborators)
-                .await?
+        let args = match crate::store::validate_args(&args) {
+            Ok(a) => a,
+            Err(e) => return Ok(Err(CallError::InvalidArgs(e.to_string()))),
+        };
+        let g = binding.gatekeeper().clone();
+        let invocation = invocation_for(binding, tool, args);
+        if let Some(refusal) = self
+            .admit_egress(turn, binding, tool, &invocation, "reads")
+            .await?
         {
-            return Ok(Err(CallError::Refused(refusal)));
+            return Ok(Err(refusal));
         }
-        let account = invocation.account.clone();
         let pre = self.runtime().gatekeeper(&g.digest)?;
-        let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
+        let called = gk::call(
+            &pre,
+            &self.runtime().limits,
+            &g.name,
+            reach_for(binding),
+            invocation,
+        )
+        .await;
         let output = match called.outcome {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => {
@@ -768,8 +942,8 @@ impl Kernel {
             Err(gk::Fault::Crashed(m)) => return Ok(Err(CallError::Service(m))),
         };
         // Record first; hand over only if the record was made (O1).
-        match crate::observations::record_read(self, turn, g, tool, trust, account, audit, &output)
-            .await
+        let account = binding.resolved.credential.account();
+        match crate::observations::record_read(self, turn, &g, tool, account, audit, &output).await
         {
             Ok(Observed::Recorded(_)) => Ok(Ok(CallOutcome::Done(output.result))),
             Ok(Observed::RestrictedInSharedChat) => Ok(Err(CallError::Refused(format!(
@@ -782,6 +956,9 @@ impl Kernel {
         }
     }
 
+    /// Stage an action (SPEC A1-A5): checked as every egress is, simulated
+    /// only once the checks passed (V1), recorded with the facts the claim
+    /// revalidates (P7).
     async fn stage(
         &self,
         turn: &Turn,
@@ -789,29 +966,64 @@ impl Kernel {
         tool: &str,
         args: String,
         class: classify::Classification,
-        trust: Trust,
     ) -> anyhow::Result<Result<CallOutcome, CallError>> {
-        let g = &binding.gatekeeper;
-        if let Err(e) = crate::store::validate_args(&args) {
-            return Ok(Err(CallError::InvalidArgs(e.to_string())));
+        let g = binding.gatekeeper().clone();
+        let args = match crate::store::validate_args(&args) {
+            Ok(a) => a,
+            Err(e) => return Ok(Err(CallError::InvalidArgs(e.to_string()))),
+        };
+        if binding.resolved.latched {
+            // Nothing is submitted from a locked-down chat (O3), and a
+            // simulation would be an outbound request: refuse before it.
+            return Ok(Err(CallError::Refused(
+                StageError::LockedDown(turn.chat.clone()).to_string(),
+            )));
+        }
+        let Some(facts) = Facts::of(&binding.resolved, tool) else {
+            return Ok(Err(CallError::NotGranted {
+                key: binding.resolved.key.clone(),
+                tool: tool.to_owned(),
+                allowed: binding.resolved.granted_names(),
+            }));
+        };
+        if let Credential::Refused(reason) = &binding.resolved.credential {
+            return Ok(Err(CallError::Refused(format!(
+                "{}:{tool} was not staged: {reason}",
+                g.name
+            ))));
         }
         // A gatekeeper that can simulate tells the gadget what will happen;
-        // one that cannot makes the gadget wait (SPEC V1, V2).
+        // one that cannot makes the gadget wait (SPEC V1, V2). A simulation
+        // reads the service, so it passes every egress check first. The
+        // latch and the credential were checked above, so a refusal here is
+        // forward exclusion (S3): no simulation, and the action is staged to
+        // await the decision, like any action of a gatekeeper that cannot
+        // simulate.
         let provisional = if g.manifest.simulates {
-            self.simulate(turn, binding, tool, &args, trust).await?
+            let invocation = invocation_for(binding, tool, args.clone());
+            match self
+                .admit_egress(turn, binding, tool, &invocation, "simulations")
+                .await?
+            {
+                Some(_) => None,
+                None => self.simulate(turn, binding, tool, invocation).await?,
+            }
         } else {
             None
         };
         let action = NewAction {
             chat: turn.chat.clone(),
-            caller: turn.caller(),
+            principal: turn.principal.clone(),
+            gadget: turn.gadget.clone(),
+            key: binding.resolved.key.clone(),
             gatekeeper: g.name.clone(),
             tool: tool.to_owned(),
             classified_by: class.classified_by.as_str(),
-            trust,
+            trust: g.trust,
             args,
             await_decision: provisional.is_none(),
             provisional: provisional.clone(),
+            facts,
         };
         let staged = self.store().run(move |s| Ok(s.stage(&action))).await?;
         let id = match staged {
@@ -841,32 +1053,28 @@ impl Kernel {
         })))
     }
 
-    /// Ask a simulating gatekeeper for a provisional result (SPEC V1). A
-    /// simulation reads the service, so what it hands over is recorded as an
-    /// observation first, like any read; no answer means "await a decision".
+    /// Ask a simulating gatekeeper for a provisional result (SPEC V1). The
+    /// caller has passed every egress check. A simulation reads the service,
+    /// so what it hands over is recorded first, as a `simulation`
+    /// observation (not under the server's read-only word); no answer means
+    /// "await a decision".
     async fn simulate(
         &self,
         turn: &Turn,
         binding: &Binding,
         tool: &str,
-        args: &str,
-        trust: Trust,
+        invocation: gkwit::Invocation,
     ) -> anyhow::Result<Option<String>> {
-        let g = &binding.gatekeeper;
-        let (invocation, reach) = self.prepare(turn, g, tool, args.to_owned()).await?;
-        // A simulation reads the service: in a shared chat it is made only
-        // if every collaborator could see it (S3); else the gadget waits.
-        if !binding.collaborators.is_empty()
-            && self
-                .exclude_forward(turn, g, &invocation, &binding.collaborators)
-                .await?
-                .is_some()
-        {
-            return Ok(None);
-        }
-        let account = invocation.account.clone();
+        let g = binding.gatekeeper().clone();
         let pre = self.runtime().gatekeeper(&g.digest)?;
-        let called = gk::simulate(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
+        let called = gk::simulate(
+            &pre,
+            &self.runtime().limits,
+            &g.name,
+            reach_for(binding),
+            invocation,
+        )
+        .await;
         let Ok(Some(result)) = called.outcome else {
             return Ok(None);
         };
@@ -874,8 +1082,8 @@ impl Kernel {
             result,
             sources: Vec::new(),
         };
-        match crate::observations::record_read(self, turn, g, tool, trust, account, None, &output)
-            .await
+        let account = binding.resolved.credential.account();
+        match crate::observations::record_simulation(self, turn, &g, tool, account, &output).await
         {
             Ok(Observed::Recorded(_)) => Ok(Some(output.result)),
             Ok(Observed::RestrictedInSharedChat) | Err(_) => Ok(None),
@@ -905,6 +1113,9 @@ impl Kernel {
             S::Rejected => {
                 ActionStatus::Rejected("the action was not approved; it was never sent".into())
             }
+            S::Expired => ActionStatus::Expired(
+                "the action expired before anyone decided it; it was never sent".into(),
+            ),
             S::Failed => ActionStatus::Failed {
                 message: a.error.unwrap_or_default(),
                 retryable: a.retryable == Some(true),
@@ -922,76 +1133,34 @@ impl Kernel {
             }
         }))
     }
+}
 
-    // ----- what a gatekeeper call is given -----
-
-    /// What a gatekeeper call is given, in one trip to the store: the
-    /// invocation (with the chat's pending actions at this gatekeeper, for a
-    /// simulating gatekeeper's overlay) and where it may reach, as whom.
-    pub(crate) async fn prepare(
-        &self,
-        turn: &Turn,
-        g: &GatekeeperRecord,
-        tool: &str,
-        args: String,
-    ) -> anyhow::Result<(gkwit::Invocation, Reach)> {
-        let (chat, user, record) = (turn.chat.clone(), turn.user.clone(), g.clone());
-        let (pending, (account, credential)) = self
-            .store()
-            .run(move |s| {
-                let pending = s.pending(Some(&chat))?;
-                let account = crate::sharing::credential_for(s, &chat, user.as_deref(), &record)?;
-                Ok((pending, account))
-            })
-            .await?;
-        let pending = pending
-            .into_iter()
-            .filter(|a| a.gatekeeper == g.name)
+/// The invocation a gatekeeper call is given for `binding`: the settings,
+/// the account it runs under, and the overlay of pending actions.
+pub(crate) fn invocation_for(binding: &Binding, tool: &str, args: String) -> gkwit::Invocation {
+    gkwit::Invocation {
+        tool: tool.to_owned(),
+        args,
+        settings: settings_for(binding.gatekeeper()),
+        account: binding.resolved.credential.account(),
+        pending: binding
+            .overlay
+            .iter()
             .map(|a| gkwit::Staged {
                 action_id: a.id as u64,
-                tool: a.tool,
-                args: a.args,
+                tool: a.tool.clone(),
+                args: a.args.clone(),
             })
-            .collect();
-        let invocation = gkwit::Invocation {
-            tool: tool.to_owned(),
-            args,
-            settings: settings_for(g),
-            account,
-            pending,
-        };
-        let reach = Reach::of(g, credential);
-        Ok((invocation, reach))
+            .collect(),
     }
 }
 
-/// Resolve `key` in `chat` (SPEC C2, C3), in the caller's trip to the
-/// store: the introduction and its gatekeeper, whose record carries the
-/// trust tier as it is now (K3), the latch and the collaborators.
-pub(crate) fn resolve_in(
-    s: &Store,
-    chat: &str,
-    key: &str,
-) -> anyhow::Result<Result<Binding, CallError>> {
-    let intros = s.introductions(chat)?;
-    let Some(intro) = intros.iter().find(|i| i.key == key) else {
-        return Ok(Err(CallError::UnknownKey {
-            key: key.to_owned(),
-            known: intros.into_iter().map(|i| i.key).collect(),
-        }));
-    };
-    let Some(gatekeeper) = s.gatekeeper(&intro.gatekeeper)? else {
-        return Ok(Err(CallError::Refused(format!(
-            "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
-        ))));
-    };
-    Ok(Ok(Binding {
-        key: key.to_owned(),
-        gatekeeper,
-        grant: intro.tools.clone(),
-        chat_latched: s.chat(chat)?.is_some_and(|c| c.latched),
-        collaborators: s.collaborators(chat)?.into_iter().map(|c| c.user).collect(),
-    }))
+/// Where a call through `binding` may reach, and with which credential.
+pub(crate) fn reach_for(binding: &Binding) -> Reach {
+    Reach::of(
+        binding.gatekeeper(),
+        binding.resolved.credential.secret().map(str::to_owned),
+    )
 }
 
 /// The settings a gatekeeper sees: the operator's, plus `allowed-hosts`.

@@ -2,11 +2,15 @@
 //! outside world wait, durably, for a person's decision.
 //!
 //! One module per concept of SPEC.md:
-//! - [`runtime`]: engine, sandbox limits, compiled-component cache (X);
+//! - [`principal`]: who is acting, and whose credential a call uses (C5);
+//! - [`access`]: who may do what, the one authorization rule (W);
+//! - `runtime`: engine, sandbox limits, compiled-component cache (X); the
+//!   part an embedder may use is [`embed`];
 //! - [`classify`]: read vs action, the one trust boundary (K);
 //! - [`kernel`]: the call path: introductions, grants, reads, staging (C, A);
 //! - [`store`]: the durable action store and ledger (A, P, L);
-//! - [`overseer`]: decisions and at-most-once apply (P);
+//! - [`overseer`]: decisions, the one send path, auto-approval (P, U);
+//! - [`inbox`]: what a person sees, through the one rule (W, L);
 //! - [`observations`]: what reads touched (O, S);
 //! - [`grants`], [`workflow`]: scoped approvals as signed certificates (G);
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
@@ -18,26 +22,33 @@
 
 #[macro_use]
 mod console;
-
+pub mod access;
 pub mod blueprint;
 pub mod classify;
 pub mod cli;
 pub mod demo;
+pub mod embed;
 pub mod grants;
 pub mod guests;
 pub mod harness;
 pub mod home;
+pub mod inbox;
+pub mod inspect;
 pub mod kernel;
 pub mod observations;
 pub mod overseer;
+pub mod principal;
 pub mod prompt;
-pub mod runtime;
+pub(crate) mod runtime;
 pub mod scaffold;
 pub mod sharing;
+pub mod signin;
 pub mod store;
 pub mod web;
 pub mod workflow;
 
 pub use home::Home;
 pub use kernel::Kernel;
+pub use principal::Principal;
 pub use runtime::Limits;
+pub use runtime::gadget::TurnReport;

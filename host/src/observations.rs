@@ -10,13 +10,50 @@ use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Trust};
 
 /// Record a read's observation. `Ok(Observed::Recorded)` means the data may
 /// be handed over; anything else means it may not.
-#[allow(clippy::too_many_arguments)]
 pub async fn record_read(
     kernel: &Kernel,
     turn: &Turn,
     g: &GatekeeperRecord,
     tool: &str,
-    trust: Trust,
+    account: Option<String>,
+    audit: Option<crate::store::workflows::AuditRow>,
+    output: &wit::Output,
+) -> anyhow::Result<Observed> {
+    record(
+        kernel,
+        turn,
+        g,
+        tool,
+        "server-annotation",
+        account,
+        audit,
+        output,
+    )
+    .await
+}
+
+/// Record a simulated action's provisional result (SPEC V1) before it is
+/// handed over: a simulation reads the service, but on the gatekeeper's
+/// word about an action, not under a read-only annotation, so it carries
+/// its own label.
+pub async fn record_simulation(
+    kernel: &Kernel,
+    turn: &Turn,
+    g: &GatekeeperRecord,
+    tool: &str,
+    account: Option<String>,
+    output: &wit::Output,
+) -> anyhow::Result<Observed> {
+    record(kernel, turn, g, tool, "simulation", account, None, output).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record(
+    kernel: &Kernel,
+    turn: &Turn,
+    g: &GatekeeperRecord,
+    tool: &str,
+    classified_by: &'static str,
     account: Option<String>,
     audit: Option<crate::store::workflows::AuditRow>,
     output: &wit::Output,
@@ -61,11 +98,12 @@ pub async fn record_read(
     };
     let o = NewObservation {
         chat: turn.chat.clone(),
-        caller: turn.caller(),
+        principal: turn.principal.clone(),
+        gadget: turn.gadget.clone(),
         gatekeeper: g.name.clone(),
         tool: tool.to_owned(),
-        classified_by: "server-annotation",
-        trust,
+        classified_by,
+        trust: g.trust,
         sources: serde_json::Value::Array(sources).to_string(),
         account,
         action_ref: None,
@@ -86,7 +124,8 @@ pub async fn record_handover(
 ) -> anyhow::Result<()> {
     let o = NewObservation {
         chat: turn.chat.clone(),
-        caller: turn.caller(),
+        principal: turn.principal.clone(),
+        gadget: turn.gadget.clone(),
         gatekeeper: a.gatekeeper.clone(),
         tool: a.tool.clone(),
         classified_by: "default",

@@ -1,15 +1,21 @@
-//! The overseer: decisions, apply and auto-approval (SPEC A2, P1-P4, U).
+//! The overseer: decisions, the one send path, and auto-approval (SPEC A2,
+//! P1-P8, U).
 //!
-//! Owns what happens after a decision: claim durably, send through the
-//! gatekeeper, and record the outcome with the failure class of P2. The
-//! retry class is decided from what the kernel *saw* leave (the gatekeeper's
+//! Owns what happens after a decision: the claim (made only by the store's
+//! claim transaction, which applies the one authorization rule, the latch
+//! and the revalidation of P7), the one function that sends a claimed
+//! action ([`Kernel::send`]) and records its outcome with the failure class
+//! of P2, and the drain that applies what both keys allow (U1-U4). Every
+//! sender (a person's approval from any surface, the drain, a covered
+//! workflow call) goes through `send`. The retry class is decided from what
+//! the kernel *saw* leave (the gatekeeper's
 //! [`Witness`](crate::runtime::gatekeeper::Witness)), never from the
-//! gatekeeper's word alone. The drain applies what both keys allow (U1-U4).
-//! May not stage actions; asks `classify` for key one.
+//! gatekeeper's word alone. May not stage actions; asks `classify` for key
+//! one and `access` for who may decide.
 
-use crate::kernel::{Kernel, Turn};
-use crate::runtime::gatekeeper::{self as gk, wit};
-use crate::store::{Action, ClaimRefusal};
+use crate::kernel::{Kernel, settings_for};
+use crate::runtime::gatekeeper::{self as gk, Reach, wit};
+use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule};
 use serde::Serialize;
 
 /// What one decision did.
@@ -28,6 +34,13 @@ pub enum Decision {
     Rejected { id: i64 },
     /// Nothing was done, for this reason.
     Refused { id: i64, reason: String },
+    /// No such action, as far as the decider may know: it does not exist,
+    /// was pruned, or is in a chat they may not see (W2).
+    NotFound { id: i64 },
+    /// Nothing was sent: what it would be sent with changed since it was
+    /// staged (SPEC P7). It is pending again, for a decision on current
+    /// facts.
+    Held { id: i64, note: String },
     /// It was applied before; nothing was sent again (P4).
     AlreadyApplied { id: i64 },
 }
@@ -39,6 +52,19 @@ impl Decision {
             self,
             Decision::Applied { .. } | Decision::Rejected { .. } | Decision::AlreadyApplied { .. }
         )
+    }
+
+    /// The action this decision is about.
+    pub fn id(&self) -> i64 {
+        match self {
+            Decision::Applied { id, .. }
+            | Decision::Failed { id, .. }
+            | Decision::Rejected { id }
+            | Decision::Refused { id, .. }
+            | Decision::NotFound { id }
+            | Decision::Held { id, .. }
+            | Decision::AlreadyApplied { id } => *id,
+        }
     }
 
     /// One line for a terminal or the inbox. A failure message is the
@@ -68,6 +94,13 @@ impl Decision {
             }
             Decision::Rejected { id } => format!("#{id} rejected; it was never sent"),
             Decision::Refused { id, reason } => format!("#{id} refused: {}", terminal_line(reason)),
+            Decision::NotFound { id } => format!(
+                "#{id} refused: no action #{id} that you may see (it may not exist, may have been pruned, or belongs to a chat you may not see)"
+            ),
+            Decision::Held { id, note } => format!(
+                "#{id} was not sent: {} since it was staged; it is pending again: review it (`gatehouse show {id}`) and decide again",
+                terminal_line(note)
+            ),
             Decision::AlreadyApplied { id } => {
                 format!("#{id} was already applied; nothing was sent again")
             }
@@ -79,6 +112,10 @@ impl Decision {
 #[derive(Clone, Debug, Serialize)]
 pub struct RuleReport {
     pub tag: String,
+    /// The person the rule belongs to.
+    pub person: String,
+    /// The one chat it applies in; `None`: every chat the person owns.
+    pub chat: Option<String>,
     /// Whether key one holds now (vetted, non-destructive, idempotent action).
     pub key_one: bool,
     /// Why key one does not hold, when it does not.
@@ -87,63 +124,90 @@ pub struct RuleReport {
     pub applied: Vec<Decision>,
 }
 
-fn key_one_missing(
-    class: &crate::classify::Classification,
-    ann: &crate::classify::Annotations,
-    trust: crate::store::Trust,
-) -> Option<String> {
-    if class.auto_approvable {
-        return None;
+impl Decision {
+    fn of_refusal(id: i64, r: ClaimRefusal) -> Decision {
+        match r {
+            ClaimRefusal::AlreadyApplied(id) => Decision::AlreadyApplied { id },
+            ClaimRefusal::NoSuchAction(id) => Decision::NotFound { id },
+            ClaimRefusal::Changed { id, note } => Decision::Held { id, note },
+            r => Decision::Refused {
+                id,
+                reason: r.to_string(),
+            },
+        }
     }
-    if class.kind == crate::classify::Kind::Read {
-        return Some("it is a read: reads need no approval".into());
-    }
-    let mut why = Vec::new();
-    if trust != crate::store::Trust::Vetted {
-        why.push("the gatekeeper is not vetted (an operator must vouch for it: `gatehouse gatekeeper trust NAME vetted`)".to_owned());
-    }
-    if ann.destructive != Some(false) {
-        why.push("the tool is not declared non-destructive".to_owned());
-    }
-    if ann.idempotent != Some(true) {
-        why.push("the tool is not declared idempotent".to_owned());
-    }
-    Some(format!(
-        "key one is missing: {}; until then nothing is auto-approved",
-        why.join("; ")
-    ))
 }
 
 impl Kernel {
-    /// Approve and apply one action as `by`, then drain what the rules
+    /// Approve and apply one action as `person`, then drain what the rules
     /// allow after it (U3) and resume agent runs it completed (V3).
     ///
-    /// The claim is committed with `synchronous=FULL` before the gatekeeper
-    /// is even instantiated; whoever loses the claim sends nothing (P1).
-    pub async fn approve(&self, id: i64, by: &str) -> anyhow::Result<Decision> {
-        let d = self.claim_and_apply(id, by, false).await?;
-        self.drain().await?;
-        Ok(d)
+    /// The claim (which refuses anyone who may not decide in the action's
+    /// chat) is committed with `synchronous=FULL` before the gatekeeper is
+    /// even instantiated; whoever loses the claim sends nothing (P1). Once
+    /// asked, the decision runs to completion whatever becomes of the
+    /// caller (a browser that hangs up, P8): it runs as the kernel's own
+    /// work, which [`Kernel::settle`] waits for.
+    pub async fn approve(&self, id: i64, person: &str) -> anyhow::Result<Decision> {
+        let k = self.clone();
+        let by = ClaimBy::Person(person.to_owned());
+        self.to_completion(async move {
+            let d = k.claim_and_send(id, by).await?;
+            k.drain().await?;
+            Ok(d)
+        })
+        .await
     }
 
-    async fn claim_and_apply(&self, id: i64, by: &str, auto: bool) -> anyhow::Result<Decision> {
+    /// Reject a pending action as `person`: it is never sent, and that costs
+    /// nothing. Refused to anyone who may not decide in its chat.
+    pub async fn reject(&self, id: i64, person: &str) -> anyhow::Result<Decision> {
+        let k = self.clone();
+        let who = person.to_owned();
+        self.to_completion(async move {
+            let d = match k.store().run(move |s| s.reject(id, &who)).await? {
+                Ok(()) => Decision::Rejected { id },
+                Err(r) => Decision::of_refusal(id, r),
+            };
+            // A rejection may unblock a queue or stop an agent run.
+            k.drain().await?;
+            Ok(d)
+        })
+        .await
+    }
+
+    /// Run `work` as the kernel's own: dropping the returned future (a
+    /// client that hung up) does not cancel it.
+    async fn to_completion<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = anyhow::Result<T>> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.spawn_background(async move {
+            let _ = tx.send(work.await);
+        });
+        rx.await
+            .map_err(|_| anyhow::anyhow!("the decision was interrupted by a shutdown"))?
+    }
+
+    async fn claim_and_send(&self, id: i64, by: ClaimBy) -> anyhow::Result<Decision> {
         let owner = self.owner().to_owned();
-        let who = by.to_owned();
         let claim = self
             .store()
-            .run(move |s| s.claim(id, &owner, &who, auto))
+            .run(move |s| s.claim(id, &by, &owner))
             .await?;
-        let action = match claim {
-            Ok(c) => c.action,
-            Err(ClaimRefusal::AlreadyApplied(id)) => return Ok(Decision::AlreadyApplied { id }),
-            Err(r) => {
-                return Ok(Decision::Refused {
-                    id,
-                    reason: r.to_string(),
-                });
-            }
-        };
-        let d = self.apply(action).await?;
+        match claim {
+            Ok(c) => self.send(c).await,
+            Err(r) => Ok(Decision::of_refusal(id, r)),
+        }
+    }
+
+    /// The one send path (SPEC P7): send a claimed action through its
+    /// gatekeeper, with exactly the record and credential the claim checked,
+    /// and record the outcome. Nothing else sends an action. What it reports
+    /// is what the ledger recorded ([`Kernel::as_recorded`]).
+    pub(crate) async fn send(&self, claim: Claim) -> anyhow::Result<Decision> {
+        let d = self.send_claimed(claim).await?;
         self.as_recorded(d).await
     }
 
@@ -198,26 +262,19 @@ impl Kernel {
         })
     }
 
-    /// Send a claimed action and record the outcome.
-    async fn apply(&self, a: Action) -> anyhow::Result<Decision> {
+    async fn send_claimed(&self, claim: Claim) -> anyhow::Result<Decision> {
+        let a = claim.action();
         let id = a.id;
-        let name = a.gatekeeper.clone();
-        let g = self.store().run(move |s| s.gatekeeper(&name)).await?;
-        let Some(g) = g else {
-            let msg = format!(
-                "gatekeeper {:?} was removed before this action could be sent; nothing was sent",
-                a.gatekeeper
-            );
-            return self.fail(id, msg, true).await;
+        let g = claim.gatekeeper().clone();
+        let invocation = wit::Invocation {
+            tool: a.tool.clone(),
+            args: a.args.clone(),
+            settings: settings_for(&g),
+            account: claim.credential().account(),
+            pending: Vec::new(),
         };
-        let turn = Turn::new(a.caller.trim_start_matches("gadget:"), &a.chat);
-        let prepared = async {
-            let (invocation, reach) = self.prepare(&turn, &g, &a.tool, a.args.clone()).await?;
-            let pre = self.runtime().gatekeeper(&g.digest)?;
-            anyhow::Ok((invocation, reach, pre))
-        }
-        .await;
-        let (invocation, reach, pre) = match prepared {
+        let reach = Reach::of(&g, claim.credential().secret().map(str::to_owned));
+        let pre = match self.runtime().gatekeeper(&g.digest) {
             Ok(p) => p,
             Err(e) => {
                 return self
@@ -276,27 +333,24 @@ impl Kernel {
         })
     }
 
-    /// Reject a pending action: it is never sent, and that costs nothing.
-    pub async fn reject(&self, id: i64, by: &str) -> anyhow::Result<Decision> {
-        let who = by.to_owned();
-        let d = match self.store().run(move |s| s.reject(id, &who)).await? {
-            Ok(()) => Decision::Rejected { id },
-            Err(r) => Decision::Refused {
-                id,
-                reason: r.to_string(),
-            },
-        };
-        // A rejection may unblock a gatekeeper's queue or stop an agent run.
-        self.drain().await?;
-        Ok(d)
-    }
-
-    /// Enable key two for `gatekeeper:tool` as `by`, then drain (U3).
-    /// Returns what the rule allows now: key one may still be missing.
-    pub async fn add_rule(&self, tag: &str, by: &str) -> anyhow::Result<RuleReport> {
+    /// Enable key two for `gatekeeper:tool` as `person` (SPEC U1): in every
+    /// chat they own, or only in `chat`, where they must be allowed to
+    /// decide. Then drain (U3). Returns what the rule allows now: key one
+    /// may still be missing.
+    pub async fn add_rule(
+        &self,
+        person: &str,
+        tag: &str,
+        chat: Option<&str>,
+    ) -> anyhow::Result<RuleReport> {
         let Some((gname, tool)) = tag.split_once(':') else {
             anyhow::bail!("a rule names GATEKEEPER:TOOL, like issues:addLabel");
         };
+        if let Some(c) = chat {
+            self.store()
+                .access(c, person)?
+                .require(crate::access::Need::EnableRule, c, person)?;
+        }
         let g = self.store().gatekeeper(gname)?.ok_or_else(|| {
             anyhow::anyhow!("no gatekeeper named {gname:?}; `gatehouse gatekeepers` lists them")
         })?;
@@ -307,16 +361,29 @@ impl Kernel {
                 all.join(", ")
             );
         };
-        let class = crate::classify::classify(&t.annotations, g.trust);
-        self.store().add_rule(tag, by)?;
-        let missing = key_one_missing(&class, &t.annotations, g.trust);
+        let missing = crate::classify::key_one_missing(&t.annotations, g.trust);
+        let rule = self.store().add_rule(tag, person, chat)?;
         let applied = self.drain().await?;
         Ok(RuleReport {
-            tag: tag.to_owned(),
+            tag: rule.tag,
+            person: rule.person,
+            chat: rule.chat,
             key_one: missing.is_none(),
             missing,
             applied,
         })
+    }
+
+    /// Remove `person`'s own rule for `tag` (in `chat`, or their
+    /// every-chat rule). False if they had none.
+    pub fn remove_rule(&self, person: &str, tag: &str, chat: Option<&str>) -> anyhow::Result<bool> {
+        self.store().remove_rule(tag, person, chat)
+    }
+
+    /// The rules `person` may see: their own, and the ones scoped to chats
+    /// they own.
+    pub fn rules(&self, person: &str) -> anyhow::Result<Vec<Rule>> {
+        self.store().rules_for(person)
     }
 
     /// Start a drain without waiting for it (after a submit). The gadget
@@ -352,21 +419,41 @@ impl Kernel {
         Ok(applied)
     }
 
+    /// One pass over the pending actions, oldest first. Each chat's queue
+    /// at each gatekeeper stops at its first action that needs a person:
+    /// later ones are never approved past it (U2), and one chat's waiting
+    /// action never holds up another chat.
     async fn drain_once(&self) -> anyhow::Result<Vec<Decision>> {
-        let pending = self.store().run(|s| s.pending(None)).await?;
-        let mut blocked: std::collections::HashSet<String> = Default::default();
+        let pending = self.store().run(|s| s.pending_all()).await?;
+        let mut blocked: std::collections::HashSet<(String, String)> = Default::default();
         let mut out = Vec::new();
         for a in pending {
-            if blocked.contains(&a.gatekeeper) {
+            let queue = (a.chat.clone(), a.gatekeeper.clone());
+            if blocked.contains(&queue) {
                 continue;
             }
-            // Stop this gatekeeper's queue at the first action that needs a
-            // person: never approve later ones past it (U2).
-            let Some(rule_by) = self.auto_approver(&a).await? else {
-                blocked.insert(a.gatekeeper.clone());
+            let mut decided = None;
+            for rule in self.candidate_rules(&a).await? {
+                let by = ClaimBy::Rule {
+                    id: rule.id,
+                    person: rule.person,
+                };
+                let owner = self.owner().to_owned();
+                let id = a.id;
+                match self.store().run(move |s| s.claim(id, &by, &owner)).await? {
+                    Ok(claim) => {
+                        decided = Some(self.send(claim).await?);
+                        break;
+                    }
+                    // This rule does not cover it now; another might.
+                    Err(ClaimRefusal::NeedsPerson { .. }) => continue,
+                    Err(_) => break,
+                }
+            }
+            let Some(d) = decided else {
+                blocked.insert(queue);
                 continue;
             };
-            let d = self.claim_and_apply(a.id, &rule_by, true).await?;
             let failed = matches!(d, Decision::Failed { .. });
             out.push(d);
             if failed {
@@ -377,27 +464,38 @@ impl Kernel {
         Ok(out)
     }
 
-    /// The person whose rule auto-approves `a`, if both keys hold now.
-    async fn auto_approver(&self, a: &Action) -> anyhow::Result<Option<String>> {
-        let (gname, tool, chat) = (a.gatekeeper.clone(), a.tool.clone(), a.chat.clone());
+    /// The rules that might auto-approve `a` (key two), after a cheap check
+    /// of key one and the latch; the claim checks both keys again, in its
+    /// transaction.
+    async fn candidate_rules(&self, a: &crate::store::Action) -> anyhow::Result<Vec<Rule>> {
+        if a.note.is_some() {
+            // Held by a revalidation: a person decides it (see the claim).
+            return Ok(Vec::new());
+        }
+        let (gname, tool, chat, tag) = (
+            a.gatekeeper.clone(),
+            a.tool.clone(),
+            a.chat.clone(),
+            a.tag(),
+        );
         self.store()
             .run(move |s| {
                 let Some(g) = s.gatekeeper(&gname)? else {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 };
                 let Some(t) = g.manifest.tool(&tool) else {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 };
-                // Key one, with the tier read now (K3).
                 if !crate::classify::classify(&t.annotations, g.trust).auto_approvable {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 }
-                // A locked-down chat auto-approves nothing (U4).
-                if s.chat(&chat)?.is_none_or(|c| c.latched) {
-                    return Ok(None);
+                let Some(c) = s.chat(&chat)? else {
+                    return Ok(Vec::new());
+                };
+                if c.latched {
+                    return Ok(Vec::new());
                 }
-                // Key two: a person's rule for exactly this tag (U1, A6).
-                Ok(s.rule(&format!("{gname}:{tool}"))?.map(|r| r.enabled_by))
+                s.rules_covering(&tag, &chat, &c.owner)
             })
             .await
     }

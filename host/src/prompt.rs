@@ -29,6 +29,9 @@ pub const FIELD_LABELS: &[&str] = &[
     "Tool:",
     "Endpoint:",
     "Caller:",
+    "Staged by:",
+    "Sent with:",
+    "Changed:",
     "Chat:",
     "Why held:",
     "Description:",
@@ -334,6 +337,47 @@ impl serde_json::ser::Formatter for VisibleJson<'_> {
     }
 }
 
+/// One ledger entry as one line, the same in the terminal's `log` and the
+/// web inbox: every name through [`inline`], so that no field can break
+/// the line or carry markup.
+pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
+    let what = format!(
+        "{}:{}",
+        e.gatekeeper.as_deref().map(inline).unwrap_or_default(),
+        e.tool.as_deref().map(inline).unwrap_or_default()
+    );
+    let status = match e.kind.as_str() {
+        "action" => format!(
+            "{}{}{}",
+            inline(e.state.as_deref().unwrap_or("")),
+            e.resolved_by
+                .as_deref()
+                .map(|b| format!(" by {}", inline(b)))
+                .unwrap_or_default(),
+            if e.auto_approved { " (auto)" } else { "" }
+        ),
+        _ => format!(
+            "observed ({})",
+            inline(e.classified_by.as_deref().unwrap_or(""))
+        ),
+    };
+    format!(
+        "#{:<5} {:<12} {:<11} {:<32} {:<20} {}",
+        e.id,
+        inline(&e.chat),
+        inline(&e.kind),
+        what,
+        inline(&e.caller),
+        status
+    )
+}
+
+/// Multi-line text (an error chain, which may quote a gatekeeper or a
+/// gadget) as one terminal-safe line: [`terminal_line`].
+pub fn one_line(s: &str) -> String {
+    terminal_line(s)
+}
+
 /// The prompt for one action.
 pub fn render(a: &Action, description: Option<&str>) -> String {
     let gk = inline(&a.gatekeeper);
@@ -353,13 +397,28 @@ pub fn render(a: &Action, description: Option<&str>) -> String {
     out.push_str(&format!("Action #{} ({})\n", a.id, a.state));
     out.push_str(&format!("Gatekeeper: {gk} (trust: {})\n", inline(&a.trust)));
     out.push_str(&format!("Tool: {tool}\n"));
+    let through = match &a.gadget {
+        Some(g) => format!(", through gadget {}", inline(g)),
+        None => String::new(),
+    };
     out.push_str(&format!(
-        "Caller: {} in chat {}\n",
+        "Staged by: {} in chat {}{through}\n",
         inline(&a.caller),
         inline(&a.chat)
     ));
+    out.push_str(&format!(
+        "Sent with: {}'s credential ({})\n",
+        inline(&a.person),
+        inline(a.account.as_deref().unwrap_or("none"))
+    ));
     out.push_str(&why);
     out.push('\n');
+    if let (Some(note), crate::store::ActionState::Pending) = (&a.note, a.state) {
+        out.push_str(&format!(
+            "Changed: {} since it was staged; decide again on these facts\n",
+            excerpt(note, 600)
+        ));
+    }
     out.push_str("Description:\n");
     out.push_str(&quoted(description.unwrap_or("")));
     out.push('\n');
@@ -405,12 +464,16 @@ mod tests {
         Action {
             id: 7,
             chat: "work".into(),
-            caller: "gadget:g".into(),
+            caller: "alice".into(),
+            person: "alice".into(),
+            gadget: Some("g".into()),
+            key: Some("K".into()),
             gatekeeper: gatekeeper.into(),
             tool: tool.into(),
             classified_by: "default".into(),
             trust: "byo".into(),
             args: args.into(),
+            args_digest: None,
             state: crate::store::ActionState::Pending,
             await_decision: true,
             retryable: None,
@@ -418,6 +481,8 @@ mod tests {
             error: None,
             auto_approved: false,
             resolved_by: None,
+            note: None,
+            account: Some("operator:tracker-token".into()),
             created_at: 0,
             decided_at: None,
             finished_at: None,
@@ -499,7 +564,7 @@ mod tests {
             proptest::prop_assert_eq!(fences, 2);
             // The kernel's own structure, line by line, in order.
             let lines = structural_lines(&r);
-            let expected_prefixes = ["Action #7 (pending)", "Gatekeeper: ", "Tool: ", "Caller: ", "Why held: ", "Description:", "Arguments:", "Approve: gatehouse approve 7"];
+            let expected_prefixes = ["Action #7 (pending)", "Gatekeeper: ", "Tool: ", "Staged by: ", "Sent with: ", "Why held: ", "Description:", "Arguments:", "Approve: gatehouse approve 7"];
             let mut it = lines.iter().filter(|l| !l.starts_with("(arguments cut"));
             for p in expected_prefixes {
                 let l = it.next();

@@ -10,11 +10,12 @@
 //! `runtime::gatekeeper`. It may not stage, apply or read on a gadget's
 //! behalf.
 
+use crate::access::{Need, Refusal};
 use crate::kernel::{Kernel, Turn, check_name, random_hex, settings_for};
 use crate::prompt::inline;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
-use crate::store::{Account, GatekeeperRecord, Observer, Store};
-use anyhow::{Context as _, bail};
+use crate::store::{Account, Collaborator, GatekeeperRecord, Observer};
+use anyhow::bail;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 
@@ -77,15 +78,6 @@ impl ObserverFailure {
     }
 }
 
-/// The refusal for a chat that does not exist *and* for one the person may
-/// not open (not shared with them, no valid link): one answer for both, so
-/// an open confirms nothing about a chat it will not show, neither that it
-/// exists nor whether it is locked down (SPEC W2). Surfaces answer it as
-/// their own "no such chat".
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("no chat named {0:?} that you may open (it does not exist, or it is not shared with you)")]
-pub struct NoSuchChat(pub String);
-
 /// The result of an open.
 #[derive(Clone, Debug)]
 pub enum OpenOutcome {
@@ -146,18 +138,26 @@ impl Kernel {
             .connect_account(user, gatekeeper, label, credential, make_default)
     }
 
-    /// Share `chat` with `with`. Only the owner shares; a latched chat gains
-    /// no collaborators (O3). The collaborator is verified when they open.
-    pub fn share(&self, chat: &str, with: &str, by: &str) -> anyhow::Result<bool> {
-        self.require_owner(chat, by, "share")?;
-        Ok(self.store().share(chat, with, by)??)
+    /// Share `chat` with `with` (W1: the owner only). A latched chat gains
+    /// no collaborators (O3). The collaborator sees nothing until their
+    /// first successful open (W2); `may_decide` lets them decide too.
+    /// Sharing again with a collaborator changes only `may_decide`.
+    pub fn share(
+        &self,
+        chat: &str,
+        with: &str,
+        by: &str,
+        may_decide: bool,
+    ) -> anyhow::Result<bool> {
+        self.require(chat, by, Need::Share)?;
+        Ok(self.store().share(chat, with, by, may_decide)??)
     }
 
     /// Create a share link: a token whoever holds may open the chat with
     /// (and is then re-verified like any collaborator). Only its digest is
     /// stored, so the token is shown once.
     pub fn create_share_link(&self, chat: &str, by: &str) -> anyhow::Result<String> {
-        self.require_owner(chat, by, "share")?;
+        self.require(chat, by, Need::Share)?;
         let token = random_hex(24)?;
         self.store().create_link(chat, &link_digest(&token), by)??;
         Ok(token)
@@ -165,26 +165,32 @@ impl Kernel {
 
     /// Remove a collaborator and their observers (S5).
     pub fn unshare(&self, chat: &str, user: &str, by: &str) -> anyhow::Result<bool> {
-        self.require_owner(chat, by, "unshare")?;
+        self.require(chat, by, Need::Share)?;
         self.store().unshare(chat, user)
     }
 
     /// Revoke every share link of `chat`.
     pub fn revoke_links(&self, chat: &str, by: &str) -> anyhow::Result<usize> {
-        self.require_owner(chat, by, "unshare")?;
+        self.require(chat, by, Need::Share)?;
         self.store().revoke_links(chat)
     }
 
-    fn require_owner(&self, chat: &str, by: &str, verb: &str) -> anyhow::Result<()> {
-        let Some(c) = self.store().chat(chat)? else {
-            bail!("no chat named {chat:?}; `gatehouse chats` lists them");
-        };
-        if c.owner != by {
-            bail!(
-                "only the owner of chat {chat:?} ({}) may {verb} it; you are {by:?}",
-                c.owner
-            );
-        }
+    /// A chat's collaborators, for someone who may see it.
+    pub fn collaborators(&self, chat: &str, by: &str) -> anyhow::Result<Vec<Collaborator>> {
+        self.require(chat, by, Need::See)?;
+        self.store().collaborators(chat)
+    }
+
+    /// A chat's observers (each collaborator's binding per gatekeeper), for
+    /// someone who may see it.
+    pub fn observers(&self, chat: &str, by: &str) -> anyhow::Result<Vec<Observer>> {
+        self.require(chat, by, Need::See)?;
+        self.store().observers(chat)
+    }
+
+    /// Apply the one authorization rule (W1) for `person` in `chat`.
+    pub(crate) fn require(&self, chat: &str, person: &str, need: Need) -> anyhow::Result<()> {
+        self.store().access(chat, person)?.require(need, chat, person)?;
         Ok(())
     }
 
@@ -228,7 +234,7 @@ impl Kernel {
                     Ok((
                         s.chat(&chat)?,
                         s.user_exists(&user)?,
-                        s.may_see(&chat, &user)? || link_opens,
+                        s.is_collaborator(&chat, &user)? || link_opens,
                         s.introductions(&chat)?,
                         observed,
                         records,
@@ -239,7 +245,7 @@ impl Kernel {
                 .await?
         };
         let Some(c) = c else {
-            bail!(NoSuchChat(chat.to_owned()));
+            bail!(Refusal::NoSuchChat(chat.to_owned()));
         };
         if c.owner == user {
             return Ok(OpenOutcome::Owner);
@@ -249,7 +255,7 @@ impl Kernel {
         // (and who brings no valid link) learns nothing of it, not even
         // that it is locked down: the answer for a chat that does not exist.
         if !may_see {
-            bail!(NoSuchChat(chat.to_owned()));
+            bail!(Refusal::NoSuchChat(chat.to_owned()));
         }
         if !user_known {
             bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
@@ -350,6 +356,12 @@ impl Kernel {
                     alternatives.insert(f.gatekeeper.clone(), others);
                 }
             }
+            // A failed check takes away what an earlier open gave (W2):
+            // the collaborator sees nothing until an open succeeds again.
+            if collaborator {
+                let (c, u) = (chat.to_owned(), user.to_owned());
+                self.store().run(move |s| s.unverify(&c, &u)).await?;
+            }
             return Ok(OpenOutcome::Refused {
                 failures,
                 alternatives,
@@ -446,7 +458,7 @@ impl Kernel {
         let strategy = Strategy::of(g);
         let others: Vec<&String> = collaborators
             .iter()
-            .filter(|c| Some(c.as_str()) != turn.user.as_deref())
+            .filter(|c| c.as_str() != turn.person())
             .collect();
         if others.is_empty() || strategy == Strategy::NoCheck {
             return Ok(None);
@@ -539,46 +551,6 @@ impl Kernel {
         }
         Ok(None)
     }
-}
-
-/// The account (label, credential) a turn's call runs under at gatekeeper
-/// `g`, and its id for the ledger. The owner uses their own account there,
-/// else the gatekeeper's own credential; anyone else uses only their own
-/// (the one chosen when they opened the chat, else their default) and never
-/// the gatekeeper's.
-pub(crate) fn credential_for(
-    s: &Store,
-    chat: &str,
-    user: Option<&str>,
-    g: &GatekeeperRecord,
-) -> anyhow::Result<(Option<String>, Option<String>)> {
-    let owner = s.chat(chat)?.map(|c| c.owner).unwrap_or_default();
-    let runner = user.unwrap_or(&owner);
-    let chosen = if runner == owner {
-        None
-    } else {
-        s.observers(chat)?
-            .into_iter()
-            .find(|o| o.user == runner && o.gatekeeper == g.name)
-            .and_then(|o| o.account)
-            .and_then(|a| a.split_once('/').map(|(_, l)| l.to_owned()))
-    };
-    if let Some((a, credential)) = s.account_credential(runner, &g.name, chosen.as_deref())? {
-        return Ok((Some(a.id()), Some(credential)));
-    }
-    if runner != owner {
-        return Ok((None, None));
-    }
-    let credential = match &g.secret {
-        None => None,
-        Some(n) => Some(s.secret(n)?.with_context(|| {
-            format!(
-                "the secret {n:?} of gatekeeper {:?} is not set; `gatehouse secret set {n}`",
-                g.name
-            )
-        })?),
-    };
-    Ok((None, credential))
 }
 
 /// What a share link is stored as.

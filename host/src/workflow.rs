@@ -5,15 +5,18 @@
 //!
 //! Owns the rules of G1-G7. Signing and list matching are `crate::grants`;
 //! storage is `store::workflows`; a call that passes is made through the
-//! kernel's ordinary read path or applied at once here (claimed first, P1).
-//! It may not stage an action for a covered step (the person already
-//! decided) nor store a call's arguments anywhere (G7: a digest only).
+//! kernel's ordinary read path, or, for an action, staged and claimed at
+//! once under its logical key (so a re-run never sends it twice, G8) and
+//! sent through the kernel's one send path (P7). It may not store a call's
+//! arguments in the audit (G7: a digest only).
 
 use crate::classify::{self, Kind};
 use crate::grants::{self, CertRefusal, Claims, ToolRule};
 use crate::kernel::{CallError, CallOutcome, Kernel, StepContext, Turn, check_name, random_hex};
-use crate::runtime::gatekeeper as gk;
+use crate::overseer::Decision;
+use crate::principal::Principal;
 use crate::store::workflows::{AuditRow, NewInvocation, NewStep, RequestRecord, StepRecord};
+use crate::store::{ClaimBy, Facts, NewAction, StageError, Staged};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -216,11 +219,18 @@ impl Kernel {
 
     /// Start a run of `name` (the newest version if none is given) as
     /// `initiator` (G1): every step's tool set is fixed now, from the design.
+    ///
+    /// `approvers` are the people the initiator asks to decide the run's
+    /// approval requests (W1): they see and decide those requests, and
+    /// nothing else of the run's chat (they are not collaborators: they
+    /// observe nothing, so the run's reads are not limited to what they
+    /// could see).
     pub async fn start_workflow(
         &self,
         name: &str,
         version: Option<i64>,
         initiator: &str,
+        approvers: &[&str],
     ) -> anyhow::Result<RunSummary> {
         let Some((version, text)) = self.store().workflow(name, version)? else {
             bail!(
@@ -286,6 +296,11 @@ impl Kernel {
                 .collect();
             self.introduce(&chat, g, key, Some(tools.into_iter().collect()), initiator)?;
         }
+        for approver in approvers {
+            if *approver != initiator {
+                self.store().add_approver(&chat, approver, initiator)?;
+            }
+        }
         let run = self
             .store()
             .create_run(&design.name, version, initiator, &chat, &steps)?;
@@ -295,7 +310,7 @@ impl Kernel {
     /// Run every step that can run now, until the run is done, failed, or
     /// waits for a decision. Called at start and after every decision; a
     /// restarted host continues a run by calling it again (G, "runs persist").
-    pub async fn advance(&self, run: i64) -> anyhow::Result<RunSummary> {
+    pub(crate) async fn advance(&self, run: i64) -> anyhow::Result<RunSummary> {
         let mut outputs = Vec::new();
         loop {
             let (record, steps, requests) = self
@@ -351,9 +366,72 @@ impl Kernel {
         self.summary(run, outputs)
     }
 
-    /// Where a run stands, without running anything.
-    pub fn advance_view(&self, run: i64) -> anyhow::Result<RunSummary> {
+    /// Where a run stands, without running anything, for someone who may
+    /// see its chat (W1).
+    pub fn run_status(&self, person: &str, run: i64) -> anyhow::Result<RunSummary> {
+        self.require_run(person, run, crate::access::Need::SeeRequests)?;
         self.summary(run, Vec::new())
+    }
+
+    /// Continue a run (after a restart, say), for someone who may decide in
+    /// its chat.
+    pub async fn resume_run(&self, person: &str, run: i64) -> anyhow::Result<RunSummary> {
+        self.require_run(person, run, crate::access::Need::Decide)?;
+        self.advance(run).await
+    }
+
+    /// The approval requests `person` may see (of one run, or of every run
+    /// whose chat they may see).
+    pub fn requests_for(
+        &self,
+        person: &str,
+        run: Option<i64>,
+    ) -> anyhow::Result<Vec<RequestRecord>> {
+        let mut out = Vec::new();
+        let mut visible = std::collections::HashMap::new();
+        for r in self.store().requests(run)? {
+            let see = match visible.get(&r.run) {
+                Some(v) => *v,
+                None => {
+                    let chat = self
+                        .store()
+                        .workflow_run(r.run)?
+                        .map(|w| w.chat)
+                        .unwrap_or_default();
+                    let v = self.store().access(&chat, person)?.may_see_requests();
+                    visible.insert(r.run, v);
+                    v
+                }
+            };
+            if see {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A run's audit (G7), for someone who may see its chat.
+    pub fn invocations_for(
+        &self,
+        person: &str,
+        run: i64,
+    ) -> anyhow::Result<Vec<crate::store::workflows::Invocation>> {
+        self.require_run(person, run, crate::access::Need::SeeRequests)?;
+        self.store().invocations(run)
+    }
+
+    /// The one rule (W1) for a run: as for its chat. A run someone may not
+    /// see does not exist for them.
+    fn require_run(&self, person: &str, run: i64, need: crate::access::Need) -> anyhow::Result<()> {
+        let Some(r) = self.store().workflow_run(run)? else {
+            bail!("no workflow run {run}");
+        };
+        let access = self.store().access(&r.chat, person)?;
+        if !access.may_see_requests() {
+            bail!("no workflow run {run}");
+        }
+        access.require(need, &r.chat, person)?;
+        Ok(())
     }
 
     fn summary(
@@ -416,9 +494,14 @@ impl Kernel {
             certificate: Arc::new(std::sync::Mutex::new(Some((token, claims)))),
             gated: Arc::default(),
             verified: Arc::default(),
+            calls: Arc::default(),
         };
-        let mut turn = Turn::new(&step.gadget, chat);
-        turn.user = Some(initiator.to_owned());
+        let principal = Principal::Workflow {
+            run: step.run,
+            step: step.step.clone(),
+            person: initiator.to_owned(),
+        };
+        let mut turn = Turn::new(&step.gadget, chat, principal);
         turn.step = Some(context.clone());
         let report = self.run_turn(turn, &step.input).await;
         let output = match report {
@@ -482,6 +565,27 @@ impl Kernel {
         let Some(r) = self.store().request(id)? else {
             bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
         };
+        // The one rule (W1): the run's owner, a collaborator who may
+        // decide there (re-verified first, as on every open), or one of
+        // the run's approvers. Whoever may not even see the request is
+        // told there is no such request.
+        let chat = self
+            .store()
+            .workflow_run(r.run)?
+            .map(|run| run.chat)
+            .unwrap_or_default();
+        let access = self.store().access(&chat, by)?;
+        let collaborator = matches!(
+            access.standing(),
+            crate::access::Standing::Collaborator { .. }
+        );
+        if !access.may_see_requests() && !collaborator {
+            bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
+        }
+        if collaborator {
+            self.verify_runner(&chat, by).await?;
+        }
+        self.require(&chat, by, crate::access::Need::DecideRequests)?;
         let (from, to) = match decision {
             RequestDecision::Approve => ("pending", "approved"),
             RequestDecision::Reject => ("pending", "rejected"),
@@ -495,10 +599,20 @@ impl Kernel {
 
     /// Re-submit a rejected (or withdrawn) request: its step runs again and
     /// asks anew, replacing it, so no step stays stuck (G2).
-    pub async fn resubmit(&self, id: i64) -> anyhow::Result<RunSummary> {
+    pub async fn resubmit(&self, id: i64, by: &str) -> anyhow::Result<RunSummary> {
         let Some(r) = self.store().request(id)? else {
             bail!("no approval request #{id}");
         };
+        let chat = self
+            .store()
+            .workflow_run(r.run)?
+            .map(|run| run.chat)
+            .unwrap_or_default();
+        let access = self.store().access(&chat, by)?;
+        if !access.may_see_requests() {
+            bail!("no approval request #{id}");
+        }
+        access.require(crate::access::Need::DecideRequests, &chat, by)?;
         if r.state != "rejected" && r.state != "withdrawn" {
             bail!(
                 "request #{id} is {}; only a rejected or withdrawn request is re-submitted",
@@ -558,25 +672,35 @@ impl Kernel {
         let signed = self.signed_claims(ctx, token)?;
         let parsed: Option<serde_json::Map<String, serde_json::Value>> =
             serde_json::from_str(&args).ok();
+        // The call's identity across re-runs of this step (G8): run, step,
+        // tool, arguments, and how many identical calls came before it in
+        // this attempt.
+        let logical_key = {
+            let mut calls = ctx.calls.lock().unwrap_or_else(|e| e.into_inner());
+            let n = calls.entry(format!("{tool_id}:{digest}")).or_insert(0);
+            let key = format!("wf:{}:{}:{tool_id}:{digest}:{n}", ctx.run, ctx.step);
+            *n += 1;
+            key
+        };
         let (run, step, owner) = (ctx.run, ctx.step.clone(), self.owner().to_owned());
-        let (chat, key_, tool_) = (turn.chat.clone(), key.to_owned(), tool.to_owned());
-        // One trip: the binding (it tells read from action, so that an
-        // action's audit row is its claim) and every stored check.
+        let (turn_, key_, tool_, args_) = (turn.clone(), key.to_owned(), tool.to_owned(), args.clone());
+        // One trip: the binding (it tells read from action), every stored
+        // check and the audit row; for an allowed action also its staging
+        // and claim, under its logical key.
         let decided = self
             .store()
             .run(move |s| {
-                let binding = match crate::kernel::resolve_in(s, &chat, &key_)? {
-                    Ok(b) => b,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let is_action = binding
+                let (resolved, overlay) =
+                    match s.resolve(&turn_.chat, &key_, turn_.person())? {
+                        Ok(r) => r,
+                        Err(e) => return Ok(Err(CallError::from(e))),
+                    };
+                let class = resolved
                     .gatekeeper
                     .manifest
                     .tool(&tool_)
-                    .is_some_and(|info| {
-                        classify::classify(&info.annotations, binding.gatekeeper.trust).kind
-                            == Kind::Action
-                    });
+                    .map(|info| classify::classify(&info.annotations, resolved.gatekeeper.trust));
+                let is_action = class.is_some_and(|c| c.kind == Kind::Action);
                 let decision = decide_call(
                     s,
                     run,
@@ -586,15 +710,79 @@ impl Kernel {
                     &digest,
                     parsed.as_ref(),
                     is_action,
-                    &owner,
                 )?;
-                Ok(Ok((binding, decision)))
+                let binding = crate::kernel::Binding { resolved, overlay };
+                let CallDecision::AllowedAction(audit) = decision else {
+                    return Ok(Ok((binding, decision, None)));
+                };
+                // Staged and claimed at once: the approver already decided.
+                let Some(facts) = Facts::of(&binding.resolved, &tool_) else {
+                    return Ok(Err(CallError::NotGranted {
+                        key: key_.clone(),
+                        tool: tool_.clone(),
+                        allowed: binding.resolved.granted_names(),
+                    }));
+                };
+                let action = NewAction {
+                    chat: turn_.chat.clone(),
+                    principal: turn_.principal.clone(),
+                    gadget: turn_.gadget.clone(),
+                    key: key_.clone(),
+                    gatekeeper: binding.resolved.gatekeeper.name.clone(),
+                    tool: tool_.clone(),
+                    classified_by: class
+                        .map(|c| c.classified_by.as_str())
+                        .unwrap_or("default"),
+                    trust: binding.resolved.gatekeeper.trust,
+                    args: args_,
+                    await_decision: false,
+                    provisional: None,
+                    facts,
+                };
+                let by = ClaimBy::Workflow {
+                    requests: audit.requests.clone(),
+                    authority: audit.authority.clone(),
+                };
+                let staged = match s.stage_claimed(&action, &logical_key, &by, &owner) {
+                    Ok(Ok(staged)) => staged,
+                    Ok(Err(refusal)) => {
+                        let row = AuditRow {
+                            reason: Some(format!("allowed, but not sent: {refusal}")),
+                            ..audit
+                        };
+                        s.audit(&row.allowed())?;
+                        return Ok(Err(CallError::Refused(refusal.to_string())));
+                    }
+                    Err(StageError::Store(e)) => return Err(e),
+                    Err(e) => {
+                        let row = AuditRow {
+                            reason: Some(format!("allowed, but not staged: {e}")),
+                            ..audit
+                        };
+                        s.audit(&row.allowed())?;
+                        return Ok(Err(CallError::Refused(e.to_string())));
+                    }
+                };
+                let id = match &staged {
+                    Staged::Claimed(c) => c.action().id,
+                    Staged::Made(a) => a.id,
+                };
+                let mut row = audit.allowed();
+                row.action = Some(id);
+                if matches!(staged, Staged::Made(_)) {
+                    row.reason = Some("a re-run of a call already made: not sent again");
+                }
+                s.audit(&row)?;
+                Ok(Ok((binding, CallDecision::Uncovered, Some(staged))))
             })
             .await?;
-        let (binding, decision) = match decided {
+        let (binding, decision, staged) = match decided {
             Ok(x) => x,
             Err(e) => return Ok(Err(e)),
         };
+        if let Some(staged) = staged {
+            return self.covered_outcome(turn, tool, staged).await;
+        }
         match decision {
             CallDecision::Denied { reason, gated } => {
                 if gated {
@@ -602,11 +790,10 @@ impl Kernel {
                 }
                 Ok(Err(CallError::Refused(reason)))
             }
-            CallDecision::Uncovered => self.call(turn, key, tool, args).await,
+            CallDecision::Uncovered => self.dispatch(turn, key, tool, args).await,
             CallDecision::AllowedRead(audit) => {
-                let trust = binding.gatekeeper.trust;
                 let out = self
-                    .read(turn, &binding, tool, args, trust, Some(audit.clone()))
+                    .read(turn, &binding, tool, args, Some(audit.clone()))
                     .await?;
                 if out.is_err() {
                     // Nothing was observed, so the row was not written with
@@ -619,11 +806,55 @@ impl Kernel {
                 }
                 Ok(out)
             }
-            CallDecision::AllowedAction(claim) => {
-                self.apply_now(turn, &binding.gatekeeper, tool, args, claim)
-                    .await
-            }
+            CallDecision::AllowedAction(_) => Ok(Err(CallError::Refused(
+                "internal: a covered action was not staged".into(),
+            ))),
         }
+    }
+
+    /// What the gadget gets for a covered action: sent now through the one
+    /// send path, or, for a call already made by an earlier run of the
+    /// step, how that one ended (nothing is sent again, G8).
+    async fn covered_outcome(
+        &self,
+        turn: &Turn,
+        tool: &str,
+        staged: Staged,
+    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
+        let a = match staged {
+            Staged::Claimed(claim) => {
+                let g = claim.gatekeeper().name.clone();
+                return Ok(match self.send(claim).await? {
+                    Decision::Applied { result, .. } => Ok(CallOutcome::Done(result)),
+                    Decision::Failed { message, .. } => {
+                        Err(CallError::Service(format!("{g} ({tool}): {message}")))
+                    }
+                    d => Err(CallError::Refused(d.line())),
+                });
+            }
+            Staged::Made(a) => a,
+        };
+        use crate::store::ActionState as S;
+        Ok(match a.state {
+            S::Applied => {
+                let result = a.result.clone().unwrap_or_else(|| "null".into());
+                crate::observations::record_handover(self, turn, &a, &result).await?;
+                Ok(CallOutcome::Done(result))
+            }
+            S::Failed => Err(CallError::Service(format!(
+                "{} ({tool}): this call was made by an earlier run of the step and failed; it is not sent again: {}",
+                a.gatekeeper,
+                a.error.unwrap_or_default()
+            ))),
+            S::Applying => Err(CallError::Refused(format!(
+                "this call (#{}) is being applied by an earlier run of the step right now; it is not sent again",
+                a.id
+            ))),
+            state => Err(CallError::Refused(format!(
+                "this call (#{}) was {state} by an earlier run of the step; it is not sent again",
+                a.id
+            ))),
+        })
     }
 
     /// The step's certificate, its signature checked once per attempt;
@@ -648,48 +879,6 @@ impl Kernel {
             *cache = Some((token.to_owned(), c.clone()));
         }
         Ok(verified)
-    }
-
-    /// An approved action of a covered step, applied at once: the audit row
-    /// `claim` was committed durably before this sends anything (P1), and
-    /// records only the outcome's class, never the service's message.
-    async fn apply_now(
-        &self,
-        turn: &Turn,
-        g: &crate::store::GatekeeperRecord,
-        tool: &str,
-        args: String,
-        claim: i64,
-    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
-        let (invocation, reach) = self.prepare(turn, g, tool, args).await?;
-        let pre = self.runtime().gatekeeper(&g.digest)?;
-        let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
-        let (state, note, answer) = match called.outcome {
-            Ok(Ok(output)) => ("applied", None, Ok(CallOutcome::Done(output.result))),
-            Ok(Err(e)) => {
-                let class = match &e {
-                    gk::wit::ToolError::InvalidArgs(_) => "invalid-args",
-                    gk::wit::ToolError::UnknownTool(_) => "unknown-tool",
-                    gk::wit::ToolError::Refused(_) => "refused",
-                    gk::wit::ToolError::UnknownOutcome(_) => "unknown-outcome",
-                };
-                let message = format!("{} ({tool}): {}", g.name, gk::describe_tool_error(&e));
-                (
-                    "failed",
-                    Some(format!("failed: {class}")),
-                    Err(CallError::Service(message)),
-                )
-            }
-            Err(gk::Fault::Crashed(m)) => (
-                "failed",
-                Some("failed: the gatekeeper crashed".to_owned()),
-                Err(CallError::Service(m)),
-            ),
-        };
-        self.store()
-            .run(move |s| s.finish_invocation(claim, state, note.as_deref()))
-            .await?;
-        Ok(answer)
     }
 }
 
@@ -748,8 +937,9 @@ enum CallDecision {
     Uncovered,
     /// An allowed read: its audit row is written with its observation.
     AllowedRead(AuditRow),
-    /// An allowed action: its audit row, committed, is its claim.
-    AllowedAction(i64),
+    /// An allowed action: its audit row, written once it is staged and
+    /// claimed (with the ledger action it became).
+    AllowedAction(AuditRow),
 }
 
 /// Every check of G5 that needs stored state, and the audit row (G7), in
@@ -765,13 +955,11 @@ fn decide_call(
     digest: &str,
     args: Option<&serde_json::Map<String, serde_json::Value>>,
     is_action: bool,
-    owner: &str,
 ) -> anyhow::Result<CallDecision> {
     let row = |cert: Option<&str>,
                requests: &[i64],
                authority: &str,
                decision: &str,
-               state: Option<&str>,
                input: Option<&str>,
                reason: Option<&str>|
      -> anyhow::Result<i64> {
@@ -784,8 +972,7 @@ fn decide_call(
             tool,
             args_digest: digest,
             decision,
-            state,
-            claim_owner: state.map(|_| owner),
+            action: None,
             failed_input: input,
             reason,
         })
@@ -796,7 +983,7 @@ fn decide_call(
                 input: Option<&str>,
                 reason: String,
                 gated: bool| {
-        row(cert, ids, authority, "denied", None, input, Some(&reason))?;
+        row(cert, ids, authority, "denied", input, Some(&reason))?;
         Ok(CallDecision::Denied { reason, gated })
     };
     let claims = match signed {
@@ -849,7 +1036,6 @@ fn decide_call(
             &initiator,
             "allowed",
             None,
-            None,
             Some("not covered by an approval: normal rules"),
         )?;
         return Ok(CallDecision::Uncovered);
@@ -884,26 +1070,19 @@ fn decide_call(
             return deny(serial, &ids, &authority, m.input.as_deref(), reason, false);
         }
     }
-    if !is_action {
-        return Ok(CallDecision::AllowedRead(AuditRow {
-            run,
-            step: step.to_owned(),
-            certificate: Some(claims.serial.clone()),
-            requests: ids,
-            authority,
-            tool: tool.to_owned(),
-            args_digest: digest.to_owned(),
-            reason: None,
-        }));
-    }
-    let id = row(
-        serial,
-        &ids,
-        &authority,
-        "allowed",
-        Some("applying"),
-        None,
-        None,
-    )?;
-    Ok(CallDecision::AllowedAction(id))
+    let audit = AuditRow {
+        run,
+        step: step.to_owned(),
+        certificate: Some(claims.serial.clone()),
+        requests: ids,
+        authority,
+        tool: tool.to_owned(),
+        args_digest: digest.to_owned(),
+        reason: None,
+    };
+    Ok(if is_action {
+        CallDecision::AllowedAction(audit)
+    } else {
+        CallDecision::AllowedRead(audit)
+    })
 }

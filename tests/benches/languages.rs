@@ -19,9 +19,9 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use gatehouse::Limits;
-use gatehouse::runtime::gadget::gatehouse::os::{kernel as wit, types as witt};
-use gatehouse::runtime::gadget::{GadgetPre, ServiceHandle};
-use gatehouse::runtime::{Role, Runtime};
+use gatehouse::embed::gadget::{kernel as wit, types as witt};
+use gatehouse::embed::gadget::{GadgetPre, ServiceHandle};
+use gatehouse::embed::{Role, Runtime};
 use gatehouse_e2e::{guest, langs};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -247,12 +247,12 @@ pub fn seed_compiled(home: &Path, path: &Path) {
     let mut seeds = SEEDS.lock().unwrap_or_else(|e| e.into_inner());
     if !seeds.iter().any(|(p, _)| p == path) {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let runtime = gatehouse::runtime::Runtime::new(dir.path().to_owned(), crate::test_limits())
+        let runtime = gatehouse::embed::Runtime::new(dir.path().to_owned(), crate::test_limits())
             .expect("a runtime");
         let bytes =
             std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         runtime
-            .admit(&bytes, gatehouse::runtime::Role::Gadget, &|_| {})
+            .admit(&bytes, gatehouse::embed::Role::Gadget, &|_| {})
             .unwrap_or_else(|e| panic!("{} is refused: {e:#}", path.display()));
         seeds.push((path.to_owned(), dir));
     }

@@ -41,8 +41,22 @@ impl World {
     }
 
     pub fn with_limits(limits: Limits) -> World {
+        World::build(limits, &[])
+    }
+
+    /// A fresh world whose tracker also accepts these people's own tokens
+    /// (for accounts connected with `account connect`).
+    pub fn with_tokens(tokens: &[&str]) -> World {
+        World::build(test_limits(), tokens)
+    }
+
+    fn build(limits: Limits, tokens: &[&str]) -> World {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let tracker = Tracker::builder()
+        let mut tracker = Tracker::builder();
+        for t in tokens {
+            tracker = tracker.token(t);
+        }
+        let tracker = tracker
             .token(TOKEN)
             .issue("Login page shows a blank screen", &["bug"])
             .issue("Export to CSV drops the header row", &[])
@@ -75,7 +89,6 @@ impl World {
     /// Add a gatekeeper fronting the tracker, with the tracker's token.
     pub async fn add_gatekeeper(&self, component: &str, name: &str, trust: Trust) {
         self.kernel
-            .store()
             .put_secret("tracker-token", TOKEN)
             .expect("secret stored");
         let bytes = std::fs::read(guest(component)).expect("guest built");
@@ -215,7 +228,7 @@ impl World {
         gadget: &str,
         chat: &str,
         input: &str,
-    ) -> gatehouse::runtime::gadget::TurnReport {
+    ) -> gatehouse::TurnReport {
         self.kernel
             .run(gadget, chat, input)
             .await
@@ -225,7 +238,6 @@ impl World {
     /// The names of the installed gadgets, in the store's order.
     pub fn gadget_names(&self) -> Vec<String> {
         self.kernel
-            .store()
             .gadgets()
             .unwrap_or_else(|e| panic!("listing gadgets failed: {e:#}"))
             .into_iter()
@@ -236,11 +248,10 @@ impl World {
     /// The names of the added gatekeepers, in the store's order.
     pub fn gatekeeper_names(&self) -> Vec<String> {
         self.kernel
-            .store()
             .gatekeepers()
             .unwrap_or_else(|e| panic!("listing gatekeepers failed: {e:#}"))
             .into_iter()
-            .map(|g| g.name)
+            .map(|g| g.name.clone())
             .collect()
     }
 }

@@ -109,12 +109,9 @@ fn read_answer() -> anyhow::Result<String> {
 }
 
 /// `collaborators CHAT`.
-pub fn collaborators(kernel: &Kernel, chat: &str, json: bool) -> anyhow::Result<()> {
-    if kernel.store().chat(chat)?.is_none() {
-        anyhow::bail!("no chat named {chat:?}; `gatehouse chats` lists them");
-    }
-    let people = kernel.store().collaborators(chat)?;
-    let observers = kernel.store().observers(chat)?;
+pub fn collaborators(kernel: &Kernel, chat: &str, me: &str, json: bool) -> anyhow::Result<()> {
+    let people = kernel.collaborators(chat, me)?;
+    let observers = kernel.observers(chat, me)?;
     if json {
         return super::print_json(&serde_json::json!({
             "collaborators": people, "observers": observers

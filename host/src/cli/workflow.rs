@@ -16,6 +16,10 @@ pub enum WorkflowCmd {
         name: String,
         #[arg(long)]
         version: Option<i64>,
+        /// Who may decide the run's approval requests (repeatable): the
+        /// run's chat is shared with them, with the right to decide.
+        #[arg(long = "approver", value_name = "PERSON")]
+        approvers: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -65,15 +69,22 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
         WorkflowCmd::Start {
             name,
             version,
+            approvers,
             json,
-        } => print_run(&kernel.start_workflow(&name, version, me).await?, json)?,
+        } => {
+            let approvers: Vec<&str> = approvers.iter().map(String::as_str).collect();
+            print_run(
+                &kernel.start_workflow(&name, version, me, &approvers).await?,
+                json,
+            )?
+        }
         WorkflowCmd::Status { run, json } => {
-            let s = kernel.advance_view(run)?;
+            let s = kernel.run_status(me, run)?;
             print_run(&s, json)?;
         }
-        WorkflowCmd::Resume { run, json } => print_run(&kernel.advance(run).await?, json)?,
+        WorkflowCmd::Resume { run, json } => print_run(&kernel.resume_run(me, run).await?, json)?,
         WorkflowCmd::Requests { run, json } => {
-            let list = kernel.store().requests(run)?;
+            let list = kernel.requests_for(me, run)?;
             if json {
                 return super::print_json(&list).map(|_| true);
             }
@@ -109,9 +120,9 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
         WorkflowCmd::Approve { id } => decided(kernel, id, RequestDecision::Approve, me).await?,
         WorkflowCmd::Reject { id } => decided(kernel, id, RequestDecision::Reject, me).await?,
         WorkflowCmd::Withdraw { id } => decided(kernel, id, RequestDecision::Withdraw, me).await?,
-        WorkflowCmd::Resubmit { id } => print_run(&kernel.resubmit(id).await?, false)?,
+        WorkflowCmd::Resubmit { id } => print_run(&kernel.resubmit(id, me).await?, false)?,
         WorkflowCmd::Invocations { run, json } => {
-            let list = kernel.store().invocations(run)?;
+            let list = kernel.invocations_for(me, run)?;
             if json {
                 return super::print_json(&list).map(|_| true);
             }

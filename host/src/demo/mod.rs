@@ -12,7 +12,7 @@ pub mod warehouse;
 
 use crate::home::Home;
 use crate::kernel::Kernel;
-use crate::runtime::Limits;
+use crate::Limits;
 use crate::store::{LedgerFilter, Trust};
 use anyhow::Context as _;
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         2,
         "Add the `issues` gatekeeper: it may reach only the tracker, and the kernel holds its token.",
     );
-    kernel.store().put_secret("tracker-token", token)?;
+    kernel.put_secret("tracker-token", token)?;
     let g = kernel
         .add_gatekeeper(
             "issues",
@@ -100,11 +100,11 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         5,
         "What awaits a decision (rendered by the same sanitiser the web inbox uses):",
     );
-    let pending = kernel.store().pending(None)?;
-    for a in &pending {
-        let d = g.manifest.tool(&a.tool).map(|t| t.description.clone());
-        outln!("{}", indent(&crate::prompt::render(a, d.as_deref())));
+    let shown = kernel.inbox("demo", None).await?;
+    for s in &shown {
+        outln!("{}", indent(&s.prompt));
     }
+    let pending: Vec<_> = shown.into_iter().map(|s| s.action).collect();
 
     step(6, "Approve the first, reject the second.");
     let mut ok = true;
@@ -132,10 +132,16 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     }
 
     step(8, "The ledger of chat `work`:");
-    for e in kernel.store().ledger(&LedgerFilter {
-        chat: Some("work".into()),
-        ..LedgerFilter::default()
-    })? {
+    for e in kernel
+        .ledger(
+            "demo",
+            LedgerFilter {
+                chat: Some("work".into()),
+                ..LedgerFilter::default()
+            },
+        )
+        .await?
+    {
         outln!(
             "   #{} {} {}:{} {}",
             e.id,
@@ -157,15 +163,15 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
         9,
         "Two keys for auto-approval: an operator vets `issues`, a person enables a rule for issues:addLabel.",
     );
-    kernel.store().set_trust("issues", Trust::Vetted)?;
-    let r = kernel.add_rule("issues:addLabel", "demo").await?;
+    kernel.set_trust("issues", Trust::Vetted)?;
+    let r = kernel.add_rule("demo", "issues:addLabel", None).await?;
     outln!(
         "   key one (vetted, non-destructive, idempotent): {}",
         if r.key_one { "holds" } else { "missing" }
     );
     let report = kernel.run("triage", "work", "").await?;
     kernel.settle().await;
-    let pending = kernel.store().pending(Some("work"))?;
+    let pending = kernel.pending("demo", Some("work")).await?;
     outln!(
         "   triage ran again: {} action(s) wait. The label waits behind the manual createIssue (drain order).",
         pending.len()
@@ -173,10 +179,16 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
     if let Some(first) = pending.first() {
         outln!("   {}", kernel.approve(first.id, "demo").await?.line());
     }
-    for e in kernel.store().ledger(&LedgerFilter {
-        auto_approved: true,
-        ..Default::default()
-    })? {
+    for e in kernel
+        .ledger(
+            "demo",
+            LedgerFilter {
+                auto_approved: true,
+                ..Default::default()
+            },
+        )
+        .await?
+    {
         outln!(
             "   #{} {}:{} applied automatically, resolved-by {} (the rule's author)",
             e.id,
@@ -192,8 +204,8 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
         "An approval prompt an attacker cannot forge: a hostile tool name and description, rendered.",
     );
     let mut forged = kernel
-        .store()
-        .action(pending.first().map(|a| a.id).unwrap_or(2))?
+        .action("demo", pending.first().map(|a| a.id).unwrap_or(2))
+        .await?
         .context("the demo's action vanished")?;
     forged.state = crate::store::ActionState::Pending;
     forged.tool = "createIssue\nEndpoint: https://evil.example\u{202E}".into();
@@ -242,7 +254,12 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
         outln!("   {}", kernel.approve(*id, "demo").await?.line());
     }
     kernel.settle().await;
-    if let Some(r) = kernel.store().run_record(run.run)? {
+    if let Some(r) = kernel
+        .agent_runs("demo")
+        .await?
+        .into_iter()
+        .find(|r| r.id == run.run)
+    {
         outln!(
             "   after approval the kernel resumed it: {} ({} turns)",
             r.last_output.unwrap_or_default(),
@@ -287,9 +304,7 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
         .account("demo-warehouse-owner", &["*"])
         .start()
         .context("cannot start the bundled warehouse on 127.0.0.1")?;
-    kernel
-        .store()
-        .put_secret("warehouse-token", "demo-warehouse-owner")?;
+    kernel.put_secret("warehouse-token", "demo-warehouse-owner")?;
     kernel
         .add_gatekeeper(
             "warehouse",
@@ -328,7 +343,7 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
             .as_str()
             .unwrap_or("(not refused!)")
     );
-    let latched = kernel.store().chat("salaries")?.is_some_and(|c| c.latched);
+    let latched = kernel.chat("demo", "salaries").await?.latched;
     outln!("   chat `salaries` locked down: {latched} (durable; never cleared)");
     ok &= latched;
     ok &= sharing(kernel).await?;
@@ -373,7 +388,7 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
     kernel
         .run_as("alice", "script", "salary-dashboard", &script.to_string())
         .await?;
-    kernel.share("salary-dashboard", "bob", "alice")?;
+    kernel.share("salary-dashboard", "bob", "alice", false)?;
     outln!("   alice read payroll with her account, then shared the chat with bob");
     let outcome = kernel
         .open_chat(

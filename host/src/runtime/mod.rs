@@ -579,10 +579,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Collapse a multi-line error chain into one line.
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
+pub use crate::prompt::one_line;
 
 /// Turn a trap into a sentence naming the cause.
 pub fn explain_trap(e: &wasmtime::Error, who: &str, limits: &Limits, hit_memory: bool) -> String {

@@ -3,11 +3,25 @@
 //! Every transition is one conditional UPDATE on the row's current state, so
 //! two approvers (threads, processes, the CLI and the web inbox) can never
 //! both win: the database decides, not a UI (SPEC P1).
+//!
+//! The claim is the one gate every send passes (P7). [`Claim`] can only be
+//! made by the claim transaction here, and the kernel's one send function
+//! takes one by value, so nothing reaches a service that this transaction
+//! did not admit. Inside it: who decides (the one authorization rule, or a
+//! rule's two keys, or a workflow's approvals), the restricted-data latch,
+//! and the revalidation of what was recorded at staging. What it sends with
+//! (the gatekeeper's record, the credential) is what it checked.
 
+use super::dispatch::{Facts, Resolved, Unresolved, resolve};
+use super::registry::{GatekeeperRecord, Trust};
 use super::{MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, RETAINED_FINISHED, Store, now_ms};
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
+use crate::access::Need;
+use crate::principal::{Credential, Principal};
+use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
+use sha2::{Digest as _, Sha256};
 use std::fmt;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -17,6 +31,7 @@ pub enum ActionState {
     Applied,
     Failed,
     Rejected,
+    Expired,
 }
 
 impl ActionState {
@@ -27,6 +42,7 @@ impl ActionState {
             "applied" => ActionState::Applied,
             "failed" => ActionState::Failed,
             "rejected" => ActionState::Rejected,
+            "expired" => ActionState::Expired,
             other => {
                 return Err(rusqlite::Error::InvalidColumnType(
                     0,
@@ -44,7 +60,13 @@ impl ActionState {
             ActionState::Applied => "applied",
             ActionState::Failed => "failed",
             ActionState::Rejected => "rejected",
+            ActionState::Expired => "expired",
         }
+    }
+
+    /// Finished: it will never be sent (again).
+    pub fn is_final(self) -> bool {
+        !matches!(self, ActionState::Pending | ActionState::Applying)
     }
 }
 
@@ -58,14 +80,19 @@ impl fmt::Display for ActionState {
 #[derive(Clone, Debug)]
 pub struct NewAction {
     pub chat: String,
-    pub caller: String,
+    pub principal: Principal,
+    pub gadget: Option<String>,
+    /// The introduction's key it was called through.
+    pub key: String,
     pub gatekeeper: String,
     pub tool: String,
     pub classified_by: &'static str,
-    pub trust: super::Trust,
+    pub trust: Trust,
     pub args: String,
     pub await_decision: bool,
     pub provisional: Option<String>,
+    /// What was true at staging, revalidated by the claim (P7).
+    pub facts: Facts,
 }
 
 /// An action as stored.
@@ -73,12 +100,18 @@ pub struct NewAction {
 pub struct Action {
     pub id: i64,
     pub chat: String,
+    /// Who staged it, as people read it (SPEC C5).
     pub caller: String,
+    /// The person it acts for: whose account it is sent with.
+    pub person: String,
+    pub gadget: Option<String>,
+    pub key: Option<String>,
     pub gatekeeper: String,
     pub tool: String,
     pub classified_by: String,
     pub trust: String,
     pub args: String,
+    pub args_digest: Option<String>,
     pub state: ActionState,
     pub await_decision: bool,
     pub retryable: Option<bool>,
@@ -86,9 +119,21 @@ pub struct Action {
     pub error: Option<String>,
     pub auto_approved: bool,
     pub resolved_by: Option<String>,
+    /// Why the last claim sent it back to pending: what changed since it
+    /// was staged (P7).
+    pub note: Option<String>,
+    /// The account it is sent with (`user/label`, `operator:NAME`, `none`).
+    pub account: Option<String>,
     pub created_at: i64,
     pub decided_at: Option<i64>,
     pub finished_at: Option<i64>,
+}
+
+impl Action {
+    /// The namespaced tag rules and decisions name (A6).
+    pub fn tag(&self) -> String {
+        format!("{}:{}", self.gatekeeper, self.tool)
+    }
 }
 
 /// Why staging refused an action. Nothing was stored (SPEC A3).
@@ -103,7 +148,7 @@ pub enum StageError {
     )]
     TooLarge(usize),
     #[error(
-        "{0} actions already await approval (the limit is 50); ask a person to decide some (`gatehouse pending`) before staging more"
+        "{0} actions already await approval in this chat (the limit is 50 per chat); ask a person to decide some (`gatehouse pending`) before staging more"
     )]
     TooManyOpen(i64),
     #[error(
@@ -112,6 +157,8 @@ pub enum StageError {
     LockedDown(String),
     #[error("no chat named {0:?}")]
     NoChat(String),
+    #[error("{0}")]
+    Refused(String),
     #[error(transparent)]
     Store(#[from] anyhow::Error),
 }
@@ -122,15 +169,68 @@ impl From<rusqlite::Error> for StageError {
     }
 }
 
-/// A won claim: this caller, alone, may now send the action.
+/// Who takes a claim, and on what grounds.
 #[derive(Clone, Debug)]
-pub struct Claim {
-    pub action: Action,
+pub enum ClaimBy {
+    /// A person's own decision; the one authorization rule must let them
+    /// decide in the action's chat.
+    Person(String),
+    /// An auto-approval: both keys must hold now, key two being this rule.
+    Rule { id: i64, person: String },
+    /// A covered workflow call: every covering request must still be
+    /// approved. `authority` names the approvers.
+    Workflow {
+        requests: Vec<i64>,
+        authority: String,
+    },
 }
 
-/// Why a claim was not granted.
+impl ClaimBy {
+    fn decision(&self) -> &'static str {
+        match self {
+            ClaimBy::Person(_) => "approved",
+            ClaimBy::Rule { .. } => "auto-approved",
+            ClaimBy::Workflow { .. } => "workflow-approved",
+        }
+    }
+
+    fn by(&self) -> &str {
+        match self {
+            ClaimBy::Person(p) | ClaimBy::Rule { person: p, .. } => p,
+            ClaimBy::Workflow { authority, .. } => authority,
+        }
+    }
+}
+
+/// A won claim: this caller, alone, may now send the action, with exactly
+/// this gatekeeper record and credential (the ones the claim checked).
+///
+/// Only the claim transaction makes one, and it is neither `Clone` nor
+/// `Copy`: one claim, one send.
+pub struct Claim {
+    action: Action,
+    gatekeeper: Arc<GatekeeperRecord>,
+    credential: Credential,
+}
+
+impl Claim {
+    pub fn action(&self) -> &Action {
+        &self.action
+    }
+
+    pub(crate) fn gatekeeper(&self) -> &Arc<GatekeeperRecord> {
+        &self.gatekeeper
+    }
+
+    pub(crate) fn credential(&self) -> &Credential {
+        &self.credential
+    }
+}
+
+/// Why a claim was not granted. Nothing was sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClaimRefusal {
+    /// Also what a person who may not see the action's chat is told.
     #[error("action #{0} does not exist (or was pruned)")]
     NoSuchAction(i64),
     #[error("action #{0} was already applied; nothing was sent again")]
@@ -145,6 +245,25 @@ pub enum ClaimRefusal {
         "action #{0} failed and may have reached the service, so it is never resent: check the service and re-stage it if needed"
     )]
     FailedFinal(i64),
+    #[error("action #{0} expired before anyone decided it; it was never sent")]
+    Expired(i64),
+    #[error("action #{id}: {refusal}")]
+    Forbidden {
+        id: i64,
+        refusal: crate::access::Refusal,
+    },
+    #[error(
+        "action #{id} was not sent: chat {chat:?} is locked down (it read owner-only data), so nothing leaves it"
+    )]
+    LockedDown { id: i64, chat: String },
+    #[error(
+        "action #{id} was not sent: {note} since it was staged; it is pending again, so review it (`gatehouse show {id}`) and decide again"
+    )]
+    Changed { id: i64, note: String },
+    #[error("action #{id} cannot be sent: {reason}; nothing was sent")]
+    CannotSend { id: i64, reason: String },
+    #[error("action #{id} needs a person: {reason}")]
+    NeedsPerson { id: i64, reason: String },
 }
 
 /// Check staged arguments (SPEC A5) and return them normalised.
@@ -173,33 +292,146 @@ pub fn validate_args(args: &str) -> Result<String, StageError> {
     Err(StageError::NotAnObject(kind))
 }
 
+/// SHA-256 of an action's stored arguments: what the decision history keeps
+/// instead of the arguments themselves.
+pub fn args_digest(args: &str) -> String {
+    hex::encode(Sha256::digest(args.as_bytes()))
+}
+
 const ACTION_COLUMNS: &str =
-    "id, chat, caller, gatekeeper, tool, classified_by, trust, args, state,
-    await_decision, retryable, result, error, auto_approved, resolved_by, created_at, decided_at,
-    finished_at";
+    "id, chat, caller, person, gadget, intro_key, gatekeeper, tool, classified_by, trust, args,
+    args_digest, state, await_decision, retryable, result, error, auto_approved, resolved_by,
+    note, account, created_at, decided_at, finished_at";
 
 fn action_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
-    let state: String = r.get(8)?;
+    let state: String = r.get(12)?;
     Ok(Action {
         id: r.get(0)?,
         chat: r.get(1)?,
         caller: r.get(2)?,
-        gatekeeper: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-        tool: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
-        classified_by: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
-        trust: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
-        args: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+        person: r.get(3)?,
+        gadget: r.get(4)?,
+        key: r.get(5)?,
+        gatekeeper: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
+        tool: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+        classified_by: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+        trust: r.get::<_, Option<String>>(9)?.unwrap_or_default(),
+        args: r.get::<_, Option<String>>(10)?.unwrap_or_default(),
+        args_digest: r.get(11)?,
         state: ActionState::parse(&state)?,
-        await_decision: r.get::<_, Option<i64>>(9)? == Some(1),
-        retryable: r.get::<_, Option<i64>>(10)?.map(|v| v == 1),
-        result: r.get(11)?,
-        error: r.get(12)?,
-        auto_approved: r.get::<_, i64>(13)? == 1,
-        resolved_by: r.get(14)?,
-        created_at: r.get(15)?,
-        decided_at: r.get(16)?,
-        finished_at: r.get(17)?,
+        await_decision: r.get::<_, Option<i64>>(13)? == Some(1),
+        retryable: r.get::<_, Option<i64>>(14)?.map(|v| v == 1),
+        result: r.get(15)?,
+        error: r.get(16)?,
+        auto_approved: r.get::<_, i64>(17)? == 1,
+        resolved_by: r.get(18)?,
+        note: r.get(19)?,
+        account: r.get(20)?,
+        created_at: r.get(21)?,
+        decided_at: r.get(22)?,
+        finished_at: r.get(23)?,
     })
+}
+
+fn action_in(conn: &Connection, id: i64) -> rusqlite::Result<Option<Action>> {
+    conn.prepare_cached(&format!(
+        "SELECT {ACTION_COLUMNS} FROM ledger WHERE id = ?1 AND kind = 'action'"
+    ))?
+    .query_row([id], action_from_row)
+    .optional()
+}
+
+/// The pending actions of `chat` at gatekeeper `g`, oldest first.
+pub(super) fn pending_at(conn: &Connection, chat: &str, g: &str) -> rusqlite::Result<Vec<Action>> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {ACTION_COLUMNS} FROM ledger
+         WHERE chat = ?1 AND kind = 'action' AND state = 'pending' AND gatekeeper = ?2 ORDER BY id"
+    ))?;
+    let rows = st.query_map([chat, g], action_from_row)?;
+    rows.collect()
+}
+
+/// How many actions of `chat` are pending or applying (the cap counts
+/// these; SPEC A5, per chat so that one chat never blocks another).
+fn open_in(conn: &Connection, chat: &str) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM ledger
+         WHERE chat = ?1 AND kind = 'action' AND state IN ('pending', 'applying')",
+    )?
+    .query_row([chat], |r| r.get(0))
+}
+
+/// What a covered workflow call keeps of its arguments and outcome: a
+/// digest only (SPEC G7), never the values. Its arguments travel in the
+/// claim, from memory, to the one send.
+const UNKEPT_ARGS: &str = "{}";
+
+fn insert_action(
+    conn: &Connection,
+    a: &NewAction,
+    args: &str,
+    logical_key: Option<&str>,
+) -> Result<i64, StageError> {
+    let facts = serde_json::to_string(&a.facts).map_err(anyhow::Error::from)?;
+    let (kept, digest) = match logical_key {
+        Some(_) => (UNKEPT_ARGS, args_digest(args)),
+        None => (args, args_digest(args)),
+    };
+    conn.prepare_cached(
+        "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
+           classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
+           account, logical_key, created_at)
+         VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
+           ?15, ?16, ?17)",
+    )?
+    .execute(params![
+        a.chat,
+        a.principal.label(),
+        a.principal.acting_for(),
+        a.gadget,
+        a.key,
+        a.gatekeeper,
+        a.tool,
+        a.classified_by,
+        a.trust.as_str(),
+        kept,
+        digest,
+        a.await_decision as i64,
+        a.provisional,
+        facts,
+        a.facts.account,
+        logical_key,
+        now_ms()
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Refuse staging in `chat` if it is missing, latched or full.
+fn admit_stage(conn: &Connection, chat: &str) -> Result<(), StageError> {
+    let latched: Option<i64> = conn
+        .prepare_cached("SELECT latched FROM chats WHERE name = ?1")?
+        .query_row([chat], |r| r.get(0))
+        .optional()?;
+    match latched {
+        None => return Err(StageError::NoChat(chat.to_owned())),
+        Some(1) => return Err(StageError::LockedDown(chat.to_owned())),
+        Some(_) => {}
+    }
+    let open = open_in(conn, chat)?;
+    if open >= MAX_OPEN_ACTIONS {
+        return Err(StageError::TooManyOpen(open));
+    }
+    Ok(())
+}
+
+/// A covered workflow call, staged and claimed at once, or found already
+/// made under the same logical key (SPEC G8).
+pub enum Staged {
+    /// Claimed now: send it.
+    Claimed(Claim),
+    /// The same logical call was made before; this is how it ended (or
+    /// stands). Nothing is sent again.
+    Made(Action),
 }
 
 impl Store {
@@ -208,84 +440,114 @@ impl Store {
     pub fn stage(&self, a: &NewAction) -> Result<i64, StageError> {
         let args = validate_args(&a.args)?;
         let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let latched: Option<i64> = tx
-            .query_row(
-                "SELECT latched FROM chats WHERE name = ?1",
-                [&a.chat],
-                |r| r.get(0),
-            )
-            .optional()?;
-        match latched {
-            None => return Err(StageError::NoChat(a.chat.clone())),
-            Some(1) => return Err(StageError::LockedDown(a.chat.clone())),
-            Some(_) => {}
-        }
-        let open: i64 = tx.query_row(
-            "SELECT count(*) FROM ledger WHERE state IN ('pending', 'applying')",
-            [],
-            |r| r.get(0),
-        )?;
+        // A full chat is refused without taking the write lock, so that a
+        // gadget hammering it never starves an approver (re-checked below).
+        let open = open_in(&conn, &a.chat)?;
         if open >= MAX_OPEN_ACTIONS {
             return Err(StageError::TooManyOpen(open));
         }
-        tx.execute(
-            "INSERT INTO ledger (chat, kind, caller, gatekeeper, tool, classified_by, trust, args,
-               state, await_decision, provisional, created_at)
-             VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8, ?9, ?10)",
-            params![
-                a.chat,
-                a.caller,
-                a.gatekeeper,
-                a.tool,
-                a.classified_by,
-                a.trust.as_str(),
-                args,
-                a.await_decision as i64,
-                a.provisional,
-                now_ms()
-            ],
-        )?;
-        let id = tx.last_insert_rowid();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        admit_stage(&tx, &a.chat)?;
+        let id = insert_action(&tx, a, &args, None)?;
         tx.commit()?;
         Ok(id)
     }
 
-    pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
-        Ok(self
-            .lock()
-            .query_row(
-                &format!("SELECT {ACTION_COLUMNS} FROM ledger WHERE id = ?1 AND kind = 'action'"),
-                [id],
-                action_from_row,
-            )
-            .optional()?)
+    /// A covered workflow call (SPEC G5, G8): staged under `logical_key`
+    /// and claimed by `by` in one transaction, through the same claim as
+    /// every other send. If that logical call was made before (a re-run of
+    /// its step), nothing is staged or claimed again: its row is returned,
+    /// unless it provably never took effect (retryable), in which case it
+    /// is claimed again.
+    pub fn stage_claimed(
+        &self,
+        a: &NewAction,
+        logical_key: &str,
+        by: &ClaimBy,
+        owner: &str,
+    ) -> Result<Result<Staged, ClaimRefusal>, StageError> {
+        let args = validate_args(&a.args)?;
+        let mut conn = self.lock();
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let existing: Option<i64> = tx
+                .prepare_cached("SELECT id FROM ledger WHERE logical_key = ?1")?
+                .query_row([logical_key], |r| r.get(0))
+                .optional()?;
+            let (id, fresh) = match existing {
+                Some(id) => {
+                    let Some(made) = action_in(&tx, id)? else {
+                        return Err(StageError::Refused(format!(
+                            "the earlier attempt of this call (#{id}) vanished"
+                        )));
+                    };
+                    let again = made.state == ActionState::Pending
+                        || (made.state == ActionState::Failed && made.retryable == Some(true));
+                    if !again {
+                        return Ok(Ok(Staged::Made(made)));
+                    }
+                    (id, false)
+                }
+                None => {
+                    admit_stage(&tx, &a.chat)?;
+                    (insert_action(&tx, a, &args, Some(logical_key))?, true)
+                }
+            };
+            let mut claimed = claim_in(&tx, id, by, owner)?;
+            // A fresh row whose claim was refused is not kept: no ghost
+            // pending entries (A3). An earlier row keeps what the claim
+            // wrote (a revalidation note).
+            if claimed.is_ok() || !fresh {
+                tx.commit()?;
+            }
+            if let Ok(c) = &mut claimed {
+                // The row keeps a digest; the send gets the arguments.
+                c.action.args = args;
+            }
+            Ok(claimed.map(Staged::Claimed))
+        })();
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        result
     }
 
-    /// Pending actions, oldest first (optionally of one chat).
-    pub fn pending(&self, chat: Option<&str>) -> anyhow::Result<Vec<Action>> {
+    pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
+        Ok(action_in(&self.lock(), id)?)
+    }
+
+    /// Pending actions of one chat, oldest first.
+    pub fn pending_in(&self, chat: &str) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
         let mut st = conn.prepare_cached(&format!(
             "SELECT {ACTION_COLUMNS} FROM ledger
-             WHERE kind = 'action' AND state = 'pending' AND (?1 IS NULL OR chat = ?1)
-             ORDER BY id"
+             WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
         ))?;
         let rows = st.query_map([chat], action_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Claim an action for sending, durably, before anything leaves
-    /// (SPEC P1). `owner` names the claiming process so that recovery can
-    /// tell a live claim from an interrupted one.
+    /// Pending actions of every chat, oldest first.
+    pub fn pending_all(&self) -> anyhow::Result<Vec<Action>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {ACTION_COLUMNS} FROM ledger
+             WHERE state = 'pending' AND kind = 'action' ORDER BY id"
+        ))?;
+        let rows = st.query_map([], action_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Claim an action for sending, durably, before anything leaves (SPEC
+    /// P1, P7). `owner` names the claiming process so that recovery can tell
+    /// a live claim from an interrupted one.
     ///
     /// Claimable: `pending`, or `failed` with `retryable = 1` (the kernel
     /// proved the earlier attempt never took effect).
     pub fn claim(
         &self,
         id: i64,
+        by: &ClaimBy,
         owner: &str,
-        by: &str,
-        auto: bool,
     ) -> anyhow::Result<Result<Claim, ClaimRefusal>> {
         let mut conn = self.lock();
         // The one commit that must survive a power cut: the claim is on disk
@@ -294,36 +556,11 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         let result = (|| -> anyhow::Result<Result<Claim, ClaimRefusal>> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let updated = tx.execute(
-                "UPDATE ledger SET state = 'applying', claim_owner = ?2, resolved_by = ?3,
-                   auto_approved = ?4, decided_at = ?5, error = NULL, retryable = NULL
-                 WHERE id = ?1 AND kind = 'action'
-                   AND (state = 'pending' OR (state = 'failed' AND retryable = 1))",
-                params![id, owner, by, auto as i64, now_ms()],
-            )?;
-            if updated == 0 {
-                let state: Option<(String, Option<i64>)> = tx
-                    .query_row(
-                        "SELECT state, retryable FROM ledger WHERE id = ?1 AND kind = 'action'",
-                        [id],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .optional()?;
-                return Ok(Err(match state {
-                    None => ClaimRefusal::NoSuchAction(id),
-                    Some((s, _)) if s == "applied" => ClaimRefusal::AlreadyApplied(id),
-                    Some((s, _)) if s == "applying" => ClaimRefusal::Applying(id),
-                    Some((s, _)) if s == "rejected" => ClaimRefusal::Rejected(id),
-                    Some(_) => ClaimRefusal::FailedFinal(id),
-                }));
-            }
-            let action = tx.query_row(
-                &format!("SELECT {ACTION_COLUMNS} FROM ledger WHERE id = ?1"),
-                [id],
-                action_from_row,
-            )?;
+            let claimed = claim_in(&tx, id, by, owner)?;
+            // A revalidation that sent the action back to pending wrote its
+            // note and the current facts: keep them.
             tx.commit()?;
-            Ok(Ok(Claim { action }))
+            Ok(claimed)
         })();
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         result
@@ -340,6 +577,7 @@ impl Store {
                  WHERE id = ?1 AND state = 'applying'",
                 params![id, now_ms()],
             )?;
+            record_outcome(&conn, id, "applied")?;
         }
         let stored = if result.len() > MAX_RESULT_BYTES {
             serde_json::json!({
@@ -358,54 +596,69 @@ impl Store {
                 .to_string(),
             }
         };
+        // A covered workflow call keeps no result (G7): it was handed to
+        // the step that made it.
         self.lock().execute(
-            "UPDATE ledger SET result = ?2 WHERE id = ?1",
+            "UPDATE ledger SET result = CASE WHEN logical_key IS NULL THEN ?2
+               ELSE '{\"note\":\"the result of a workflow call is handed to its step and not kept\"}' END
+             WHERE id = ?1",
             params![id, stored],
         )?;
-        self.prune()?;
+        self.prune_of(id)?;
         Ok(())
     }
 
     /// Record a failed apply.
     pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<()> {
-        self.lock().execute(
-            "UPDATE ledger SET state = 'failed', error = ?2, retryable = ?3, finished_at = ?4,
-               claim_owner = NULL
-             WHERE id = ?1 AND state = 'applying'",
-            params![id, message, retryable as i64, now_ms()],
-        )?;
-        self.prune()?;
+        {
+            let conn = self.lock();
+            // A covered workflow call's message may echo its arguments:
+            // the step gets it, the database keeps its class only (G7).
+            conn.execute(
+                "UPDATE ledger SET state = 'failed', retryable = ?3, finished_at = ?4,
+                   claim_owner = NULL,
+                   error = CASE WHEN logical_key IS NULL THEN ?2
+                     ELSE 'the workflow call failed; its message was handed to its step and not kept' END
+                 WHERE id = ?1 AND state = 'applying'",
+                params![id, message, retryable as i64, now_ms()],
+            )?;
+            record_outcome(&conn, id, "failed")?;
+        }
+        self.prune_of(id)?;
         Ok(())
     }
 
-    /// Reject a pending action: it will never be sent (SPEC A2).
+    /// Reject a pending action as `by`: it will never be sent (SPEC A2).
+    /// Whoever may not decide in its chat is refused, in the transaction.
     pub fn reject(&self, id: i64, by: &str) -> anyhow::Result<Result<(), ClaimRefusal>> {
-        let conn = self.lock();
-        let n = conn.execute(
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Some(a) = action_in(&tx, id)? else {
+            return Ok(Err(ClaimRefusal::NoSuchAction(id)));
+        };
+        let access = super::sharing::access(&tx, &a.chat, by)?;
+        if let Err(refusal) = access.require(Need::Decide, &a.chat, by) {
+            return Ok(Err(if access.may_see() {
+                ClaimRefusal::Forbidden { id, refusal }
+            } else {
+                ClaimRefusal::NoSuchAction(id)
+            }));
+        }
+        if a.state != ActionState::Pending {
+            return Ok(Err(refusal_for(&a)));
+        }
+        let now = now_ms();
+        tx.execute(
             "UPDATE ledger SET state = 'rejected', resolved_by = ?2, decided_at = ?3,
                finished_at = ?3
              WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
-            params![id, by, now_ms()],
+            params![id, by, now],
         )?;
-        if n == 1 {
-            drop(conn);
-            self.prune()?;
-            return Ok(Ok(()));
-        }
-        let state: Option<String> = conn
-            .query_row(
-                "SELECT state FROM ledger WHERE id = ?1 AND kind = 'action'",
-                [id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(Err(match state.as_deref() {
-            None => ClaimRefusal::NoSuchAction(id),
-            Some("applied") => ClaimRefusal::AlreadyApplied(id),
-            Some("applying") => ClaimRefusal::Applying(id),
-            Some("rejected") => ClaimRefusal::Rejected(id),
-            Some(_) => ClaimRefusal::FailedFinal(id),
-        }))
+        record_decision(&tx, &a, "rejected", by, Some("rejected"))?;
+        tx.commit()?;
+        drop(conn);
+        self.prune_of(id)?;
+        Ok(Ok(()))
     }
 
     /// Fail every claim whose process is gone (SPEC P3). The request may
@@ -423,49 +676,263 @@ impl Store {
             if owner.as_deref().is_some_and(&is_alive) {
                 continue;
             }
-            let n = self.lock().execute(
+            let conn = self.lock();
+            let n = conn.execute(
                 "UPDATE ledger SET state = 'failed', retryable = 0, finished_at = ?3, claim_owner = NULL,
                    error = 'interrupted after sending: the host stopped while applying this action, so it may or may not have reached the service; check the service and re-stage it if needed'
                  WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
                 params![id, owner, now_ms()],
             )?;
             if n == 1 {
+                record_outcome(&conn, id, "failed")?;
                 failed.push(id);
             }
-        }
-        // Covered workflow calls applied at once claim in the audit (G5):
-        // the same rule, and never sent again.
-        let audits: Vec<(i64, Option<String>)> = {
-            let conn = self.lock();
-            let mut st = conn.prepare_cached(
-                "SELECT id, claim_owner FROM invocations WHERE state = 'applying'",
-            )?;
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?
-        };
-        for (id, owner) in audits {
-            if owner.as_deref().is_some_and(&is_alive) {
-                continue;
-            }
-            self.lock().execute(
-                "UPDATE invocations SET state = 'failed', finished_at = ?3,
-                   reason = 'failed: interrupted after sending (the host stopped while applying)'
-                 WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
-                params![id, owner, now_ms()],
-            )?;
         }
         Ok(failed)
     }
 
-    /// Keep the newest finished actions; never prune open ones (SPEC P5).
-    pub fn prune(&self) -> anyhow::Result<usize> {
-        Ok(self.lock().execute(
-            "DELETE FROM ledger WHERE kind = 'action'
-               AND state IN ('applied', 'failed', 'rejected')
-               AND id NOT IN (SELECT id FROM ledger WHERE kind = 'action'
-                                AND state IN ('applied', 'failed', 'rejected')
-                              ORDER BY id DESC LIMIT ?1)",
-            [RETAINED_FINISHED],
+    /// Keep the newest finished actions of `id`'s chat; never prune open
+    /// ones (SPEC P5). The decision history is kept regardless.
+    fn prune_of(&self, id: i64) -> anyhow::Result<usize> {
+        let conn = self.lock();
+        let chat: Option<String> = conn
+            .query_row("SELECT chat FROM ledger WHERE id = ?1", [id], |r| r.get(0))
+            .optional()?;
+        let Some(chat) = chat else { return Ok(0) };
+        Ok(conn.execute(
+            "DELETE FROM ledger WHERE chat = ?1 AND kind = 'action'
+               AND state IN ('applied', 'failed', 'rejected', 'expired')
+               AND id NOT IN (SELECT id FROM ledger WHERE chat = ?1 AND kind = 'action'
+                                AND state IN ('applied', 'failed', 'rejected', 'expired')
+                              ORDER BY id DESC LIMIT ?2)",
+            params![chat, RETAINED_FINISHED],
         )?)
     }
+}
+
+/// Why a row in a non-claimable state refuses a claim.
+fn refusal_for(a: &Action) -> ClaimRefusal {
+    match a.state {
+        ActionState::Applied => ClaimRefusal::AlreadyApplied(a.id),
+        ActionState::Applying => ClaimRefusal::Applying(a.id),
+        ActionState::Rejected => ClaimRefusal::Rejected(a.id),
+        ActionState::Expired => ClaimRefusal::Expired(a.id),
+        ActionState::Failed | ActionState::Pending => ClaimRefusal::FailedFinal(a.id),
+    }
+}
+
+/// The claim itself, in the caller's IMMEDIATE transaction. On refusal the
+/// caller still commits: a revalidation that sent the action back to
+/// pending records what changed.
+fn claim_in(
+    tx: &Connection,
+    id: i64,
+    by: &ClaimBy,
+    owner: &str,
+) -> anyhow::Result<Result<Claim, ClaimRefusal>> {
+    let Some(a) = action_in(tx, id)? else {
+        return Ok(Err(ClaimRefusal::NoSuchAction(id)));
+    };
+    // Who decides, first: someone who may not see the chat learns nothing,
+    // not even what state the action is in (W2).
+    if let ClaimBy::Person(person) = by {
+        let access = super::sharing::access(tx, &a.chat, person)?;
+        if let Err(refusal) = access.require(Need::Decide, &a.chat, person) {
+            return Ok(Err(if access.may_see() {
+                ClaimRefusal::Forbidden { id, refusal }
+            } else {
+                ClaimRefusal::NoSuchAction(id)
+            }));
+        }
+    }
+    let claimable = a.state == ActionState::Pending
+        || (a.state == ActionState::Failed && a.retryable == Some(true));
+    if !claimable {
+        return Ok(Err(refusal_for(&a)));
+    }
+    let chat = super::registry::chat_in(tx, &a.chat)?;
+    if chat.as_ref().is_none_or(|c| c.latched) {
+        // The latch is checked on every egress path (O3, U4).
+        return Ok(Err(ClaimRefusal::LockedDown {
+            id,
+            chat: a.chat.clone(),
+        }));
+    }
+    // Revalidate what was recorded at staging (P7), as things are now.
+    let key = a.key.clone().unwrap_or_default();
+    let current = match resolve(tx, &a.chat, &key, &a.person)? {
+        Ok(r) => r,
+        Err(Unresolved::UnknownKey { .. }) => {
+            return Ok(Err(ClaimRefusal::CannotSend {
+                id,
+                reason: format!("the key {key} is no longer introduced to chat {:?}", a.chat),
+            }));
+        }
+        Err(Unresolved::Removed { .. }) => {
+            return Ok(Err(ClaimRefusal::CannotSend {
+                id,
+                reason: format!("the gatekeeper behind {key} was removed"),
+            }));
+        }
+    };
+    let Some(now) = Facts::of(&current, &a.tool) else {
+        return Ok(Err(ClaimRefusal::CannotSend {
+            id,
+            reason: format!("{key} no longer grants the tool {}", a.tool),
+        }));
+    };
+    if let Credential::Refused(reason) = &current.credential {
+        return Ok(Err(ClaimRefusal::CannotSend {
+            id,
+            reason: reason.clone(),
+        }));
+    }
+    let staged: Option<Facts> = tx
+        .prepare_cached("SELECT facts FROM ledger WHERE id = ?1")?
+        .query_row([id], |r| r.get::<_, Option<String>>(0))?
+        .and_then(|f| serde_json::from_str(&f).ok());
+    let changes = match &staged {
+        Some(staged) => staged.changes(&now, &a.gatekeeper, &a.tool, &key),
+        // Staged before facts were kept: what was agreed is unknown.
+        None => vec!["what it would be sent with was not recorded".to_owned()],
+    };
+    if !changes.is_empty() {
+        let note = changes.join("; ");
+        tx.execute(
+            "UPDATE ledger SET facts = ?2, note = ?3, trust = ?4, account = ?5
+             WHERE id = ?1 AND state IN ('pending', 'failed')",
+            params![
+                id,
+                serde_json::to_string(&now)?,
+                note,
+                current.gatekeeper.trust.as_str(),
+                now.account
+            ],
+        )?;
+        return Ok(Err(ClaimRefusal::Changed { id, note }));
+    }
+    match by {
+        ClaimBy::Person(_) => {}
+        ClaimBy::Rule { id: rule, person } => {
+            // Once what it would be sent with changed under it, a person
+            // decides it: a rule never sends what a revalidation held.
+            if a.note.is_some() {
+                return Ok(Err(ClaimRefusal::NeedsPerson {
+                    id,
+                    reason: "it changed since it was staged; a person decides it".into(),
+                }));
+            }
+            if let Some(reason) = auto_refusal(tx, &a, &current, *rule, person)? {
+                return Ok(Err(ClaimRefusal::NeedsPerson { id, reason }));
+            }
+        }
+        ClaimBy::Workflow { requests, .. } => {
+            let approved: i64 = tx.query_row(
+                "SELECT count(*) FROM approval_requests
+                 WHERE state = 'approved' AND id IN (SELECT value FROM json_each(?1))",
+                [serde_json::to_string(requests)?],
+                |r| r.get(0),
+            )?;
+            if requests.is_empty() || approved != requests.len() as i64 {
+                return Ok(Err(ClaimRefusal::CannotSend {
+                    id,
+                    reason: "an approval covering this step is no longer approved".into(),
+                }));
+            }
+        }
+    }
+    let auto = matches!(by, ClaimBy::Rule { .. });
+    let n = tx.execute(
+        "UPDATE ledger SET state = 'applying', claim_owner = ?2, resolved_by = ?3,
+           auto_approved = ?4, decided_at = ?5, error = NULL, retryable = NULL
+         WHERE id = ?1 AND kind = 'action'
+           AND (state = 'pending' OR (state = 'failed' AND retryable = 1))",
+        params![id, owner, by.by(), auto as i64, now_ms()],
+    )?;
+    if n != 1 {
+        return Ok(Err(ClaimRefusal::Applying(id)));
+    }
+    record_decision(tx, &a, by.decision(), by.by(), None)?;
+    let Some(action) = action_in(tx, id)? else {
+        return Ok(Err(ClaimRefusal::NoSuchAction(id)));
+    };
+    Ok(Ok(Claim {
+        action,
+        gatekeeper: current.gatekeeper,
+        credential: current.credential,
+    }))
+}
+
+/// Why rule `rule` of `person` may not auto-approve `a` now, if it may not
+/// (SPEC U1, K3): key one must hold with the tier and annotations as they
+/// are now, and key two is that person's rule for exactly this tag, in a
+/// chat they own (or the one chat it names), where they may decide.
+fn auto_refusal(
+    tx: &Connection,
+    a: &Action,
+    current: &Resolved,
+    rule: i64,
+    person: &str,
+) -> anyhow::Result<Option<String>> {
+    let Some(tool) = current.gatekeeper.manifest.tool(&a.tool) else {
+        return Ok(Some("its tool is gone".into()));
+    };
+    if !crate::classify::classify(&tool.annotations, current.gatekeeper.trust).auto_approvable {
+        return Ok(Some("key one does not hold (vetted, non-destructive, idempotent)".into()));
+    }
+    let found: Option<(String, String, Option<String>)> = tx
+        .prepare_cached("SELECT tag, person, chat FROM rules WHERE id = ?1")?
+        .query_row([rule], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((tag, owner_of_rule, scope)) = found else {
+        return Ok(Some("the rule was removed".into()));
+    };
+    if tag != a.tag() || owner_of_rule != person {
+        return Ok(Some("no rule covers it".into()));
+    }
+    let in_scope = match &scope {
+        Some(chat) => chat == &a.chat,
+        None => current.owner == person,
+    };
+    if !in_scope {
+        return Ok(Some("the rule does not apply in this chat".into()));
+    }
+    if !super::sharing::access(tx, &a.chat, person)?.may_enable_rule() {
+        return Ok(Some(format!("{person} may no longer decide in this chat")));
+    }
+    Ok(None)
+}
+
+fn record_decision(
+    conn: &Connection,
+    a: &Action,
+    decision: &str,
+    by: &str,
+    outcome: Option<&str>,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO decisions (action, chat, gatekeeper, tool, decision, by, args_digest, outcome, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        a.id,
+        a.chat,
+        a.gatekeeper,
+        a.tool,
+        decision,
+        by,
+        a.args_digest.clone().unwrap_or_else(|| args_digest(&a.args)),
+        outcome,
+        now_ms()
+    ])?;
+    Ok(())
+}
+
+fn record_outcome(conn: &Connection, id: i64, outcome: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE decisions SET outcome = ?2
+         WHERE id = (SELECT max(id) FROM decisions WHERE action = ?1) AND outcome IS NULL",
+    )?
+    .execute(params![id, outcome])?;
+    Ok(())
 }

@@ -8,10 +8,12 @@ use serde::Serialize;
 #[derive(Clone, Debug)]
 pub struct NewObservation {
     pub chat: String,
-    pub caller: String,
+    pub principal: crate::principal::Principal,
+    pub gadget: Option<String>,
     pub gatekeeper: String,
     pub tool: String,
-    /// `server-annotation` for reads; `default` for applied results.
+    /// `server-annotation` for reads; `simulation` for a simulated
+    /// action's provisional result; `default` for applied results.
     pub classified_by: &'static str,
     pub trust: super::Trust,
     /// JSON array of `{id, title, restricted}`.
@@ -31,7 +33,11 @@ pub struct LedgerEntry {
     pub id: i64,
     pub chat: String,
     pub kind: String,
+    /// The principal, as people read it (SPEC C5).
     pub caller: String,
+    /// The person the principal acted for.
+    pub person: String,
+    pub gadget: Option<String>,
     pub gatekeeper: Option<String>,
     pub tool: Option<String>,
     pub classified_by: Option<String>,
@@ -41,6 +47,8 @@ pub struct LedgerEntry {
     pub resolved_by: Option<String>,
     pub retryable: Option<bool>,
     pub error: Option<String>,
+    /// Why the last claim sent an action back to pending (SPEC P7).
+    pub note: Option<String>,
     pub sources: Option<serde_json::Value>,
     /// The account a read ran under (`user/label`; none: the gatekeeper's own).
     pub account: Option<String>,
@@ -54,8 +62,11 @@ pub struct LedgerEntry {
 #[derive(Clone, Debug, Default)]
 pub struct LedgerFilter {
     pub chat: Option<String>,
+    /// Only these chats (the ones the asking person may see); `None`: all.
+    pub chats: Option<Vec<String>>,
     pub kind: Option<String>,
-    /// Actions this person decided (SPEC L2).
+    /// Actions this person approved (SPEC L2), from the decision history,
+    /// which outlives pruned payloads.
     pub approved_by: Option<String>,
     /// Calls that went through on a server's own read-only claim (K5, L2).
     pub server_claims: bool,
@@ -86,7 +97,7 @@ impl Store {
                 .query_row(
                     "SELECT id FROM ledger WHERE kind = 'observation' AND action_ref = ?1
                        AND caller = ?2 AND chat = ?3 ORDER BY id LIMIT 1",
-                    params![action, o.caller, o.chat],
+                    params![action, o.principal.label(), o.chat],
                     |r| r.get(0),
                 )
                 .optional()?;
@@ -94,13 +105,16 @@ impl Store {
                 return Ok(super::Observed::Recorded(id));
             }
         }
-        tx.execute(
-            "INSERT INTO ledger (chat, kind, caller, gatekeeper, tool, classified_by, trust,
-               sources, account, action_ref, result_bytes, created_at)
-             VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
+        tx.prepare_cached(
+            "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
+               trust, sources, account, action_ref, result_bytes, created_at)
+             VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        )?
+        .execute(params![
                 o.chat,
-                o.caller,
+                o.principal.label(),
+                o.principal.acting_for(),
+                o.gadget,
                 o.gatekeeper,
                 o.tool,
                 o.classified_by,
@@ -110,8 +124,7 @@ impl Store {
                 o.action_ref,
                 o.result_bytes as i64,
                 now_ms()
-            ],
-        )?;
+            ])?;
         let id = tx.last_insert_rowid();
         if let Some(a) = &o.audit {
             super::workflows::insert_invocation(&tx, &a.allowed())?;
@@ -126,54 +139,79 @@ impl Store {
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
         let conn = self.lock();
+        let chats = f.chats.as_ref().map(serde_json::to_string).transpose()?;
+        if let Some(person) = &f.approved_by {
+            // Everything a person approved, from the decision history: it
+            // is never pruned, whatever happens to the actions' payloads.
+            let mut st = conn.prepare_cached(
+                "SELECT d.action, d.chat, 'action', COALESCE(l.caller, ''), COALESCE(l.person, ''),
+                        l.gadget, d.gatekeeper, d.tool, l.classified_by, l.trust,
+                        COALESCE(l.state, d.outcome, 'applying'), COALESCE(l.auto_approved, 0),
+                        d.by, l.retryable, l.error, l.note, NULL, NULL,
+                        COALESCE(l.created_at, d.at), d.at, l.finished_at, l.account
+                 FROM decisions d LEFT JOIN ledger l ON l.id = d.action
+                 WHERE d.by = ?1 AND d.decision = 'approved'
+                   AND (?2 IS NULL OR d.chat = ?2)
+                   AND (?3 IS NULL OR d.chat IN (SELECT value FROM json_each(?3)))
+                 ORDER BY d.action, d.id",
+            )?;
+            let rows = st.query_map(params![person, f.chat, chats], entry_from_row)?;
+            let mut out: Vec<LedgerEntry> = rows.collect::<Result<_, _>>()?;
+            out.dedup_by_key(|e| e.id);
+            return Ok(out);
+        }
         let mut st = conn.prepare_cached(
-            "SELECT id, chat, kind, caller, gatekeeper, tool, classified_by, trust, state,
-                    auto_approved, resolved_by, retryable, error, sources, action_ref,
+            "SELECT id, chat, kind, caller, person, gadget, gatekeeper, tool, classified_by, trust,
+                    state, auto_approved, resolved_by, retryable, error, note, sources, action_ref,
                     created_at, decided_at, finished_at, account
              FROM ledger
              WHERE (?1 IS NULL OR chat = ?1)
-               AND (?2 IS NULL OR kind = ?2)
-               AND (?3 IS NULL OR (kind = 'action' AND resolved_by = ?3 AND auto_approved = 0
-                                   AND state IN ('applying', 'applied', 'failed')))
+               AND (?2 IS NULL OR chat IN (SELECT value FROM json_each(?2)))
+               AND (?3 IS NULL OR kind = ?3)
                AND (?4 = 0 OR (kind = 'observation' AND classified_by = 'server-annotation'))
                AND (?5 = 0 OR auto_approved = 1)
-               AND (?6 IS NULL OR (kind = 'observation' AND caller = 'gadget:' || ?6))
+               AND (?6 IS NULL OR (kind = 'observation' AND gadget = ?6))
              ORDER BY id",
         )?;
         let rows = st.query_map(
             params![
                 f.chat,
+                chats,
                 f.kind,
-                f.approved_by,
                 f.server_claims as i64,
                 f.auto_approved as i64,
                 f.observed_by
             ],
-            |r| {
-                let sources: Option<String> = r.get(13)?;
-                Ok(LedgerEntry {
-                    id: r.get(0)?,
-                    chat: r.get(1)?,
-                    kind: r.get(2)?,
-                    caller: r.get(3)?,
-                    gatekeeper: r.get(4)?,
-                    tool: r.get(5)?,
-                    classified_by: r.get(6)?,
-                    trust: r.get(7)?,
-                    state: r.get(8)?,
-                    auto_approved: r.get::<_, i64>(9)? == 1,
-                    resolved_by: r.get(10)?,
-                    retryable: r.get::<_, Option<i64>>(11)?.map(|v| v == 1),
-                    error: r.get(12)?,
-                    sources: sources.and_then(|s| serde_json::from_str(&s).ok()),
-                    action_ref: r.get(14)?,
-                    created_at: r.get(15)?,
-                    decided_at: r.get(16)?,
-                    finished_at: r.get(17)?,
-                    account: r.get(18)?,
-                })
-            },
+            entry_from_row,
         )?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerEntry> {
+    let sources: Option<String> = r.get(16)?;
+    Ok(LedgerEntry {
+        id: r.get(0)?,
+        chat: r.get(1)?,
+        kind: r.get(2)?,
+        caller: r.get(3)?,
+        person: r.get(4)?,
+        gadget: r.get(5)?,
+        gatekeeper: r.get(6)?,
+        tool: r.get(7)?,
+        classified_by: r.get(8)?,
+        trust: r.get(9)?,
+        state: r.get(10)?,
+        auto_approved: r.get::<_, i64>(11)? == 1,
+        resolved_by: r.get(12)?,
+        retryable: r.get::<_, Option<i64>>(13)?.map(|v| v == 1),
+        error: r.get(14)?,
+        note: r.get(15)?,
+        sources: sources.and_then(|s| serde_json::from_str(&s).ok()),
+        action_ref: r.get(17)?,
+        created_at: r.get(18)?,
+        decided_at: r.get(19)?,
+        finished_at: r.get(20)?,
+        account: r.get(21)?,
+    })
 }

@@ -11,6 +11,7 @@
 //! [`Store::run`], which moves them off the executor.
 
 mod actions;
+pub mod dispatch;
 mod ledger;
 mod registry;
 mod rules;
@@ -18,7 +19,11 @@ mod sessions;
 mod sharing;
 pub mod workflows;
 
-pub use actions::{Action, ActionState, Claim, ClaimRefusal, NewAction, StageError, validate_args};
+pub use actions::{
+    Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, StageError, Staged, args_digest,
+    validate_args,
+};
+pub use dispatch::{Facts, Resolved, Unresolved};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
@@ -27,17 +32,18 @@ pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// At most this many actions may be pending or applying (SPEC A5).
+/// At most this many actions of one chat may be pending or applying
+/// (SPEC A5); one chat never blocks another.
 pub const MAX_OPEN_ACTIONS: i64 = 50;
 /// Staged arguments are capped at 64 KiB of JSON (SPEC A5).
 pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 /// A result over this size is replaced by a note with its size (SPEC P2).
 pub const MAX_RESULT_BYTES: usize = 128 * 1024;
-/// The newest finished actions kept (SPEC P5).
+/// The newest finished actions kept per chat (SPEC P5).
 pub const RETAINED_FINISHED: i64 = 100;
 
 // Every other size a gatekeeper or gadget controls has a cap too (SPEC A5).
@@ -84,9 +90,11 @@ pub fn cut(text: &str, max: usize, what: &str) -> String {
     )
 }
 
-/// A handle on the state database, cheap to clone.
+/// A handle on the state database, cheap to clone. Crate-private: only the
+/// kernel holds one, and surfaces reach the state only through the kernel
+/// (issue 11: no public store handle).
 #[derive(Clone)]
-pub struct Store {
+pub(crate) struct Store {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
     /// The file opened (device and inode), to notice it was removed or
@@ -166,7 +174,7 @@ impl Store {
     /// A file that is not a Gatehouse database, or is damaged, is refused
     /// with a message that says so; it is never overwritten.
     pub fn open(path: &Path) -> anyhow::Result<Store> {
-        let conn = Connection::open_with_flags(
+        let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
@@ -178,7 +186,8 @@ impl Store {
         // WAL: readers never block the writer; several CLI processes and the
         // web inbox share the file. NORMAL is enough for staging (a lost
         // staged row was never sent, so at-most-once still holds); the claim
-        // raises it to FULL for its own commit.
+        // raises it to FULL for its own commit. (Issue 17 makes staging
+        // durable too.)
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(corrupt)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -194,9 +203,7 @@ impl Store {
                 path.display()
             );
         }
-        conn.execute_batch(include_str!("schema.sql"))
-            .map_err(corrupt)?;
-        migrate(&conn).map_err(corrupt)?;
+        migrate(&mut conn, path)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_owned(),
@@ -239,6 +246,28 @@ impl Store {
             .context("a state database task panicked")?
     }
 
+    /// Resolve `key` in `chat` for `person` (see [`dispatch::resolve`]),
+    /// with the chat's pending actions at that gatekeeper when it
+    /// simulates (its reads overlay them, SPEC V1): one trip, one lock.
+    pub fn resolve(
+        &self,
+        chat: &str,
+        key: &str,
+        person: &str,
+    ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+        let conn = self.lock();
+        let resolved = match dispatch::resolve(&conn, chat, key, person)? {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        let overlay = if resolved.gatekeeper.manifest.simulates {
+            actions::pending_at(&conn, chat, &resolved.gatekeeper.name)?
+        } else {
+            Vec::new()
+        };
+        Ok(Ok((resolved, overlay)))
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite itself consistent (each
         // statement is atomic), so the connection stays usable.
@@ -246,18 +275,50 @@ impl Store {
     }
 }
 
-/// Columns added after a table was first created: `CREATE TABLE IF NOT
-/// EXISTS` does not add them to an existing database.
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
-    let has = |table: &str, column: &str| -> rusqlite::Result<bool> {
-        conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
-            [table, column],
+/// The schema's versions, oldest first: each file moves the database from
+/// the version before it to its own. Named as refinery names migrations
+/// (`V<n>__<name>.sql`).
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("migrations/V1__initial.sql")),
+    (2, include_str!("migrations/V2__principals.sql")),
+    (3, include_str!("migrations/V3__hostile_input.sql")),
+];
+
+/// Bring the database to the newest schema, one version per transaction,
+/// recorded in `PRAGMA user_version`. A database made by a newer Gatehouse
+/// is refused: this binary would not understand its rows.
+fn migrate(conn: &mut Connection, path: &Path) -> anyhow::Result<()> {
+    let newest = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+    let mut version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version == 0 {
+        // Gatehouse before versioned schemas left user_version at 0: a
+        // database that already has the ledger is version 1.
+        let has_ledger: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger')",
+            [],
             |r| r.get(0),
-        )
-    };
-    if !has("gatekeepers", "credential_host")? {
-        conn.execute_batch("ALTER TABLE gatekeepers ADD COLUMN credential_host TEXT")?;
+        )?;
+        if has_ledger {
+            version = 1;
+        }
+    }
+    if version > newest {
+        anyhow::bail!(
+            "the state database {} was written by a newer Gatehouse (schema {version}; this one knows {newest}); upgrade gatehouse or point GATEHOUSE_HOME elsewhere",
+            path.display()
+        );
+    }
+    for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > version) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
+        // Another process may have migrated while this one waited.
+        let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if now >= *v {
+            continue;
+        }
+        tx.execute_batch(sql)
+            .with_context(|| format!("cannot bring the state database to schema {v}"))?;
+        tx.pragma_update(None, "user_version", v)?;
+        tx.commit()?;
     }
     Ok(())
 }

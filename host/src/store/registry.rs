@@ -4,9 +4,153 @@
 use super::{Store, now_ms};
 use anyhow::{Context as _, bail};
 use rusqlite::{OptionalExtension as _, params};
+use sha2::Digest as _;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Parsed manifests by the SHA-256 of their stored text. Content-addressed,
+/// so one cache serves every store in the process; bounded, since a
+/// process sees few distinct manifests.
+fn manifest_cache() -> &'static Mutex<HashMap<String, Arc<crate::classify::Manifest>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<crate::classify::Manifest>>>> =
+        OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+const MANIFEST_CACHE_ENTRIES: usize = 256;
+
+/// A gatekeeper's record, its manifest parsed only the first time this
+/// process meets it.
+pub(crate) fn gatekeeper_in(
+    conn: &rusqlite::Connection,
+    name: &str,
+) -> anyhow::Result<Option<Arc<GatekeeperRecord>>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT name, digest, trust, hosts, secret, settings, manifest_digest, added_at,
+               credential_host
+             FROM gatekeepers WHERE name = ?1",
+        )?
+        .query_row([name], |r| {
+            Ok((
+                [
+                    r.get::<_, String>(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(5)?,
+                ],
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<String>>(6)?,
+                r.get::<_, i64>(7)?,
+                r.get::<_, Option<String>>(8)?,
+            ))
+        })
+        .optional()?;
+    let Some((
+        [name, digest, trust, hosts, settings],
+        secret,
+        manifest_digest,
+        added_at,
+        credential_host,
+    )) = row
+    else {
+        return Ok(None);
+    };
+    let cached = manifest_digest.as_ref().and_then(|d| {
+        manifest_cache()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(d)
+            .cloned()
+    });
+    let manifest = match cached {
+        Some(m) => m,
+        None => {
+            let text: String = conn
+                .prepare_cached("SELECT manifest FROM gatekeepers WHERE name = ?1")?
+                .query_row([&name], |r| r.get(0))?;
+            let m: Arc<crate::classify::Manifest> = Arc::new(
+                serde_json::from_str(&text).with_context(|| {
+                    format!("the stored manifest of gatekeeper {name:?} is unreadable")
+                })?,
+            );
+            if let Some(d) = manifest_digest {
+                let mut cache = manifest_cache().lock().unwrap_or_else(|e| e.into_inner());
+                if cache.len() >= MANIFEST_CACHE_ENTRIES {
+                    cache.clear();
+                }
+                cache.insert(d, m.clone());
+            }
+            m
+        }
+    };
+    let settings: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&settings).context("gatekeeper settings are not a JSON object")?;
+    Ok(Some(Arc::new(GatekeeperRecord {
+        trust: trust.parse()?,
+        hosts: serde_json::from_str(&hosts).context("gatekeeper hosts are not a JSON list")?,
+        settings: settings
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_owned()))
+            .collect(),
+        manifest,
+        name,
+        digest,
+        secret,
+        credential_host,
+        added_at,
+    })))
+}
+
+pub(crate) fn secret_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT value FROM secrets WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()?)
+}
+
+pub(crate) fn introductions_in(
+    conn: &rusqlite::Connection,
+    chat: &str,
+) -> anyhow::Result<Vec<Introduction>> {
+    let mut st = conn.prepare_cached(
+        "SELECT chat, key, gatekeeper, tools FROM introductions WHERE chat = ?1 ORDER BY key",
+    )?;
+    let rows = st.query_map([chat], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, Option<String>>(3)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (chat, key, gatekeeper, tools) = row?;
+        let tools = tools
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .context("an introduction's tool grant is not a JSON list")?;
+        out.push(Introduction {
+            chat,
+            key,
+            gatekeeper,
+            tools,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn chat_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result<Option<Chat>> {
+    Ok(conn
+        .prepare_cached("SELECT name, owner, latched, created_at FROM chats WHERE name = ?1")?
+        .query_row([name], chat_from_row)
+        .optional()?)
+}
 
 /// A gatekeeper's trust tier (SPEC K3), read at each use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +206,9 @@ pub struct GatekeeperRecord {
     /// (`--credential-host`); see [`GatekeeperRecord::credential_host`].
     pub credential_host: Option<String>,
     pub settings: Vec<(String, String)>,
-    pub manifest: crate::classify::Manifest,
+    /// Parsed once per distinct manifest and shared: a manifest may list
+    /// thousands of tools, and every call consults it.
+    pub manifest: Arc<crate::classify::Manifest>,
     pub added_at: i64,
 }
 
@@ -119,17 +265,6 @@ fn json<T: Serialize>(v: &T) -> anyhow::Result<String> {
     Ok(serde_json::to_string(v)?)
 }
 
-fn gatekeeper_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<[String; 6]> {
-    Ok([
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(5)?,
-        r.get(6)?,
-    ])
-}
-
 impl Store {
     pub fn put_gadget(&self, name: &str, digest: &str) -> anyhow::Result<()> {
         self.lock().execute(
@@ -165,14 +300,16 @@ impl Store {
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
             .collect();
+        let manifest = json(&*g.manifest)?;
+        let manifest_digest = hex::encode(sha2::Sha256::digest(manifest.as_bytes()));
         self.lock().execute(
-            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at,
-               credential_host)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest,
+               manifest_digest, added_at, credential_host)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, trust = excluded.trust,
                hosts = excluded.hosts, secret = excluded.secret, settings = excluded.settings,
-               manifest = excluded.manifest, added_at = excluded.added_at,
-               credential_host = excluded.credential_host",
+               manifest = excluded.manifest, manifest_digest = excluded.manifest_digest,
+               added_at = excluded.added_at, credential_host = excluded.credential_host",
             params![
                 g.name,
                 g.digest,
@@ -180,7 +317,8 @@ impl Store {
                 json(&g.hosts)?,
                 g.secret,
                 json(&settings)?,
-                json(&g.manifest)?,
+                manifest,
+                manifest_digest,
                 g.added_at,
                 g.credential_host
             ],
@@ -188,30 +326,11 @@ impl Store {
         Ok(())
     }
 
-    pub fn gatekeeper(&self, name: &str) -> anyhow::Result<Option<GatekeeperRecord>> {
-        let conn = self.lock();
-        let row = conn
-            .prepare_cached(
-                "SELECT name, digest, trust, hosts, secret, settings, manifest, added_at,
-                   credential_host
-                 FROM gatekeepers WHERE name = ?1",
-            )?
-            .query_row([name], |r| {
-                Ok((
-                    gatekeeper_from_row(r)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get(7)?,
-                    r.get::<_, Option<String>>(8)?,
-                ))
-            })
-            .optional()?;
-        row.map(|(cols, secret, added_at, credential_host)| {
-            decode_gatekeeper(cols, secret, added_at, credential_host)
-        })
-        .transpose()
+    pub fn gatekeeper(&self, name: &str) -> anyhow::Result<Option<Arc<GatekeeperRecord>>> {
+        gatekeeper_in(&self.lock(), name)
     }
 
-    pub fn gatekeepers(&self) -> anyhow::Result<Vec<GatekeeperRecord>> {
+    pub fn gatekeepers(&self) -> anyhow::Result<Vec<Arc<GatekeeperRecord>>> {
         let names: Vec<String> = {
             let conn = self.lock();
             let mut st = conn.prepare_cached("SELECT name FROM gatekeepers ORDER BY name")?;
@@ -245,11 +364,7 @@ impl Store {
     }
 
     pub fn secret(&self, name: &str) -> anyhow::Result<Option<String>> {
-        Ok(self
-            .lock()
-            .prepare_cached("SELECT value FROM secrets WHERE name = ?1")?
-            .query_row([name], |r| r.get(0))
-            .optional()?)
+        secret_in(&self.lock(), name)
     }
 
     pub fn create_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
@@ -269,11 +384,7 @@ impl Store {
     }
 
     pub fn chat(&self, name: &str) -> anyhow::Result<Option<Chat>> {
-        Ok(self
-            .lock()
-            .prepare_cached("SELECT name, owner, latched, created_at FROM chats WHERE name = ?1")?
-            .query_row([name], chat_from_row)
-            .optional()?)
+        chat_in(&self.lock(), name)
     }
 
     pub fn chats(&self) -> anyhow::Result<Vec<Chat>> {
@@ -288,7 +399,7 @@ impl Store {
     pub fn chats_called_from(&self, gadget: &str) -> anyhow::Result<Vec<String>> {
         let conn = self.lock();
         let mut st = conn.prepare_cached(
-            "SELECT DISTINCT chat FROM ledger WHERE caller = 'gadget:' || ?1 ORDER BY chat",
+            "SELECT DISTINCT chat FROM ledger WHERE gadget = ?1 ORDER BY chat",
         )?;
         let rows = st.query_map([gadget], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -307,58 +418,6 @@ impl Store {
     }
 
     pub fn introductions(&self, chat: &str) -> anyhow::Result<Vec<Introduction>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT chat, key, gatekeeper, tools FROM introductions WHERE chat = ?1 ORDER BY key",
-        )?;
-        let rows = st.query_map([chat], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (chat, key, gatekeeper, tools) = row?;
-            let tools = tools
-                .map(|t| serde_json::from_str(&t))
-                .transpose()
-                .context("an introduction's tool grant is not a JSON list")?;
-            out.push(Introduction {
-                chat,
-                key,
-                gatekeeper,
-                tools,
-            });
-        }
-        Ok(out)
+        introductions_in(&self.lock(), chat)
     }
-}
-
-fn decode_gatekeeper(
-    cols: [String; 6],
-    secret: Option<String>,
-    added_at: i64,
-    credential_host: Option<String>,
-) -> anyhow::Result<GatekeeperRecord> {
-    let [name, digest, trust, hosts, settings, manifest] = cols;
-    let settings: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&settings).context("gatekeeper settings are not a JSON object")?;
-    Ok(GatekeeperRecord {
-        trust: trust.parse()?,
-        hosts: serde_json::from_str(&hosts).context("gatekeeper hosts are not a JSON list")?,
-        settings: settings
-            .into_iter()
-            .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_owned()))
-            .collect(),
-        manifest: serde_json::from_str(&manifest)
-            .with_context(|| format!("the stored manifest of gatekeeper {name:?} is unreadable"))?,
-        name,
-        digest,
-        secret,
-        credential_host,
-        added_at,
-    })
 }

@@ -4,10 +4,16 @@ use super::{Store, now_ms};
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
+/// Key two of auto-approval (SPEC U1): a person's rule for exactly one
+/// namespaced tag, in the chats they own or in one named chat.
 #[derive(Clone, Debug, Serialize)]
 pub struct Rule {
+    pub id: i64,
     pub tag: String,
-    pub enabled_by: String,
+    /// The person it belongs to (`resolved-by` of what it approves).
+    pub person: String,
+    /// `None`: every chat the person owns.
+    pub chat: Option<String>,
     pub enabled_at: i64,
 }
 
@@ -22,13 +28,17 @@ pub struct AgentRun {
     pub awaited: Vec<i64>,
     pub turns: i64,
     pub last_output: Option<String>,
+    /// The person the run acts for (SPEC C5).
+    pub person: String,
 }
 
 fn rule_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Rule> {
     Ok(Rule {
-        tag: r.get(0)?,
-        enabled_by: r.get(1)?,
-        enabled_at: r.get(2)?,
+        id: r.get(0)?,
+        tag: r.get(1)?,
+        person: r.get(2)?,
+        chat: r.get(3)?,
+        enabled_at: r.get(4)?,
     })
 }
 
@@ -43,59 +53,93 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AgentRun> {
         awaited: serde_json::from_str(&awaited).unwrap_or_default(),
         turns: r.get(6)?,
         last_output: r.get(7)?,
+        person: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
     })
 }
 
-const RUN_COLUMNS: &str = "id, chat, gadget, task, state, awaited, turns, last_output";
+const RUN_COLUMNS: &str = "id, chat, gadget, task, state, awaited, turns, last_output, person";
+const RULE_COLUMNS: &str = "id, tag, person, chat, enabled_at";
 
 impl Store {
-    pub fn add_rule(&self, tag: &str, by: &str) -> anyhow::Result<()> {
-        self.lock().execute(
-            "INSERT INTO rules (tag, enabled_by, enabled_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (tag) DO UPDATE SET enabled_by = excluded.enabled_by,
-               enabled_at = excluded.enabled_at",
-            params![tag, by, now_ms()],
+    /// Enable a rule (idempotent); returns it.
+    pub fn add_rule(&self, tag: &str, person: &str, chat: Option<&str>) -> anyhow::Result<Rule> {
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO rules (tag, person, chat, enabled_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT DO NOTHING",
+            params![tag, person, chat, now_ms()],
         )?;
-        Ok(())
+        Ok(conn.query_row(
+            &format!(
+                "SELECT {RULE_COLUMNS} FROM rules
+                 WHERE tag = ?1 AND person = ?2 AND COALESCE(chat, '') = COALESCE(?3, '')"
+            ),
+            params![tag, person, chat],
+            rule_from_row,
+        )?)
     }
 
-    /// Remove a rule; false if there was none.
-    pub fn remove_rule(&self, tag: &str) -> anyhow::Result<bool> {
-        Ok(self
-            .lock()
-            .execute("DELETE FROM rules WHERE tag = ?1", [tag])?
-            == 1)
+    /// Remove `person`'s rule for `tag` in that scope; false if none.
+    pub fn remove_rule(&self, tag: &str, person: &str, chat: Option<&str>) -> anyhow::Result<bool> {
+        Ok(self.lock().execute(
+            "DELETE FROM rules WHERE tag = ?1 AND person = ?2 AND COALESCE(chat, '') = COALESCE(?3, '')",
+            params![tag, person, chat],
+        )? == 1)
     }
 
-    pub fn rule(&self, tag: &str) -> anyhow::Result<Option<Rule>> {
-        Ok(self
-            .lock()
-            .query_row(
-                "SELECT tag, enabled_by, enabled_at FROM rules WHERE tag = ?1",
-                [tag],
-                rule_from_row,
-            )
-            .optional()?)
+    /// The rules that could cover an action tagged `tag` in `chat` owned by
+    /// `owner` (key two candidates; the claim checks them again).
+    pub fn rules_covering(&self, tag: &str, chat: &str, owner: &str) -> anyhow::Result<Vec<Rule>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {RULE_COLUMNS} FROM rules
+             WHERE tag = ?1 AND (chat = ?2 OR (chat IS NULL AND person = ?3)) ORDER BY id"
+        ))?;
+        let rows = st.query_map(params![tag, chat, owner], rule_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The rules `person` may see: their own, and those scoped to chats
+    /// they own.
+    pub fn rules_for(&self, person: &str) -> anyhow::Result<Vec<Rule>> {
+        let conn = self.lock();
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {RULE_COLUMNS} FROM rules
+             WHERE person = ?1 OR chat IN (SELECT name FROM chats WHERE owner = ?1)
+             ORDER BY tag, id"
+        ))?;
+        let rows = st.query_map([person], rule_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every rule (operator's view).
     pub fn rules(&self) -> anyhow::Result<Vec<Rule>> {
         let conn = self.lock();
         let mut st =
-            conn.prepare_cached("SELECT tag, enabled_by, enabled_at FROM rules ORDER BY tag")?;
+            conn.prepare_cached(&format!("SELECT {RULE_COLUMNS} FROM rules ORDER BY tag, id"))?;
         let rows = st.query_map([], rule_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Record a run after a turn: waiting on `awaited`, or done.
-    pub fn save_run(
+    /// Start an agent run (before its first turn, so the turn can name it).
+    pub fn start_run(
         &self,
-        id: Option<i64>,
         chat: &str,
         gadget: &str,
         task: &str,
-        awaited: &[i64],
-        output: &str,
+        person: &str,
     ) -> anyhow::Result<i64> {
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO agent_runs (chat, gadget, task, state, awaited, turns, person, updated_at)
+             VALUES (?1, ?2, ?3, 'running', '[]', 0, ?4, ?5)",
+            params![chat, gadget, task, person, now_ms()],
+        )?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    /// Record a run after a turn: waiting on `awaited`, or done.
+    pub fn save_run(&self, id: i64, awaited: &[i64], output: &str) -> anyhow::Result<()> {
         let state = if awaited.is_empty() {
             "done"
         } else {
@@ -104,26 +148,12 @@ impl Store {
         let awaited = serde_json::to_string(awaited)?;
         // A turn may answer megabytes; the run keeps a capped copy (A5).
         let output = super::cut(output, super::MAX_OUTPUT_BYTES, "output");
-        let output = output.as_str();
-        let conn = self.lock();
-        match id {
-            None => {
-                conn.execute(
-                    "INSERT INTO agent_runs (chat, gadget, task, state, awaited, turns, last_output, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7)",
-                    params![chat, gadget, task, state, awaited, output, now_ms()],
-                )?;
-                Ok(conn.last_insert_rowid())
-            }
-            Some(id) => {
-                conn.execute(
-                    "UPDATE agent_runs SET state = ?2, awaited = ?3, turns = turns + 1,
-                       last_output = ?4, updated_at = ?5 WHERE id = ?1",
-                    params![id, state, awaited, output, now_ms()],
-                )?;
-                Ok(id)
-            }
-        }
+        self.lock().execute(
+            "UPDATE agent_runs SET state = ?2, awaited = ?3, turns = turns + 1,
+               last_output = ?4, updated_at = ?5 WHERE id = ?1",
+            params![id, state, awaited, output, now_ms()],
+        )?;
+        Ok(())
     }
 
     pub fn run_record(&self, id: i64) -> anyhow::Result<Option<AgentRun>> {

@@ -5,6 +5,7 @@
 //! an observer is admitted are the kernel's (`crate::sharing`).
 
 use super::{Store, now_ms};
+use crate::access::{Access, Standing};
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
@@ -30,6 +31,11 @@ pub struct Collaborator {
     pub user: String,
     pub added_by: String,
     pub added_at: i64,
+    /// When they last passed re-verification (SPEC S2); `None`: they see
+    /// nothing of the chat until they do (W2).
+    pub verified_at: Option<i64>,
+    /// The owner granted them the right to decide.
+    pub may_decide: bool,
 }
 
 /// A collaborator's binding at one gatekeeper of a chat (SPEC S2, S3).
@@ -96,6 +102,27 @@ fn observer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Observer> {
     })
 }
 
+/// The account `label` of `user` at `gatekeeper` (the default if `None`)
+/// and its credential.
+pub(crate) fn account_credential_in(
+    conn: &rusqlite::Connection,
+    user: &str,
+    gatekeeper: &str,
+    label: Option<&str>,
+) -> anyhow::Result<Option<(Account, String)>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT a.user, a.gatekeeper, a.label, a.is_default, s.value
+             FROM accounts a JOIN secrets s ON s.name = a.secret
+             WHERE a.user = ?1 AND a.gatekeeper = ?2
+               AND (?3 IS NULL AND a.is_default = 1 OR a.label = ?3)",
+        )?
+        .query_row(params![user, gatekeeper, label], |r| {
+            Ok((account_from_row(r)?, r.get::<_, String>(4)?))
+        })
+        .optional()?)
+}
+
 /// Whether `chat` has collaborators or live share links (SPEC O3's "shared").
 pub(super) fn is_shared(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<bool> {
     conn.query_row(
@@ -106,7 +133,49 @@ pub(super) fn is_shared(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Re
     )
 }
 
-fn chat_state(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<Option<(String, bool)>> {
+/// What the one authorization rule (`crate::access`) is applied to: a
+/// person's standing in a chat and the chat's latch. A chat that does not
+/// exist gives [`Access::none`], the same as a chat the person is a
+/// stranger to.
+pub(crate) fn access(
+    conn: &rusqlite::Connection,
+    chat: &str,
+    person: &str,
+) -> rusqlite::Result<Access> {
+    let Some((owner, latched)) = chat_state(conn, chat)? else {
+        return Ok(Access::none());
+    };
+    if owner == person {
+        return Ok(Access::of(Standing::Owner, latched));
+    }
+    let row: Option<(Option<i64>, i64)> = conn
+        .prepare_cached(
+            "SELECT verified_at, may_decide FROM collaborators WHERE chat = ?1 AND user = ?2",
+        )?
+        .query_row(params![chat, person], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let standing = match row {
+        Some((verified, may_decide)) => Standing::Collaborator {
+            verified: verified.is_some(),
+            may_decide: may_decide == 1,
+        },
+        None => {
+            let approver: bool = conn
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM approvers WHERE chat = ?1 AND person = ?2)",
+                )?
+                .query_row(params![chat, person], |r| r.get(0))?;
+            if approver {
+                Standing::Approver
+            } else {
+                Standing::Stranger
+            }
+        }
+    };
+    Ok(Access::of(standing, latched))
+}
+
+pub(super) fn chat_state(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<Option<(String, bool)>> {
     conn.query_row(
         "SELECT owner, latched FROM chats WHERE name = ?1",
         [chat],
@@ -212,25 +281,19 @@ impl Store {
         gatekeeper: &str,
         label: Option<&str>,
     ) -> anyhow::Result<Option<(Account, String)>> {
-        Ok(self
-            .lock()
-            .query_row(
-                "SELECT a.user, a.gatekeeper, a.label, a.is_default, s.value
-                 FROM accounts a JOIN secrets s ON s.name = a.secret
-                 WHERE a.user = ?1 AND a.gatekeeper = ?2
-                   AND (?3 IS NULL AND a.is_default = 1 OR a.label = ?3)",
-                params![user, gatekeeper, label],
-                |r| Ok((account_from_row(r)?, r.get::<_, String>(4)?)),
-            )
-            .optional()?)
+        account_credential_in(&self.lock(), user, gatekeeper, label)
     }
 
-    /// Share `chat` with `user`, unless the chat is latched (SPEC O3).
+    /// Share `chat` with `user`, unless the chat is latched (SPEC O3). The
+    /// collaborator sees nothing until their first successful open (W2).
+    /// Sharing again with someone already a collaborator only changes
+    /// whether they may decide.
     pub fn share(
         &self,
         chat: &str,
         user: &str,
         by: &str,
+        may_decide: bool,
     ) -> anyhow::Result<Result<bool, ShareRefusal>> {
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -249,13 +312,19 @@ impl Store {
         if latched {
             return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
         }
-        let n = tx.execute(
-            "INSERT INTO collaborators (chat, user, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (chat, user) DO NOTHING",
-            params![chat, user, by, now_ms()],
+        let existed: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
+            params![chat, user],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            "INSERT INTO collaborators (chat, user, added_by, added_at, may_decide)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (chat, user) DO UPDATE SET may_decide = excluded.may_decide",
+            params![chat, user, by, now_ms(), may_decide as i64],
         )?;
         tx.commit()?;
-        Ok(Ok(n == 1))
+        Ok(Ok(!existed))
     }
 
     /// Create a share link (its token's digest), unless the chat is latched.
@@ -300,7 +369,8 @@ impl Store {
     pub fn collaborators(&self, chat: &str) -> anyhow::Result<Vec<Collaborator>> {
         let conn = self.lock();
         let mut st = conn.prepare_cached(
-            "SELECT chat, user, added_by, added_at FROM collaborators WHERE chat = ?1 ORDER BY added_at, user",
+            "SELECT chat, user, added_by, added_at, verified_at, may_decide FROM collaborators
+             WHERE chat = ?1 ORDER BY added_at, user",
         )?;
         let rows = st.query_map([chat], |r| {
             Ok(Collaborator {
@@ -308,6 +378,8 @@ impl Store {
                 user: r.get(1)?,
                 added_by: r.get(2)?,
                 added_at: r.get(3)?,
+                verified_at: r.get(4)?,
+                may_decide: r.get::<_, i64>(5)? == 1,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -322,14 +394,49 @@ impl Store {
         )?)
     }
 
-    /// Whether `user` may see `chat`: its owner or one of its collaborators.
-    pub fn may_see(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
+    /// Name `person` an approver of the workflow run whose chat is `chat`.
+    pub fn add_approver(&self, chat: &str, person: &str, by: &str) -> anyhow::Result<()> {
+        let conn = self.lock();
+        if !user_exists(&conn, person)? {
+            anyhow::bail!(ShareRefusal::NoUser(person.to_owned()));
+        }
+        conn.execute(
+            "INSERT INTO approvers (chat, person, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (chat, person) DO NOTHING",
+            params![chat, person, by, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// What `person` may do in `chat` (SPEC W1), by the one rule.
+    pub fn access(&self, chat: &str, person: &str) -> anyhow::Result<Access> {
+        Ok(access(&self.lock(), chat, person)?)
+    }
+
+    /// Whether `user` is a collaborator of `chat` (verified or not).
+    pub fn is_collaborator(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
         Ok(self.lock().query_row(
-            "SELECT EXISTS (SELECT 1 FROM chats WHERE name = ?1 AND owner = ?2)
-                 OR EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
+            "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
             params![chat, user],
             |r| r.get(0),
         )?)
+    }
+
+    /// A re-verification of `user` failed (SPEC S2, W2): they see nothing
+    /// of `chat` until an open succeeds again. Their observers go too.
+    pub fn unverify(&self, chat: &str, user: &str) -> anyhow::Result<()> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute(
+            "UPDATE collaborators SET verified_at = NULL WHERE chat = ?1 AND user = ?2",
+            params![chat, user],
+        )?;
+        tx.execute(
+            "DELETE FROM observers WHERE chat = ?1 AND user = ?2",
+            params![chat, user],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 
     pub fn observers(&self, chat: &str) -> anyhow::Result<Vec<Observer>> {
@@ -410,6 +517,10 @@ impl Store {
         tx.execute(
             "DELETE FROM observers WHERE chat = ?1 AND user = ?2",
             params![chat, user],
+        )?;
+        tx.execute(
+            "UPDATE collaborators SET verified_at = ?3 WHERE chat = ?1 AND user = ?2",
+            params![chat, user, now_ms()],
         )?;
         for o in observers {
             let scope = o.scope.as_ref().map(serde_json::to_string).transpose()?;

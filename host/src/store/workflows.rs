@@ -64,6 +64,10 @@ pub struct Invocation {
     pub tool: String,
     pub args_digest: String,
     pub decision: String,
+    /// The ledger action an allowed covered call was sent as (its claim,
+    /// state and outcome live there: one send path, SPEC P7).
+    pub action: Option<i64>,
+    /// That action's state (`applying`, `applied`, `failed`, ...).
     pub state: Option<String>,
     pub failed_input: Option<String>,
     pub reason: Option<String>,
@@ -95,8 +99,7 @@ impl AuditRow {
             tool: &self.tool,
             args_digest: &self.args_digest,
             decision: "allowed",
-            state: None,
-            claim_owner: None,
+            action: None,
             failed_input: None,
             reason: self.reason.as_deref(),
         }
@@ -110,8 +113,8 @@ pub(super) fn insert_invocation(
 ) -> anyhow::Result<i64> {
     conn.execute(
         "INSERT INTO invocations (run, step, certificate, requests, authority, tool, args_digest,
-           decision, state, claim_owner, failed_input, reason, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+           decision, action, failed_input, reason, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             i.run,
             i.step,
@@ -121,8 +124,7 @@ pub(super) fn insert_invocation(
             i.tool,
             i.args_digest,
             i.decision,
-            i.state,
-            i.claim_owner,
+            i.action,
             i.failed_input,
             i.reason,
             now_ms()
@@ -141,8 +143,7 @@ pub struct NewInvocation<'a> {
     pub tool: &'a str,
     pub args_digest: &'a str,
     pub decision: &'a str,
-    pub state: Option<&'a str>,
-    pub claim_owner: Option<&'a str>,
+    pub action: Option<i64>,
     pub failed_input: Option<&'a str>,
     pub reason: Option<&'a str>,
 }
@@ -283,15 +284,6 @@ impl Store {
             .optional()?)
     }
 
-    pub fn workflow_runs(&self) -> anyhow::Result<Vec<RunRecord>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT id, workflow, version, initiator, chat, state FROM workflow_runs ORDER BY id",
-        )?;
-        let rows = st.query_map([], run_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     pub fn set_run_state(&self, run: i64, state: &str) -> anyhow::Result<()> {
         self.lock().execute(
             "UPDATE workflow_runs SET state = ?2, updated_at = ?3 WHERE id = ?1",
@@ -336,6 +328,22 @@ impl Store {
     ) -> anyhow::Result<i64> {
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        // A re-run of the step asking for exactly what it asked before is
+        // the same request: an approved (or still pending) one stands, so
+        // the step is not gated again by its own re-run (SPEC G8).
+        let same: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM approval_requests
+                 WHERE run = ?1 AND step = ?2 AND state IN ('pending', 'approved')
+                   AND allowed = ?3 AND reason = ?4
+                 ORDER BY id DESC LIMIT 1",
+                params![run, step, allowed, reason],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(id) = same {
+            return Ok(id);
+        }
         tx.execute(
             "UPDATE approval_requests SET state = 'replaced'
              WHERE run = ?1 AND step = ?2 AND state <> 'replaced'",
@@ -419,44 +427,19 @@ impl Store {
         Ok(())
     }
 
-    /// Write an audit row. An allowed action's row (state `applying`) is
-    /// its claim, committed with `synchronous=FULL` before it is sent.
+    /// Write an audit row.
     pub fn audit(&self, i: &NewInvocation<'_>) -> anyhow::Result<i64> {
-        let mut conn = self.lock();
-        let durable = i.state == Some("applying");
-        if durable {
-            conn.pragma_update(None, "synchronous", "FULL")?;
-        }
-        let tx = conn.transaction()?;
-        let id = insert_invocation(&tx, i)?;
-        let committed = tx.commit();
-        if durable {
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
-        }
-        committed?;
-        Ok(id)
-    }
-
-    pub fn finish_invocation(
-        &self,
-        id: i64,
-        state: &str,
-        reason: Option<&str>,
-    ) -> anyhow::Result<()> {
-        self.lock().execute(
-            "UPDATE invocations SET state = ?2, reason = COALESCE(?3, reason), finished_at = ?4
-             WHERE id = ?1 AND state = 'applying'",
-            params![id, state, reason, now_ms()],
-        )?;
-        Ok(())
+        insert_invocation(&self.lock(), i)
     }
 
     pub fn invocations(&self, run: i64) -> anyhow::Result<Vec<Invocation>> {
         let conn = self.lock();
         let mut st = conn.prepare_cached(
-            "SELECT id, run, step, certificate, requests, authority, tool, args_digest, decision,
-                    state, failed_input, reason
-             FROM invocations WHERE run = ?1 ORDER BY id",
+            "SELECT i.id, i.run, i.step, i.certificate, i.requests, i.authority, i.tool,
+                    i.args_digest, i.decision, COALESCE(l.state, i.state), i.failed_input,
+                    i.reason, i.action
+             FROM invocations i LEFT JOIN ledger l ON l.id = i.action
+             WHERE i.run = ?1 ORDER BY i.id",
         )?;
         let rows = st.query_map([run], |r| {
             Ok(Invocation {
@@ -472,49 +455,9 @@ impl Store {
                 state: r.get(9)?,
                 failed_input: r.get(10)?,
                 reason: r.get(11)?,
+                action: r.get(12)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_interrupted_covered_apply_is_failed_at_recovery_never_resent() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let s = Store::open(&dir.path().join("g.db"))?;
-        let digest = "0".repeat(64);
-        let row = |owner: &'static str| NewInvocation {
-            run: 1,
-            step: "launch",
-            certificate: Some("serial"),
-            requests: &[1],
-            authority: "carol",
-            tool: "CLOUD:launchInstance",
-            args_digest: &digest,
-            decision: "allowed",
-            state: Some("applying"),
-            claim_owner: Some(owner),
-            failed_input: None,
-            reason: None,
-        };
-        let dead = s.audit(&row("dead-process"))?;
-        let live = s.audit(&row("live-process"))?;
-        s.recover(|owner| owner == "live-process")?;
-        let rows = s.invocations(1)?;
-        let state = |id: i64| {
-            rows.iter()
-                .find(|i| i.id == id)
-                .and_then(|i| i.state.clone())
-        };
-        assert_eq!(state(dead).as_deref(), Some("failed"));
-        assert_eq!(state(live).as_deref(), Some("applying"));
-        // Finishing an already-failed row changes nothing.
-        s.finish_invocation(dead, "applied", None)?;
-        assert_eq!(s.invocations(1)?[0].state.as_deref(), Some("failed"));
-        Ok(())
     }
 }

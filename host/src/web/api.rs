@@ -8,9 +8,11 @@
 
 use super::session::{Person, removal_cookie, session_cookie};
 use super::{AppState, Routes};
+use crate::access::Refusal;
+use crate::inbox::Shown;
 use crate::overseer::Decision;
 use crate::prompt;
-use crate::store::{Action, LedgerEntry, LedgerFilter, Store};
+use crate::store::{LedgerEntry, LedgerFilter};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
@@ -19,7 +21,6 @@ use axum::routing::{delete, get, post};
 use axum_extra::extract::cookie::CookieJar;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::HashMap;
 
 /// A one-line error answer.
 #[derive(Debug)]
@@ -32,7 +33,7 @@ impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            message: crate::runtime::one_line(&message.into()),
+            message: crate::prompt::one_line(&message.into()),
         }
     }
 
@@ -121,7 +122,7 @@ struct SessionView {
 /// Who is signed in, with a fresh CSRF token for this page.
 async fn session_get(State(st): State<AppState>, p: Person) -> ApiResult<Json<SessionView>> {
     let secret = p.secret.clone();
-    let csrf = st.kernel.store().run(move |s| s.mint_csrf(&secret)).await?;
+    let csrf = st.kernel.mint_csrf(&secret).await?;
     Ok(Json(SessionView {
         csrf,
         user: p.user,
@@ -144,16 +145,11 @@ async fn session_create(
     let token = b.token.trim().to_owned();
     let redeemed = st
         .kernel
-        .store()
-        .run(move |s| s.redeem_signin_token(&token, ttl))
+        .redeem_signin_token(&token, ttl)
         .await?
         .map_err(|r| ApiError::new(StatusCode::UNAUTHORIZED, r.to_string()))?;
     let session = redeemed.session.clone();
-    let csrf = st
-        .kernel
-        .store()
-        .run(move |s| s.mint_csrf(&session))
-        .await?;
+    let csrf = st.kernel.mint_csrf(&session).await?;
     let view = SessionView {
         csrf,
         user: redeemed.user,
@@ -167,11 +163,7 @@ async fn session_end(
     jar: CookieJar,
     p: Person,
 ) -> ApiResult<(StatusCode, CookieJar)> {
-    let secret = p.secret.clone();
-    st.kernel
-        .store()
-        .run(move |s| s.end_session(&secret))
-        .await?;
+    st.kernel.end_session(&p.secret).await?;
     Ok((StatusCode::NO_CONTENT, jar.add(removal_cookie())))
 }
 
@@ -191,44 +183,26 @@ struct ActionView {
     prompt: String,
 }
 
-fn action_view(s: &Store, a: &Action) -> anyhow::Result<ActionView> {
-    let description = s
-        .gatekeeper(&a.gatekeeper)?
-        .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
-    Ok(ActionView {
+fn action_view(shown: Shown) -> ActionView {
+    let a = shown.action;
+    ActionView {
         id: a.id,
-        chat: a.chat.clone(),
-        gatekeeper: a.gatekeeper.clone(),
-        tool: a.tool.clone(),
+        chat: a.chat,
+        gatekeeper: a.gatekeeper,
+        tool: a.tool,
         state: a.state.to_string(),
         created_at: a.created_at,
-        prompt: prompt::render(a, description.as_deref()),
-    })
-}
-
-/// Visibility by chat, asked once per chat per request.
-struct Visible<'a> {
-    store: &'a Store,
-    user: &'a str,
-    known: HashMap<String, bool>,
-}
-
-impl<'a> Visible<'a> {
-    fn new(store: &'a Store, user: &'a str) -> Visible<'a> {
-        Visible {
-            store,
-            user,
-            known: HashMap::new(),
-        }
+        prompt: shown.prompt,
     }
+}
 
-    fn chat(&mut self, chat: &str) -> anyhow::Result<bool> {
-        if let Some(v) = self.known.get(chat) {
-            return Ok(*v);
-        }
-        let v = self.store.may_see(chat, self.user)?;
-        self.known.insert(chat.to_owned(), v);
-        Ok(v)
+/// A kernel refusal that means "not yours to see" becomes a 404 worded
+/// like a missing thing; anything else is an error.
+fn refused(e: anyhow::Error) -> ApiError {
+    match e.downcast_ref::<Refusal>() {
+        Some(Refusal::NoSuchChat(chat)) => no_chat(chat),
+        Some(r) => ApiError::new(StatusCode::FORBIDDEN, r.to_string()),
+        None => e.into(),
     }
 }
 
@@ -255,50 +229,34 @@ struct Inbox {
 /// Pending actions this person may see, grouped by chat and gatekeeper,
 /// oldest first (groups ordered by their oldest action).
 async fn inbox(State(st): State<AppState>, p: Person) -> ApiResult<Json<Inbox>> {
-    let user = p.user.clone();
-    let inbox = st
-        .kernel
-        .store()
-        .run(move |s| {
-            let mut vis = Visible::new(s, &user);
-            let mut groups: Vec<Group> = Vec::new();
-            let mut latched = HashMap::new();
-            for c in s.chats()? {
-                latched.insert(c.name.clone(), c.latched);
-            }
-            for a in s.pending(None)? {
-                if !vis.chat(&a.chat)? {
-                    continue;
-                }
-                let view = action_view(s, &a)?;
-                match groups
-                    .iter_mut()
-                    .find(|g| g.chat == a.chat && g.gatekeeper == a.gatekeeper)
-                {
-                    Some(g) => g.actions.push(view),
-                    None => groups.push(Group {
-                        chat: a.chat.clone(),
-                        latched: latched.get(&a.chat).copied().unwrap_or(false),
-                        gatekeeper: a.gatekeeper.clone(),
-                        gatekeeper_shown: prompt::inline(&a.gatekeeper),
-                        actions: vec![view],
-                    }),
-                }
-            }
-            let mut latched_chats: Vec<String> = Vec::new();
-            for c in s.chats()? {
-                if c.latched && vis.chat(&c.name)? {
-                    latched_chats.push(c.name);
-                }
-            }
-            Ok(Inbox {
-                user: user.clone(),
-                latched_chats,
-                groups,
-            })
-        })
-        .await?;
-    Ok(Json(inbox))
+    let chats = st.kernel.chats(&p.user).await?;
+    let mut groups: Vec<Group> = Vec::new();
+    for shown in st.kernel.inbox(&p.user, None).await? {
+        let (chat, gatekeeper) = (shown.action.chat.clone(), shown.action.gatekeeper.clone());
+        let view = action_view(shown);
+        match groups
+            .iter_mut()
+            .find(|g| g.chat == chat && g.gatekeeper == gatekeeper)
+        {
+            Some(g) => g.actions.push(view),
+            None => groups.push(Group {
+                latched: chats.iter().any(|c| c.name == chat && c.latched),
+                gatekeeper_shown: prompt::inline(&gatekeeper),
+                chat,
+                gatekeeper,
+                actions: vec![view],
+            }),
+        }
+    }
+    Ok(Json(Inbox {
+        user: p.user,
+        latched_chats: chats
+            .into_iter()
+            .filter(|c| c.latched)
+            .map(|c| c.name)
+            .collect(),
+        groups,
+    }))
 }
 
 fn parse_id(raw: &str) -> ApiResult<i64> {
@@ -308,20 +266,7 @@ fn parse_id(raw: &str) -> ApiResult<i64> {
 
 /// The action, if it exists and this person may see its chat.
 async fn visible_action(st: &AppState, id: i64, user: &str) -> ApiResult<Option<ActionView>> {
-    let user = user.to_owned();
-    Ok(st
-        .kernel
-        .store()
-        .run(move |s| {
-            let Some(a) = s.action(id)? else {
-                return Ok(None);
-            };
-            if !s.may_see(&a.chat, &user)? {
-                return Ok(None);
-            }
-            Ok(Some(action_view(s, &a)?))
-        })
-        .await?)
+    Ok(st.kernel.shown(user, id).await?.map(action_view))
 }
 
 fn no_action(id: i64) -> ApiError {
@@ -365,6 +310,8 @@ fn decision_view(d: &Decision, verb: &'static str) -> DecisionView {
         Decision::Failed { id, retryable, .. } => (*id, "failed", Some(*retryable)),
         Decision::Rejected { id } => (*id, "rejected", None),
         Decision::Refused { id, .. } => (*id, "refused", None),
+        Decision::Held { id, .. } => (*id, "held", None),
+        Decision::NotFound { id } => (*id, "not-found", None),
         Decision::AlreadyApplied { id } => (*id, "already-applied", None),
     };
     DecisionView {
@@ -377,39 +324,25 @@ fn decision_view(d: &Decision, verb: &'static str) -> DecisionView {
     }
 }
 
-/// Decide one action as `user`, after checking it is visible. Kernel
-/// errors become this item's outcome, so one failure never hides the others.
+/// Decide one action as `user`. The kernel applies the one rule (an
+/// action in a chat they may not see is "not found"). Kernel errors become
+/// this item's outcome, so one failure never hides the others.
 async fn decide(st: &AppState, id: i64, approve: bool, user: &str) -> DecisionView {
     let verb = if approve { "approve" } else { "reject" };
-    match visible_action(st, id, user).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return DecisionView {
-                id,
-                decision: verb,
-                ok: false,
-                outcome: "not-found",
-                retryable: None,
-                line: no_action(id).message,
-            };
-        }
-        Err(e) => {
-            return DecisionView {
-                id,
-                decision: verb,
-                ok: false,
-                outcome: "error",
-                retryable: None,
-                line: format!("#{id}: {}", e.message),
-            };
-        }
-    }
     let decided = if approve {
         st.kernel.approve(id, user).await
     } else {
         st.kernel.reject(id, user).await
     };
     match decided {
+        Ok(Decision::NotFound { id }) => DecisionView {
+            id,
+            decision: verb,
+            ok: false,
+            outcome: "not-found",
+            retryable: None,
+            line: no_action(id).message,
+        },
         Ok(d) => decision_view(&d, verb),
         Err(e) => DecisionView {
             id,
@@ -417,7 +350,7 @@ async fn decide(st: &AppState, id: i64, approve: bool, user: &str) -> DecisionVi
             ok: false,
             outcome: "error",
             retryable: None,
-            line: crate::runtime::one_line(&format!("#{id}: {e:#}")),
+            line: crate::prompt::one_line(&format!("#{id}: {e:#}")),
         },
     }
 }
@@ -441,7 +374,7 @@ async fn decide_one(st: &AppState, raw: &str, approve: bool, user: &str) -> Resp
     };
     let status = match v.outcome {
         "not-found" => StatusCode::NOT_FOUND,
-        "refused" | "already-applied" => StatusCode::CONFLICT,
+        "refused" | "held" | "already-applied" => StatusCode::CONFLICT,
         "error" => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::OK,
     };
@@ -523,28 +456,17 @@ struct ChatView {
 }
 
 async fn chats(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<ChatView>>> {
-    let user = p.user;
-    let list = st
-        .kernel
-        .store()
-        .run(move |s| {
-            let pending = s.pending(None)?;
-            let mut out = Vec::new();
-            for c in s.chats()? {
-                if !s.may_see(&c.name, &user)? {
-                    continue;
-                }
-                out.push(ChatView {
-                    pending: pending.iter().filter(|a| a.chat == c.name).count(),
-                    name: c.name,
-                    owner: c.owner,
-                    latched: c.latched,
-                });
-            }
-            Ok(out)
-        })
-        .await?;
-    Ok(Json(list))
+    let list = st.kernel.chats(&p.user).await?;
+    Ok(Json(
+        list.into_iter()
+            .map(|c| ChatView {
+                name: c.name,
+                owner: c.owner,
+                latched: c.latched,
+                pending: c.pending,
+            })
+            .collect(),
+    ))
 }
 
 fn no_chat(chat: &str) -> ApiError {
@@ -606,14 +528,9 @@ async fn chat_open(
         .kernel
         .open_chat(&chat, &p.user, &request)
         .await
-        .map_err(|e| {
-            // The kernel's "no such chat" (which also covers chats this
-            // person may not open) is answered as every route answers it.
-            if e.downcast_ref::<crate::sharing::NoSuchChat>().is_some() {
-                no_chat(&chat)
-            } else {
-                ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}"))
-            }
+        .map_err(|e| match e.downcast_ref::<Refusal>() {
+            Some(_) => refused(e),
+            None => ApiError::new(StatusCode::FORBIDDEN, format!("{e:#}")),
         })?;
     Ok(Json(match outcome {
         OpenOutcome::Owner => OpenView {
@@ -658,27 +575,20 @@ async fn chat_get(
     p: Person,
     Path(chat): Path<String>,
 ) -> ApiResult<Json<ChatView>> {
-    let (user, name) = (p.user, chat.clone());
-    let view = st
-        .kernel
-        .store()
-        .run(move |s| {
-            let Some(c) = s.chat(&name)? else {
-                return Ok(None);
-            };
-            if !s.may_see(&c.name, &user)? {
-                return Ok(None);
-            }
-            let pending = s.pending(Some(&c.name))?.len();
-            Ok(Some(ChatView {
+    st.kernel
+        .chats(&p.user)
+        .await?
+        .into_iter()
+        .find(|c| c.name == chat)
+        .map(|c| {
+            Json(ChatView {
                 name: c.name,
                 owner: c.owner,
                 latched: c.latched,
-                pending,
-            }))
+                pending: c.pending,
+            })
         })
-        .await?;
-    view.map(Json).ok_or_else(|| no_chat(&chat))
+        .ok_or_else(|| no_chat(&chat))
 }
 
 /// A ledger entry with a one-line summary rendered like the terminal's
@@ -689,11 +599,11 @@ struct EntryView {
     entry: LedgerEntry,
     summary: String,
     /// The attacker-writable fields through the sanitiser, for display.
-    shown: Shown,
+    shown: EntryShown,
 }
 
 #[derive(Serialize)]
-struct Shown {
+struct EntryShown {
     chat: String,
     /// `gatekeeper:tool`.
     what: String,
@@ -710,36 +620,15 @@ fn entry_view(e: LedgerEntry) -> EntryView {
             .unwrap_or_default(),
         e.tool.as_deref().map(prompt::inline).unwrap_or_default()
     );
-    let status = match e.kind.as_str() {
-        "action" => format!(
-            "{}{}{}",
-            e.state.clone().unwrap_or_default(),
-            e.resolved_by
-                .as_deref()
-                .map(|b| format!(" by {}", prompt::inline(b)))
-                .unwrap_or_default(),
-            if e.auto_approved { " (auto)" } else { "" }
-        ),
-        _ => format!("observed ({})", e.classified_by.clone().unwrap_or_default()),
-    };
-    let summary = format!(
-        "#{} {} {} {} {} {}",
-        e.id,
-        prompt::inline(&e.chat),
-        e.kind,
-        &what,
-        prompt::inline(&e.caller),
-        status
-    );
-    let shown = Shown {
+    let shown = EntryShown {
         chat: prompt::inline(&e.chat),
         what,
         caller: prompt::inline(&e.caller),
         resolved_by: e.resolved_by.as_deref().map(prompt::inline),
     };
     EntryView {
+        summary: prompt::ledger_line(&e),
         entry: e,
-        summary,
         shown,
     }
 }
@@ -749,28 +638,8 @@ async fn filtered_ledger(
     user: String,
     f: LedgerFilter,
 ) -> ApiResult<Vec<EntryView>> {
-    if let Some(chat) = f.chat.clone() {
-        let u = user.clone();
-        let c = chat.clone();
-        if !st.kernel.store().run(move |s| s.may_see(&c, &u)).await? {
-            return Err(no_chat(&chat));
-        }
-    }
-    let entries = st
-        .kernel
-        .store()
-        .run(move |s| {
-            let mut vis = Visible::new(s, &user);
-            let mut out = Vec::new();
-            for e in s.ledger(&f)? {
-                if vis.chat(&e.chat)? {
-                    out.push(entry_view(e));
-                }
-            }
-            Ok(out)
-        })
-        .await?;
-    Ok(entries)
+    let entries = st.kernel.ledger(&user, f).await.map_err(refused)?;
+    Ok(entries.into_iter().map(entry_view).collect())
 }
 
 async fn chat_observations(
@@ -821,6 +690,7 @@ async fn ledger(
         server_claims: q.server_claims.unwrap_or(false),
         auto_approved: q.auto_approved.unwrap_or(false),
         observed_by: nonempty(q.observed_by),
+        ..LedgerFilter::default()
     };
     Ok(Json(filtered_ledger(&st, p.user, f).await?))
 }
@@ -835,8 +705,8 @@ struct RuleItem {
     tag_shown: String,
 }
 
-async fn rules(State(st): State<AppState>, _p: Person) -> ApiResult<Json<Vec<RuleItem>>> {
-    let rules = st.kernel.store().run(|s| s.rules()).await?;
+async fn rules(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<RuleItem>>> {
+    let rules = st.kernel.rules(&p.user)?;
     Ok(Json(
         rules
             .into_iter()
@@ -851,6 +721,10 @@ async fn rules(State(st): State<AppState>, _p: Person) -> ApiResult<Json<Vec<Rul
 #[derive(Deserialize)]
 struct NewRule {
     tag: String,
+    /// Only in this chat (where you must be allowed to decide); absent:
+    /// in every chat you own.
+    #[serde(default)]
+    chat: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -875,28 +749,28 @@ async fn rule_add(
     let tag = b.tag.trim().to_owned();
     // Enabling a rule drains: it may claim and send, so it runs to
     // completion whatever the client does (P8).
-    let (kernel, user) = (st.kernel.clone(), p.user.clone());
+    let (kernel, user, chat) = (st.kernel.clone(), p.user.clone(), b.chat.clone());
     let report = st
-        .to_completion(async move { kernel.add_rule(&tag, &user).await })
+        .to_completion(async move { kernel.add_rule(&user, &tag, chat.as_deref()).await })
         .await?
-        .map_err(|e| ApiError::bad(format!("{e:#}")))?;
+        .map_err(|e| match e.downcast_ref::<Refusal>() {
+            Some(_) => refused(e),
+            None => ApiError::bad(format!("{e:#}")),
+        })?;
     let mut applied = Vec::new();
     for d in &report.applied {
-        let id = match d {
-            Decision::Applied { id, .. }
-            | Decision::Failed { id, .. }
-            | Decision::Rejected { id }
-            | Decision::Refused { id, .. }
-            | Decision::AlreadyApplied { id } => *id,
-        };
-        if visible_action(&st, id, &p.user).await?.is_some() {
+        if visible_action(&st, d.id(), &p.user).await?.is_some() {
             applied.push(decision_view(d, "approve"));
         }
     }
     let tag_shown = prompt::inline(&report.tag);
     let mut explanation = vec![format!(
-        "Key two holds: your rule for exactly {tag_shown} is enabled (enabled by {}); it never applies to a same-named tool of another gatekeeper.",
-        prompt::inline(&p.user)
+        "Key two holds: your rule for exactly {tag_shown} is enabled (enabled by {}), {}; it never applies to a same-named tool of another gatekeeper.",
+        prompt::inline(&p.user),
+        match &report.chat {
+            Some(c) => format!("in chat {} only", prompt::inline(c)),
+            None => "in the chats you own".to_owned(),
+        }
     )];
     explanation.push(match &report.missing {
         None => "Key one holds: the gatekeeper is vetted and the tool is a non-destructive, idempotent action; matching actions are now approved automatically, in order, and the ledger records you as resolved-by.".to_owned(),

@@ -5,12 +5,13 @@
 //! (described in `docs/api/openapi.json`), and the page's static assets
 //! (HTML, JS and CSS embedded in the binary, no inline script).
 //!
-//! May not: decide policy, or touch the action store's rows. Handlers only
-//! authenticate, check visibility ([`Store::may_see`](crate::store::Store::may_see)),
-//! call the kernel's public API ([`Kernel::approve`], [`Kernel::reject`],
-//! [`Kernel::add_rule`], store queries) and render. Every action is shown as
-//! [`crate::prompt::render`] output, the terminal's sanitised text (R3), and
-//! the page inserts it as text, never as HTML.
+//! May not: decide policy, or reach the store or the runtime. Handlers only
+//! authenticate and call the kernel's person-scoped API (the inbox, the
+//! ledger, [`Kernel::approve`], [`Kernel::reject`], [`Kernel::add_rule`],
+//! ...), which applies the one authorization rule (`crate::access`), and
+//! render. Every action is shown as its [`crate::inbox::Shown`] prompt, the
+//! terminal's sanitised text (R3), and the page inserts it as text, never
+//! as HTML.
 //!
 //! The server works on the same `$GATEHOUSE_HOME` as the CLI: any number of
 //! CLI processes may run beside it, and the action store's claim keeps each

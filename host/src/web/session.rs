@@ -85,19 +85,7 @@ impl FromRequestParts<AppState> for Person {
                 .unwrap_or("")
                 .to_owned()
         });
-        let s = secret.clone();
-        let (lookup, csrf_ok) = state
-            .kernel
-            .store()
-            .run(move |st| {
-                let lookup = st.session(&s)?;
-                let ok = match &sent {
-                    Some(token) => st.csrf_ok(&s, token)?,
-                    None => true,
-                };
-                Ok((lookup, ok))
-            })
-            .await?;
+        let (lookup, csrf_ok) = state.kernel.session_with_csrf(&secret, sent).await?;
         let person = match lookup {
             SessionLookup::Valid { user, expires_at } => Person {
                 user,

@@ -41,7 +41,7 @@ async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
         1,
         "only the read reached the service"
     );
-    assert_eq!(w.kernel.store().pending(Some("work")).unwrap().len(), 3);
+    assert_eq!(w.kernel.inspect().pending(Some("work")).unwrap().len(), 3);
 
     assert!(w.kernel.approve(ids[0], "alice").await.unwrap().ok());
     assert!(w.kernel.reject(ids[1], "alice").await.unwrap().ok());
@@ -79,7 +79,7 @@ async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
     assert_eq!(polled[2]["status"], "applied");
     let handed = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             kind: Some("observation".into()),
             ..Default::default()
@@ -131,7 +131,7 @@ async fn bad_arguments_are_refused_before_staging() {
             .contains("JSON object")
     );
     assert!(
-        w.kernel.store().pending(None).unwrap().is_empty(),
+        w.kernel.inspect().pending(None).unwrap().is_empty(),
         "no ghost rows (A3)"
     );
 }

@@ -37,7 +37,7 @@ async fn twenty_concurrent_approvals_send_once() {
     for _ in 0..10 {
         let k = w.reopen();
         tasks.push(tokio::spawn(
-            async move { k.approve(id, "bob").await.unwrap() },
+            async move { k.approve(id, "alice").await.unwrap() },
         ));
     }
     let mut applied = 0;
@@ -123,7 +123,7 @@ async fn a_403_is_retryable_and_the_retry_succeeds() {
     ));
     assert_eq!(w.tracker.writes().len(), 1);
     assert_eq!(
-        w.kernel.store().action(id).unwrap().unwrap().state,
+        w.kernel.inspect().action(id).unwrap().unwrap().state,
         ActionState::Applied
     );
 }
@@ -158,7 +158,7 @@ async fn a_host_killed_after_the_claim_never_sends_again() {
         "the write reached the service"
     );
     assert_eq!(
-        w.kernel.store().action(id).unwrap().unwrap().state,
+        w.kernel.inspect().action(id).unwrap().unwrap().state,
         ActionState::Applying
     );
     child.kill().unwrap(); // SIGKILL
@@ -166,7 +166,7 @@ async fn a_host_killed_after_the_claim_never_sends_again() {
 
     // A new start recovers: failed, not retryable, never sent again.
     let k = w.reopen();
-    let a = k.store().action(id).unwrap().unwrap();
+    let a = k.inspect().action(id).unwrap().unwrap();
     assert_eq!(a.state, ActionState::Failed);
     assert_eq!(a.retryable, Some(false));
     assert!(a.error.unwrap().contains("interrupted after sending"));
@@ -196,7 +196,7 @@ async fn a_live_claim_survives_another_process_starting() {
     let o = w.cli(&["pending"]);
     assert!(o.status.success());
     assert_eq!(
-        w.kernel.store().action(id).unwrap().unwrap().state,
+        w.kernel.inspect().action(id).unwrap().unwrap().state,
         ActionState::Applying
     );
     let d = approving.await.unwrap();

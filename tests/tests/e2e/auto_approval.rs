@@ -9,13 +9,13 @@ use gatehouse_e2e::{World, call, pending_id};
 use serde_json::json;
 
 fn state(w: &World, id: i64) -> ActionState {
-    w.kernel.store().action(id).unwrap().unwrap().state
+    w.kernel.inspect().action(id).unwrap().unwrap().state
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order() {
     let w = World::standard(Trust::Vetted).await;
-    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
     assert!(r.key_one && r.missing.is_none());
 
     let out = w
@@ -51,16 +51,16 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
     assert_eq!(writes[0].path, "/issues", "in id order");
     assert!(writes[1].path.ends_with("/labels"));
 
-    let a = w.kernel.store().action(eligible).unwrap().unwrap();
+    let a = w.kernel.inspect().action(eligible).unwrap().unwrap();
     assert!(a.auto_approved);
     assert_eq!(
         a.resolved_by.as_deref(),
-        Some("carol"),
+        Some("alice"),
         "resolved-by is the person who enabled the rule (U1)"
     );
     let auto = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             auto_approved: true,
             ..Default::default()
@@ -72,7 +72,7 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
     );
     let by_alice = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             approved_by: Some("alice".into()),
             ..Default::default()
@@ -87,7 +87,7 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
     let w = World::standard(Trust::Vetted).await;
-    w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
     let out = w
         .script(
             "work",
@@ -110,7 +110,7 @@ async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
 async fn either_key_alone_never_suffices() {
     // Key two without key one: a byo gatekeeper with a rule.
     let w = World::standard(Trust::Byo).await;
-    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
     assert!(!r.key_one);
     assert!(r.missing.unwrap().contains("not vetted"));
     let out = w
@@ -123,8 +123,10 @@ async fn either_key_alone_never_suffices() {
     assert_eq!(state(&w, pending_id(&out[0])), ActionState::Pending);
 
     // Key one without key two: vetted, eligible tool, no rule.
-    w.kernel.store().set_trust("issues", Trust::Vetted).unwrap();
-    w.kernel.store().remove_rule("issues:addLabel").unwrap();
+    w.kernel.set_trust("issues", Trust::Vetted).unwrap();
+    w.kernel
+        .remove_rule("alice", "issues:addLabel", None)
+        .unwrap();
     let out = w
         .script(
             "work",
@@ -144,7 +146,7 @@ async fn a_rule_for_one_gatekeeper_does_not_cover_the_same_tool_of_another() {
     w.kernel
         .introduce("work", "mirror", "MIRROR", None, "alice")
         .unwrap();
-    w.kernel.add_rule("mirror:addLabel", "carol").await.unwrap();
+    w.kernel.add_rule("alice", "mirror:addLabel", None).await.unwrap();
     let out = w
         .script(
             "work",
@@ -178,7 +180,7 @@ async fn enabling_a_rule_drains_and_an_apply_failure_stops_the_drain() {
     let (first, second) = (pending_id(&out[0]), pending_id(&out[1]));
     w.kernel.settle().await; // the submit-time drains found no rule
     w.tracker.inject(Fault::Status(500), 1);
-    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
     assert_eq!(
         r.applied.len(),
         1,
@@ -203,21 +205,43 @@ async fn ten_concurrent_drains_apply_each_action_once() {
         .collect();
     let out = w.script("work", json!(steps)).await;
     w.kernel.settle().await;
-    w.kernel
-        .store()
-        .add_rule("issues:addLabel", "carol")
-        .unwrap();
+    // Nine drains spin, in this kernel (single flight) and in separate
+    // kernels (claims), while the rule that makes the actions eligible is
+    // enabled (its own drain is the tenth).
+    let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
     let mut tasks = Vec::new();
-    for i in 0..10 {
-        // Half share this kernel (single flight), half are separate kernels (claims).
+    for i in 0..9 {
         let k = if i % 2 == 0 {
             w.kernel.clone()
         } else {
             w.reopen()
         };
-        tasks.push(tokio::spawn(async move { k.drain().await.unwrap() }));
+        let (ids, probe) = (ids.clone(), w.reopen());
+        tasks.push(tokio::spawn(async move {
+            let mut applied = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                applied.extend(k.drain().await.unwrap());
+                let done = ids.iter().all(|id| {
+                    probe.inspect().action(*id).unwrap().unwrap().state == ActionState::Applied
+                });
+                if done || std::time::Instant::now() > deadline {
+                    return applied;
+                }
+                tokio::task::yield_now().await;
+            }
+        }));
     }
-    let mut applied = 0;
+    let rule = w
+        .kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
+    let mut applied = rule
+        .applied
+        .iter()
+        .filter(|d| matches!(d, Decision::Applied { .. }))
+        .count();
     for t in tasks {
         applied += t
             .await

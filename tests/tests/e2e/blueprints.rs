@@ -71,10 +71,10 @@ async fn a_blueprint_holds_code_and_requirements_only_and_runs_for_its_importer(
         "{}",
         stdout(&imported)
     );
-    let chat = k.store().chat("bobs-board").unwrap().unwrap();
+    let chat = k.inspect().chat("bobs-board").unwrap().unwrap();
     assert_eq!(chat.owner, "bob");
     assert!(
-        k.store().observed_sources("bobs-board").unwrap().is_empty(),
+        k.inspect().observed_sources("bobs-board").unwrap().is_empty(),
         "no history came along"
     );
 
@@ -107,7 +107,7 @@ async fn a_blueprint_holds_code_and_requirements_only_and_runs_for_its_importer(
         );
     }
     let obs = k
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             chat: Some("bobs-board".into()),
             kind: Some("observation".into()),
@@ -130,6 +130,6 @@ async fn a_blueprint_holds_code_and_requirements_only_and_runs_for_its_importer(
         "{}",
         stderr(&bad)
     );
-    assert!(k.store().gadget("other").unwrap().is_none());
-    assert!(k.store().chat("other").unwrap().is_none());
+    assert!(k.inspect().gadget("other").unwrap().is_none());
+    assert!(k.inspect().chat("other").unwrap().is_none());
 }

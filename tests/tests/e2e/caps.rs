@@ -28,7 +28,7 @@ async fn stage_issues(w: &World, n: usize, label: &str) -> Vec<i64> {
 
 fn actions(w: &World) -> Vec<LedgerEntry> {
     w.kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             kind: Some("action".into()),
             ..Default::default()
@@ -38,7 +38,7 @@ fn actions(w: &World) -> Vec<LedgerEntry> {
 
 fn pending_ids(w: &World) -> Vec<i64> {
     w.kernel
-        .store()
+        .inspect()
         .pending(None)
         .unwrap_or_else(|e| panic!("listing pending actions failed: {e:#}"))
         .into_iter()
@@ -149,7 +149,7 @@ async fn args_over_64_kib_are_refused_and_exactly_64_kib_are_accepted() {
     let id = pending_id(&out[1]);
     let stored = w
         .kernel
-        .store()
+        .inspect()
         .action(id)
         .ok()
         .flatten()
@@ -194,7 +194,7 @@ async fn a_result_over_128_kib_is_replaced_by_a_note_and_a_smaller_one_is_kept()
 
     let stored = |id: i64| {
         w.kernel
-            .store()
+            .inspect()
             .action(id)
             .ok()
             .flatten()
@@ -284,7 +284,7 @@ async fn only_the_newest_100_finished_actions_are_kept_and_open_ones_never_prune
     // A pruned action is gone, and the gadget is told it may have been pruned.
     let oldest = finished[0];
     assert!(
-        matches!(w.kernel.store().action(oldest), Ok(None)),
+        matches!(w.kernel.inspect().action(oldest), Ok(None)),
         "#{oldest} was pruned"
     );
     let polled = w.script("work", json!([{"poll": oldest}])).await;
@@ -330,7 +330,7 @@ async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     let id = out[0]["pending"]["action_id"]
         .as_i64()
         .unwrap_or_else(|| panic!("64 KiB is staged: {}", out[0]));
-    let stored = w.kernel.store().action(id).unwrap().unwrap().args;
+    let stored = w.kernel.inspect().action(id).unwrap().unwrap().args;
     assert_eq!(stored, args, "stored exactly as sent");
     assert_eq!(out[1]["error"]["kind"], "invalid-args", "{}", out[1]);
     let msg = out[1]["error"]["message"].as_str().unwrap_or_default();

@@ -8,7 +8,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread")]
 async fn the_classification_table_holds_for_a_real_gatekeeper() {
     let w = World::standard(Trust::Byo).await;
-    let g = w.kernel.store().gatekeeper("issues").unwrap().unwrap();
+    let g = w.kernel.inspect().gatekeeper("issues").unwrap().unwrap();
     let class = |tool: &str, trust| classify(&g.manifest.tool(tool).unwrap().annotations, trust);
 
     assert_eq!(class("listIssues", Trust::Byo).kind, Kind::Read);
@@ -40,7 +40,7 @@ async fn the_classification_table_holds_for_a_real_gatekeeper() {
     );
 
     // The ledger records whose word was trusted, and it is stored, not recomputed.
-    let log = w.kernel.store().ledger(&LedgerFilter::default()).unwrap();
+    let log = w.kernel.inspect().ledger(&LedgerFilter::default()).unwrap();
     assert_eq!(log[0].classified_by.as_deref(), Some("server-annotation"));
     assert_eq!(log[1].classified_by.as_deref(), Some("default"));
 }
@@ -56,12 +56,12 @@ async fn trust_tiers_are_read_at_each_use() {
         .await;
     let first = w
         .kernel
-        .store()
+        .inspect()
         .action(pending_id(&out[0]))
         .unwrap()
         .unwrap();
     assert_eq!(first.trust, "vetted");
-    w.kernel.store().set_trust("issues", Trust::Byo).unwrap();
+    w.kernel.set_trust("issues", Trust::Byo).unwrap();
     let out = w
         .script(
             "work",
@@ -70,7 +70,7 @@ async fn trust_tiers_are_read_at_each_use() {
         .await;
     let second = w
         .kernel
-        .store()
+        .inspect()
         .action(pending_id(&out[0]))
         .unwrap()
         .unwrap();
@@ -105,11 +105,11 @@ async fn a_lying_byo_gatekeeper_writes_as_a_read_and_the_ledger_lists_it() {
         before - 1,
         "the 'read' deleted an issue (K5)"
     );
-    assert!(w.kernel.store().pending(None).unwrap().is_empty());
+    assert!(w.kernel.inspect().pending(None).unwrap().is_empty());
 
     let claims = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             server_claims: true,
             ..Default::default()

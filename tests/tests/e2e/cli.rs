@@ -117,7 +117,8 @@ fn the_readme_tour_works_as_written() {
     assert_eq!(states[1], (2, "action".into(), "pending".into()));
     assert_eq!(states[2], (3, "action".into(), "applied".into()));
     assert_eq!(log[2]["resolved_by"], "alice");
-    assert_eq!(log[2]["caller"], "gadget:triage");
+    assert_eq!(log[2]["caller"], "alice");
+    assert_eq!(log[2]["gadget"], "triage");
 
     // The gadget polls its results in a later turn.
     let polled = ok(&w, &["run", "triage", "--chat", "work", "poll 2 3"]);

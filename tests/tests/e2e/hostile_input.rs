@@ -215,7 +215,7 @@ async fn overflow_world(service: &str, secret: bool) -> World {
     w.install("script");
     w.install("hostile");
     if secret {
-        w.kernel.store().put_secret("echo-token", SECRET).unwrap();
+        w.kernel.put_secret("echo-token", SECRET).unwrap();
     }
     let bytes = std::fs::read(guest("overflow")).expect("overflow built");
     w.kernel
@@ -617,7 +617,7 @@ async fn a_credential_goes_to_its_one_host_and_never_in_clear_text() {
     let other = EchoService::start(200);
     let w = World::new();
     w.install("script");
-    w.kernel.store().put_secret("echo-token", SECRET).unwrap();
+    w.kernel.put_secret("echo-token", SECRET).unwrap();
     let overflow = guest("overflow");
     let overflow = overflow.to_str().unwrap();
 

@@ -69,7 +69,7 @@ async fn a_removed_liveness_file_never_makes_approve_print_applied() {
     let o = w.cli(&["pending"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = approving.wait_with_output().unwrap();
-    let a = w.kernel.store().action(id).unwrap().unwrap();
+    let a = w.kernel.inspect().action(id).unwrap().unwrap();
     assert_eq!(a.state, ActionState::Failed, "the ledger says failed");
     let printed = format!("{}{}", stdout(&o), stderr(&o));
     assert!(
@@ -335,7 +335,7 @@ async fn a_closed_pipe_never_panics_a_command() {
     // The approve still did its work.
     let a = w
         .kernel
-        .store()
+        .inspect()
         .action(id.parse().unwrap())
         .unwrap()
         .unwrap();
@@ -390,7 +390,7 @@ async fn numbers_reach_the_approver_exactly_as_they_will_be_sent() {
     // What the gatekeeper received, as it received it.
     let result = w
         .kernel
-        .store()
+        .inspect()
         .action(id.parse().unwrap())
         .unwrap()
         .unwrap()

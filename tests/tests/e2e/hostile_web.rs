@@ -26,7 +26,7 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 fn state(w: &World, id: i64) -> ActionState {
-    w.kernel.store().action(id).unwrap().unwrap().state
+    w.kernel.inspect().action(id).unwrap().unwrap().state
 }
 
 // ----- 2. decisions run to completion -----
@@ -60,7 +60,7 @@ async fn a_browser_that_hangs_up_mid_approve_does_not_stop_the_send() {
         state(&w, id) == ActionState::Applied
     })
     .await;
-    let a = w.kernel.store().action(id).unwrap().unwrap();
+    let a = w.kernel.inspect().action(id).unwrap().unwrap();
     assert_eq!(a.resolved_by.as_deref(), Some("alice"));
     assert_eq!(w.tracker.writes().len(), 1);
     let again = api
@@ -121,7 +121,7 @@ async fn sigterm_lets_serve_finish_a_send_in_flight() {
     // A later start finds nothing interrupted.
     let again = w.reopen();
     assert_eq!(
-        again.store().action(id).unwrap().unwrap().state,
+        again.inspect().action(id).unwrap().unwrap().state,
         ActionState::Applied
     );
 }
@@ -136,7 +136,7 @@ async fn opening_a_chat_that_is_not_yours_answers_like_no_such_chat() {
         .account("wh-owner", &["*"])
         .start()
         .unwrap();
-    w.kernel.store().put_secret("wh", "wh-owner").unwrap();
+    w.kernel.put_secret("wh", "wh-owner").unwrap();
     w.kernel
         .add_gatekeeper(
             "warehouse",
@@ -159,7 +159,7 @@ async fn opening_a_chat_that_is_not_yours_answers_like_no_such_chat() {
         )
         .await;
     assert!(out[0].get("done").is_some(), "{}", out[0]);
-    assert!(w.kernel.store().chat("work").unwrap().unwrap().latched);
+    assert!(w.kernel.inspect().chat("work").unwrap().unwrap().latched);
 
     let server = serve(&w).await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;

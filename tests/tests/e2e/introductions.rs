@@ -79,7 +79,7 @@ async fn a_tool_outside_the_grant_fails_naming_the_allowed_tools() {
         .collect();
     assert_eq!(names, vec![json!("listIssues"), json!("getIssue")]);
     assert!(
-        w.kernel.store().pending(None).unwrap().is_empty(),
+        w.kernel.inspect().pending(None).unwrap().is_empty(),
         "nothing was staged"
     );
 
@@ -113,7 +113,7 @@ async fn every_call_records_its_caller() {
     .await;
     let entries = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             chat: Some("work".into()),
             ..Default::default()
@@ -121,7 +121,11 @@ async fn every_call_records_its_caller() {
         .unwrap();
     assert_eq!(entries.len(), 2);
     for e in &entries {
-        assert_eq!(e.caller, "gadget:script");
+        // The principal (the chat's owner ran the turn), the person it
+        // acted for, and the gadget (SPEC C5).
+        assert_eq!(e.caller, "alice");
+        assert_eq!(e.person, "alice");
+        assert_eq!(e.gadget.as_deref(), Some("script"));
         assert_eq!(e.chat, "work");
     }
     assert_eq!(entries[0].kind, "observation");

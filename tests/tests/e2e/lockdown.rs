@@ -18,7 +18,7 @@ async fn lockdown_world() -> Lockdown {
     let w = World::standard(Trust::Vetted).await;
     let warehouse = Warehouse::builder().account(OWNER, &["*"]).start().unwrap();
     let k = &w.kernel;
-    k.store().put_secret("warehouse-token", OWNER).unwrap();
+    k.put_secret("warehouse-token", OWNER).unwrap();
     let bytes = |name: &str| std::fs::read(gatehouse_e2e::guest(name)).unwrap();
     k.add_gatekeeper(
         "warehouse",
@@ -52,7 +52,7 @@ async fn lockdown_world() -> Lockdown {
 }
 
 fn latched(w: &World, chat: &str) -> bool {
-    w.kernel.store().chat(chat).unwrap().unwrap().latched
+    w.kernel.inspect().chat(chat).unwrap().unwrap().latched
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -88,7 +88,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
     assert!(latched(&w, "work"));
     let obs = w
         .kernel
-        .store()
+        .inspect()
         .ledger(&LedgerFilter {
             chat: Some("work".into()),
             kind: Some("observation".into()),
@@ -100,7 +100,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
     assert_eq!(last.sources.as_ref().unwrap()[0]["id"], "table:payroll");
 
     // After: any action, even to an unrelated gatekeeper, is refused and leaves no row (O4).
-    let open_before = w.kernel.store().pending(None).unwrap().len();
+    let open_before = w.kernel.inspect().pending(None).unwrap().len();
     let tracker_requests = w.tracker.requests().len();
     let after = w
         .script(
@@ -122,7 +122,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
         after[0]
     );
     assert_eq!(
-        w.kernel.store().pending(None).unwrap().len(),
+        w.kernel.inspect().pending(None).unwrap().len(),
         open_before,
         "no pending row"
     );
@@ -143,16 +143,16 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
     );
 
     // Nothing is auto-approved, even with both keys (U4).
-    let r = w.kernel.add_rule("issues:addLabel", "carol").await.unwrap();
+    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
     assert!(r.key_one && r.applied.is_empty());
     assert_eq!(
-        w.kernel.store().action(waiting).unwrap().unwrap().state,
+        w.kernel.inspect().action(waiting).unwrap().unwrap().state,
         ActionState::Pending
     );
 
     // The latch survives a restart; other chats are unaffected.
     let k = w.reopen();
-    assert!(k.store().chat("work").unwrap().unwrap().latched);
+    assert!(k.inspect().chat("work").unwrap().unwrap().latched);
     let other = w
         .script(
             "other",
@@ -169,7 +169,7 @@ async fn a_refused_owner_only_read_latches_nothing() {
     // The latch is written with the observation, only for an admitted read.
     let Lockdown { w, warehouse } = lockdown_world().await;
     w.kernel
-        .store()
+        
         .put_secret("warehouse-token", "not-an-account")
         .unwrap();
     let read = w

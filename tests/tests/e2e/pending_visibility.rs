@@ -3,7 +3,8 @@
 
 use gatehouse::kernel::Harness;
 use gatehouse::store::Trust;
-use gatehouse_e2e::World;
+use gatehouse_e2e::{TOKEN, World, call};
+use serde_json::{Value, json};
 
 const TASK: &str = "ensure Flaky login test | ci";
 
@@ -20,7 +21,7 @@ async fn agent_world(gatekeeper: &str) -> World {
 
 async fn approve_all(w: &World) {
     loop {
-        let pending = w.kernel.store().pending(None).unwrap();
+        let pending = w.kernel.inspect().pending(None).unwrap();
         let Some(a) = pending.first() else { break };
         assert!(w.kernel.approve(a.id, "alice").await.unwrap().ok());
     }
@@ -70,13 +71,13 @@ async fn awaiting_the_decision_creates_it_once_and_resumes_after_approval() {
 
     // Approving the create resumes the run; it then stages the label and waits again.
     assert!(w.kernel.approve(r.awaited[0], "alice").await.unwrap().ok());
-    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "waiting", "{run:?}");
     assert_eq!(run.turns, 2);
     assert!(run.last_output.unwrap().contains("addLabel"));
 
     approve_all(&w).await;
-    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "done", "{run:?}");
     assert!(
         run.last_output.unwrap().starts_with("done"),
@@ -101,7 +102,7 @@ async fn a_rejected_awaited_action_stops_the_run_instead_of_resuming_it() {
         .await
         .unwrap();
     assert!(w.kernel.reject(r.awaited[0], "alice").await.unwrap().ok());
-    let run = w.kernel.store().run_record(r.run).unwrap().unwrap();
+    let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "stopped");
     assert!(run.last_output.unwrap().contains("rejected"));
     assert_eq!(run.turns, 1, "never resumed");
@@ -123,7 +124,7 @@ async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
         out, "labelled: issue #3 (ci)",
         "two issues exist, so the provisional id is 3"
     );
-    let pending = w.kernel.store().pending(None).unwrap();
+    let pending = w.kernel.inspect().pending(None).unwrap();
     assert_eq!(pending.len(), 2);
     assert!(!pending[0].await_decision);
     assert_eq!(w.tracker.writes().len(), 0, "simulating sent nothing");
@@ -158,4 +159,49 @@ async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
         "the provisional id is the id that exists after approval"
     );
     assert!(issue.labels.contains(&"ci".to_string()));
+}
+
+/// A simulation is a read (SPEC S3, V1): in a shared chat where a
+/// collaborator could not see what it would touch, it is not made, and the
+/// action is staged to await a decision (docs/security-model.md, "Sharing").
+/// Found by the model test (issue 11): with the simulation moved behind the
+/// egress checks, the forward-exclusion refusal refused the stage itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_simulation_a_collaborator_could_not_see_is_skipped_and_the_action_awaits() {
+    let w = World::new();
+    w.install("script");
+    w.add_gatekeeper("issues-sim", "issues", Trust::Byo).await;
+    let k = &w.kernel;
+    for p in ["alice", "carol"] {
+        k.add_user(p).unwrap();
+    }
+    k.new_chat("work", "alice").unwrap();
+    k.introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    // Carol has no account at the tracker: she could not see the issues a
+    // simulation would read.
+    k.share("work", "carol", "alice", false).unwrap();
+    let operator = format!("Bearer {TOKEN}");
+    let with_operator = |w: &World| {
+        w.tracker
+            .requests()
+            .iter()
+            .filter(|r| r.authorization.as_deref() == Some(operator.as_str()))
+            .count()
+    };
+    let create = |title: &str| call("ISSUES", "createIssue", json!({ "title": title }));
+
+    let out = w.script("work", json!([create("held for a person")])).await;
+    let pending = &out[0]["pending"];
+    assert!(pending["action_id"].is_i64(), "staged: {}", out[0]);
+    assert_eq!(pending["await_decision"], json!(true), "{}", out[0]);
+    assert_eq!(pending["provisional"], Value::Null, "{}", out[0]);
+    assert_eq!(with_operator(&w), 0, "no simulation was made");
+    assert_eq!(w.tracker.writes().len(), 0);
+
+    // Unshared, the same write is simulated again.
+    k.unshare("work", "carol", "alice").unwrap();
+    let out = w.script("work", json!([create("simulated")])).await;
+    assert!(out[0]["pending"]["provisional"].is_object(), "{}", out[0]);
+    assert_eq!(k.inspect().pending(Some("work")).unwrap().len(), 2);
 }

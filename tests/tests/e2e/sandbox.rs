@@ -59,7 +59,7 @@ fn list_issues_script() -> String {
 }
 
 /// The parsed answer of a successful `script` turn.
-fn script_answer(report: &gatehouse::runtime::gadget::TurnReport) -> Value {
+fn script_answer(report: &gatehouse::TurnReport) -> Value {
     let out = report
         .output
         .as_ref()

@@ -87,7 +87,6 @@ impl Api {
     pub async fn signed_in(w: &World, base: &str, user: &str) -> Api {
         let token = w
             .kernel
-            .store()
             .create_signin_token(user, 60_000)
             .expect("a sign-in token");
         let mut api = Api::new(base);
@@ -217,8 +216,8 @@ impl Api {
 /// The standard world with alice (owner of `work`) and bob known.
 pub(crate) async fn people_world(trust: Trust) -> World {
     let w = World::standard(trust).await;
-    w.kernel.store().add_user("alice").expect("alice");
-    w.kernel.store().add_user("bob").expect("bob");
+    w.kernel.add_user("alice").expect("alice");
+    w.kernel.add_user("bob").expect("bob");
     w
 }
 
@@ -467,7 +466,7 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
 
     // resolved-by is the signed-in person, for both decisions.
     for id in &ids {
-        let a = w.kernel.store().action(*id).unwrap().unwrap();
+        let a = w.kernel.inspect().action(*id).unwrap().unwrap();
         assert_eq!(a.resolved_by.as_deref(), Some("alice"), "{a:?}");
     }
     let approved = api.get("/api/ledger?approved_by=alice").await.json();
@@ -656,7 +655,7 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     // triage reads (an observation) and stages two actions.
     let report = w.kernel.run("triage", "work", "").await.unwrap();
     report.output.unwrap();
-    let pending = w.kernel.store().pending(Some("work")).unwrap();
+    let pending = w.kernel.inspect().pending(Some("work")).unwrap();
     assert_eq!(pending.len(), 2);
     let server = serve(&w).await;
     let api = Api::signed_in(&w, &server.url(), "alice").await;
@@ -664,7 +663,8 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     let obs = api.get("/api/chats/work/observations").await.json();
     let obs = obs.as_array().unwrap();
     assert_eq!(obs.len(), 1, "{obs:?}");
-    assert_eq!(obs[0]["caller"], "gadget:triage");
+    assert_eq!(obs[0]["caller"], "alice");
+    assert_eq!(obs[0]["gadget"], "triage");
     assert!(
         obs[0]["summary"]
             .as_str()
@@ -730,9 +730,11 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(w.tracker.writes().is_empty());
 
-    // Vetted: both keys hold; the drain applies the pending addLabel, and
-    // the ledger records it as auto-approved, resolved by alice.
-    w.kernel.store().set_trust("issues", Trust::Vetted).unwrap();
+    // Vetted: both keys hold now, but the pending addLabel was staged when
+    // the gatekeeper was byo. What it would be sent with changed (SPEC
+    // P7): a person decides it, on current facts, and the prompt says so.
+    let label = pending.iter().find(|a| a.tool == "addLabel").unwrap().id;
+    w.kernel.set_trust("issues", Trust::Vetted).unwrap();
     let r = api
         .post("/api/rules", json!({"tag": "issues:addLabel"}))
         .await
@@ -744,7 +746,30 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .unwrap()
             .starts_with("Key one holds")
     );
-    assert_eq!(r["applied"].as_array().unwrap().len(), 1, "{r}");
+    assert!(r["applied"].as_array().unwrap().is_empty(), "{r}");
+    assert!(w.tracker.writes().is_empty());
+    let shown = api.get(&format!("/api/actions/{label}")).await.json();
+    assert!(
+        shown["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("Changed: gatekeeper issues's trust tier changed from byo to vetted"),
+        "{shown}"
+    );
+    let a = api
+        .post(&format!("/api/actions/{label}/approve"), json!({}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(w.tracker.writes().len(), 1);
+    // Staged under both keys, the next one is auto-approved, recorded as
+    // resolved by alice (her rule).
+    w.script(
+        "work",
+        json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"}))]),
+    )
+    .await;
+    w.kernel.settle().await;
+    assert_eq!(w.tracker.writes().len(), 2);
     let auto = api.get("/api/ledger?auto_approved=true").await.json();
     assert_eq!(auto.as_array().unwrap().len(), 1, "{auto}");
     assert_eq!(auto[0]["resolved_by"], "alice");
@@ -864,7 +889,7 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
 #[test]
 fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
     let w = World::new();
-    w.kernel.store().add_user("alice").unwrap();
+    w.kernel.add_user("alice").unwrap();
     let mut serve = cli_command(w.home(), &["serve", "--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -916,7 +941,7 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
         )
         .await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
-    w.kernel.share("salary-board", "bob", "alice").unwrap();
+    w.kernel.share("salary-board", "bob", "alice", false).unwrap();
     let server = serve(&w).await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
 
@@ -939,7 +964,7 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
     assert_eq!(v["alternatives"], json!({"wh-prod-7": ["finance"]}));
     assert!(
         w.kernel
-            .store()
+            .inspect()
             .observers("salary-board")
             .unwrap()
             .is_empty()
@@ -958,13 +983,20 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
     assert_eq!(v["checked"], 1);
     assert_eq!(v["observers"][0]["account"], "bob/finance");
 
-    // Someone the chat is not shared with: a one-line 404, as if there
-    // were no such chat (W2).
+    // Someone the chat is not shared with: answered exactly like a chat
+    // that does not exist (W2).
     let carol = Api::signed_in(&w, &server.url(), "carol").await;
     let a = carol
         .send("POST", "/api/chats/salary-board/open", Some(json!({})), &[])
         .await;
-    assert_eq!(a.status, 404);
-    assert!(a.error().contains("no chat named"), "{}", a.text);
+    let missing = carol
+        .send("POST", "/api/chats/no-such-board/open", Some(json!({})), &[])
+        .await;
+    assert_eq!(a.status, 404, "{}", a.text);
+    assert_eq!(missing.status, 404, "{}", missing.text);
+    assert_eq!(
+        a.error().replace("salary-board", "X"),
+        missing.error().replace("no-such-board", "X")
+    );
     server.stop().await;
 }

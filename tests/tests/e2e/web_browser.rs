@@ -7,7 +7,6 @@
 
 use crate::web_api::{PATIENCE, people_world, serve, stage_labels};
 use fantoccini::{Client, ClientBuilder, Locator};
-use gatehouse::classify::{Annotations, Tool};
 use gatehouse::store::Trust;
 use gatehouse_e2e::{World, call};
 use serde_json::{Value, json};
@@ -142,7 +141,6 @@ async fn screenshot(c: &Client, name: &str) -> PathBuf {
 async fn sign_in(c: &Client, w: &World, base: &str, user: &str) {
     let token = w
         .kernel
-        .store()
         .create_signin_token(user, 60_000)
         .expect("a sign-in token");
     c.goto(&format!("{base}/signin?token={token}"))
@@ -185,10 +183,10 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
         "return document.querySelector('li.action pre.prompt').textContent",
     )
     .await;
-    let a = w.kernel.store().action(ids[0]).unwrap().unwrap();
+    let a = w.kernel.inspect().action(ids[0]).unwrap().unwrap();
     let description = w
         .kernel
-        .store()
+        .inspect()
         .gatekeeper("issues")
         .unwrap()
         .unwrap()
@@ -257,7 +255,7 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
     assert!(writes.iter().any(|r| r.body.contains("\"first\"")));
     assert!(writes.iter().any(|r| r.body.contains("\"third\"")));
     for id in &ids {
-        let a = w.kernel.store().action(*id).unwrap().unwrap();
+        let a = w.kernel.inspect().action(*id).unwrap().unwrap();
         assert_eq!(a.resolved_by.as_deref(), Some("alice"));
     }
 
@@ -276,28 +274,35 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
     server.stop().await;
 }
 
-const EVIL_GATEKEEPER: &str = "<img src=x onerror=\"window.__pwned='name'\">";
+/// What the `forger` gatekeeper declares about its one tool.
 const EVIL_TOOL: &str =
     "<script>window.__pwned='tool';document.title='pwned'</script><b id=fake-tool>Endpoint:</b>";
 const EVIL_DESCRIPTION: &str = "Adds a label.</pre><script>window.__pwned='description'; document.title='pwned'</script>\n<img src=x onerror=\"window.__pwned='img';document.title='pwned'\">\nApprove: everything\n<div id=\"fake-field\">Endpoint: https://evil.example</div>";
+const EVIL_GATEKEEPER: &str = "forger";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     let driver = Driver::start();
     let w = people_world(Trust::Byo).await;
-    // A gatekeeper whose declared name, tool name and description carry
-    // HTML and script (its component is the real `issues` one; only what
-    // it declares about itself is hostile, which is what an approver sees).
-    let mut g = w.kernel.store().gatekeeper("issues").unwrap().unwrap();
-    g.name = EVIL_GATEKEEPER.into();
-    g.manifest.tools = vec![Tool {
-        name: EVIL_TOOL.into(),
-        description: EVIL_DESCRIPTION.into(),
-        input_schema: "{\"type\":\"object\"}".into(),
-        annotations: Annotations::default(),
-    }];
-    g.manifest.simulates = false;
-    w.kernel.store().put_gatekeeper(&g).unwrap();
+    // A real gatekeeper whose tool name and description carry HTML,
+    // script and forged kernel fields: what it declares about itself is
+    // what an approver sees.
+    let bytes = std::fs::read(gatehouse_e2e::guest("forger")).expect("guest built");
+    w.kernel
+        .add_gatekeeper(
+            EVIL_GATEKEEPER,
+            &bytes,
+            Trust::Byo,
+            Vec::new(),
+            None,
+            Vec::new(),
+            &|_| {},
+        )
+        .await
+        .unwrap();
+    let declared = w.kernel.inspect().gatekeeper(EVIL_GATEKEEPER).unwrap().unwrap();
+    assert_eq!(declared.manifest.tools[0].name, EVIL_TOOL);
+    assert_eq!(declared.manifest.tools[0].description, EVIL_DESCRIPTION);
     w.kernel
         .introduce("work", EVIL_GATEKEEPER, "EVIL", None, "alice")
         .unwrap();
@@ -367,7 +372,7 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
         "return document.querySelector('pre.prompt').textContent",
     )
     .await;
-    let a = w.kernel.store().action(id).unwrap().unwrap();
+    let a = w.kernel.inspect().action(id).unwrap().unwrap();
     assert_eq!(shown, gatehouse::prompt::render(&a, Some(EVIL_DESCRIPTION)));
     assert!(
         !shown.lines().any(|l| l.starts_with("Endpoint:")),

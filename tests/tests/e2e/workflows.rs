@@ -25,7 +25,7 @@ async fn fixture() -> Fixture {
     w.install("script");
     let cloud = Cloud::builder().token(TOKEN).start().expect("cloud starts");
     let k = &w.kernel;
-    k.store().put_secret("cloud-token", TOKEN).unwrap();
+    k.put_secret("cloud-token", TOKEN).unwrap();
     let bytes = std::fs::read(gatehouse_e2e::guest("cloud")).expect("guest built");
     k.add_gatekeeper(
         "cloud",
@@ -38,6 +38,10 @@ async fn fixture() -> Fixture {
     )
     .await
     .expect("gatekeeper added");
+    // The approvers the runs name.
+    for person in ["alice", "carol", "dave"] {
+        k.add_user(person).unwrap();
+    }
     Fixture { w, cloud }
 }
 
@@ -137,7 +141,7 @@ async fn launch_an_instance_then_tag_it() {
     // Before the decision: the launch step's calls are refused by the gate
     // and the service receives nothing.
     let s = k
-        .start_workflow("launch-and-tag", None, "alice")
+        .start_workflow("launch-and-tag", None, "alice", &["carol", "dave"])
         .await
         .unwrap();
     assert_eq!(s.state, "waiting");
@@ -217,7 +221,7 @@ async fn launch_an_instance_then_tag_it() {
         .await
         .unwrap();
     assert_eq!(status(&s, "tag"), "gated");
-    let s = k.resubmit(tag_req).await.unwrap();
+    let s = k.resubmit(tag_req, "alice").await.unwrap();
     let replaced = s.requests.iter().find(|r| r.id == tag_req).unwrap();
     assert_eq!(replaced.state, "replaced");
     let fresh = s
@@ -245,7 +249,7 @@ async fn launch_an_instance_then_tag_it() {
     assert_eq!(cloud.writes()[1].path, "/instances/i-1/tags");
 
     // The audit: who allowed each call, on what grounds.
-    let audit = k.store().invocations(run).unwrap();
+    let audit = k.inspect().invocations(run).unwrap();
     let allowed_launch = audit
         .iter()
         .find(|i| i.tool == "CLOUD:launchInstance" && i.decision == "allowed")
@@ -315,7 +319,7 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
             "edges": [["ask-a", "a"], ["ask-b", "b"], ["a", "join"], ["b", "join"]]
         }),
     );
-    let s = k.start_workflow("join", None, "alice").await.unwrap();
+    let s = k.start_workflow("join", None, "alice", &["carol", "dave"]).await.unwrap();
     let id = |s: &RunSummary, step: &str| {
         s.requests
             .iter()
@@ -353,7 +357,7 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
     );
     assert!(cloud.writes().is_empty());
     // Re-submitted and approved: both lists apply, the stricter wins.
-    let s = k.resubmit(ra).await.unwrap();
+    let s = k.resubmit(ra, "alice").await.unwrap();
     let ra2 = id(&s, "ask-a");
     assert_ne!(ra2, ra);
     let s = k
@@ -369,7 +373,7 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
     );
     assert_eq!(a[1]["done"]["type"], "small", "{}", a[1]);
     assert_eq!(cloud.writes().len(), 1);
-    let audit = k.store().invocations(s.run).unwrap();
+    let audit = k.inspect().invocations(s.run).unwrap();
     let allowed = audit
         .iter()
         .find(|i| i.decision == "allowed" && i.step == "join")
@@ -397,7 +401,7 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
         })
     };
     publish(&w, design(json!(["CLOUD:describeInstances"])));
-    let s1 = k.start_workflow("certs", None, "alice").await.unwrap();
+    let s1 = k.start_workflow("certs", None, "alice", &["carol", "dave"]).await.unwrap();
     assert_eq!(s1.state, "done");
     let look = answers(&s1, "look");
     let cert = &look[0];
@@ -424,10 +428,10 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
         &w,
         design(json!(["CLOUD:describeInstances", "CLOUD:launchInstance"])),
     );
-    let s2 = k.start_workflow("certs", None, "alice").await.unwrap();
+    let s2 = k.start_workflow("certs", None, "alice", &["carol", "dave"]).await.unwrap();
     let wide = answers(&s2, "look")[0]["tools"].clone();
     assert_eq!(wide.as_array().unwrap().len(), 2);
-    let fixed = k.store().run_steps(s1.run).unwrap();
+    let fixed = k.inspect().run_steps(s1.run).unwrap();
     assert_eq!(fixed[0].tools, vec!["CLOUD:describeInstances".to_owned()]);
 
     let run1 = s1.run;
@@ -482,7 +486,7 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
                        ]))}]
         }),
     );
-    let s = k.start_workflow("greedy", None, "alice").await.unwrap();
+    let s = k.start_workflow("greedy", None, "alice", &["carol", "dave"]).await.unwrap();
     let a = answers(&s, "ask");
     assert!(
         message(&a[0]).contains("never widen the design"),
@@ -496,4 +500,136 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
     );
     assert!(s.requests.is_empty());
     assert!(cloud.writes().is_empty());
+}
+
+/// Issue 11, side door 4b: covered workflow actions never checked the
+/// latch, the caps or the chat ledger. Now a covered call is staged and
+/// claimed through the one send path: in a locked-down run chat it is
+/// refused and the service receives nothing; sent ones are in the ledger.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
+    let Fixture { w, cloud } = fixture().await;
+    let k = &w.kernel;
+    let warehouse = gatehouse::demo::warehouse::Warehouse::builder()
+        .account("wh-owner-1", &["*"])
+        .start()
+        .expect("warehouse starts");
+    k.put_secret("wh-token", "wh-owner-1").unwrap();
+    let bytes = std::fs::read(gatehouse_e2e::guest("warehouse")).unwrap();
+    k.add_gatekeeper(
+        "warehouse",
+        &bytes,
+        Trust::Byo,
+        vec![warehouse.host()],
+        Some("wh-token".into()),
+        Vec::new(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    k.add_user("carol").unwrap();
+    publish(
+        &w,
+        json!({
+            "name": "peek-then-launch",
+            "services": {"CLOUD": "cloud", "WH": "warehouse"},
+            "steps": [
+                {"id": "ask", "gadget": "script", "input": request(json!({
+                    "CLOUD:launchInstance": {"type": {"eq": "small"}, "region": {"eq": "eu-1"}}
+                }))},
+                {"id": "peek", "gadget": "script", "tools": ["WH:query"],
+                 "input": script(json!([{"certcall": {"key": "WH", "tool": "query", "args": {"table": "payroll"}}}]))},
+                {"id": "launch", "gadget": "script", "tools": ["CLOUD:launchInstance"],
+                 "input": script(json!([certcall("launchInstance", json!({"type": "small", "region": "eu-1"}))]))}
+            ],
+            "edges": [["ask", "peek"], ["peek", "launch"]]
+        }),
+    );
+    let s = k
+        .start_workflow("peek-then-launch", None, "alice", &["carol"])
+        .await
+        .unwrap();
+    let req = s.requests[0].id;
+    let s = k
+        .decide_request(req, RequestDecision::Approve, "carol")
+        .await
+        .unwrap();
+    let peek = answers(&s, "peek");
+    assert!(peek[0].get("done").is_some(), "{}", peek[0]);
+    let chat = k.inspect().workflow_run(s.run).unwrap().unwrap().chat;
+    assert!(k.inspect().chat(&chat).unwrap().unwrap().latched);
+    let launch = answers(&s, "launch");
+    assert!(
+        message(&launch[0]).contains("locked down"),
+        "{}",
+        launch[0]
+    );
+    assert!(cloud.writes().is_empty(), "{:?}", cloud.writes());
+}
+
+/// Issue 11, side door 5: a workflow step could send the same call twice
+/// (the claim was per attempt), and a step that asked for approval was
+/// re-gated by its own re-run. Now a re-run of a step (after a crash
+/// between its call and its completion) finds the call already made and
+/// sends nothing again, and its approved request stands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
+    let Fixture { w, cloud } = fixture().await;
+    let k = &w.kernel;
+    k.add_user("carol").unwrap();
+    let launch = certcall("launchInstance", json!({"type": "small", "region": "eu-1"}));
+    publish(
+        &w,
+        json!({
+            "name": "ask-and-launch",
+            "services": {"CLOUD": "cloud"},
+            "steps": [
+                {"id": "go", "gadget": "script", "tools": ["CLOUD:launchInstance"],
+                 "input": script(json!([
+                     {"request": {"allowed": {"CLOUD:launchInstance": {
+                         "type": {"eq": "small"}, "region": {"eq": "eu-1"}}},
+                      "reason": "one small server"}},
+                     launch.clone(),
+                     launch.clone()
+                 ]))}
+            ]
+        }),
+    );
+    let s = k
+        .start_workflow("ask-and-launch", None, "alice", &["carol"])
+        .await
+        .unwrap();
+    assert_eq!(status(&s, "go"), "gated");
+    let req = s.requests[0].id;
+    let s = k
+        .decide_request(req, RequestDecision::Approve, "carol")
+        .await
+        .unwrap();
+    assert_eq!(status(&s, "go"), "done", "not re-gated by its own re-run");
+    assert_eq!(s.requests.iter().filter(|r| r.state != "replaced").count(), 1);
+    assert_eq!(cloud.writes().len(), 2, "two distinct calls, each sent once");
+
+    // A crash after the calls, before the step was recorded done: the step
+    // is pending again and the run is resumed.
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
+    db.execute(
+        "UPDATE run_steps SET status = 'pending' WHERE run = ?1 AND step = 'go'",
+        [s.run],
+    )
+    .unwrap();
+    db.execute("UPDATE workflow_runs SET state = 'running' WHERE id = ?1", [s.run])
+        .unwrap();
+    let s = k.resume_run("alice", s.run).await.unwrap();
+    assert_eq!(status(&s, "go"), "done");
+    let again = answers(&s, "go");
+    assert!(again[1].get("done").is_some(), "{}", again[1]);
+    assert!(again[2].get("done").is_some(), "{}", again[2]);
+    assert_eq!(cloud.writes().len(), 2, "nothing was sent again: {:?}", cloud.writes());
+    let audit = k.inspect().invocations(s.run).unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|i| i.reason.as_deref().is_some_and(|r| r.contains("not sent again"))),
+        "the audit says the re-run's calls were not sent again"
+    );
 }

@@ -16,9 +16,7 @@ CREATE TABLE IF NOT EXISTS gatekeepers (
     secret   TEXT,
     settings TEXT NOT NULL CHECK (json_valid(settings) AND json_type(settings) = 'object'),
     manifest TEXT NOT NULL CHECK (json_valid(manifest) AND json_type(manifest) = 'object'),
-    added_at INTEGER NOT NULL,
-    -- The allowed host credentials go to (SPEC C4); NULL: the only one.
-    credential_host TEXT
+    added_at INTEGER NOT NULL
 ) STRICT;
 
 -- Credentials. Only the kernel reads them, to inject them into a
@@ -89,8 +87,6 @@ CREATE INDEX IF NOT EXISTS ledger_by_chat ON ledger (chat, id);
 -- state, not a partial one, so that `state = 'pending'` can use it.
 DROP INDEX IF EXISTS ledger_open;
 CREATE INDEX IF NOT EXISTS ledger_by_state ON ledger (state, id);
--- A hand-over is recorded once per action (SPEC A4): found by its action.
-CREATE INDEX IF NOT EXISTS ledger_by_action_ref ON ledger (action_ref) WHERE action_ref IS NOT NULL;
 
 -- People known to this deployment (SPEC S). A chat's owner is whoever
 -- created it; collaborators are people it was shared with.
@@ -276,13 +272,3 @@ CREATE TABLE IF NOT EXISTS web_sessions (
     created_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL
 ) STRICT;
-
--- CSRF tokens (issue 12): random secrets of their own, never derived from
--- the session's, minted for each page that asks (GET /api/session) and
--- stored only as digests. A session keeps its newest few.
-CREATE TABLE IF NOT EXISTS web_csrf (
-    digest     TEXT PRIMARY KEY CHECK (length(digest) = 64),
-    session    TEXT NOT NULL REFERENCES web_sessions(digest) ON DELETE CASCADE,
-    created_at INTEGER NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS web_csrf_by_session ON web_csrf (session, created_at);

@@ -1,0 +1,29 @@
+//! The embedding seam: what a program that hosts Gatehouse's components
+//! *without* the kernel may use, and all that benchmarks use to build their
+//! baselines (a bare forwarding host: the same components, no policy).
+//!
+//! It exposes the component runtime (engine, limits, compiled-component
+//! cache), the generated bindings of the `gadget`/`step` and `gatekeeper`
+//! worlds, and a plain gatekeeper call. None of it reaches the kernel's
+//! state: a host built from these pieces has no introductions, no
+//! classification, no store and no gate — which is exactly what a baseline
+//! must lack. Programs that want the guarantees use [`crate::Kernel`].
+
+pub use crate::runtime::{Limits, Role, Runtime};
+
+/// The gadget side: the `step` world (a gadget, plus workflows) as bindgen
+/// generated it, and the host types of its resources.
+pub mod gadget {
+    pub use crate::runtime::gadget::gatehouse::os::{kernel, types, workflow};
+    pub use crate::runtime::gadget::{
+        CertificateHandle, Gadget, GadgetPre, ServiceHandle, TurnReport,
+    };
+}
+
+/// The gatekeeper side: a sandboxed gatekeeper instance and one call into
+/// it, with egress limited to `Reach`.
+pub mod gatekeeper {
+    pub use crate::runtime::gatekeeper::{
+        Called, Fault, GatekeeperPre, GatekeeperState, Reach, Sent, Witness, call, wit,
+    };
+}

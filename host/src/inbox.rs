@@ -1,0 +1,183 @@
+//! What a person sees (SPEC W1, R3, L2): their chats, the inbox of pending
+//! actions, one action and its approval prompt, the ledger and the
+//! observation set.
+//!
+//! Every read a surface makes for a person comes through here, and every
+//! one asks the one authorization rule (`crate::access`) first: a chat the
+//! person may not see does not exist for them, and neither do its actions.
+//! Owns no rule of its own and writes nothing.
+
+use crate::access::{Access, Need, Refusal};
+use crate::kernel::Kernel;
+use crate::store::{Action, Chat, LedgerEntry, LedgerFilter};
+use serde::Serialize;
+
+/// An action with its approval prompt: the one rendering every surface
+/// shows (SPEC R3).
+#[derive(Clone, Debug, Serialize)]
+pub struct Shown {
+    pub action: Action,
+    pub prompt: String,
+}
+
+/// Render `a`'s prompt with its tool's description as the gatekeeper
+/// declares it now.
+fn show(s: &crate::store::Store, a: Action) -> anyhow::Result<Shown> {
+    let description = s
+        .gatekeeper(&a.gatekeeper)?
+        .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
+    let prompt = crate::prompt::render(&a, description.as_deref());
+    Ok(Shown { action: a, prompt })
+}
+
+/// A chat as its visitor sees it in a list.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatSummary {
+    pub name: String,
+    pub owner: String,
+    pub latched: bool,
+    /// Actions awaiting a decision.
+    pub pending: usize,
+    /// Whether this person may decide there.
+    pub may_decide: bool,
+}
+
+impl Kernel {
+    /// What `person` may do in `chat` (the one rule, SPEC W1).
+    pub fn access(&self, chat: &str, person: &str) -> anyhow::Result<Access> {
+        self.store().access(chat, person)
+    }
+
+    /// The chats `person` may see, by name.
+    pub async fn chats(&self, person: &str) -> anyhow::Result<Vec<ChatSummary>> {
+        let p = person.to_owned();
+        self.store()
+            .run(move |s| {
+                let mut out = Vec::new();
+                for c in s.chats()? {
+                    let access = s.access(&c.name, &p)?;
+                    if !access.may_see() {
+                        continue;
+                    }
+                    out.push(ChatSummary {
+                        pending: s.pending_in(&c.name)?.len(),
+                        may_decide: access.may_decide(),
+                        name: c.name,
+                        owner: c.owner,
+                        latched: c.latched,
+                    });
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// A chat `person` may see.
+    pub async fn chat(&self, person: &str, chat: &str) -> anyhow::Result<Chat> {
+        let (p, c) = (person.to_owned(), chat.to_owned());
+        self.store()
+            .run(move |s| {
+                s.access(&c, &p)?.require(Need::See, &c, &p)?;
+                s.chat(&c)?
+                    .ok_or_else(|| Refusal::NoSuchChat(c.clone()).into())
+            })
+            .await
+    }
+
+    /// The pending actions `person` may see (of one chat, or of all the
+    /// chats they may see), oldest first.
+    pub async fn pending(&self, person: &str, chat: Option<&str>) -> anyhow::Result<Vec<Action>> {
+        let (p, c) = (person.to_owned(), chat.map(str::to_owned));
+        self.store()
+            .run(move |s| match c {
+                Some(c) => {
+                    s.access(&c, &p)?.require(Need::See, &c, &p)?;
+                    s.pending_in(&c)
+                }
+                None => {
+                    let mut visible = std::collections::HashMap::new();
+                    let mut out = Vec::new();
+                    for a in s.pending_all()? {
+                        let see = match visible.get(&a.chat) {
+                            Some(v) => *v,
+                            None => {
+                                let v = s.access(&a.chat, &p)?.may_see();
+                                visible.insert(a.chat.clone(), v);
+                                v
+                            }
+                        };
+                        if see {
+                            out.push(a);
+                        }
+                    }
+                    Ok(out)
+                }
+            })
+            .await
+    }
+
+    /// One action, if `person` may see its chat. `None` is also the answer
+    /// for an action that does not exist: the two are not told apart.
+    pub async fn action(&self, person: &str, id: i64) -> anyhow::Result<Option<Action>> {
+        let p = person.to_owned();
+        self.store()
+            .run(move |s| {
+                let Some(a) = s.action(id)? else {
+                    return Ok(None);
+                };
+                Ok(s.access(&a.chat, &p)?.may_see().then_some(a))
+            })
+            .await
+    }
+
+    /// One action with its approval prompt, if `person` may see it.
+    pub async fn shown(&self, person: &str, id: i64) -> anyhow::Result<Option<Shown>> {
+        let Some(a) = self.action(person, id).await? else {
+            return Ok(None);
+        };
+        self.store().run(move |s| show(s, a).map(Some)).await
+    }
+
+    /// The inbox: pending actions `person` may see, with their prompts.
+    pub async fn inbox(&self, person: &str, chat: Option<&str>) -> anyhow::Result<Vec<Shown>> {
+        let pending = self.pending(person, chat).await?;
+        self.store()
+            .run(move |s| pending.into_iter().map(|a| show(s, a)).collect())
+            .await
+    }
+
+    /// The ledger as `person` may see it: only the chats they may see. A
+    /// filter naming a chat they may not see is refused as if it did not
+    /// exist.
+    pub async fn ledger(
+        &self,
+        person: &str,
+        mut filter: LedgerFilter,
+    ) -> anyhow::Result<Vec<LedgerEntry>> {
+        if let Some(c) = &filter.chat {
+            self.store().access(c, person)?.require(Need::See, c, person)?;
+        } else {
+            let visible: Vec<String> = self
+                .chats(person)
+                .await?
+                .into_iter()
+                .map(|c| c.name)
+                .collect();
+            filter.chats = Some(visible);
+        }
+        self.store().run(move |s| s.ledger(&filter)).await
+    }
+
+    /// The chat's observation set (SPEC S1), for someone who may see it.
+    pub async fn observations(&self, person: &str, chat: &str) -> anyhow::Result<Vec<LedgerEntry>> {
+        self.ledger(
+            person,
+            LedgerFilter {
+                chat: Some(chat.to_owned()),
+                kind: Some("observation".into()),
+                ..LedgerFilter::default()
+            },
+        )
+        .await
+    }
+}
