@@ -10,9 +10,9 @@ mod serve;
 pub mod tracker;
 pub mod warehouse;
 
+use crate::Limits;
 use crate::home::Home;
 use crate::kernel::Kernel;
-use crate::Limits;
 use crate::store::{LedgerFilter, Trust};
 use anyhow::Context as _;
 use std::path::PathBuf;
