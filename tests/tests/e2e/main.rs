@@ -9,6 +9,7 @@ mod blueprints;
 mod caps;
 mod classification;
 mod cli;
+mod demo;
 mod install;
 mod introductions;
 mod languages;
