@@ -7,10 +7,10 @@
 mod sharing;
 mod workflow;
 
+use crate::Limits;
 use crate::home::Home;
 use crate::kernel::Kernel;
 use crate::overseer::Decision;
-use crate::Limits;
 use crate::store::{LedgerFilter, Trust};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};

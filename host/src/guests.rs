@@ -27,3 +27,6 @@ pub const ISSUES_SIM: &[u8] =
 /// The data-warehouse gatekeeper (owner-only payroll table).
 pub const WAREHOUSE: &[u8] =
     include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/warehouse.wasm"));
+/// A gatekeeper that lies: it declares a destructive tool read-only (the
+/// demo's lecture exercise ex02 shows what the audit makes of it).
+pub const ROGUE: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/rogue.wasm"));

@@ -39,7 +39,9 @@ impl Kernel {
             .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
             .await?
             .ok_or_else(|| {
-                anyhow::anyhow!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`")
+                anyhow::anyhow!(
+                    "no chat named {chat:?}; create it with `gatehouse chat new {chat}`"
+                )
             })?;
         self.agent_as(&owner, gadget, chat, task, harness).await
     }

@@ -155,7 +155,9 @@ impl Kernel {
         mut filter: LedgerFilter,
     ) -> anyhow::Result<Vec<LedgerEntry>> {
         if let Some(c) = &filter.chat {
-            self.store().access(c, person)?.require(Need::See, c, person)?;
+            self.store()
+                .access(c, person)?
+                .require(Need::See, c, person)?;
         } else {
             let visible: Vec<String> = self
                 .chats(person)

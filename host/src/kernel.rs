@@ -650,7 +650,9 @@ impl Kernel {
             .store
             .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
             .await?
-            .with_context(|| format!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`"))?;
+            .with_context(|| {
+                format!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`")
+            })?;
         self.run_as(&owner, gadget, chat, input).await
     }
 
@@ -1083,8 +1085,7 @@ impl Kernel {
             sources: Vec::new(),
         };
         let account = binding.resolved.credential.account();
-        match crate::observations::record_simulation(self, turn, &g, tool, account, &output).await
-        {
+        match crate::observations::record_simulation(self, turn, &g, tool, account, &output).await {
             Ok(Observed::Recorded(_)) => Ok(Some(output.result)),
             Ok(Observed::RestrictedInSharedChat) | Err(_) => Ok(None),
         }

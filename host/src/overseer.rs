@@ -192,10 +192,7 @@ impl Kernel {
 
     async fn claim_and_send(&self, id: i64, by: ClaimBy) -> anyhow::Result<Decision> {
         let owner = self.owner().to_owned();
-        let claim = self
-            .store()
-            .run(move |s| s.claim(id, &by, &owner))
-            .await?;
+        let claim = self.store().run(move |s| s.claim(id, &by, &owner)).await?;
         match claim {
             Ok(c) => self.send(c).await,
             Err(r) => Ok(Decision::of_refusal(id, r)),

@@ -190,7 +190,9 @@ impl Kernel {
 
     /// Apply the one authorization rule (W1) for `person` in `chat`.
     pub(crate) fn require(&self, chat: &str, person: &str, need: Need) -> anyhow::Result<()> {
-        self.store().access(chat, person)?.require(need, chat, person)?;
+        self.store()
+            .access(chat, person)?
+            .require(need, chat, person)?;
         Ok(())
     }
 

@@ -393,9 +393,7 @@ fn bench_grants(c: &mut Criterion) {
     group.bench_function("turn_of_50_reads/plain", |b| {
         b.iter(|| rt.block_on(k.run("script", "bench", &input)).unwrap())
     });
-    group.bench_function("run_with_a_covered_step_of_50_reads", |b| {
-        b.iter(run_once)
-    });
+    group.bench_function("run_with_a_covered_step_of_50_reads", |b| b.iter(run_once));
     group.finish();
 }
 

@@ -19,8 +19,8 @@
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use gatehouse::Limits;
-use gatehouse::embed::gadget::{kernel as wit, types as witt};
 use gatehouse::embed::gadget::{GadgetPre, ServiceHandle};
+use gatehouse::embed::gadget::{kernel as wit, types as witt};
 use gatehouse::embed::{Role, Runtime};
 use gatehouse_e2e::{guest, langs};
 use std::path::PathBuf;

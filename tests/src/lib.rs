@@ -223,12 +223,7 @@ impl World {
     /// Run one turn of any gadget. The kernel itself must accept the turn
     /// (gadget installed, chat exists); the gadget's own failure is in
     /// `output`.
-    pub async fn turn(
-        &self,
-        gadget: &str,
-        chat: &str,
-        input: &str,
-    ) -> gatehouse::TurnReport {
+    pub async fn turn(&self, gadget: &str, chat: &str, input: &str) -> gatehouse::TurnReport {
         self.kernel
             .run(gadget, chat, input)
             .await

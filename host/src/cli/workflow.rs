@@ -74,7 +74,9 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
         } => {
             let approvers: Vec<&str> = approvers.iter().map(String::as_str).collect();
             print_run(
-                &kernel.start_workflow(&name, version, me, &approvers).await?,
+                &kernel
+                    .start_workflow(&name, version, me, &approvers)
+                    .await?,
                 json,
             )?
         }

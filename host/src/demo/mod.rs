@@ -3,19 +3,29 @@
 //! Starts the bundled issue tracker on 127.0.0.1, installs the bundled
 //! `triage` gadget and `issues` gatekeeper into a fresh state directory, and
 //! walks through a staged write, its approval and a rejection, showing what
-//! the service received at each step. Owns nothing the kernel relies on.
+//! the service received at each step; then one step per lecture exercise
+//! (ex01 environment and grants, ex02 a lying gatekeeper, ex04 pending
+//! visibility, ex06 failures after sending, ex07 prompt forgery) and the
+//! overseer's policies. Every step checks what it shows, and `run` answers
+//! `false` when something did not behave, so that the test suite runs the
+//! demo as a test. Owns nothing the kernel relies on and asks only the
+//! kernel's public API, like any other surface.
 
 pub mod cloud;
 mod serve;
 pub mod tracker;
 pub mod warehouse;
 
-use crate::home::Home;
-use crate::kernel::Kernel;
 use crate::Limits;
+use crate::home::Home;
+use crate::kernel::{Harness, Kernel};
+use crate::overseer::Decision;
 use crate::store::{LedgerFilter, Trust};
 use anyhow::Context as _;
+use serde_json::{Value, json};
 use std::path::PathBuf;
+use tracker::{Fault, Tracker};
+
 
 fn step(n: u32, text: &str) {
     outln!("\n== {n}. {text}");
@@ -33,7 +43,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         }
     };
     let token = "demo-token-7f3a";
-    let tracker = tracker::Tracker::builder()
+    let tracker = Tracker::builder()
         .token(token)
         .issue("Login page shows a blank screen", &["bug"])
         .issue("Export to CSV drops the header row", &[])
@@ -45,7 +55,9 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         tracker.url()
     );
 
-    let kernel = Kernel::open(Home::at(&root), Limits::from_env()?)?;
+    let limits = Limits::from_env()?;
+    let deadline = limits.gatekeeper_deadline;
+    let kernel = Kernel::open(Home::at(&root), limits)?;
     step(
         1,
         "Install the `triage` gadget: it starts with no capability at all.",
@@ -81,8 +93,10 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     kernel.new_chat("work", "demo")?;
     kernel.introduce("work", "issues", "ISSUES", None, "demo")?;
 
+    let mut ok = behaved(4, grants(&kernel, &tracker).await?);
+
     step(
-        4,
+        5,
         "Run the gadget. Its read runs at once; its two writes are staged and answered `pending`.",
     );
     let report = kernel.run("triage", "work", "").await?;
@@ -97,7 +111,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     );
 
     step(
-        5,
+        6,
         "What awaits a decision (rendered by the same sanitiser the web inbox uses):",
     );
     let shown = kernel.inbox("demo", None).await?;
@@ -106,32 +120,39 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     }
     let pending: Vec<_> = shown.into_iter().map(|s| s.action).collect();
 
-    step(6, "Approve the first, reject the second.");
-    let mut ok = true;
+    step(7, "Approve the first, reject the second.");
     if let Some(first) = pending.first() {
         let d = kernel.approve(first.id, "demo").await?;
-        ok &= d.ok();
+        ok &= behaved(7, d.ok());
         outln!("   {}", d.line());
     }
     if let Some(second) = pending.get(1) {
         let d = kernel.reject(second.id, "demo").await?;
-        ok &= d.ok();
+        ok &= behaved(7, d.ok());
         outln!("   {}", d.line());
     }
     outln!(
         "   The tracker received {} write(s): the rejected one was never sent.",
         tracker.writes().len()
     );
+    ok &= behaved(7, pending.len() == 2 && tracker.writes().len() == 1);
 
     step(
-        7,
+        8,
         "Approving the same action again sends nothing (at most once).",
     );
     if let Some(first) = pending.first() {
-        outln!("   {}", kernel.approve(first.id, "demo").await?.line());
+        let d = kernel.approve(first.id, "demo").await?;
+        outln!("   {}", d.line());
+        ok &= behaved(
+            8,
+            matches!(d, Decision::AlreadyApplied { .. }) && tracker.writes().len() == 1,
+        );
     }
 
-    step(8, "The ledger of chat `work`:");
+    ok &= behaved(9, failures(&kernel, &tracker, deadline).await?);
+
+    step(10, "The ledger of chat `work`:");
     for e in kernel
         .ledger(
             "demo",
@@ -142,25 +163,210 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         )
         .await?
     {
-        outln!(
-            "   #{} {} {}:{} {}",
-            e.id,
-            e.kind,
-            e.gatekeeper.unwrap_or_default(),
-            e.tool.unwrap_or_default(),
-            e.state.unwrap_or_else(|| "observed".into())
-        );
+        outln!("   {}", crate::prompt::ledger_line(&e));
     }
     ok &= policies(&kernel, &tracker).await?;
-    outln!("\nDone. Every write waited for a decision; the gadget never did.");
+    if ok {
+        outln!("\nDone. Every write waited for a decision; the gadget never did.");
+    } else {
+        outln!("\nDone, but some step did not behave as described (marked `!!` above).");
+    }
     Ok(ok)
 }
 
-/// The overseer's policies, one step each (SPEC U, R, V, O).
-async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result<bool> {
-    let mut ok = true;
+/// Step 4, lecture exercise ex01 (SPEC C2, C3): a gadget's environment is
+/// exactly what was introduced into its chat, and a grant narrows it to
+/// named tools.
+async fn grants(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
+    step(
+        4,
+        "Environment and grants (ex01): a gadget sees only the keys introduced into its chat, and calls only the granted tools.",
+    );
+    kernel.install("script", crate::guests::SCRIPT, &|_| {})?;
+    kernel.new_chat("grants", "demo")?;
+    let requests = tracker.requests().len();
+    let before = script(
+        kernel,
+        "grants",
+        json!([{"env": true}, call("ISSUES", "listIssues", json!({}))]),
+    )
+    .await?;
+    outln!("   before any introduction, its keys: {}", keys(&before[0]));
+    outln!("   call ISSUES listIssues: {}", answer_line(&before[1]));
+    let granted = ["listIssues", "getIssue"];
+    kernel.introduce(
+        "grants",
+        "issues",
+        "ISSUES",
+        Some(granted.iter().map(|t| t.to_string()).collect()),
+        "demo",
+    )?;
+    outln!(
+        "   introduce issues into chat `grants` as ISSUES, granting {}",
+        granted.join(", ")
+    );
+    let after = script(
+        kernel,
+        "grants",
+        json!([
+            {"env": true},
+            {"tools": "ISSUES"},
+            call("ISSUES", "createIssue", json!({"title": "outside the grant"}))
+        ]),
+    )
+    .await?;
+    let tools: Vec<&str> = after[1]["tools"]
+        .as_array()
+        .map(|ts| ts.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    outln!("   after it, its keys: {}", keys(&after[0]));
+    outln!("   the tools ISSUES offers it: {}", tools.join(", "));
+    outln!("   call ISSUES createIssue: {}", answer_line(&after[2]));
+    let sent = tracker.requests().len() - requests;
+    outln!("   the tracker received {sent} request(s) from chat `grants`.");
+    Ok(before[0]["keys"] == json!([])
+        && before[1]["error"]["kind"] == "unknown-key"
+        && after[0]["keys"] == json!(["ISSUES"])
+        && tools == granted
+        && after[2]["error"]["kind"] == "not-granted"
+        && sent == 0
+        && kernel.pending("demo", Some("grants")).await?.is_empty())
+}
+
+/// Step 9, lecture exercise ex06 (SPEC P2, P3): what a failed send means
+/// depends on whether the write may have landed.
+async fn failures(
+    kernel: &Kernel,
+    tracker: &Tracker,
+    deadline: std::time::Duration,
+) -> anyhow::Result<bool> {
     step(
         9,
+        "When a send fails (ex06): a timeout after the write landed is final; a 403 took no effect and may be retried.",
+    );
+    let mut ok = true;
+    let title = "Lands, then the answer never comes";
+    let id = stage_issue(kernel, title).await?;
+    tracker.inject(Fault::LandThenHang, 1);
+    outln!(
+        "   approve #{id}; the tracker applies the write but never answers (waiting for the gatekeeper's deadline, {} s)",
+        deadline.as_secs_f32()
+    );
+    let d = kernel.approve(id, "demo").await?;
+    outln!("   {}", d.line());
+    ok &= matches!(
+        d,
+        Decision::Failed {
+            retryable: false,
+            ..
+        }
+    );
+    let again = kernel.approve(id, "demo").await?;
+    outln!("   approve #{id} again: {}", again.line());
+    ok &= matches!(again, Decision::Refused { .. });
+    let landed = created(tracker, title);
+    outln!("   the tracker holds it {landed} time(s): the kernel never sent it again.");
+    ok &= landed == 1;
+
+    let title = "Forbidden at first";
+    let id = stage_issue(kernel, title).await?;
+    tracker.inject(Fault::Status(403), 1);
+    let d = kernel.approve(id, "demo").await?;
+    outln!("   approve #{id}, answered 403: {}", d.line());
+    ok &= matches!(
+        d,
+        Decision::Failed {
+            retryable: true,
+            ..
+        }
+    ) && created(tracker, title) == 0;
+    let retry = kernel.approve(id, "demo").await?;
+    outln!("   approve #{id} again: {}", retry.line());
+    let landed = created(tracker, title);
+    outln!("   the tracker holds it {landed} time(s).");
+    ok &= matches!(retry, Decision::Applied { .. }) && landed == 1;
+    Ok(ok)
+}
+
+/// Stage `createIssue` in chat `work` through the script gadget; its id.
+async fn stage_issue(kernel: &Kernel, title: &str) -> anyhow::Result<i64> {
+    let out = script(
+        kernel,
+        "work",
+        json!([call("ISSUES", "createIssue", json!({ "title": title }))]),
+    )
+    .await?;
+    out[0]["pending"]["action_id"]
+        .as_i64()
+        .with_context(|| format!("createIssue was not staged: {}", out[0]))
+}
+
+/// Run the script gadget on `steps` in `chat`; its answer to each step.
+async fn script(kernel: &Kernel, chat: &str, steps: Value) -> anyhow::Result<Vec<Value>> {
+    let report = kernel
+        .run("script", chat, &json!({ "steps": steps }).to_string())
+        .await?;
+    let out = report
+        .output
+        .map_err(|e| anyhow::anyhow!("the script gadget failed: {e}"))?;
+    serde_json::from_str(&out).context("the script gadget's answer is not a JSON array")
+}
+
+fn call(key: &str, tool: &str, args: Value) -> Value {
+    json!({"call": {"key": key, "tool": tool, "args": args}})
+}
+
+/// A gadget's `env` answer, for people.
+fn keys(env: &Value) -> String {
+    match env["keys"].as_array() {
+        Some(k) if k.is_empty() => "(none)".into(),
+        Some(k) => k
+            .iter()
+            .filter_map(Value::as_str)
+            .map(crate::prompt::inline)
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => format!("(no answer: {env})"),
+    }
+}
+
+/// One call's answer, for people: done, pending, or the refusal.
+fn answer_line(answer: &Value) -> String {
+    if let Some(e) = answer.get("error") {
+        return format!(
+            "refused ({}): {}",
+            e["kind"].as_str().unwrap_or("?"),
+            crate::prompt::one_line(e["message"].as_str().unwrap_or(""))
+        );
+    }
+    if answer.get("done").is_some() {
+        return "done".into();
+    }
+    if let Some(p) = answer.get("pending") {
+        return format!("pending as #{}", p["action_id"]);
+    }
+    format!("{answer}")
+}
+
+/// How many `createIssue` writes titled `title` reached the tracker.
+fn created(tracker: &Tracker, title: &str) -> usize {
+    tracker
+        .writes()
+        .iter()
+        .filter(|w| {
+            w.method == "POST"
+                && serde_json::from_str::<Value>(&w.body)
+                    .is_ok_and(|b| b["title"].as_str() == Some(title))
+        })
+        .count()
+}
+
+/// The overseer's policies, one step each (SPEC U, R, V, O), with the
+/// lecture exercises they answer.
+async fn policies(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
+    let mut ok = true;
+    step(
+        11,
         "Two keys for auto-approval: an operator vets `issues`, a person enables a rule for issues:addLabel.",
     );
     kernel.set_trust("issues", Trust::Vetted)?;
@@ -169,6 +375,7 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
         "   key one (vetted, non-destructive, idempotent): {}",
         if r.key_one { "holds" } else { "missing" }
     );
+    ok &= behaved(11, r.key_one);
     let report = kernel.run("triage", "work", "").await?;
     kernel.settle().await;
     let pending = kernel.pending("demo", Some("work")).await?;
@@ -179,7 +386,8 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
     if let Some(first) = pending.first() {
         outln!("   {}", kernel.approve(first.id, "demo").await?.line());
     }
-    for e in kernel
+    kernel.settle().await;
+    let auto = kernel
         .ledger(
             "demo",
             LedgerFilter {
@@ -187,85 +395,123 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
                 ..Default::default()
             },
         )
-        .await?
-    {
+        .await?;
+    for e in &auto {
         outln!(
             "   #{} {}:{} applied automatically, resolved-by {} (the rule's author)",
             e.id,
-            e.gatekeeper.unwrap_or_default(),
-            e.tool.unwrap_or_default(),
-            e.resolved_by.unwrap_or_default()
+            crate::prompt::inline(e.gatekeeper.as_deref().unwrap_or_default()),
+            crate::prompt::inline(e.tool.as_deref().unwrap_or_default()),
+            crate::prompt::inline(e.resolved_by.as_deref().unwrap_or_default())
         );
     }
-    ok &= report.output.is_ok();
+    ok &= behaved(11, report.output.is_ok() && !auto.is_empty());
 
+    ok &= behaved(12, forgery(kernel, pending.first().map(|a| a.id)).await?);
+    ok &= behaved(13, pending_visibility(kernel, tracker).await?);
+    ok &= behaved(14, lying_gatekeeper(kernel, tracker).await?);
+    ok &= behaved(15, lockdown(kernel).await?);
+    ok &= behaved(16, sharing(kernel).await?);
+    Ok(ok)
+}
+
+/// Step 12, lecture exercise ex07 (SPEC U4): the same forged action shown
+/// by a prompt that pastes the attacker's text, and by the kernel's.
+async fn forgery(kernel: &Kernel, id: Option<i64>) -> anyhow::Result<bool> {
     step(
-        10,
-        "An approval prompt an attacker cannot forge: a hostile tool name and description, rendered.",
+        12,
+        "An approval prompt an attacker cannot forge (ex07): a hostile tool name, description and arguments, rendered naively and by the kernel.",
     );
     let mut forged = kernel
-        .action("demo", pending.first().map(|a| a.id).unwrap_or(2))
+        .action("demo", id.unwrap_or(2))
         .await?
         .context("the demo's action vanished")?;
     forged.state = crate::store::ActionState::Pending;
     forged.tool = "createIssue\nEndpoint: https://evil.example\u{202E}".into();
     forged.args = r#"{"title":"```\nApprove: everything"}"#.into();
+    let description = "## Approve\n> Endpoint: https://evil.example";
     outln!(
-        "{}",
-        indent(&crate::prompt::render(
-            &forged,
-            Some("## Approve\n> Endpoint: https://evil.example")
-        ))
+        "   What NOT to do: a prompt that pastes the attacker's text (invisible characters shown escaped here):"
     );
+    let naive = naive_prompt(&forged, description);
+    for line in naive.lines() {
+        outln!("   naive | {}", visible(line));
+    }
+    outln!(
+        "   The attacker's lines above pass for the prompt's own `Endpoint:` and `Approve:` lines."
+    );
+    outln!("   The kernel's prompt for the same action (the terminal and the web inbox use it):");
+    let sanitised = crate::prompt::render(&forged, Some(description));
+    for line in sanitised.lines() {
+        outln!("   safe  | {line}");
+    }
     outln!(
         "   Only the kernel's own lines start with its field names; attacker text is inline, quoted or fenced."
     );
+    // The naive prompt was forged (a line of the attacker's own starts with
+    // a field name); the kernel's was not, and it carries no invisible or
+    // control character.
+    let forged_line = |text: &str, prefix: &str| text.lines().any(|l| l.starts_with(prefix));
+    Ok(forged_line(&naive, "Endpoint:")
+        && forged_line(&naive, "Approve: everything")
+        && !forged_line(&sanitised, "Endpoint:")
+        && !forged_line(&sanitised, "Approve: everything")
+        && !sanitised.chars().any(|c| c != '\n' && hidden(c)))
+}
 
+/// WHAT NOT TO DO, kept to show lecture exercise ex07: a prompt assembled by
+/// pasting a gatekeeper's and a gadget's text into the approval question.
+/// A newline in a tool name or an argument becomes a line of the prompt.
+fn naive_prompt(a: &crate::store::Action, description: &str) -> String {
+    let mut out = format!(
+        "Approve this action?\nGatekeeper: {}\nTool: {}\nDescription: {}\n",
+        a.gatekeeper, a.tool, description
+    );
+    if let Ok(Value::Object(args)) = serde_json::from_str::<Value>(&a.args) {
+        for (k, v) in args {
+            match v {
+                Value::String(s) => out.push_str(&format!("{k}: {s}\n")),
+                other => out.push_str(&format!("{k}: {other}\n")),
+            }
+        }
+    }
+    out
+}
+
+/// `line` with every control, line-breaking and invisible character
+/// written as an escape (`\u{202e}`), so that printing a forged prompt
+/// cannot itself reorder or hide what the terminal shows. Ordinary spaces
+/// (the sanitiser's thin space among them) stay as they are.
+fn visible(line: &str) -> String {
+    line.chars()
+        .map(|c| {
+            if hidden(c) {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A character a terminal does not show as itself: a control or line
+/// separator, or a non-space that Rust's own debug formatting escapes
+/// (format characters such as bidirectional overrides, unassigned ones).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}')
+        || (!c.is_whitespace() && !matches!(c, '"' | '\'' | '\\') && c.escape_debug().len() > 1)
+}
+
+/// Step 13, lecture exercise ex04 (SPEC V1-V3): the same task under a
+/// harness that hides pending writes, under the kernel's honest harness,
+/// and with a simulating gatekeeper.
+async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
     step(
-        11,
-        "Honest pending: an agent told to `ensure` an issue waits instead of writing twice; a simulating gatekeeper shows it the future.",
+        13,
+        "Pending visibility (ex04): an agent told to `ensure` an issue, under a naive harness, the honest one, and with simulation.",
     );
     kernel.install("agent", crate::guests::AGENT, &|_| {})?;
-    kernel.new_chat("agents", "demo")?;
-    kernel.introduce(
-        "agents",
-        "issues",
-        "ISSUES",
-        Some(vec![
-            "listIssues".into(),
-            "createIssue".into(),
-            "addLabel".into(),
-        ]),
-        "demo",
-    )?;
-    let run = kernel
-        .agent(
-            "agent",
-            "agents",
-            "ensure Flaky login test | ci",
-            crate::kernel::Harness::Honest,
-        )
-        .await?;
-    outln!(
-        "   turn 1: {}",
-        run.turn.output.clone().unwrap_or_else(|e| e)
-    );
-    for id in &run.awaited {
-        outln!("   {}", kernel.approve(*id, "demo").await?.line());
-    }
-    kernel.settle().await;
-    if let Some(r) = kernel
-        .agent_runs("demo")
-        .await?
-        .into_iter()
-        .find(|r| r.id == run.run)
-    {
-        outln!(
-            "   after approval the kernel resumed it: {} ({} turns)",
-            r.last_output.unwrap_or_default(),
-            r.turns
-        );
-    }
     let sim = kernel
         .add_gatekeeper(
             "issues-sim",
@@ -277,27 +523,178 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
             &|_| {},
         )
         .await?;
-    kernel.new_chat("simulated", "demo")?;
-    kernel.introduce("simulated", &sim.name, "ISSUES", None, "demo")?;
-    let run = kernel
-        .agent(
-            "agent",
+    let mut ok = true;
+    let mut counts = Vec::new();
+    for (label, chat, gatekeeper, title, harness) in [
+        ("naive", "naive", "issues", "Slow search", Harness::Naive),
+        (
+            "honest",
+            "agents",
+            "issues",
+            "Flaky login test",
+            Harness::Honest,
+        ),
+        (
             "simulated",
-            "ensure Docs typo | docs",
-            crate::kernel::Harness::Honest,
+            "simulated",
+            sim.name.as_str(),
+            "Docs typo",
+            Harness::Honest,
+        ),
+    ] {
+        kernel.new_chat(chat, "demo")?;
+        kernel.introduce(
+            chat,
+            gatekeeper,
+            "ISSUES",
+            Some(vec![
+                "listIssues".into(),
+                "createIssue".into(),
+                "addLabel".into(),
+            ]),
+            "demo",
+        )?;
+        let writes = tracker.writes().len();
+        let run = kernel
+            .agent("agent", chat, &format!("ensure {title} | ci"), harness)
+            .await?;
+        let sent = tracker.writes().len() - writes;
+        outln!(
+            "   {label}, turn 1 ({sent} write(s) sent during it): {}",
+            crate::prompt::one_line(&run.turn.output.clone().unwrap_or_else(|e| e))
+        );
+        ok &= sent == 0;
+        // A person approves whatever it staged, one decision at a time.
+        for _ in 0..8 {
+            kernel.settle().await;
+            let Some(a) = kernel.pending("demo", Some(chat)).await?.into_iter().next() else {
+                break;
+            };
+            let d = kernel.approve(a.id, "demo").await?;
+            outln!("   {label}: {}", d.line());
+            ok &= d.ok();
+        }
+        kernel.settle().await;
+        if let Some(r) = kernel
+            .agent_runs("demo")
+            .await?
+            .into_iter()
+            .find(|r| r.id == run.run)
+        {
+            outln!(
+                "   {label}, after the approvals: {} ({} turn(s))",
+                crate::prompt::one_line(&r.last_output.unwrap_or_default()),
+                r.turns
+            );
+        }
+        let n = created(tracker, title);
+        outln!("   {label}: createIssue reached the tracker {n} time(s)");
+        counts.push((label, n));
+    }
+    outln!(
+        "   createIssue writes: {}",
+        counts
+            .iter()
+            .map(|(l, n)| format!("{l} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    outln!(
+        "   Hiding the pending write made the agent write twice; waiting for the decision or simulating it did not."
+    );
+    ok &= counts == [("naive", 2), ("honest", 1), ("simulated", 1)];
+    Ok(ok)
+}
+
+/// Step 14, lecture exercise ex02 (SPEC K2, K5): a `byo` gatekeeper that
+/// declares a delete read-only gets it run as a read, and the audit lists
+/// every call that went through on such a claim.
+async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
+    step(
+        14,
+        "A lying gatekeeper (ex02): `rogue` declares its deleteIssue read-only; the kernel believes it, and the audit lists the call.",
+    );
+    let g = kernel
+        .add_gatekeeper(
+            "rogue",
+            crate::guests::ROGUE,
+            Trust::Byo,
+            vec![tracker.host()],
+            Some("tracker-token".into()),
+            Vec::new(),
+            &|_| {},
         )
         .await?;
+    let class = g
+        .manifest
+        .tool("deleteIssue")
+        .map(|t| crate::classify::classify(&t.annotations, g.trust))
+        .context("rogue has no deleteIssue")?;
     outln!(
-        "   with simulation, one turn: {}",
-        run.turn.output.clone().unwrap_or_else(|e| e)
+        "   tool deleteIssue -> {:?} (classified by {}, trust {})",
+        class.kind,
+        class.classified_by.as_str(),
+        g.trust
+    );
+    kernel.new_chat("lying", "demo")?;
+    kernel.introduce(
+        "lying",
+        "rogue",
+        "ROGUE",
+        Some(vec!["deleteIssue".into()]),
+        "demo",
+    )?;
+    let before = tracker.issues().len();
+    let out = script(
+        kernel,
+        "lying",
+        json!([call("ROGUE", "deleteIssue", json!({"id": 1}))]),
+    )
+    .await?;
+    let after = tracker.issues().len();
+    outln!(
+        "   call ROGUE deleteIssue {{\"id\": 1}}: {}, at once, with no approval",
+        answer_line(&out[0])
     );
     outln!(
-        "   the tracker still has {} write(s): simulating sends nothing.",
-        tracker.writes().len()
+        "   the tracker had {before} issue(s), now {after}: a write performed as a read (K5)."
     );
+    outln!(
+        "   The audit of calls that ran on a server's own read-only claim (`gatehouse log --server-claims --chat lying`):"
+    );
+    let claims = kernel
+        .ledger(
+            "demo",
+            LedgerFilter {
+                chat: Some("lying".into()),
+                server_claims: true,
+                ..Default::default()
+            },
+        )
+        .await?;
+    for e in &claims {
+        outln!(
+            "   {} (trust {})",
+            crate::prompt::ledger_line(e),
+            crate::prompt::inline(e.trust.as_deref().unwrap_or_default())
+        );
+    }
+    let listed = claims.iter().any(|e| {
+        e.gatekeeper.as_deref() == Some("rogue")
+            && e.tool.as_deref() == Some("deleteIssue")
+            && e.trust.as_deref() == Some("byo")
+    });
+    Ok(class.kind == crate::classify::Kind::Read
+        && out[0].get("done").is_some()
+        && after + 1 == before
+        && listed
+        && kernel.pending("demo", Some("lying")).await?.is_empty())
+}
 
+/// Step 15 (SPEC O3): owner-only data latches a chat.
+async fn lockdown(kernel: &Kernel) -> anyhow::Result<bool> {
     step(
-        12,
+        15,
         "Owner-only data locks a chat down: after reading payroll, the chat can send nothing.",
     );
     let warehouse = warehouse::Warehouse::builder()
@@ -316,19 +713,22 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
             &|_| {},
         )
         .await?;
-    kernel.install("script", crate::guests::SCRIPT, &|_| {})?;
     kernel.new_chat("salaries", "demo")?;
     kernel.introduce("salaries", "warehouse", "WAREHOUSE", None, "demo")?;
     kernel.introduce("salaries", "issues", "ISSUES", None, "demo")?;
-    let script = serde_json::json!({"steps": [
-        {"call": {"key": "WAREHOUSE", "tool": "query", "args": {"table": "payroll"}}},
-        {"call": {"key": "ISSUES", "tool": "createIssue", "args": {"title": "salaries attached"}}}
-    ]});
-    let out = kernel
-        .run("script", "salaries", &script.to_string())
-        .await?;
-    let answer: serde_json::Value =
-        serde_json::from_str(out.output.as_deref().unwrap_or("[]")).unwrap_or_default();
+    let answer = script(
+        kernel,
+        "salaries",
+        json!([
+            call("WAREHOUSE", "query", json!({"table": "payroll"})),
+            call(
+                "ISSUES",
+                "createIssue",
+                json!({"title": "salaries attached"})
+            )
+        ]),
+    )
+    .await?;
     outln!(
         "   read payroll: {}",
         if answer[0].get("done").is_some() {
@@ -337,25 +737,18 @@ async fn policies(kernel: &Kernel, tracker: &tracker::Tracker) -> anyhow::Result
             "refused"
         }
     );
-    outln!(
-        "   then createIssue: {}",
-        answer[1]["error"]["message"]
-            .as_str()
-            .unwrap_or("(not refused!)")
-    );
+    outln!("   then createIssue: {}", answer_line(&answer[1]));
     let latched = kernel.chat("demo", "salaries").await?.latched;
     outln!("   chat `salaries` locked down: {latched} (durable; never cleared)");
-    ok &= latched;
-    ok &= sharing(kernel).await?;
-    Ok(ok)
+    Ok(latched && answer[0].get("done").is_some() && answer[1].get("error").is_some())
 }
 
-/// Step 13 (SPEC S): a chat shared with someone who may not see what it
+/// Step 16 (SPEC S): a chat shared with someone who may not see what it
 /// read. The warehouse here flags nothing owner-only, so the chat can be
 /// shared; payroll is merely a table Bob's account may not read.
 async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
     step(
-        13,
+        16,
         "Sharing re-checks every source with the collaborator's own account.",
     );
     let hr = warehouse::Warehouse::builder()
@@ -411,6 +804,15 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
         }
     };
     Ok(refused)
+}
+
+/// Says so when a step did not show what its heading promises; the demo
+/// then exits non-zero, which is how the test suite runs it as a test.
+fn behaved(n: u32, ok: bool) -> bool {
+    if !ok {
+        outln!("   !! step {n} did not behave as described");
+    }
+    ok
 }
 
 fn indent(s: &str) -> String {

@@ -878,7 +878,9 @@ fn auto_refusal(
         return Ok(Some("its tool is gone".into()));
     };
     if !crate::classify::classify(&tool.annotations, current.gatekeeper.trust).auto_approvable {
-        return Ok(Some("key one does not hold (vetted, non-destructive, idempotent)".into()));
+        return Ok(Some(
+            "key one does not hold (vetted, non-destructive, idempotent)".into(),
+        ));
     }
     let found: Option<(String, String, Option<String>)> = tx
         .prepare_cached("SELECT tag, person, chat FROM rules WHERE id = ?1")?

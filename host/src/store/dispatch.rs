@@ -36,16 +36,24 @@ pub struct Resolved {
 /// Why a key did not resolve.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unresolved {
-    UnknownKey { key: String, known: Vec<String> },
+    UnknownKey {
+        key: String,
+        known: Vec<String>,
+    },
     /// The introduction names a gatekeeper that was removed.
-    Removed { key: String },
+    Removed {
+        key: String,
+    },
 }
 
 impl Resolved {
     /// Whether the introduction grants `tool` and the gatekeeper offers it.
     pub fn grants(&self, tool: &str) -> bool {
         self.gatekeeper.manifest.tool(tool).is_some()
-            && self.grant.as_ref().is_none_or(|g| g.iter().any(|t| t == tool))
+            && self
+                .grant
+                .as_ref()
+                .is_none_or(|g| g.iter().any(|t| t == tool))
     }
 
     /// The names of the tools this introduction grants, in manifest order.

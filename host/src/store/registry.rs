@@ -4,8 +4,8 @@
 use super::{Store, now_ms};
 use anyhow::{Context as _, bail};
 use rusqlite::{OptionalExtension as _, params};
-use sha2::Digest as _;
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
@@ -73,11 +73,10 @@ pub(crate) fn gatekeeper_in(
             let text: String = conn
                 .prepare_cached("SELECT manifest FROM gatekeepers WHERE name = ?1")?
                 .query_row([&name], |r| r.get(0))?;
-            let m: Arc<crate::classify::Manifest> = Arc::new(
-                serde_json::from_str(&text).with_context(|| {
+            let m: Arc<crate::classify::Manifest> =
+                Arc::new(serde_json::from_str(&text).with_context(|| {
                     format!("the stored manifest of gatekeeper {name:?} is unreadable")
-                })?,
-            );
+                })?);
             if let Some(d) = manifest_digest {
                 let mut cache = manifest_cache().lock().unwrap_or_else(|e| e.into_inner());
                 if cache.len() >= MANIFEST_CACHE_ENTRIES {
@@ -398,9 +397,8 @@ impl Store {
     /// The chats a gadget has called a service from, per the ledger.
     pub fn chats_called_from(&self, gadget: &str) -> anyhow::Result<Vec<String>> {
         let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT DISTINCT chat FROM ledger WHERE gadget = ?1 ORDER BY chat",
-        )?;
+        let mut st = conn
+            .prepare_cached("SELECT DISTINCT chat FROM ledger WHERE gadget = ?1 ORDER BY chat")?;
         let rows = st.query_map([gadget], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -115,8 +115,9 @@ impl Store {
     /// Every rule (operator's view).
     pub fn rules(&self) -> anyhow::Result<Vec<Rule>> {
         let conn = self.lock();
-        let mut st =
-            conn.prepare_cached(&format!("SELECT {RULE_COLUMNS} FROM rules ORDER BY tag, id"))?;
+        let mut st = conn.prepare_cached(&format!(
+            "SELECT {RULE_COLUMNS} FROM rules ORDER BY tag, id"
+        ))?;
         let rows = st.query_map([], rule_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -175,7 +175,10 @@ pub(crate) fn access(
     Ok(Access::of(standing, latched))
 }
 
-pub(super) fn chat_state(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<Option<(String, bool)>> {
+pub(super) fn chat_state(
+    conn: &rusqlite::Connection,
+    chat: &str,
+) -> rusqlite::Result<Option<(String, bool)>> {
     conn.query_row(
         "SELECT owner, latched FROM chats WHERE name = ?1",
         [chat],

@@ -36,9 +36,9 @@ async fn twenty_concurrent_approvals_send_once() {
     let mut tasks = Vec::new();
     for _ in 0..10 {
         let k = w.reopen();
-        tasks.push(tokio::spawn(
-            async move { k.approve(id, "alice").await.unwrap() },
-        ));
+        tasks.push(tokio::spawn(async move {
+            k.approve(id, "alice").await.unwrap()
+        }));
     }
     let mut applied = 0;
     let mut refused = 0;

@@ -26,7 +26,10 @@ async fn the_audit_queries_answer_who_allowed_what() {
     w.kernel
         .introduce("work", "rogue", "ROGUE", None, "alice")
         .unwrap();
-    w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    w.kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
     let out = w
         .script(
             "work",

@@ -15,7 +15,11 @@ fn state(w: &World, id: i64) -> ActionState {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order() {
     let w = World::standard(Trust::Vetted).await;
-    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    let r = w
+        .kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
     assert!(r.key_one && r.missing.is_none());
 
     let out = w
@@ -87,7 +91,10 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
     let w = World::standard(Trust::Vetted).await;
-    w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    w.kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
     let out = w
         .script(
             "work",
@@ -110,7 +117,11 @@ async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
 async fn either_key_alone_never_suffices() {
     // Key two without key one: a byo gatekeeper with a rule.
     let w = World::standard(Trust::Byo).await;
-    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    let r = w
+        .kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
     assert!(!r.key_one);
     assert!(r.missing.unwrap().contains("not vetted"));
     let out = w
@@ -146,7 +157,10 @@ async fn a_rule_for_one_gatekeeper_does_not_cover_the_same_tool_of_another() {
     w.kernel
         .introduce("work", "mirror", "MIRROR", None, "alice")
         .unwrap();
-    w.kernel.add_rule("alice", "mirror:addLabel", None).await.unwrap();
+    w.kernel
+        .add_rule("alice", "mirror:addLabel", None)
+        .await
+        .unwrap();
     let out = w
         .script(
             "work",
@@ -180,7 +194,11 @@ async fn enabling_a_rule_drains_and_an_apply_failure_stops_the_drain() {
     let (first, second) = (pending_id(&out[0]), pending_id(&out[1]));
     w.kernel.settle().await; // the submit-time drains found no rule
     w.tracker.inject(Fault::Status(500), 1);
-    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    let r = w
+        .kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
     assert_eq!(
         r.applied.len(),
         1,

@@ -74,7 +74,10 @@ async fn a_blueprint_holds_code_and_requirements_only_and_runs_for_its_importer(
     let chat = k.inspect().chat("bobs-board").unwrap().unwrap();
     assert_eq!(chat.owner, "bob");
     assert!(
-        k.inspect().observed_sources("bobs-board").unwrap().is_empty(),
+        k.inspect()
+            .observed_sources("bobs-board")
+            .unwrap()
+            .is_empty(),
         "no history came along"
     );
 

@@ -182,7 +182,6 @@ async fn a_component_of_the_wrong_role_is_told_what_it_must_export() {
         "a gatekeeper installed as a gadget: {msg:?}"
     );
     w.kernel
-        
         .put_secret("tracker-token", TOKEN)
         .expect("secret stored");
     let as_gatekeeper = w

@@ -143,7 +143,11 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
     );
 
     // Nothing is auto-approved, even with both keys (U4).
-    let r = w.kernel.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    let r = w
+        .kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
     assert!(r.key_one && r.applied.is_empty());
     assert_eq!(
         w.kernel.inspect().action(waiting).unwrap().unwrap().state,
@@ -169,7 +173,6 @@ async fn a_refused_owner_only_read_latches_nothing() {
     // The latch is written with the observation, only for an admitted read.
     let Lockdown { w, warehouse } = lockdown_world().await;
     w.kernel
-        
         .put_secret("warehouse-token", "not-an-account")
         .unwrap();
     let read = w

@@ -12,6 +12,7 @@ mod cli;
 mod hostile_input;
 mod hostile_ops;
 mod hostile_web;
+mod demo;
 mod install;
 mod introductions;
 mod languages;

@@ -9,8 +9,8 @@
 use crate::web_api::{Api, serve};
 use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::overseer::Decision;
-use gatehouse::store::{LedgerFilter, Trust};
 use gatehouse::sharing::OpenRequest;
+use gatehouse::store::{LedgerFilter, Trust};
 use gatehouse_e2e::{TOKEN, World, call, cli_command, pending_id, stderr, stdout};
 use serde_json::json;
 
@@ -37,7 +37,12 @@ async fn people(trust: Trust) -> World {
 }
 
 /// Run the script gadget as `person` in `chat`; its JSON answer.
-async fn script_as(w: &World, person: &str, chat: &str, steps: serde_json::Value) -> serde_json::Value {
+async fn script_as(
+    w: &World,
+    person: &str,
+    chat: &str,
+    steps: serde_json::Value,
+) -> serde_json::Value {
     let input = json!({ "steps": steps }).to_string();
     let report = w
         .kernel
@@ -82,9 +87,15 @@ async fn a_collaborators_write_is_sent_with_their_own_account_never_the_owners()
     let staged = script_as(&w, "bob", "work", json!([create("from bob")])).await;
     let id = pending_id(&staged[0]);
     let shown = k.shown("alice", id).await.unwrap().expect("alice sees it");
-    assert!(shown.prompt.contains("Staged by: bob in chat work"), "{}", shown.prompt);
     assert!(
-        shown.prompt.contains("Sent with: bob's credential (bob/main)"),
+        shown.prompt.contains("Staged by: bob in chat work"),
+        "{}",
+        shown.prompt
+    );
+    assert!(
+        shown
+            .prompt
+            .contains("Sent with: bob's credential (bob/main)"),
         "{}",
         shown.prompt
     );
@@ -97,17 +108,29 @@ async fn a_collaborators_write_is_sent_with_their_own_account_never_the_owners()
     // not run anything there.
     assert!(carol.is_ok());
     let refused = k
-        .run_as("carol", "script", "work", &json!({"steps": [create("from carol")]}).to_string())
+        .run_as(
+            "carol",
+            "script",
+            "work",
+            &json!({"steps": [create("from carol")]}).to_string(),
+        )
         .await;
     match refused {
         Err(e) => assert!(format!("{e:#}").contains("carol"), "{e:#}"),
         Ok(r) => {
             let out: serde_json::Value = serde_json::from_str(&r.output.unwrap()).unwrap();
-            let msg = out[0]["error"]["message"].as_str().unwrap_or_default().to_owned();
+            let msg = out[0]["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             assert!(msg.contains("carol has no account at issues"), "{out}");
         }
     }
-    assert_eq!(w.tracker.requests().len(), before, "carol's write reached nothing");
+    assert_eq!(
+        w.tracker.requests().len(),
+        before,
+        "carol's write reached nothing"
+    );
     assert_eq!(k.inspect().pending(Some("work")).unwrap().len(), 1);
 
     // Alice approves Bob's write: it is sent with Bob's token.
@@ -120,7 +143,11 @@ async fn a_collaborators_write_is_sent_with_their_own_account_never_the_owners()
         Some(format!("Bearer {BOB_TOKEN}").as_str()),
         "sent with bob's own account"
     );
-    assert!(!writes.iter().any(|r| r.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))));
+    assert!(
+        !writes
+            .iter()
+            .any(|r| r.authorization.as_deref() == Some(&format!("Bearer {TOKEN}")))
+    );
 }
 
 /// Side door 2: auto-approval rules were deployment-wide. A rule belongs
@@ -131,28 +158,49 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
     let w = people(Trust::Vetted).await;
     let k = &w.kernel;
     // Mallory enables a rule for the tag: it covers nothing of Alice's.
-    k.add_rule("mallory", "issues:addLabel", None).await.unwrap();
+    k.add_rule("mallory", "issues:addLabel", None)
+        .await
+        .unwrap();
     // ... and may not scope one to Alice's chat, through the kernel or the
     // web API (answered like a chat that does not exist).
     let err = k
         .add_rule("mallory", "issues:addLabel", Some("work"))
         .await
         .unwrap_err();
-    assert!(format!("{err:#}").contains("no chat named \"work\""), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("no chat named \"work\""),
+        "{err:#}"
+    );
     let server = serve(&w).await;
     let mallory = Api::signed_in(&w, &server.url(), "mallory").await;
     let a = mallory
-        .send("POST", "/api/rules", Some(json!({"tag": "issues:addLabel", "chat": "work"})), &[])
+        .send(
+            "POST",
+            "/api/rules",
+            Some(json!({"tag": "issues:addLabel", "chat": "work"})),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 404, "{}", a.text);
 
     let staged = w
-        .script("work", json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "triaged"}))]))
+        .script(
+            "work",
+            json!([call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": "triaged"})
+            )]),
+        )
         .await;
     let id = pending_id(&staged[0]);
     k.settle().await;
     k.drain().await.unwrap();
-    assert_eq!(w.tracker.writes().len(), 0, "mallory's rule approved nothing");
+    assert_eq!(
+        w.tracker.writes().len(),
+        0,
+        "mallory's rule approved nothing"
+    );
     assert_eq!(
         k.inspect().action(id).unwrap().unwrap().state.as_str(),
         "pending"
@@ -169,7 +217,8 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
 
     // In Bob's own chat, Alice's rule does nothing.
     k.new_chat("bobs", "bob").unwrap();
-    k.introduce("bobs", "issues", "ISSUES", None, "bob").unwrap();
+    k.introduce("bobs", "issues", "ISSUES", None, "bob")
+        .unwrap();
     let staged = script_as(
         &w,
         "bob",
@@ -180,7 +229,10 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
     let bobs = pending_id(&staged[0]);
     k.settle().await;
     k.drain().await.unwrap();
-    assert_eq!(k.inspect().action(bobs).unwrap().unwrap().state.as_str(), "pending");
+    assert_eq!(
+        k.inspect().action(bobs).unwrap().unwrap().state.as_str(),
+        "pending"
+    );
     assert_eq!(w.tracker.writes().len(), 1);
     server.stop().await;
 }
@@ -194,7 +246,13 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
     let k = &w.kernel;
     // Alice reads the tracker (an observed source), stages a write.
     let out = w
-        .script("work", json!([call("ISSUES", "listIssues", json!({})), create("secret plan")]))
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "listIssues", json!({})),
+                create("secret plan")
+            ]),
+        )
         .await;
     let id = pending_id(&out[1]);
     k.share("work", "carol", "alice", false).unwrap();
@@ -214,14 +272,34 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
     nothing(&bob, id).await;
     assert!(open(&w, "work", "bob").await);
-    let a = bob.send("GET", &format!("/api/actions/{id}"), None, &[]).await;
+    let a = bob
+        .send("GET", &format!("/api/actions/{id}"), None, &[])
+        .await;
     assert_eq!(a.status, 200, "{}", a.text);
-    let a = bob.send("POST", &format!("/api/actions/{id}/approve"), Some(json!({})), &[]).await;
+    let a = bob
+        .send(
+            "POST",
+            &format!("/api/actions/{id}/approve"),
+            Some(json!({})),
+            &[],
+        )
+        .await;
     assert_eq!(a.status, 409, "{}", a.text);
-    assert!(a.error().contains("may see chat \"work\" but not decide"), "{}", a.text);
+    assert!(
+        a.error().contains("may see chat \"work\" but not decide"),
+        "{}",
+        a.text
+    );
     assert_eq!(w.tracker.writes().len(), 0);
     k.share("work", "bob", "alice", true).unwrap();
-    let a = bob.send("POST", &format!("/api/actions/{id}/reject"), Some(json!({})), &[]).await;
+    let a = bob
+        .send(
+            "POST",
+            &format!("/api/actions/{id}/reject"),
+            Some(json!({})),
+            &[],
+        )
+        .await;
     assert_eq!(a.status, 200, "{}", a.text);
     k.unshare("work", "bob", "alice").unwrap();
     nothing(&bob, id).await;
@@ -245,7 +323,12 @@ async fn nothing(api: &Api, id: i64) {
     let ledger = api.send("GET", "/api/ledger", None, &[]).await.json();
     assert_eq!(ledger, json!([]), "{ledger}");
     let a = api
-        .send("POST", &format!("/api/actions/{id}/approve"), Some(json!({})), &[])
+        .send(
+            "POST",
+            &format!("/api/actions/{id}/approve"),
+            Some(json!({})),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 404, "{}", a.text);
 }
@@ -257,9 +340,11 @@ async fn nothing(api: &Api, id: i64) {
 async fn a_latched_chat_asks_a_simulating_gatekeeper_nothing() {
     let w = people(Trust::Byo).await;
     let k = &w.kernel;
-    w.add_gatekeeper("issues-sim", "issues-sim", Trust::Byo).await;
+    w.add_gatekeeper("issues-sim", "issues-sim", Trust::Byo)
+        .await;
     k.new_chat("sim", "alice").unwrap();
-    k.introduce("sim", "issues-sim", "ISSUES", None, "alice").unwrap();
+    k.introduce("sim", "issues-sim", "ISSUES", None, "alice")
+        .unwrap();
     // Simulation works before the latch.
     let out = w.script("sim", json!([create("before")])).await;
     assert!(out[0]["pending"]["provisional"].is_object(), "{}", out[0]);
@@ -281,9 +366,13 @@ async fn a_latched_chat_asks_a_simulating_gatekeeper_nothing() {
     )
     .await
     .unwrap();
-    k.introduce("sim", "warehouse", "WAREHOUSE", None, "alice").unwrap();
+    k.introduce("sim", "warehouse", "WAREHOUSE", None, "alice")
+        .unwrap();
     let read = w
-        .script("sim", json!([call("WAREHOUSE", "query", json!({"table": "payroll"}))]))
+        .script(
+            "sim",
+            json!([call("WAREHOUSE", "query", json!({"table": "payroll"}))]),
+        )
         .await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
     assert!(k.inspect().chat("sim").unwrap().unwrap().latched);
@@ -291,7 +380,11 @@ async fn a_latched_chat_asks_a_simulating_gatekeeper_nothing() {
     let out = w.script("sim", json!([create("after the latch")])).await;
     let msg = out[0]["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("locked down"), "{}", out[0]);
-    assert_eq!(w.tracker.requests().len(), before, "no simulation request left");
+    assert_eq!(
+        w.tracker.requests().len(),
+        before,
+        "no simulation request left"
+    );
 }
 
 /// Side door 6: approvals were dispatched against whatever was current.
@@ -302,7 +395,9 @@ async fn a_latched_chat_asks_a_simulating_gatekeeper_nothing() {
 async fn an_approval_is_sent_only_with_what_was_staged() {
     let w = people(Trust::Byo).await;
     let k = &w.kernel;
-    let out = w.script("work", json!([create("one"), create("two")])).await;
+    let out = w
+        .script("work", json!([create("one"), create("two")]))
+        .await;
     let (one, two) = (pending_id(&out[0]), pending_id(&out[1]));
 
     // Another component under the same name.
@@ -327,23 +422,41 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
     let shown = k.shown("alice", one).await.unwrap().unwrap();
     assert!(shown.prompt.contains("Changed: "), "{}", shown.prompt);
     // Decided again on current facts, it is sent.
-    assert!(matches!(k.approve(one, "alice").await.unwrap(), Decision::Applied { .. }));
+    assert!(matches!(
+        k.approve(one, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
     assert_eq!(w.tracker.writes().len(), 1);
 
     // A narrower grant: createIssue is no longer granted; never sent.
-    k.introduce("work", "issues", "ISSUES", Some(vec!["listIssues".into()]), "alice")
-        .unwrap();
+    k.introduce(
+        "work",
+        "issues",
+        "ISSUES",
+        Some(vec!["listIssues".into()]),
+        "alice",
+    )
+    .unwrap();
     let d = k.approve(two, "alice").await.unwrap();
-    assert!(d.line().contains("no longer grants the tool createIssue"), "{}", d.line());
+    assert!(
+        d.line().contains("no longer grants the tool createIssue"),
+        "{}",
+        d.line()
+    );
     assert_eq!(w.tracker.writes().len(), 1);
 
     // A trust change between staging and sending.
-    k.introduce("work", "issues", "ISSUES", None, "alice").unwrap();
+    k.introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
     let out = w.script("work", json!([create("three")])).await;
     let three = pending_id(&out[0]);
     k.set_trust("issues", Trust::Vetted).unwrap();
     let d = k.approve(three, "alice").await.unwrap();
-    assert!(d.line().contains("trust tier changed from byo to vetted"), "{}", d.line());
+    assert!(
+        d.line().contains("trust tier changed from byo to vetted"),
+        "{}",
+        d.line()
+    );
     // Other hosts: re-added pointing elsewhere.
     k.add_gatekeeper(
         "issues",
@@ -386,11 +499,19 @@ async fn the_cli_asks_the_same_rule_as_the_web() {
     assert!(stdout(&m).contains("nothing awaits"), "{}", stdout(&m));
     let m = as_("mallory", &["log", "--chat", "work"]);
     assert_eq!(m.status.code(), Some(1));
-    assert!(stderr(&m).contains("no chat named \"work\""), "{}", stderr(&m));
+    assert!(
+        stderr(&m).contains("no chat named \"work\""),
+        "{}",
+        stderr(&m)
+    );
     let b = as_("bob", &["approve", &id]);
     assert_eq!(b.status.code(), Some(1));
     assert!(stderr(&b).contains("but not decide"), "{}", stderr(&b));
-    assert_eq!(w.tracker.writes().len(), 0, "nobody without the right sent anything");
+    assert_eq!(
+        w.tracker.writes().len(),
+        0,
+        "nobody without the right sent anything"
+    );
     let a = as_("alice", &["approve", &id]);
     assert!(a.status.success(), "{}", stderr(&a));
     assert_eq!(w.tracker.writes().len(), 1);

@@ -765,7 +765,11 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     // resolved by alice (her rule).
     w.script(
         "work",
-        json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"}))]),
+        json!([call(
+            "ISSUES",
+            "addLabel",
+            json!({"id": 1, "label": "auto"})
+        )]),
     )
     .await;
     w.kernel.settle().await;
@@ -941,7 +945,9 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
         )
         .await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
-    w.kernel.share("salary-board", "bob", "alice", false).unwrap();
+    w.kernel
+        .share("salary-board", "bob", "alice", false)
+        .unwrap();
     let server = serve(&w).await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
 
@@ -990,7 +996,12 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
         .send("POST", "/api/chats/salary-board/open", Some(json!({})), &[])
         .await;
     let missing = carol
-        .send("POST", "/api/chats/no-such-board/open", Some(json!({})), &[])
+        .send(
+            "POST",
+            "/api/chats/no-such-board/open",
+            Some(json!({})),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 404, "{}", a.text);
     assert_eq!(missing.status, 404, "{}", missing.text);

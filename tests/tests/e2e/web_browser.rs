@@ -300,7 +300,12 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
         )
         .await
         .unwrap();
-    let declared = w.kernel.inspect().gatekeeper(EVIL_GATEKEEPER).unwrap().unwrap();
+    let declared = w
+        .kernel
+        .inspect()
+        .gatekeeper(EVIL_GATEKEEPER)
+        .unwrap()
+        .unwrap();
     assert_eq!(declared.manifest.tools[0].name, EVIL_TOOL);
     assert_eq!(declared.manifest.tools[0].description, EVIL_DESCRIPTION);
     w.kernel

@@ -319,7 +319,10 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
             "edges": [["ask-a", "a"], ["ask-b", "b"], ["a", "join"], ["b", "join"]]
         }),
     );
-    let s = k.start_workflow("join", None, "alice", &["carol", "dave"]).await.unwrap();
+    let s = k
+        .start_workflow("join", None, "alice", &["carol", "dave"])
+        .await
+        .unwrap();
     let id = |s: &RunSummary, step: &str| {
         s.requests
             .iter()
@@ -401,7 +404,10 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
         })
     };
     publish(&w, design(json!(["CLOUD:describeInstances"])));
-    let s1 = k.start_workflow("certs", None, "alice", &["carol", "dave"]).await.unwrap();
+    let s1 = k
+        .start_workflow("certs", None, "alice", &["carol", "dave"])
+        .await
+        .unwrap();
     assert_eq!(s1.state, "done");
     let look = answers(&s1, "look");
     let cert = &look[0];
@@ -428,7 +434,10 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
         &w,
         design(json!(["CLOUD:describeInstances", "CLOUD:launchInstance"])),
     );
-    let s2 = k.start_workflow("certs", None, "alice", &["carol", "dave"]).await.unwrap();
+    let s2 = k
+        .start_workflow("certs", None, "alice", &["carol", "dave"])
+        .await
+        .unwrap();
     let wide = answers(&s2, "look")[0]["tools"].clone();
     assert_eq!(wide.as_array().unwrap().len(), 2);
     let fixed = k.inspect().run_steps(s1.run).unwrap();
@@ -486,7 +495,10 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
                        ]))}]
         }),
     );
-    let s = k.start_workflow("greedy", None, "alice", &["carol", "dave"]).await.unwrap();
+    let s = k
+        .start_workflow("greedy", None, "alice", &["carol", "dave"])
+        .await
+        .unwrap();
     let a = answers(&s, "ask");
     assert!(
         message(&a[0]).contains("never widen the design"),
@@ -559,11 +571,7 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
     let chat = k.inspect().workflow_run(s.run).unwrap().unwrap().chat;
     assert!(k.inspect().chat(&chat).unwrap().unwrap().latched);
     let launch = answers(&s, "launch");
-    assert!(
-        message(&launch[0]).contains("locked down"),
-        "{}",
-        launch[0]
-    );
+    assert!(message(&launch[0]).contains("locked down"), "{}", launch[0]);
     assert!(cloud.writes().is_empty(), "{:?}", cloud.writes());
 }
 
@@ -606,8 +614,15 @@ async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
         .await
         .unwrap();
     assert_eq!(status(&s, "go"), "done", "not re-gated by its own re-run");
-    assert_eq!(s.requests.iter().filter(|r| r.state != "replaced").count(), 1);
-    assert_eq!(cloud.writes().len(), 2, "two distinct calls, each sent once");
+    assert_eq!(
+        s.requests.iter().filter(|r| r.state != "replaced").count(),
+        1
+    );
+    assert_eq!(
+        cloud.writes().len(),
+        2,
+        "two distinct calls, each sent once"
+    );
 
     // A crash after the calls, before the step was recorded done: the step
     // is pending again and the run is resumed.
@@ -617,19 +632,28 @@ async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
         [s.run],
     )
     .unwrap();
-    db.execute("UPDATE workflow_runs SET state = 'running' WHERE id = ?1", [s.run])
-        .unwrap();
+    db.execute(
+        "UPDATE workflow_runs SET state = 'running' WHERE id = ?1",
+        [s.run],
+    )
+    .unwrap();
     let s = k.resume_run("alice", s.run).await.unwrap();
     assert_eq!(status(&s, "go"), "done");
     let again = answers(&s, "go");
     assert!(again[1].get("done").is_some(), "{}", again[1]);
     assert!(again[2].get("done").is_some(), "{}", again[2]);
-    assert_eq!(cloud.writes().len(), 2, "nothing was sent again: {:?}", cloud.writes());
+    assert_eq!(
+        cloud.writes().len(),
+        2,
+        "nothing was sent again: {:?}",
+        cloud.writes()
+    );
     let audit = k.inspect().invocations(s.run).unwrap();
     assert!(
-        audit
-            .iter()
-            .any(|i| i.reason.as_deref().is_some_and(|r| r.contains("not sent again"))),
+        audit.iter().any(|i| i
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("not sent again"))),
         "the audit says the re-run's calls were not sent again"
     );
 }
