@@ -360,7 +360,7 @@ impl Kernel {
             }
             // A failed check takes away what an earlier open gave (W2):
             // the collaborator sees nothing until an open succeeds again.
-            if collaborator {
+            if may_see {
                 let (c, u) = (chat.to_owned(), user.to_owned());
                 self.store().run(move |s| s.unverify(&c, &u)).await?;
             }

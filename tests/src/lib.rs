@@ -164,10 +164,16 @@ pub fn cli_binary() -> PathBuf {
     profile_dir.join(format!("gatehouse{}", std::env::consts::EXE_SUFFIX))
 }
 
-/// A CLI command on `home`, with a quiet log and a fixed user.
+/// A CLI command on `home`, with a quiet log and a fixed user. Hermetic: it
+/// starts from an empty environment (a developer's `RUST_BACKTRACE` or
+/// `GATEHOUSE_*` never changes a result), plus `PATH` and a `HOME`.
 pub fn cli_command(home: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(cli_binary());
     c.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("LANG", "C.UTF-8")
         .env("GATEHOUSE_HOME", home)
         .env("GATEHOUSE_USER", "alice")
         .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "5000")

@@ -26,7 +26,6 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use tracker::{Fault, Tracker};
 
-
 fn step(n: u32, text: &str) {
     outln!("\n== {n}. {text}");
 }
@@ -656,9 +655,7 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         "   call ROGUE deleteIssue {{\"id\": 1}}: {}, at once, with no approval",
         answer_line(&out[0])
     );
-    outln!(
-        "   the tracker had {before} issue(s), now {after}: a write performed as a read (K5)."
-    );
+    outln!("   the tracker had {before} issue(s), now {after}: a write performed as a read (K5).");
     outln!(
         "   The audit of calls that ran on a server's own read-only claim (`gatehouse log --server-claims --chat lying`):"
     );

@@ -32,7 +32,7 @@ pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 

@@ -295,10 +295,10 @@ async fn only_the_newest_100_finished_actions_are_kept_and_open_ones_never_prune
 /// Exactly `n` bytes of JSON without whitespace, full of numbers a float
 /// would write out longer (`9e15` as `9000000000000000.0`).
 fn args_of_exponents(n: usize) -> String {
-    let head = r#"{"n":[9e15"#;
+    let head = r#"{"n":[9e+15"#;
     let mut s = head.to_owned();
-    while s.len() + ",9e15".len() + r#"],"p":""}"#.len() <= n {
-        s.push_str(",9e15");
+    while s.len() + ",9e+15".len() + r#"],"p":""}"#.len() <= n {
+        s.push_str(",9e+15");
     }
     s.push_str(r#"],"p":""#);
     s.push_str(&"x".repeat(n - s.len() - 2));
@@ -308,8 +308,9 @@ fn args_of_exponents(n: usize) -> String {
 }
 
 /// Numbers are kept as the gadget wrote them (issue 12), so normalising
-/// never grows arguments past the cap: 64 KiB of `9e15` is staged exactly
-/// as sent, and one byte more is refused as invalid arguments.
+/// never grows arguments past the cap: 64 KiB of `9e+15` is staged exactly
+/// as sent (a float would write each out as `9000000000000000.0`; serde_json
+/// spells an unsigned exponent `e+`, which is how it is stored and sent), and one byte more is refused as invalid arguments.
 #[tokio::test(flavor = "multi_thread")]
 async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     let w = World::standard(Trust::Byo).await;
@@ -337,4 +338,109 @@ async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     assert!(msg.contains("64 KiB"), "{msg:?}");
     assert!(out[2]["done"].is_array(), "the turn goes on: {}", out[2]);
     assert_eq!(pending_ids(&w), vec![id], "no ghost row");
+}
+
+/// Issue 12, point 6: the caps are per chat. One chat's gadget filling its
+/// 50 open actions never stops another chat from staging, and one person
+/// deciding 100 of their own actions never erases another's approval
+/// history: `log --approved-by` reads the decision history, which outlives
+/// payload pruning.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() {
+    let w = World::standard(Trust::Byo).await;
+    let k = &w.kernel;
+    k.add_user("bob").unwrap();
+    k.new_chat("bobs", "bob").unwrap();
+    k.introduce("bobs", "issues", "ISSUES", None, "bob")
+        .unwrap();
+
+    // Alice's one write is approved and sent.
+    let mine = stage_issues(&w, 1, "alice's").await[0];
+    assert!(matches!(approve(&w, mine).await, Decision::Applied { .. }));
+
+    // Bob's gadget fills his chat's cap...
+    let bobs_steps = |n: usize, label: &str| -> Value {
+        Value::Array(
+            (0..n)
+                .map(|i| {
+                    call(
+                        "ISSUES",
+                        "createIssue",
+                        json!({"title": format!("{label} {i}")}),
+                    )
+                })
+                .collect(),
+        )
+    };
+    let full = w.script("bobs", bobs_steps(51, "bob fills")).await;
+    assert_eq!(full[50]["error"]["kind"], "refused", "{}", full[50]);
+    // ...and alice's chat still stages.
+    let still = w
+        .script(
+            "work",
+            json!([call(
+                "ISSUES",
+                "createIssue",
+                json!({"title": "alice goes on"})
+            )]),
+        )
+        .await;
+    assert!(still[0].get("pending").is_some(), "{}", still[0]);
+
+    // Bob rejects more than 100 of his own: his chat prunes its payloads.
+    let mut rejected = 0;
+    for round in 0..3 {
+        let out = if round == 0 {
+            full.clone()
+        } else {
+            w.script("bobs", bobs_steps(50, &format!("bob round {round}")))
+                .await
+        };
+        for a in out.as_array().unwrap() {
+            if a.get("pending").is_some() {
+                let d = k.reject(pending_id(a), "bob").await.unwrap();
+                assert!(matches!(d, Decision::Rejected { .. }), "{d:?}");
+                rejected += 1;
+            }
+        }
+    }
+    assert!(rejected > 100, "{rejected}");
+
+    // Alice's approval is still on record, payload and history.
+    assert!(
+        k.inspect().action(mine).unwrap().is_some(),
+        "alice's chat kept its action"
+    );
+    let o = w.cli(&["log", "--json", "--approved-by", "alice"]);
+    assert!(o.status.success(), "{}", gatehouse_e2e::stderr(&o));
+    let v: Value = serde_json::from_str(&gatehouse_e2e::stdout(&o)).unwrap();
+    let ids: Vec<i64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["id"].as_i64())
+        .collect();
+    assert_eq!(ids, vec![mine], "{v}");
+
+    // Alice decides 100 more of her own: her approved action's payload is
+    // pruned, and her approval is still on record.
+    for round in 0..3 {
+        for id in stage_issues(&w, 40, &format!("alice round {round}")).await {
+            reject(&w, id).await;
+        }
+    }
+    assert!(
+        k.inspect().action(mine).unwrap().is_none(),
+        "#{mine} was pruned"
+    );
+    let o = w.cli(&["log", "--json", "--approved-by", "alice"]);
+    assert!(o.status.success(), "{}", gatehouse_e2e::stderr(&o));
+    let v: Value = serde_json::from_str(&gatehouse_e2e::stdout(&o)).unwrap();
+    assert!(
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["id"].as_i64() == Some(mine)),
+        "the decision history outlives the payload: {v}"
+    );
 }
