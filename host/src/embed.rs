@@ -11,6 +11,11 @@
 
 pub use crate::runtime::{Limits, Role, Runtime};
 
+/// The walk admission runs before any parser that recurses reads a
+/// component (SPEC X3): refuses nesting deeper than the runtime accepts, in
+/// one line, without recursing itself. Exposed for benchmarks and fuzzing.
+pub use crate::runtime::nesting::check as check_nesting;
+
 /// The gadget side: the `step` world (a gadget, plus workflows) as bindgen
 /// generated it, and the host types of its resources.
 pub mod gadget {

@@ -406,9 +406,9 @@ fn bench_admission(c: &mut Criterion) {
     group.sample_size(10);
     for name in ["script", "bloated"] {
         let bytes = std::fs::read(guest(name)).expect("guest built");
-        gatehouse::runtime::nesting::check(&bytes).expect("a real guest passes");
+        gatehouse::embed::check_nesting(&bytes).expect("a real guest passes");
         group.bench_function(format!("{name}/nesting_check"), |b| {
-            b.iter(|| gatehouse::runtime::nesting::check(&bytes).unwrap())
+            b.iter(|| gatehouse::embed::check_nesting(&bytes).unwrap())
         });
         group.bench_function(format!("{name}/compile"), |b| {
             b.iter(|| engine.precompile_component(&bytes).unwrap())
