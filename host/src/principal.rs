@@ -6,8 +6,9 @@
 //! staging principal's own account, never another person's. The principal's
 //! label is what people read in the ledger and the approval prompt.
 //!
-//! Owns the vocabulary only; who may do what is `crate::access`, which
-//! credential a person's call uses is `crate::sharing::credential_for`.
+//! Owns the vocabulary and the one choice of credential
+//! ([`choose_credential`], a pure function of facts the store reads in the
+//! caller's transaction); who may do what is `crate::access`.
 
 use serde::Serialize;
 
