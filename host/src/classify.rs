@@ -25,8 +25,9 @@ pub struct Tool {
     pub annotations: Annotations,
 }
 
-/// A gatekeeper's self-description, read once at `gatekeeper add`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A gatekeeper's self-description, read at `gatekeeper add` and again at
+/// `gatekeeper refresh`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub tools: Vec<Tool>,
     pub simulates: bool,
@@ -36,6 +37,105 @@ pub struct Manifest {
 impl Manifest {
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// What changed from this manifest to `new`, tool by tool, in `new`'s
+    /// order then removed tools (`gatekeeper refresh`).
+    pub fn changes(&self, new: &Manifest) -> Vec<ToolChange> {
+        let mut out = Vec::new();
+        for t in &new.tools {
+            match self.tool(&t.name) {
+                None => out.push(ToolChange::Added(t.name.clone())),
+                Some(old) => {
+                    if old.annotations != t.annotations {
+                        out.push(ToolChange::Annotations {
+                            tool: t.name.clone(),
+                            from: old.annotations.clone(),
+                            to: t.annotations.clone(),
+                        });
+                    }
+                    if old.input_schema != t.input_schema {
+                        out.push(ToolChange::Schema(t.name.clone()));
+                    }
+                    if old.description != t.description {
+                        out.push(ToolChange::Description(t.name.clone()));
+                    }
+                }
+            }
+        }
+        for t in &self.tools {
+            if new.tool(&t.name).is_none() {
+                out.push(ToolChange::Removed(t.name.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// One difference between two manifests of a gatekeeper instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChange {
+    Added(String),
+    Removed(String),
+    Annotations {
+        tool: String,
+        from: Annotations,
+        to: Annotations,
+    },
+    Schema(String),
+    Description(String),
+}
+
+impl ToolChange {
+    /// One line for the operator; tool names are the component's words,
+    /// shown through the sanitiser (SPEC R1). `trust` is the instance's
+    /// tier, to say what a changed annotation now means.
+    pub fn line(&self, trust: Trust) -> String {
+        let name = |n: &str| crate::prompt::inline(n);
+        match self {
+            ToolChange::Added(t) => format!("added tool {}", name(t)),
+            ToolChange::Removed(t) => format!("removed tool {}", name(t)),
+            ToolChange::Annotations { tool, from, to } => {
+                let kind = |a: &Annotations| match classify(a, trust).kind {
+                    Kind::Read => "a read",
+                    Kind::Action => "an action",
+                };
+                let class = if kind(to) == kind(from) {
+                    format!("still {}", kind(to))
+                } else {
+                    format!("now {} (was {})", kind(to), kind(from))
+                };
+                format!(
+                    "tool {}: annotations changed from {} to {}; it is {class}",
+                    name(tool),
+                    from.hints(),
+                    to.hints(),
+                )
+            }
+            ToolChange::Schema(t) => format!("tool {}: input schema changed", name(t)),
+            ToolChange::Description(t) => format!("tool {}: description changed", name(t)),
+        }
+    }
+}
+
+impl Annotations {
+    /// The hints as MCP names them, for people: `readOnlyHint=true, ...`,
+    /// or `no hints`.
+    pub fn hints(&self) -> String {
+        let parts: Vec<String> = [
+            ("readOnlyHint", self.read_only),
+            ("destructiveHint", self.destructive),
+            ("idempotentHint", self.idempotent),
+            ("openWorldHint", self.open_world),
+        ]
+        .iter()
+        .filter_map(|(n, v)| v.map(|v| format!("{n}={v}")))
+        .collect();
+        if parts.is_empty() {
+            "no hints".into()
+        } else {
+            format!("[{}]", parts.join(", "))
+        }
     }
 }
 
@@ -148,6 +248,36 @@ mod tests {
             idempotent: i,
             open_world: None,
         }
+    }
+
+    #[test]
+    fn manifest_changes_are_listed_tool_by_tool() {
+        let tool = |name: &str, ro: Option<bool>, schema: &str| Tool {
+            name: name.into(),
+            description: "d".into(),
+            input_schema: schema.into(),
+            annotations: ann(ro, None, None),
+        };
+        let old = Manifest {
+            tools: vec![tool("a", Some(true), "{}"), tool("b", None, "{}")],
+            ..Manifest::default()
+        };
+        let new = Manifest {
+            tools: vec![
+                tool("a", None, "{}"),
+                tool("c", None, r#"{"type":"object"}"#),
+            ],
+            ..Manifest::default()
+        };
+        let changes = old.changes(&new);
+        assert_eq!(changes.len(), 3, "{changes:?}");
+        assert_eq!(
+            changes[0].line(Trust::Byo),
+            "tool a: annotations changed from [readOnlyHint=true] to no hints; it is now an action (was a read)"
+        );
+        assert_eq!(changes[1], ToolChange::Added("c".into()));
+        assert_eq!(changes[2], ToolChange::Removed("b".into()));
+        assert!(old.changes(&old).is_empty());
     }
 
     #[test]

@@ -362,6 +362,9 @@ enum GatekeeperCmd {
     },
     /// Change a gatekeeper's trust tier (takes effect at the next call).
     Trust { name: String, tier: String },
+    /// Ask a gatekeeper for its tools again (an MCP server's may change)
+    /// and print what changed; pending actions of a changed tool are held.
+    Refresh { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -540,6 +543,20 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 g.trust,
                 tools.join(", ")
             );
+        }
+        Command::Gatekeeper(GatekeeperCmd::Refresh { name }) => {
+            let (trust, changes) = kernel.refresh_gatekeeper(&name).await?;
+            if changes.is_empty() {
+                outln!("gatekeeper {name}: no tool changed");
+            } else {
+                for c in &changes {
+                    outln!("{}", crate::prompt::terminal_line(&c.line(trust)));
+                }
+                outln!(
+                    "gatekeeper {name}: {} change(s) stored; pending actions of a changed tool are held for a person when they are approved",
+                    changes.len()
+                );
+            }
         }
         Command::Gatekeeper(GatekeeperCmd::Trust { name, tier }) => {
             let t: Trust = tier.parse()?;

@@ -519,9 +519,7 @@ impl Kernel {
             .inner
             .runtime
             .admit(bytes, Role::Gatekeeper, progress)?;
-        let pre = self.inner.runtime.gatekeeper(&digest)?;
-        let manifest = gk::describe(&pre, &self.inner.runtime.limits, name).await?;
-        let record = GatekeeperRecord {
+        let mut record = GatekeeperRecord {
             name: name.to_owned(),
             digest,
             trust,
@@ -529,11 +527,56 @@ impl Kernel {
             secret,
             credential_host,
             settings,
-            manifest: Arc::new(manifest),
+            manifest: Arc::default(),
             added_at: crate::store::now_ms(),
         };
+        record.manifest = Arc::new(self.describe(&record).await?);
         self.inner.store.put_gatekeeper(&record)?;
         Ok(record)
+    }
+
+    /// Ask an instance for its manifest, configured as it is (its settings)
+    /// and reaching what it may reach, with its operator credential.
+    async fn describe(&self, g: &GatekeeperRecord) -> anyhow::Result<classify::Manifest> {
+        let credential = match &g.secret {
+            Some(s) => Some(self.inner.store.secret(s)?.with_context(|| {
+                format!(
+                    "no secret named {s:?}; store it first with `gatehouse secret set {s}` (reads the value from stdin)"
+                )
+            })?),
+            None => None,
+        };
+        let pre = self.inner.runtime.gatekeeper(&g.digest)?;
+        gk::describe(
+            &pre,
+            &self.inner.runtime.limits,
+            &g.name,
+            Reach::of(g, credential),
+            settings_for(g),
+        )
+        .await
+    }
+
+    /// Describe a gatekeeper instance again (`gatekeeper refresh`) and
+    /// store its new manifest; returns what changed, tool by tool. Pending
+    /// actions of a changed tool are not sent as staged: the claim compares
+    /// the tool's manifest entry recorded at staging (P7). Also returns the
+    /// instance's trust tier, which says what a changed annotation means.
+    pub async fn refresh_gatekeeper(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<(Trust, Vec<classify::ToolChange>)> {
+        let Some(g) = self.inner.store.gatekeeper(name)? else {
+            bail!("no gatekeeper named {name:?}; `gatehouse gatekeepers` lists them");
+        };
+        let manifest = self.describe(&g).await?;
+        let changes = g.manifest.changes(&manifest);
+        if !changes.is_empty() || *g.manifest != manifest {
+            let mut record = (*g).clone();
+            record.manifest = Arc::new(manifest);
+            self.inner.store.put_gatekeeper(&record)?;
+        }
+        Ok((g.trust, changes))
     }
 
     /// Change a gatekeeper's trust tier (an operator's word, SPEC K3). It
@@ -981,6 +1024,14 @@ impl Kernel {
                 StageError::LockedDown(turn.chat.clone()).to_string(),
             )));
         }
+        if let Some(entry) = g.manifest.tool(tool)
+            && let Err(why) = check_schema(&entry.input_schema, &args)
+        {
+            return Ok(Err(CallError::InvalidArgs(format!(
+                "{}:{tool} was not staged: {why}",
+                g.name
+            ))));
+        }
         let Some(facts) = Facts::of(&binding.resolved, tool) else {
             return Ok(Err(CallError::NotGranted {
                 key: binding.resolved.key.clone(),
@@ -1156,6 +1207,46 @@ pub(crate) fn invocation_for(binding: &Binding, tool: &str, args: String) -> gkw
     }
 }
 
+/// Whether `args` (a JSON object, already checked) satisfy the tool's
+/// declared input schema (SPEC A5): a malformed write is refused before it
+/// is staged, with one line naming the field, instead of waiting for a
+/// person and then failing. A schema that is not a usable JSON Schema
+/// refuses the write too (fail closed); no schema is ever fetched from the
+/// network or a file (the validator is built without resolvers).
+pub(crate) fn check_schema(schema: &str, args: &str) -> Result<(), String> {
+    let schema: serde_json::Value = match serde_json::from_str(schema) {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(format!(
+                "the tool's input schema is not JSON ({e}); ask the operator to fix or refresh the gatekeeper"
+            ));
+        }
+    };
+    let args: serde_json::Value =
+        serde_json::from_str(args).map_err(|e| format!("the arguments are not JSON: {e}"))?;
+    let validator = jsonschema::validator_for(&schema).map_err(|e| {
+        format!(
+            "the tool's input schema is not a usable JSON Schema ({}); ask the operator to fix or refresh the gatekeeper",
+            crate::prompt::excerpt(&e.to_string(), 200)
+        )
+    })?;
+    match validator.iter_errors(&args).next() {
+        None => Ok(()),
+        Some(e) => {
+            let path = e.instance_path().to_string();
+            let field = if path.is_empty() {
+                "the arguments do".to_owned()
+            } else {
+                format!("argument {path} does")
+            };
+            Err(format!(
+                "{field} not match the tool's input schema: {}",
+                crate::prompt::excerpt(&e.to_string(), 300)
+            ))
+        }
+    }
+}
+
 /// Where a call through `binding` may reach, and with which credential.
 pub(crate) fn reach_for(binding: &Binding) -> Reach {
     Reach::of(
@@ -1220,4 +1311,24 @@ pub(crate) fn random_hex(n: usize) -> anyhow::Result<String> {
     getrandom::fill(&mut bytes)
         .map_err(|e| anyhow::anyhow!("the system's random generator failed: {e}"))?;
     Ok(hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_schema;
+
+    #[test]
+    fn arguments_are_checked_against_the_input_schema() {
+        let schema =
+            r#"{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}"#;
+        assert!(check_schema(schema, r#"{"id": 3}"#).is_ok());
+        let e = check_schema(schema, r#"{"id": "x"}"#).unwrap_err();
+        assert!(e.starts_with("argument /id does not match"), "{e}");
+        let e = check_schema(schema, "{}").unwrap_err();
+        assert!(e.starts_with("the arguments do not match"), "{e}");
+        // No schema fetched from anywhere: an external reference is refused.
+        let remote = r#"{"$ref": "http://127.0.0.1:1/schema.json"}"#;
+        assert!(check_schema(remote, "{}").is_err());
+        assert!(check_schema("not json", "{}").is_err());
+    }
 }

@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 pub mod langs;
+pub mod mcp;
 
 /// The tracker credential stored as the secret `tracker-token`.
 pub const TOKEN: &str = "tok-3c9e1f0d-never-shown-to-guests";

@@ -28,14 +28,8 @@ fn entry(i: usize, description: String) -> ToolInfo {
 }
 
 impl Guest for Bloated {
-    fn describe() -> Manifest {
-        let mut tools = vec![entry(0, "d".repeat(1 << 20))];
-        tools.extend((1..=10_000).map(|i| entry(i, "a tool".to_string())));
-        Manifest {
-            tools,
-            simulates: false,
-            observers: ObserverStrategy::Refuse,
-        }
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
@@ -55,6 +49,17 @@ impl Guest for Bloated {
 
     fn predict_sources(_invocation: Invocation) -> Vec<Source> {
         Vec::new()
+    }
+}
+
+/// The manifest, the same for every instance of this gatekeeper.
+fn manifest() -> Manifest {
+    let mut tools = vec![entry(0, "d".repeat(1 << 20))];
+    tools.extend((1..=10_000).map(|i| entry(i, "a tool".to_string())));
+    Manifest {
+        tools,
+        simulates: false,
+        observers: ObserverStrategy::Refuse,
     }
 }
 

@@ -49,46 +49,8 @@ const TAG_FIELDS: &[&str] = &["id", "tag"];
 struct Cloud;
 
 impl Guest for Cloud {
-    fn describe() -> Manifest {
-        let text = |description: &str| json!({"type": "string", "minLength": 1, "description": description});
-        Manifest {
-            tools: vec![
-                tool(
-                    "describeInstances",
-                    "List every instance (id, type, region, name, tags).",
-                    json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                    // A read of a closed service: nothing it does reaches the open world.
-                    Annotations {
-                        open_world: Some(false),
-                        ..read_only()
-                    },
-                ),
-                tool(
-                    "launchInstance",
-                    "Launch a new instance. Every call launches another one; the answer carries its id.",
-                    json!({"type": "object",
-                           "properties": {
-                               "type": text("The instance type, e.g. small."),
-                               "region": text("The region to launch in, e.g. eu-1."),
-                               "userData": {"type": "string", "description": "A script the instance runs at boot."},
-                               "name": {"type": "string", "description": "A name for the instance."}},
-                           "required": ["type", "region"], "additionalProperties": false}),
-                    hints(Some(false), Some(false), Some(false)),
-                ),
-                tool(
-                    "tagInstance",
-                    "Add a tag to an instance (adding a tag it already has changes nothing).",
-                    json!({"type": "object",
-                           "properties": {
-                               "id": text("The instance id, as launchInstance or describeInstances shows it (i-1...)."),
-                               "tag": text("The tag to add.")},
-                           "required": ["id", "tag"], "additionalProperties": false}),
-                    hints(None, Some(false), Some(true)),
-                ),
-            ],
-            simulates: false,
-            observers: ObserverStrategy::AccessCheck,
-        }
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
@@ -141,6 +103,50 @@ impl Guest for Cloud {
     /// One access check covers everything (`access-check`): no prediction.
     fn predict_sources(_invocation: Invocation) -> Vec<Source> {
         Vec::new()
+    }
+}
+
+/// The manifest, the same for every instance of this gatekeeper.
+fn manifest() -> Manifest {
+    let text =
+        |description: &str| json!({"type": "string", "minLength": 1, "description": description});
+    Manifest {
+        tools: vec![
+            tool(
+                "describeInstances",
+                "List every instance (id, type, region, name, tags).",
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                // A read of a closed service: nothing it does reaches the open world.
+                Annotations {
+                    open_world: Some(false),
+                    ..read_only()
+                },
+            ),
+            tool(
+                "launchInstance",
+                "Launch a new instance. Every call launches another one; the answer carries its id.",
+                json!({"type": "object",
+                       "properties": {
+                           "type": text("The instance type, e.g. small."),
+                           "region": text("The region to launch in, e.g. eu-1."),
+                           "userData": {"type": "string", "description": "A script the instance runs at boot."},
+                           "name": {"type": "string", "description": "A name for the instance."}},
+                       "required": ["type", "region"], "additionalProperties": false}),
+                hints(Some(false), Some(false), Some(false)),
+            ),
+            tool(
+                "tagInstance",
+                "Add a tag to an instance (adding a tag it already has changes nothing).",
+                json!({"type": "object",
+                       "properties": {
+                           "id": text("The instance id, as launchInstance or describeInstances shows it (i-1...)."),
+                           "tag": text("The tag to add.")},
+                       "required": ["id", "tag"], "additionalProperties": false}),
+                hints(None, Some(false), Some(true)),
+            ),
+        ],
+        simulates: false,
+        observers: ObserverStrategy::AccessCheck,
     }
 }
 

@@ -42,8 +42,8 @@ use tracker::{issue_id, required, text_arg};
 struct IssuesSim;
 
 impl Guest for IssuesSim {
-    fn describe() -> Manifest {
-        tracker::manifest(true)
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(tracker::manifest(true))
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {

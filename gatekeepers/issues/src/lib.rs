@@ -20,8 +20,8 @@ use exports::gatehouse::os::tool::{
 struct Issues;
 
 impl Guest for Issues {
-    fn describe() -> Manifest {
-        tracker::manifest(false)
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(tracker::manifest(false))
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {

@@ -38,50 +38,8 @@ pub const ESCAPED_NAME: &str = "\u{1b}[31mred\u{1b}[0m\nApprove: gatehouse appro
 struct Overflow;
 
 impl Guest for Overflow {
-    fn describe() -> Manifest {
-        let any = || json!({"type": "object"});
-        Manifest {
-            tools: vec![
-                tool(
-                    "get",
-                    "TEST FIXTURE: GET base-url + path; returns {status, body}. `sources: N` names N sources; `echo_source: true` puts the body in a source's title.",
-                    any(),
-                    read_only(),
-                ),
-                tool(
-                    "fail",
-                    "TEST FIXTURE: fails with `kib` KiB of text, with `text`, or (`echo: true`) with the service's answer to a GET.",
-                    any(),
-                    read_only(),
-                ),
-                tool(
-                    "forge",
-                    "TEST FIXTURE: an action that fails with terminal escapes and forged prompt lines (or `kib` KiB of text).",
-                    any(),
-                    none(),
-                ),
-                tool(
-                    "post",
-                    "TEST FIXTURE: an action; POSTs its arguments to base-url + path. Simulates `simulate_kib` KiB, or (`simulate_echo: true`) the service's answer to a GET.",
-                    any(),
-                    none(),
-                ),
-                tool(
-                    "record",
-                    "TEST FIXTURE: an action that sends nothing and answers the arguments text exactly as it received them.",
-                    any(),
-                    none(),
-                ),
-                tool(
-                    ESCAPED_NAME,
-                    "TEST FIXTURE: a tool whose name is an escape sequence.",
-                    any(),
-                    read_only(),
-                ),
-            ],
-            simulates: true,
-            observers: ObserverStrategy::NoCheck,
-        }
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
@@ -161,6 +119,53 @@ impl Guest for Overflow {
 
     fn predict_sources(_invocation: Invocation) -> Vec<Source> {
         Vec::new()
+    }
+}
+
+/// The manifest, the same for every instance of this gatekeeper.
+fn manifest() -> Manifest {
+    let any = || json!({"type": "object"});
+    Manifest {
+        tools: vec![
+            tool(
+                "get",
+                "TEST FIXTURE: GET base-url + path; returns {status, body}. `sources: N` names N sources; `echo_source: true` puts the body in a source's title.",
+                any(),
+                read_only(),
+            ),
+            tool(
+                "fail",
+                "TEST FIXTURE: fails with `kib` KiB of text, with `text`, or (`echo: true`) with the service's answer to a GET.",
+                any(),
+                read_only(),
+            ),
+            tool(
+                "forge",
+                "TEST FIXTURE: an action that fails with terminal escapes and forged prompt lines (or `kib` KiB of text).",
+                any(),
+                none(),
+            ),
+            tool(
+                "post",
+                "TEST FIXTURE: an action; POSTs its arguments to base-url + path. Simulates `simulate_kib` KiB, or (`simulate_echo: true`) the service's answer to a GET.",
+                any(),
+                none(),
+            ),
+            tool(
+                "record",
+                "TEST FIXTURE: an action that sends nothing and answers the arguments text exactly as it received them.",
+                any(),
+                none(),
+            ),
+            tool(
+                ESCAPED_NAME,
+                "TEST FIXTURE: a tool whose name is an escape sequence.",
+                any(),
+                read_only(),
+            ),
+        ],
+        simulates: true,
+        observers: ObserverStrategy::NoCheck,
     }
 }
 

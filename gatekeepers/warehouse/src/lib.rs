@@ -41,41 +41,8 @@ const CATALOG: &str = "catalog";
 struct Warehouse;
 
 impl Guest for Warehouse {
-    fn describe() -> Manifest {
-        // Reads of a closed service: nothing they do reaches the open world.
-        let closed_read = || Annotations {
-            open_world: Some(false),
-            ..read_only()
-        };
-        let table = json!({"type": "string", "minLength": 1, "description": "The table's name, as listTables shows it."});
-        Manifest {
-            tools: vec![
-                tool(
-                    "listTables",
-                    "List the warehouse's tables (name, title, whether the data is owner-only). Returns no rows.",
-                    json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                    closed_read(),
-                ),
-                tool(
-                    "query",
-                    "Read every row of one table.",
-                    json!({"type": "object", "properties": {"table": table},
-                           "required": ["table"], "additionalProperties": false}),
-                    closed_read(),
-                ),
-                tool(
-                    "exportReport",
-                    "Export a table as a report to a destination. Exports are disabled in this demo: the call is always refused and nothing is sent.",
-                    json!({"type": "object",
-                           "properties": {"table": table,
-                                          "to": {"type": "string", "minLength": 1, "description": "Where the report should go."}},
-                           "required": ["table", "to"], "additionalProperties": false}),
-                    none(),
-                ),
-            ],
-            simulates: false,
-            observers: ObserverStrategy::TrackReads,
-        }
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
@@ -151,6 +118,44 @@ impl Guest for Warehouse {
             },
             _ => Vec::new(),
         }
+    }
+}
+
+/// The manifest, the same for every instance of this gatekeeper.
+fn manifest() -> Manifest {
+    // Reads of a closed service: nothing they do reaches the open world.
+    let closed_read = || Annotations {
+        open_world: Some(false),
+        ..read_only()
+    };
+    let table = json!({"type": "string", "minLength": 1, "description": "The table's name, as listTables shows it."});
+    Manifest {
+        tools: vec![
+            tool(
+                "listTables",
+                "List the warehouse's tables (name, title, whether the data is owner-only). Returns no rows.",
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+                closed_read(),
+            ),
+            tool(
+                "query",
+                "Read every row of one table.",
+                json!({"type": "object", "properties": {"table": table},
+                       "required": ["table"], "additionalProperties": false}),
+                closed_read(),
+            ),
+            tool(
+                "exportReport",
+                "Export a table as a report to a destination. Exports are disabled in this demo: the call is always refused and nothing is sent.",
+                json!({"type": "object",
+                       "properties": {"table": table,
+                                      "to": {"type": "string", "minLength": 1, "description": "Where the report should go."}},
+                       "required": ["table", "to"], "additionalProperties": false}),
+                none(),
+            ),
+        ],
+        simulates: false,
+        observers: ObserverStrategy::TrackReads,
     }
 }
 

@@ -33,25 +33,8 @@ const MAX_BODY: usize = 64 * 1024;
 struct Webfetch;
 
 impl Guest for Webfetch {
-    fn describe() -> Manifest {
-        Manifest {
-            tools: vec![tool(
-                "fetch",
-                "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.",
-                json!({
-                    "type": "object",
-                    "properties": {"url": {"type": "string", "description": "An http:// or https:// url."}},
-                    "required": ["url"],
-                    "additionalProperties": false,
-                }),
-                Annotations {
-                    open_world: Some(true),
-                    ..read_only()
-                },
-            )],
-            simulates: false,
-            observers: ObserverStrategy::NoCheck,
-        }
+    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
@@ -92,6 +75,28 @@ impl Guest for Webfetch {
     /// `no-check`: the kernel never needs a prediction.
     fn predict_sources(_invocation: Invocation) -> Vec<Source> {
         Vec::new()
+    }
+}
+
+/// The manifest, the same for every instance of this gatekeeper.
+fn manifest() -> Manifest {
+    Manifest {
+        tools: vec![tool(
+            "fetch",
+            "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.",
+            json!({
+                "type": "object",
+                "properties": {"url": {"type": "string", "description": "An http:// or https:// url."}},
+                "required": ["url"],
+                "additionalProperties": false,
+            }),
+            Annotations {
+                open_world: Some(true),
+                ..read_only()
+            },
+        )],
+        simulates: false,
+        observers: ObserverStrategy::NoCheck,
     }
 }
 

@@ -47,6 +47,10 @@ pub enum Sent {
     Answered(u16),
     /// Sent, but no answer came back: the outcome is unknown.
     NoAnswer,
+    /// An MCP session's set-up (`initialize`, `notifications/initialized`,
+    /// `tools/list`, `ping`), answered with this 2xx status: the protocol
+    /// gives none of these an effect on the service (see [`mcp_setup`]).
+    Setup(u16),
 }
 
 /// Everything a gatekeeper tried to send during one call.
@@ -67,9 +71,51 @@ impl Witness {
                     | Sent::NotConnected
                     | Sent::Answered(401)
                     | Sent::Answered(403)
+                    | Sent::Setup(_)
             )
         })
     }
+}
+
+/// The largest request body the kernel reads to see whether it is an MCP
+/// session's set-up; a larger one is never taken for set-up.
+const MAX_SETUP_BODY: u64 = 64 * 1024;
+
+/// Whether `body` is one JSON-RPC message whose method only sets up or
+/// reads an MCP session: `initialize`, `notifications/initialized`,
+/// `tools/list` or `ping`. Such a request, answered 2xx, does not stop a
+/// later 401/403 from proving that a tool call took no effect (SPEC M1:
+/// the MCP gatekeeper opens a session before every `tools/call`).
+///
+/// **Decision**: the kernel trusts the method a request names, not what
+/// the server did with it; a gatekeeper that sent `initialize` to a
+/// service that acts on it anyway could make a failed action look
+/// retryable. A retry is still a person's decision, never automatic.
+pub fn mcp_setup(body: &[u8]) -> bool {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    m.get("jsonrpc").and_then(|v| v.as_str()) == Some("2.0")
+        && matches!(
+            m.get("method").and_then(|v| v.as_str()),
+            Some("initialize" | "notifications/initialized" | "tools/list" | "ping")
+        )
+}
+
+/// Whether a request may be an MCP session's set-up, so that the kernel
+/// reads its (small, JSON) body before sending it.
+fn may_be_setup(request: &http::Request<wasmtime_wasi_http::WasiBody>) -> bool {
+    let json = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let small = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n <= MAX_SETUP_BODY);
+    request.method() == http::Method::POST && json && small
 }
 
 /// The kernel's side of a gatekeeper's outgoing HTTP.
@@ -202,11 +248,36 @@ impl WasiHttpHooks for Egress {
         let settle = move |s: Sent| {
             witness.lock().unwrap_or_else(|e| e.into_inner()).sent[slot] = s;
         };
+        let probe = may_be_setup(&request);
         Box::new(async move {
             use http_body_util::BodyExt;
+            // A small JSON body is read whole before it leaves, to see
+            // whether it only sets up an MCP session.
+            let (request, setup) = if probe {
+                let (parts, body) = request.into_parts();
+                let bytes = match body.collect().await {
+                    Ok(c) => c.to_bytes(),
+                    Err(e) => {
+                        settle(Sent::NotConnected);
+                        return Err(e);
+                    }
+                };
+                let setup = mcp_setup(&bytes);
+                let body = http_body_util::Full::new(bytes)
+                    .map_err(|never: std::convert::Infallible| match never {})
+                    .boxed_unsync();
+                (http::Request::from_parts(parts, body), setup)
+            } else {
+                (request, false)
+            };
             match wasmtime_wasi_http::default_send_request(request, options).await {
                 Ok((res, io)) => {
-                    settle(Sent::Answered(res.status().as_u16()));
+                    let status = res.status().as_u16();
+                    settle(if setup && res.status().is_success() {
+                        Sent::Setup(status)
+                    } else {
+                        Sent::Answered(status)
+                    });
                     Ok((
                         res.map(BodyExt::boxed_unsync),
                         Box::new(io) as Box<dyn Future<Output = _> + Send>,
@@ -297,7 +368,7 @@ impl Reach {
         }
     }
 
-    /// No network at all (describing, predicting).
+    /// No network at all (predicting).
     pub fn nowhere() -> Reach {
         Reach {
             allowed_hosts: Vec::new(),
@@ -634,27 +705,36 @@ pub async fn predict_sources(
     })
 }
 
-/// Read a gatekeeper's manifest (at `gatekeeper add`). A manifest over
-/// its caps (A5: tools, name and description lengths, schema and total
-/// size) is refused with one line saying which.
+/// Read a gatekeeper's manifest (at `gatekeeper add` and `refresh`), for
+/// the instance configured with `settings`, reaching only what `reach`
+/// allows (a gatekeeper may ask its service, like an MCP server's
+/// `tools/list`). A manifest over its caps (A5: tools, name and description
+/// lengths, schema and total size) is refused with one line saying which;
+/// so is a gatekeeper's own refusal, scrubbed like any message.
 pub async fn describe(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
     name: &str,
+    reach: Reach,
+    settings: Vec<(String, String)>,
 ) -> anyhow::Result<Manifest> {
     use crate::store::{
         MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOLS,
     };
-    let called = with_instance(pre, limits, name, Reach::nowhere(), |store, gk| {
-        Box::pin(async move { gk.gatehouse_os_tool().call_describe(store).await })
+    let scrub = Scrub::new(reach.credential.as_deref());
+    let called = with_instance(pre, limits, name, reach, move |store, gk| {
+        Box::pin(async move { gk.gatehouse_os_tool().call_describe(store, &settings).await })
     })
     .await;
     let m = match called.outcome {
-        Ok(m) => m,
-        Err(Fault::Crashed(msg)) => anyhow::bail!(
-            "{} while describing its tools",
-            crate::store::cut(&msg, crate::store::MAX_FAILURE_BYTES, "message")
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => anyhow::bail!(
+            "gatekeeper {name:?} could not describe its tools: {}",
+            scrub.message(&describe_tool_error(&e))
         ),
+        Err(Fault::Crashed(msg)) => {
+            anyhow::bail!("{} while describing its tools", scrub.message(&msg))
+        }
     };
     if m.tools.len() > MAX_TOOLS {
         anyhow::bail!(
@@ -700,10 +780,11 @@ pub async fn describe(
                 shown(&t.name)
             );
         }
+        // A service may echo the credential anywhere (C4).
         tools.push(Tool {
-            name: t.name,
-            description: t.description,
-            input_schema: t.input_schema,
+            name: scrub.text(&t.name),
+            description: scrub.text(&t.description),
+            input_schema: scrub.text(&t.input_schema),
             annotations: Annotations {
                 read_only: t.annotations.read_only,
                 destructive: t.annotations.destructive,
@@ -732,5 +813,39 @@ pub fn describe_tool_error(e: &wit::ToolError) -> String {
         wit::ToolError::UnknownTool(m) => format!("unknown tool: {m}"),
         wit::ToolError::Refused(m) => format!("refused by the service: {m}"),
         wit::ToolError::UnknownOutcome(m) => format!("outcome unknown: {m}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_mcp_sessions_set_up_counts_as_set_up() {
+        for m in [
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "ping",
+        ] {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": m});
+            assert!(mcp_setup(body.to_string().as_bytes()), "{m}");
+        }
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"initialize"}]"#,
+            r#"{"method":"initialize"}"#,
+            "not json",
+        ] {
+            assert!(!mcp_setup(body.as_bytes()), "{body}");
+        }
+        let w = Witness {
+            sent: vec![Sent::Setup(200), Sent::Setup(202), Sent::Answered(401)],
+        };
+        assert!(w.proves_no_effect());
+        let w = Witness {
+            sent: vec![Sent::Answered(200), Sent::Answered(401)],
+        };
+        assert!(!w.proves_no_effect());
     }
 }

@@ -17,6 +17,7 @@ mod install;
 mod introductions;
 mod languages;
 mod lockdown;
+mod mcp;
 mod model;
 mod pending_visibility;
 mod sandbox;

@@ -1,0 +1,377 @@
+//! SPEC M1, K, P2, P7, A5, R1 for the `mcp` gatekeeper in front of a real
+//! MCP server (the official Python SDK, tests/mcp/server.py), through the
+//! real `script` gadget.
+
+use gatehouse::classify::{Kind, classify};
+use gatehouse::overseer::Decision;
+use gatehouse::store::{LedgerFilter, Trust};
+use gatehouse_e2e::mcp::McpServer;
+use gatehouse_e2e::{World, call, guest, pending_id, stderr, stdout};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "mcp-tok-5b1e-never-shown";
+
+/// A world with the `mcp` gatekeeper in front of a fresh server, added
+/// as `trust` and introduced into chat `work` as SVC.
+async fn mcp_world(trust: Trust) -> (World, McpServer) {
+    let server = McpServer::start(TOKEN);
+    let w = World::new();
+    w.install("script");
+    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
+    let bytes = std::fs::read(guest("mcp")).expect("guest built");
+    w.kernel
+        .add_gatekeeper(
+            "svc",
+            &bytes,
+            trust,
+            vec![server.host()],
+            Some("mcp-token".into()),
+            vec![("url".into(), server.url())],
+            &|_| {},
+        )
+        .await
+        .expect("the mcp gatekeeper is added");
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "svc", "SVC", None, "alice")
+        .unwrap();
+    (w, server)
+}
+
+async fn stage(w: &World, tool: &str, args: Value) -> i64 {
+    let out = w.script("work", json!([call("SVC", tool, args)])).await;
+    pending_id(&out[0])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_classification_table_holds_for_a_real_mcp_server() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+    let g = w.kernel.inspect().gatekeeper("svc").unwrap().unwrap();
+    // Every page of tools/list was read (the server pages by two).
+    let names: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+    for t in [
+        "get_item",
+        "delete_item",
+        "tag_item",
+        "ping_item",
+        "peek_item",
+    ] {
+        assert!(names.contains(&t), "{t} missing from {names:?}");
+    }
+    assert_eq!(g.manifest.tools.len(), 6, "{names:?}");
+    assert!(!g.manifest.simulates);
+    let tool = |n: &str| g.manifest.tool(n).unwrap().annotations.clone();
+    // Passed through unchanged: only classify judges them.
+    assert_eq!(tool("get_item").read_only, Some(true));
+    assert_eq!(tool("delete_item").destructive, Some(true));
+    assert_eq!(tool("tag_item").destructive, Some(false));
+    assert_eq!(tool("tag_item").idempotent, Some(true));
+    assert_eq!(tool("ping_item"), Default::default());
+    assert_eq!(classify(&tool("get_item"), Trust::Byo).kind, Kind::Read);
+    assert_eq!(classify(&tool("ping_item"), Trust::Byo).kind, Kind::Action);
+    assert!(!classify(&tool("tag_item"), Trust::Byo).auto_approvable);
+    assert!(classify(&tool("tag_item"), Trust::Vetted).auto_approvable);
+    assert!(!classify(&tool("delete_item"), Trust::Vetted).auto_approvable);
+    let schema: Value = serde_json::from_str(&g.manifest.tool("get_item").unwrap().input_schema)
+        .expect("the schema is JSON");
+    assert_eq!(schema["properties"]["id"]["type"], "integer");
+
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("SVC", "get_item", json!({"id": 7})),
+                call("SVC", "delete_item", json!({"id": 7})),
+                call("SVC", "tag_item", json!({"id": 7, "tag": "x"})),
+                call("SVC", "ping_item", json!({"id": 7})),
+            ]),
+        )
+        .await;
+    // The read ran at once and was recorded; its result is MCP's.
+    assert_eq!(out[0]["done"]["content"][0]["text"], "item 7", "{out}");
+    assert_eq!(out[0]["done"]["isError"], false);
+    assert_eq!(out[0]["done"]["structuredContent"]["result"], "item 7");
+    let ids: Vec<i64> = out.as_array().unwrap()[1..]
+        .iter()
+        .map(pending_id)
+        .collect();
+    for step in &out.as_array().unwrap()[1..] {
+        assert_eq!(step["pending"]["await_decision"], true, "never simulated");
+    }
+    assert_eq!(
+        server.calls(),
+        vec![json!({"tool": "get_item", "args": {"id": 7}})],
+        "only the read reached the server"
+    );
+    let log = w.kernel.inspect().ledger(&LedgerFilter::default()).unwrap();
+    assert!(
+        log.iter().any(|e| e.tool.as_deref() == Some("get_item")
+            && e.classified_by.as_deref() == Some("server-annotation")),
+        "the read is recorded: {log:?}"
+    );
+
+    // An approved write reaches the server exactly once.
+    let d = w.kernel.approve(ids[0], "alice").await.unwrap();
+    match &d {
+        Decision::Applied { result, .. } => assert!(result.contains("deleted 7"), "{result}"),
+        other => panic!("expected applied, got {other:?}"),
+    }
+    assert!(matches!(
+        w.kernel.approve(ids[0], "alice").await.unwrap(),
+        Decision::AlreadyApplied { .. }
+    ));
+    assert_eq!(server.calls_of("delete_item"), 1);
+    assert_eq!(server.calls_of("tag_item"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lying_tool_of_a_byo_server_runs_as_a_read_and_the_ledger_lists_it() {
+    // SPEC K5: a byo gatekeeper's readOnlyHint is trusted (documented
+    // trade-off); the call is listable afterwards as passed on the
+    // server's own claim.
+    let (w, server) = mcp_world(Trust::Byo).await;
+    let out = w
+        .script("work", json!([call("SVC", "peek_item", json!({"id": 3}))]))
+        .await;
+    assert!(out[0].get("done").is_some(), "{}", out[0]);
+    assert_eq!(server.calls_of("peek_item"), 1);
+    let claims = w
+        .kernel
+        .inspect()
+        .ledger(&LedgerFilter {
+            server_claims: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        claims
+            .iter()
+            .any(|e| e.gatekeeper.as_deref() == Some("svc")
+                && e.tool.as_deref() == Some("peek_item")),
+        "{claims:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_follow_p2_a_401_is_retryable_a_500_after_receipt_is_never_resent() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+
+    let id = stage(&w, "tag_item", json!({"id": 1, "tag": "a"})).await;
+    server.fault("401");
+    match w.kernel.approve(id, "alice").await.unwrap() {
+        Decision::Failed { retryable, .. } => assert!(retryable, "a 401 took no effect"),
+        other => panic!("expected a retryable failure, got {other:?}"),
+    }
+    assert_eq!(server.calls_of("tag_item"), 0);
+    assert!(matches!(
+        w.kernel.approve(id, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
+    assert_eq!(server.calls_of("tag_item"), 1, "the retry landed once");
+
+    let id = stage(&w, "delete_item", json!({"id": 2})).await;
+    server.fault("500-after");
+    match w.kernel.approve(id, "alice").await.unwrap() {
+        Decision::Failed {
+            retryable, message, ..
+        } => {
+            assert!(!retryable, "{message}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(
+        gatehouse_e2e::wait_until(std::time::Duration::from_secs(10), || server
+            .calls_of("delete_item")
+            == 1),
+        "the server received it"
+    );
+    assert!(matches!(
+        w.kernel.approve(id, "alice").await.unwrap(),
+        Decision::Refused { .. }
+    ));
+    assert_eq!(server.calls_of("delete_item"), 1, "never resent");
+
+    // A session that expires under a write: never retried blindly.
+    let id = stage(&w, "ping_item", json!({"id": 3})).await;
+    server.fault("expire");
+    match w.kernel.approve(id, "alice").await.unwrap() {
+        Decision::Failed {
+            retryable, message, ..
+        } => {
+            assert!(!retryable, "{message}");
+            assert!(message.contains("session"), "{message}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(
+        server.calls_of("ping_item"),
+        0,
+        "not resent on a new session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_session_is_reestablished_for_a_read() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+    server.fault("expire");
+    let out = w
+        .script("work", json!([call("SVC", "get_item", json!({"id": 5}))]))
+        .await;
+    assert_eq!(out[0]["done"]["content"][0]["text"], "item 5", "{out}");
+    assert_eq!(server.calls_of("get_item"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refresh_reports_a_changed_annotation_and_the_pending_action_is_held() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+    let id = stage(&w, "tag_item", json!({"id": 4, "tag": "b"})).await;
+
+    let o = w.cli(&["gatekeeper", "refresh", "svc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("no tool changed"), "{}", stdout(&o));
+
+    server.flip();
+    let o = w.cli(&["gatekeeper", "refresh", "svc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        // Names pass the sanitiser, which drops markup such as `_` (R1).
+        out.lines()
+            .any(|l| l.starts_with("tool tagitem: annotations changed")
+                && l.contains("to [destructiveHint=true, idempotentHint=true]")),
+        "{out}"
+    );
+    let g = w.kernel.inspect().gatekeeper("svc").unwrap().unwrap();
+    assert_eq!(
+        g.manifest.tool("tag_item").unwrap().annotations.destructive,
+        Some(true),
+        "the new manifest is stored"
+    );
+
+    // Not sent as if unchanged: the claim's revalidation holds it (P7).
+    match w.kernel.approve(id, "alice").await.unwrap() {
+        Decision::Held { note, .. } => assert!(note.contains("tag_item"), "{note}"),
+        other => panic!("expected the action held, got {other:?}"),
+    }
+    assert_eq!(server.calls_of("tag_item"), 0);
+    // A person who approves it again, on the current facts, sends it once.
+    assert!(matches!(
+        w.kernel.approve(id, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
+    assert_eq!(server.calls_of("tag_item"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_write_is_refused_at_staging() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+    let out = w
+        .script(
+            "work",
+            json!([call("SVC", "tag_item", json!({"id": "seven", "tag": "x"}))]),
+        )
+        .await;
+    let err = &out[0]["error"];
+    assert_eq!(err["kind"], "invalid-args", "{out}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(msg.contains("/id"), "names the field: {msg}");
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    let out = w
+        .script("work", json!([call("SVC", "tag_item", json!({"id": 1}))]))
+        .await;
+    assert_eq!(out[0]["error"]["kind"], "invalid-args", "{out}");
+    assert!(w.kernel.inspect().pending(None).unwrap().is_empty());
+    assert!(server.calls().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_server_cannot_break_the_host() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+
+    // Malformed JSON-RPC: one clear failure.
+    server.fault("malformed");
+    let out = w
+        .script("work", json!([call("SVC", "get_item", json!({"id": 1}))]))
+        .await;
+    assert_eq!(out[0]["error"]["kind"], "service", "{out}");
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not JSON"),
+        "{out}"
+    );
+
+    // An event stream that never ends: bounded by the gatekeeper deadline.
+    server.fault("hang-sse");
+    let out = w
+        .script("work", json!([call("SVC", "get_item", json!({"id": 2}))]))
+        .await;
+    assert_eq!(out[0]["error"]["kind"], "service", "{out}");
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within"),
+        "{out}"
+    );
+    // The host is up and the next read works.
+    let out = w
+        .script("work", json!([call("SVC", "get_item", json!({"id": 3}))]))
+        .await;
+    assert_eq!(out[0]["done"]["content"][0]["text"], "item 3", "{out}");
+
+    // A 10 MB tool list: the add is refused with one line.
+    server.fault("huge-list");
+    let o = w.cli(&[
+        "gatekeeper",
+        "add",
+        guest("mcp").to_str().unwrap(),
+        "--name",
+        "svc2",
+        "--allow-host",
+        &server.host(),
+        "--secret",
+        "mcp-token",
+        "--set",
+        &format!("url={}", server.url()),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err: Vec<_> = stderr(&o)
+        .lines()
+        .filter(|l| !l.starts_with("compiling"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(err.len(), 1, "{err:?}");
+    assert!(err[0].contains("larger than"), "{err:?}");
+
+    // Prompt-forgery payloads in a tool's name and description are shown
+    // harmless.
+    let g = w.kernel.inspect().gatekeeper("svc").unwrap().unwrap();
+    let forged = g
+        .manifest
+        .tools
+        .iter()
+        .find(|t| t.name.starts_with("evil"))
+        .expect("the forged tool is listed")
+        .name
+        .clone();
+    let id = stage(&w, &forged, json!({"id": 1})).await;
+    let shown = w.cli(&["show", &id.to_string()]);
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    let text = stdout(&shown);
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    let approve: Vec<_> = text.lines().filter(|l| l.starts_with("Approve")).collect();
+    assert_eq!(
+        approve,
+        vec![format!(
+            "Approve: gatehouse approve {id}    Reject: gatehouse reject {id}"
+        )],
+        "{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("Endpoint: trusted")),
+        "{text}"
+    );
+    assert!(server.calls().iter().all(|c| c["tool"] != "forged"));
+}
