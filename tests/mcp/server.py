@@ -1,5 +1,5 @@
 """A loopback MCP server for the end-to-end tests, built with the official
-Python SDK (`mcp`, pinned in tools/langs/requirements.txt).
+Python SDK (`mcp`, pinned in tools/langs/requirements-tests.txt).
 
 The SDK speaks the protocol (Streamable HTTP, sessions, tools/list,
 tools/call); this file only declares tools and, around the SDK's ASGI app,

@@ -1,5 +1,5 @@
 //! A real MCP server for the tests: `tests/mcp/server.py`, built with the
-//! official Python SDK (`mcp`, pinned in tools/langs/requirements.txt and
+//! official Python SDK (`mcp`, pinned in tools/langs/requirements-tests.txt and
 //! installed by `tools/langs/setup.sh` into the project's venv), serving
 //! Streamable HTTP on an ephemeral loopback port. See the script for its
 //! tools and its fault switches.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned toolchains that build the Python and JavaScript
-# gadgets (componentize-py from PyPI, componentize-js from npm) into a
+# gadgets (componentize-py from PyPI, componentize-js from npm), and the
+# official MCP SDK the tests serve a real MCP server with, into a
 # project-local directory, so tests and `gatehouse new` starters use exactly
 # the versions this repository was verified with:
 #
@@ -20,12 +21,13 @@ mkdir -p "$dest"
 
 stamp() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
-want=$(stamp "$here/requirements.txt")
+want=$(stamp "$here/requirements.txt" "$here/requirements-tests.txt")
 if [ "$(cat "$dest/py/.stamp" 2>/dev/null)" != "$want" ]; then
     echo "installing the Python toolchain into $dest/py"
     rm -rf "$dest/py"
     python3 -m venv "$dest/py"
-    "$dest/py/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+    "$dest/py/bin/pip" install --quiet --disable-pip-version-check \
+        -r "$here/requirements.txt" -r "$here/requirements-tests.txt"
     echo "$want" > "$dest/py/.stamp"
 fi
 

@@ -314,11 +314,17 @@ fn args_of_exponents(n: usize) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     let w = World::standard(Trust::Byo).await;
+    // An action whose input schema admits any object: the kernel checks
+    // arguments against the tool's schema before staging (issue 13).
+    w.add_gatekeeper("overflow", "overflow", Trust::Byo).await;
+    w.kernel
+        .introduce("work", "overflow", "OVER", None, "alice")
+        .unwrap();
     let args = args_of_exponents(65536);
     let over = args_of_exponents(65537);
     let input = json!({"steps": [
-        {"call": {"key": "ISSUES", "tool": "createIssue", "raw_args": args}},
-        {"call": {"key": "ISSUES", "tool": "createIssue", "raw_args": over}},
+        {"call": {"key": "OVER", "tool": "record", "raw_args": args}},
+        {"call": {"key": "OVER", "tool": "record", "raw_args": over}},
         call("ISSUES", "listIssues", json!({})),
     ]})
     .to_string();
