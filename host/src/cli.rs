@@ -255,6 +255,10 @@ enum Command {
     /// Workflows with scoped approvals: designs, runs, requests, audit.
     #[command(subcommand)]
     Workflow(workflow::WorkflowCmd),
+    /// Check the state database page by page (`PRAGMA quick_check`): the
+    /// full check that opening no longer runs, since its cost grows with
+    /// the database.
+    Check,
     /// A guided end-to-end run on the bundled examples.
     Demo,
     /// Serve the web inbox and its JSON API on 127.0.0.1 (Ctrl-C stops).
@@ -679,6 +683,13 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                     return Ok(false);
                 }
             }
+        }
+        Command::Check => {
+            kernel.check_integrity().await?;
+            outln!(
+                "the state database {} is intact",
+                kernel.state_path().display()
+            );
         }
         Command::Pending { chat, json } => {
             let list = kernel.pending(&me, chat.as_deref()).await?;

@@ -220,7 +220,7 @@ struct Inner {
     _liveness: File,
     /// Single flight for auto-approval drains (see `overseer`).
     drain_gate: tokio::sync::Mutex<()>,
-    drain_wanted: std::sync::atomic::AtomicBool,
+    drain_wanted: std::sync::Mutex<crate::overseer::DrainScope>,
     /// Work started beside a gadget (drains); awaited by [`Kernel::settle`].
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
     /// The certificate authority, opened on first use (SPEC G3).
@@ -277,7 +277,7 @@ impl Kernel {
                 owner,
                 _liveness: liveness,
                 drain_gate: tokio::sync::Mutex::new(()),
-                drain_wanted: std::sync::atomic::AtomicBool::new(false),
+                drain_wanted: Default::default(),
                 background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
                 authority: std::sync::OnceLock::new(),
             }),
@@ -390,7 +390,7 @@ impl Kernel {
         &self.inner.drain_gate
     }
 
-    pub(crate) fn drain_wanted(&self) -> &std::sync::atomic::AtomicBool {
+    pub(crate) fn drain_wanted(&self) -> &std::sync::Mutex<crate::overseer::DrainScope> {
         &self.inner.drain_wanted
     }
 
@@ -419,6 +419,11 @@ impl Kernel {
             }
             while set.join_next().await.is_some() {}
         }
+    }
+
+    /// Check the state database page by page (`gatehouse check`).
+    pub async fn check_integrity(&self) -> anyhow::Result<()> {
+        self.store().run(|s| s.check_integrity()).await
     }
 
     /// The state database's file.
@@ -775,7 +780,7 @@ impl Kernel {
         let (chat, key, person) = (turn.chat.clone(), key.to_owned(), turn.person().to_owned());
         let resolved = self
             .store()
-            .run(move |s| s.resolve(&chat, &key, &person))
+            .run_now(move |c| crate::store::resolve_in(c, &chat, &key, &person))
             .await?;
         Ok(resolved
             .map(|(resolved, overlay)| Binding { resolved, overlay })
@@ -847,7 +852,7 @@ impl Kernel {
                 let outcome = self.stage(turn, &binding, tool, args, class).await?;
                 if let Ok(CallOutcome::Pending(p)) = &outcome {
                     // Auto-approval runs beside the gadget, never in its way (A1).
-                    self.drain_in_background();
+                    self.drain_in_background(&turn.chat);
                     match turn.harness {
                         Harness::Naive => return Ok(Ok(CallOutcome::Done("{}".into()))),
                         Harness::Honest if p.await_decision => turn

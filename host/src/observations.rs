@@ -110,7 +110,11 @@ async fn record(
         result_bytes: output.result.len(),
         audit,
     };
-    kernel.store().run(move |s| s.observe(&o)).await
+    // Right here when the database is free (the read path's one commit).
+    kernel
+        .store()
+        .run_now(move |c| crate::store::observe_in(c, &o))
+        .await
 }
 
 /// Record that an applied action's result was handed to the gadget (A4):

@@ -153,7 +153,7 @@ impl Kernel {
         let by = ClaimBy::Person(person.to_owned());
         self.to_completion(async move {
             let d = k.claim_and_send(id, by).await?;
-            k.drain().await?;
+            k.drain_after(id).await?;
             Ok(d)
         })
         .await
@@ -170,7 +170,7 @@ impl Kernel {
                 Err(r) => Decision::of_refusal(id, r),
             };
             // A rejection may unblock a queue or stop an agent run.
-            k.drain().await?;
+            k.drain_after(id).await?;
             Ok(d)
         })
         .await
@@ -383,45 +383,81 @@ impl Kernel {
         self.store().rules_for(person)
     }
 
-    /// Start a drain without waiting for it (after a submit). The gadget
-    /// never waits for auto-approval; [`Kernel::settle`] waits for it.
-    pub(crate) fn drain_in_background(&self) {
+    /// Start a drain of `chat` without waiting for it (after a submit).
+    /// The gadget never waits for auto-approval; [`Kernel::settle`] waits
+    /// for it.
+    pub(crate) fn drain_in_background(&self, chat: &str) {
         let k = self.clone();
+        let scope = DrainScope::chat(chat);
         self.spawn_background(async move {
-            if let Err(e) = k.drain().await {
+            if let Err(e) = k.drain_scope(scope).await {
                 tracing::warn!(error = %format!("{e:#}"), "auto-approval drain failed");
             }
         });
     }
 
-    /// Apply every pending action both keys allow (U1-U4), then resume the
-    /// agent runs whose awaited actions are all applied (V3).
-    ///
-    /// Single flight: one drain runs at a time per process. A caller marks
-    /// its request, then waits its turn; if the drain in flight has already
-    /// taken the request (it goes round again while requests arrive, which
-    /// is how work submitted mid-drain is picked up), the caller finds
-    /// nothing left to do. Either way, when this returns, a drain that began
-    /// after the request has finished. Across processes the claim keeps
-    /// every action to one send.
+    /// Apply every pending action both keys allow (U1-U4), in every chat,
+    /// then resume the agent runs whose awaited actions are all applied
+    /// (V3). For a change that can affect any chat (a new rule, a trust
+    /// tier); a decision or a stage drains only its own chat.
     pub async fn drain(&self) -> anyhow::Result<Vec<Decision>> {
-        use std::sync::atomic::Ordering::SeqCst;
+        self.drain_scope(DrainScope::All).await
+    }
+
+    /// After a decision on action `id`: drain its chat, whose queue it may
+    /// have unblocked (U2). Other chats' queues are not touched by it.
+    async fn drain_after(&self, id: i64) -> anyhow::Result<Vec<Decision>> {
+        match self.store().run(move |s| s.action(id)).await? {
+            Some(a) => self.drain_scope(DrainScope::chat(&a.chat)).await,
+            None => self.drain().await,
+        }
+    }
+
+    /// Drain `scope`.
+    ///
+    /// Single flight: one drain runs at a time per process. A caller adds
+    /// its scope to the request, then waits its turn; if the drain in
+    /// flight has already taken the request (it goes round again while
+    /// requests arrive, which is how work submitted mid-drain is picked
+    /// up), the caller finds nothing left to do. Either way, when this
+    /// returns, a drain that covers the scope and began after the request
+    /// has finished. Across processes the claim keeps every action to one
+    /// send.
+    async fn drain_scope(&self, scope: DrainScope) -> anyhow::Result<Vec<Decision>> {
         let mut applied = Vec::new();
-        self.drain_wanted().store(true, SeqCst);
+        wanted(self.drain_wanted()).add(scope);
         let _flight = self.drain_gate().lock().await;
-        while self.drain_wanted().swap(false, SeqCst) {
-            applied.extend(self.drain_once().await?);
+        loop {
+            let scope = std::mem::take(&mut *wanted(self.drain_wanted()));
+            if scope.is_empty() {
+                break;
+            }
+            applied.extend(self.drain_once(scope).await?);
             self.resume_ready().await?;
         }
         Ok(applied)
     }
 
-    /// One pass over the pending actions, oldest first. Each chat's queue
-    /// at each gatekeeper stops at its first action that needs a person:
-    /// later ones are never approved past it (U2), and one chat's waiting
-    /// action never holds up another chat.
-    async fn drain_once(&self) -> anyhow::Result<Vec<Decision>> {
-        let pending = self.store().run(|s| s.pending_all()).await?;
+    /// One pass over the pending actions of `scope`, oldest first. Each
+    /// chat's queue at each gatekeeper stops at its first action that needs
+    /// a person: later ones are never approved past it (U2), and one chat's
+    /// waiting action never holds up another chat.
+    async fn drain_once(&self, scope: DrainScope) -> anyhow::Result<Vec<Decision>> {
+        let pending = self
+            .store()
+            .run(move |s| match scope {
+                DrainScope::Nothing => Ok(Vec::new()),
+                DrainScope::All => s.pending_all(),
+                DrainScope::Chats(chats) => {
+                    let mut all = Vec::new();
+                    for chat in chats {
+                        all.extend(s.pending_in(&chat)?);
+                    }
+                    all.sort_by_key(|a| a.id);
+                    Ok(all)
+                }
+            })
+            .await?;
         let mut blocked: std::collections::HashSet<(String, String)> = Default::default();
         let mut out = Vec::new();
         for a in pending {
@@ -496,4 +532,39 @@ impl Kernel {
             })
             .await
     }
+}
+
+/// What a drain must look at: every chat, or some.
+#[derive(Debug, Default)]
+pub(crate) enum DrainScope {
+    #[default]
+    Nothing,
+    Chats(std::collections::BTreeSet<String>),
+    All,
+}
+
+impl DrainScope {
+    fn chat(chat: &str) -> DrainScope {
+        DrainScope::Chats([chat.to_owned()].into())
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, DrainScope::Nothing)
+    }
+
+    /// Widen this request by `other`.
+    fn add(&mut self, other: DrainScope) {
+        *self = match (std::mem::take(self), other) {
+            (DrainScope::All, _) | (_, DrainScope::All) => DrainScope::All,
+            (DrainScope::Nothing, o) | (o, DrainScope::Nothing) => o,
+            (DrainScope::Chats(mut a), DrainScope::Chats(b)) => {
+                a.extend(b);
+                DrainScope::Chats(a)
+            }
+        };
+    }
+}
+
+fn wanted(m: &std::sync::Mutex<DrainScope>) -> std::sync::MutexGuard<'_, DrainScope> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

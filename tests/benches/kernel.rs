@@ -58,186 +58,17 @@ fn reads_script() -> String {
     json!({ "steps": vec![step; READS_PER_TURN] }).to_string()
 }
 
-/// The unmediated wiring: the gadget's import calls the gatekeeper directly.
-struct Direct {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    gatekeeper: GatekeeperPre<GatekeeperState>,
-    limits: Limits,
-}
-
-impl WasiView for Direct {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl witt::Host for Direct {}
-
-// The unmediated wiring has no workflows: no certificate, no requests.
-impl witw::Host for Direct {
-    async fn step_certificate(&mut self) -> wasmtime::Result<Option<Resource<CertificateHandle>>> {
-        Ok(None)
-    }
-    async fn request_approval(
-        &mut self,
-        _allowed: String,
-        _reason: String,
-    ) -> wasmtime::Result<Result<u64, String>> {
-        Ok(Err("no workflows here".into()))
-    }
-}
-
-impl witw::HostCertificate for Direct {
-    async fn run(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<u64> {
-        Ok(0)
-    }
-    async fn step(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<String> {
-        Ok(String::new())
-    }
-    async fn authority(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<String> {
-        Ok(String::new())
-    }
-    async fn tools(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<Vec<String>> {
-        Ok(Vec::new())
-    }
-    async fn expires_at(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<u64> {
-        Ok(0)
-    }
-    async fn encoded(&mut self, _: Resource<CertificateHandle>) -> wasmtime::Result<String> {
-        Ok(String::new())
-    }
-    async fn call(
-        &mut self,
-        _: Resource<CertificateHandle>,
-        _: Resource<ServiceHandle>,
-        _: String,
-        _: String,
-    ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
-        Ok(Err(wit::CallError::Refused("no workflows here".into())))
-    }
-    async fn drop(&mut self, this: Resource<CertificateHandle>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
-    }
-}
-
-impl wit::Host for Direct {
-    async fn env(&mut self) -> wasmtime::Result<Vec<String>> {
-        Ok(vec!["ROGUE".into()])
-    }
-    async fn open(
-        &mut self,
-        key: String,
-    ) -> wasmtime::Result<Result<Resource<ServiceHandle>, wit::CallError>> {
-        Ok(Ok(self.table.push(ServiceHandle::new(key))?))
-    }
-    async fn action_result(
-        &mut self,
-        _id: u64,
-    ) -> wasmtime::Result<Result<wit::ActionStatus, wit::CallError>> {
-        Ok(Ok(wit::ActionStatus::Pending))
-    }
-}
-
-impl wit::HostService for Direct {
-    async fn key(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&this)?.key().to_owned())
-    }
-    async fn tools(
-        &mut self,
-        _this: Resource<ServiceHandle>,
-    ) -> wasmtime::Result<Vec<witt::ToolInfo>> {
-        Ok(Vec::new())
-    }
-    async fn call(
-        &mut self,
-        _this: Resource<ServiceHandle>,
-        tool: String,
-        args: String,
-    ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
-        let called = unmediated_call(&self.gatekeeper, &self.limits, tool, args).await;
-        Ok(match called.outcome {
-            Ok(Ok(out)) => Ok(wit::Outcome::Done(out.result)),
-            _ => Err(wit::CallError::Service("failed".into())),
-        })
-    }
-    async fn drop(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
-    }
-}
-
-/// A gatekeeper call with nothing around it: no store, no policy.
-async fn unmediated_call(
-    pre: &GatekeeperPre<GatekeeperState>,
-    limits: &Limits,
-    tool: String,
-    args: String,
-) -> gk::Called<Result<gk::wit::Output, gk::wit::ToolError>> {
-    let invocation = gk::wit::Invocation {
-        tool,
-        args,
-        settings: Vec::new(),
-        account: None,
-        pending: Vec::new(),
-    };
-    let reach = Reach::nowhere();
-    gk::call(pre, limits, "rogue", reach, invocation).await
-}
-
-async fn direct_turn(
-    pre: &GadgetPre<Direct>,
-    gatekeeper: &GatekeeperPre<GatekeeperState>,
-    limits: &Limits,
-    input: &str,
-) -> String {
-    let state = Direct {
-        wasi: WasiCtx::builder().build(),
-        table: ResourceTable::new(),
-        gatekeeper: gatekeeper.clone(),
-        limits: limits.clone(),
-    };
-    let mut store = Store::new(pre.engine(), state);
-    store.set_epoch_deadline(1_000_000);
-    let g = pre
-        .instantiate_async(&mut store)
-        .await
-        .expect("instantiate");
-    g.gatehouse_os_run()
-        .call_run(&mut store, input)
-        .await
-        .expect("no trap")
-        .expect("turn ok")
-}
-
 fn bench_reads(c: &mut Criterion) {
     let rt = runtime();
     let w = world(&rt, Limits::default());
     let input = reads_script();
 
     // The bare host: its own runtime (same engine settings), no kernel.
-    let scratch = tempfile::tempdir().unwrap();
-    let bare = Runtime::new(scratch.path().to_owned(), Limits::default()).expect("a runtime");
-    let engine = bare.engine().clone();
-    let mut linker: Linker<Direct> = Linker::new(&engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
-    gatehouse::embed::gadget::Gadget::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-        .expect("kernel interface");
-    let component = Component::from_file(&engine, guest("script")).expect("script compiles");
-    let pre = GadgetPre::new(linker.instantiate_pre(&component).expect("links")).expect("exports");
-    let rogue = std::fs::read(guest("rogue")).expect("rogue built");
-    let digest = bare
-        .admit(&rogue, Role::Gatekeeper, &|_| {})
-        .expect("rogue admitted");
-    let gk_pre = bare.gatekeeper(&digest).expect("gatekeeper loads");
-    let limits = Limits::default();
+    let bare = Bare::new("script", "rogue", Limits::default());
+    let (pre, gk_pre, limits) = (&bare.gadget, &bare.gatekeeper, &bare.limits);
 
     // Both paths answer the same thing.
-    let direct = rt.block_on(direct_turn(&pre, &gk_pre, &limits, &input));
+    let direct = rt.block_on(direct_turn(pre, gk_pre, limits, &input));
     let mediated = rt
         .block_on(w.kernel.run("script", "bench", &input))
         .unwrap();
@@ -246,7 +77,7 @@ fn bench_reads(c: &mut Criterion) {
     let mut group = c.benchmark_group("read");
     group.sample_size(20);
     group.bench_function("turn_of_50_reads/unmediated", |b| {
-        b.iter(|| rt.block_on(direct_turn(&pre, &gk_pre, &limits, &input)))
+        b.iter(|| rt.block_on(direct_turn(pre, gk_pre, limits, &input)))
     });
     group.bench_function("turn_of_50_reads/kernel", |b| {
         b.iter(|| {
@@ -259,8 +90,8 @@ fn bench_reads(c: &mut Criterion) {
     group.bench_function("one_call_from_host/unmediated", |b| {
         b.iter(|| {
             rt.block_on(unmediated_call(
-                &gk_pre,
-                &limits,
+                gk_pre,
+                limits,
                 "echo".into(),
                 r#"{"n":1}"#.into(),
             ))

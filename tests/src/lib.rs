@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub mod bare;
 pub mod langs;
 pub mod mcp;
 

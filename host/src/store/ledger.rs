@@ -79,62 +79,7 @@ impl Store {
     /// Record an observation. The caller hands the data over only if this
     /// returns `Ok` (SPEC O1).
     pub fn observe(&self, o: &NewObservation) -> anyhow::Result<super::Observed> {
-        let restricted = serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
-            .iter()
-            .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true)));
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        // Owner-only data is never admitted into a shared chat (SPEC O3);
-        // checked in the transaction that would latch, so a concurrent
-        // `share` either sees the latch or makes this read refused.
-        if restricted && super::sharing::is_shared(&tx, &o.chat)? {
-            return Ok(super::Observed::RestrictedInSharedChat);
-        }
-        // A hand-over is recorded once per action and caller: polling a
-        // finished action again observes nothing new (SPEC A4).
-        if let Some(action) = o.action_ref {
-            let first: Option<i64> = tx
-                .query_row(
-                    "SELECT id FROM ledger WHERE kind = 'observation' AND action_ref = ?1
-                       AND caller = ?2 AND chat = ?3 ORDER BY id LIMIT 1",
-                    params![action, o.principal.label(), o.chat],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(id) = first {
-                return Ok(super::Observed::Recorded(id));
-            }
-        }
-        tx.prepare_cached(
-            "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
-               trust, sources, account, action_ref, result_bytes, created_at)
-             VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-        )?
-        .execute(params![
-                o.chat,
-                o.principal.label(),
-                o.principal.acting_for(),
-                o.gadget,
-                o.gatekeeper,
-                o.tool,
-                o.classified_by,
-                o.trust.as_str(),
-                o.sources,
-                o.account,
-                o.action_ref,
-                o.result_bytes as i64,
-                now_ms()
-            ])?;
-        let id = tx.last_insert_rowid();
-        if let Some(a) = &o.audit {
-            super::workflows::insert_invocation(&tx, &a.allowed())?;
-        }
-        // The latch and the observation are written together (SPEC O3).
-        if restricted {
-            tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
-        }
-        tx.commit()?;
-        Ok(super::Observed::Recorded(id))
+        observe_in(&mut self.lock(), o)
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
@@ -214,4 +159,66 @@ fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerEntry> {
         finished_at: r.get(20)?,
         account: r.get(21)?,
     })
+}
+
+/// [`Store::observe`] on a connection the caller holds.
+pub(crate) fn observe_in(
+    conn: &mut rusqlite::Connection,
+    o: &NewObservation,
+) -> anyhow::Result<super::Observed> {
+    let restricted = serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
+        .iter()
+        .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true)));
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // Owner-only data is never admitted into a shared chat (SPEC O3);
+    // checked in the transaction that would latch, so a concurrent
+    // `share` either sees the latch or makes this read refused.
+    if restricted && super::sharing::is_shared(&tx, &o.chat)? {
+        return Ok(super::Observed::RestrictedInSharedChat);
+    }
+    // A hand-over is recorded once per action and caller: polling a
+    // finished action again observes nothing new (SPEC A4).
+    if let Some(action) = o.action_ref {
+        let first: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM ledger WHERE kind = 'observation' AND action_ref = ?1
+                   AND caller = ?2 AND chat = ?3 ORDER BY id LIMIT 1",
+                params![action, o.principal.label(), o.chat],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(id) = first {
+            return Ok(super::Observed::Recorded(id));
+        }
+    }
+    tx.prepare_cached(
+        "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
+           trust, sources, account, action_ref, result_bytes, created_at)
+         VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?
+    .execute(params![
+        o.chat,
+        o.principal.label(),
+        o.principal.acting_for(),
+        o.gadget,
+        o.gatekeeper,
+        o.tool,
+        o.classified_by,
+        o.trust.as_str(),
+        o.sources,
+        o.account,
+        o.action_ref,
+        o.result_bytes as i64,
+        now_ms()
+    ])?;
+    let id = tx.last_insert_rowid();
+    if let Some(a) = &o.audit {
+        super::workflows::insert_invocation(&tx, &a.allowed())?;
+    }
+    // The latch and the observation are written together (SPEC O3).
+    if restricted {
+        tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
+    }
+    tx.commit()?;
+    Ok(super::Observed::Recorded(id))
 }

@@ -450,3 +450,86 @@ async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() 
         "the decision history outlives the payload: {v}"
     );
 }
+
+/// Stages from many turns at once share commits (group commit, issue 17);
+/// the cap still holds row by row inside each commit, one refused stage
+/// never undoes another's, every stage gets its own answer, and what was
+/// answered `pending` is on disk for the next process.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_stages_share_commits_yet_the_cap_holds_and_each_answer_is_its_own() {
+    use gatehouse::Principal;
+    use gatehouse::kernel::{CallError, CallOutcome, Turn};
+    let w = World::standard(Trust::Byo).await;
+    let k = &w.kernel;
+    k.new_chat("other", "alice").unwrap();
+    k.introduce("other", "issues", "ISSUES", None, "alice")
+        .unwrap();
+
+    // 60 stagers race for "work" (cap 50) while 30 stage into "other".
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..90 {
+        let k = k.clone();
+        let chat = if i % 3 == 0 { "other" } else { "work" };
+        tasks.spawn(async move {
+            let turn = Turn::new("script", chat, Principal::person("alice"));
+            let args = json!({"title": format!("race {i}")}).to_string();
+            let out = k
+                .call(&turn, "ISSUES", "createIssue", args)
+                .await
+                .unwrap_or_else(|e| panic!("stage {i} failed: {e:#}"));
+            (chat, out)
+        });
+    }
+    let answers = tasks.join_all().await;
+    let mut ids = std::collections::BTreeMap::<&str, Vec<i64>>::new();
+    let mut refused = 0;
+    for (chat, out) in &answers {
+        match out {
+            Ok(CallOutcome::Pending(p)) => ids.entry(chat).or_default().push(p.action_id as i64),
+            Err(CallError::Refused(m)) => {
+                assert_eq!(*chat, "work", "only the full chat refuses: {m}");
+                assert!(m.contains("limit is 50 per chat"), "{m}");
+                refused += 1;
+            }
+            other => panic!("unexpected answer in {chat}: {other:?}"),
+        }
+    }
+    let work = ids.get("work").cloned().unwrap_or_default();
+    let other = ids.get("other").cloned().unwrap_or_default();
+    let racing_work = answers.iter().filter(|(c, _)| *c == "work").count();
+    assert_eq!(work.len(), 50, "the full chat took exactly its cap");
+    assert_eq!(
+        refused,
+        racing_work - 50,
+        "every other stage there was refused"
+    );
+    assert_eq!(
+        other.len(),
+        answers.len() - racing_work,
+        "the other chat lost nothing"
+    );
+    let mut all: Vec<i64> = work.iter().chain(&other).copied().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        work.len() + other.len(),
+        "every answer has its own id"
+    );
+
+    // The next process sees exactly the answered actions, in their chats.
+    let again = w.reopen();
+    for (chat, expected) in [("work", &work), ("other", &other)] {
+        let mut stored: Vec<i64> = again
+            .inspect()
+            .pending(Some(chat))
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        stored.sort();
+        let mut expected = expected.clone();
+        expected.sort();
+        assert_eq!(stored, expected, "{chat}: stored = answered");
+    }
+}

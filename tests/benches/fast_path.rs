@@ -1,0 +1,487 @@
+//! The fast path (issue 17): every kernel figure beside its baseline,
+//! measured in the same run and alternated with it, so that a ratio never
+//! depends on the machine's noise. Prints one table.
+//!
+//! | row | kernel | baseline | goal |
+//! |---|---|---|---|
+//! | read (turn of 50) | a `script` turn of 50 `echo` reads through the kernel, each recorded | the same turn on the bare forwarding host (`gatehouse_e2e::bare`) plus 50 bare WAL commits | ≤ 1.5× |
+//! | read (one, from host) | `Kernel::call` of `echo` | the gatekeeper called bare, plus one bare WAL commit | ≤ 1.5× |
+//! | stage | `Kernel::call` of a write to `pending`, durable | one bare INSERT+COMMIT at `synchronous=FULL` | ≤ 1.2× |
+//! | stage ×64 | 64 concurrent stagers in 64 chats, actions/s | bare FULL commits/s, one per row | ≥ 2× (throughput) |
+//! | turn 1 read + 3 writes | p50 of a whole gadget turn | — | < 0.5 ms |
+//! | stage, 50,000 pending | staging with 1,000 chats × 50 pending stored | staging in an empty store | ≤ 1.2× |
+//! | drain 10,000 | auto-approving 10,000 actions | auto-approving 1,000 | ≤ 10.5× |
+//!
+//! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
+//! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run).
+
+use gatehouse::kernel::{CallOutcome, Turn};
+use gatehouse::store::Trust;
+use gatehouse::{Kernel, Limits, Principal};
+use gatehouse_e2e::World;
+use gatehouse_e2e::bare::{Bare, unmediated_call};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let quick = std::env::var_os("FAST_PATH_QUICK").is_some();
+    let rounds = if quick { 3 } else { 15 };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut table = Table::default();
+
+    let w = world(&rt, "bench");
+    let bare = Bare::new("script", "rogue", Limits::default());
+    let baseline_db = BareDb::new();
+    let turn = Turn::new("script", "bench", Principal::person("bench"));
+
+    // Read: a turn of 50, and one call from the host.
+    let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
+        .to_string();
+    let kernel_turn = || {
+        let report = rt
+            .block_on(w.kernel.run("script", "bench", &reads))
+            .expect("turn");
+        assert!(report.output.is_ok(), "{:?}", report.output);
+    };
+    let bare_turn = || {
+        rt.block_on(bare.turn(&reads));
+        for _ in 0..50 {
+            baseline_db.commit_observation();
+        }
+    };
+    kernel_turn();
+    let (k, b) = alternate(rounds, 5, kernel_turn, bare_turn);
+    table.ratio(
+        "read, turn of 50 (per read)",
+        k / 50.0,
+        b / 50.0,
+        "≤ 1.5×",
+        1.5,
+    );
+
+    let kernel_read = || {
+        let out = rt
+            .block_on(w.kernel.call(&turn, "ROGUE", "echo", r#"{"n":1}"#.into()))
+            .expect("read");
+        assert!(matches!(out, Ok(CallOutcome::Done(_))), "{out:?}");
+    };
+    let bare_read = || {
+        rt.block_on(unmediated_call(
+            &bare.gatekeeper,
+            &bare.limits,
+            "echo".into(),
+            r#"{"n":1}"#.into(),
+        ));
+        baseline_db.commit_observation();
+    };
+    let (k, b) = alternate(rounds, 50, kernel_read, bare_read);
+    table.ratio("read, one from the host", k, b, "≤ 1.5×", 1.5);
+
+    // Stage, durable, against a durable bare commit. Each staged action
+    // is rejected, untimed, to stay under the cap of 50.
+    let mut staged = Vec::new();
+    let (k, b) = alternate(
+        rounds,
+        20,
+        || {
+            staged.push(stage(&rt, &w.kernel, &turn));
+        },
+        || baseline_db.commit_durable(),
+    );
+    reject(&rt, &w.kernel, &staged);
+    table.ratio("stage (synchronous=FULL)", k, b, "≤ 1.2×", 1.2);
+
+    // 64 concurrent stagers in 64 chats.
+    let chats: Vec<String> = (0..64).map(|i| format!("c{i}")).collect();
+    for c in &chats {
+        w.kernel.new_chat(c, "bench").expect("chat");
+        w.kernel
+            .introduce(c, "rogue", "ROGUE", None, "bench")
+            .expect("introduce");
+    }
+    let per_chat = if quick { 10 } else { 40 };
+    let kernel = Arc::new(w.kernel.clone());
+    let started = Instant::now();
+    let ids = rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in &chats {
+            let (k, turn) = (
+                kernel.clone(),
+                Turn::new("script", c, Principal::person("bench")),
+            );
+            tasks.spawn(async move {
+                let mut ids = Vec::new();
+                for _ in 0..per_chat {
+                    ids.push(stage_async(&k, &turn).await);
+                }
+                ids
+            });
+        }
+        tasks.join_all().await.concat()
+    });
+    let kernel_rate = ids.len() as f64 / started.elapsed().as_secs_f64();
+    reject(&rt, &w.kernel, &ids);
+    let n = 200;
+    let started = Instant::now();
+    for _ in 0..n {
+        baseline_db.commit_durable();
+    }
+    let bare_rate = n as f64 / started.elapsed().as_secs_f64();
+    table.throughput(
+        "stage ×64 concurrent (actions/s)",
+        kernel_rate,
+        bare_rate,
+        "≥ 2×",
+        2.0,
+    );
+
+    // A turn of one read and three durable writes.
+    let mixed = json!({ "steps": [
+        {"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}},
+        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+    ]})
+    .to_string();
+    let mut samples = Vec::new();
+    for _ in 0..(if quick { 20 } else { 200 }) {
+        let t = Instant::now();
+        let report = rt
+            .block_on(w.kernel.run("script", "bench", &mixed))
+            .expect("turn");
+        samples.push(t.elapsed());
+        let out: serde_json::Value =
+            serde_json::from_str(report.output.as_deref().expect("turn ok")).expect("json");
+        let ids: Vec<i64> = out
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| {
+                s.get("pending")
+                    .and_then(|p| p.get("id"))
+                    .and_then(|i| i.as_i64())
+            })
+            .collect();
+        assert_eq!(ids.len(), 3, "three writes pending: {out}");
+        reject(&rt, &w.kernel, &ids);
+    }
+    table.absolute(
+        "turn: 1 read + 3 durable writes (p50)",
+        median(&mut samples),
+        "< 0.5 ms",
+        Duration::from_micros(500),
+    );
+
+    // Staging with 1,000 chats × 50 pending already stored.
+    let (c, p) = if quick { (100, 50) } else { (1000, 50) };
+    let full = full_world(&rt, c, p);
+    let turn_full = Turn::new("script", "bench", Principal::person("bench"));
+    let empty = world(&rt, "bench");
+    let (mut in_full, mut in_empty) = (Vec::new(), Vec::new());
+    let (k, b) = alternate(
+        rounds,
+        10,
+        || in_full.push(stage(&rt, &full.kernel, &turn_full)),
+        || in_empty.push(stage(&rt, &empty.kernel, &turn_full)),
+    );
+    reject(&rt, &full.kernel, &in_full);
+    reject(&rt, &empty.kernel, &in_empty);
+    table.ratio(
+        &format!("stage with {c} chats × {p} pending"),
+        k,
+        b,
+        "≤ 1.2×",
+        1.2,
+    );
+
+    // Draining 10,000 approved actions vs 1,000.
+    let (small, large) = if quick { (100, 1000) } else { (1000, 10_000) };
+    let t_small = drain_time(&rt, small);
+    let t_large = drain_time(&rt, large);
+    table.ratio(
+        &format!("drain {large} vs {small} (time)"),
+        t_large.as_secs_f64(),
+        t_small.as_secs_f64(),
+        "≤ 10.5×",
+        (large / small) as f64 * 1.05,
+    );
+
+    table.print();
+}
+
+/// A world with `script` installed and `rogue` introduced as ROGUE in
+/// `chat`, owned by `bench`. Unlimited per-turn calls: a bench turn may
+/// make many.
+fn world(rt: &tokio::runtime::Runtime, chat: &str) -> World {
+    let w = World::with_limits(Limits::default());
+    w.install("script");
+    rt.block_on(w.add_gatekeeper("rogue", "rogue", Trust::Byo));
+    w.kernel.new_chat(chat, "bench").expect("chat");
+    w.kernel
+        .introduce(chat, "rogue", "ROGUE", None, "bench")
+        .expect("introduce");
+    w
+}
+
+async fn stage_async(k: &Kernel, turn: &Turn) -> i64 {
+    match k
+        .call(turn, "ROGUE", "bigResult", r#"{"kib":0}"#.into())
+        .await
+        .expect("stage")
+    {
+        Ok(CallOutcome::Pending(p)) => p.action_id as i64,
+        other => panic!("expected pending, got {other:?}"),
+    }
+}
+
+fn stage(rt: &tokio::runtime::Runtime, k: &Kernel, turn: &Turn) -> i64 {
+    rt.block_on(stage_async(k, turn))
+}
+
+fn reject(rt: &tokio::runtime::Runtime, k: &Kernel, ids: &[i64]) {
+    for id in ids {
+        rt.block_on(k.reject(*id, "bench")).expect("reject");
+    }
+}
+
+/// `chats` chats with `per` pending copies each of the staged action
+/// `seed`, written into the state database directly: filling it through
+/// the kernel would take longer than the measurement.
+fn fill(w: &World, seed: i64, chats: usize, per: usize) {
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).expect("db");
+    db.busy_timeout(Duration::from_secs(30)).expect("timeout");
+    let tx = db.unchecked_transaction().expect("tx");
+    let columns: Vec<String> = tx
+        .prepare("SELECT name FROM pragma_table_info('ledger') WHERE name NOT IN ('id', 'chat')")
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .expect("ledger columns");
+    let columns = columns.join(", ");
+    let chat_columns: Vec<String> = tx
+        .prepare("SELECT name FROM pragma_table_info('chats') WHERE name <> 'name'")
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .expect("chat columns");
+    let chat_columns = chat_columns.join(", ");
+    let source_chat: String = tx
+        .query_row("SELECT chat FROM ledger WHERE id = ?1", [seed], |r| {
+            r.get(0)
+        })
+        .expect("the seed action");
+    for i in 0..chats {
+        let chat = format!("full{i}");
+        tx.execute(
+            &format!("INSERT INTO chats (name, {chat_columns}) SELECT ?1, {chat_columns} FROM chats WHERE name = ?2"),
+            [&chat, &source_chat],
+        )
+        .expect("chat row");
+        tx.execute(
+            "INSERT INTO introductions (chat, key, gatekeeper, tools)
+             SELECT ?1, key, gatekeeper, tools FROM introductions WHERE chat = ?2",
+            [&chat, &source_chat],
+        )
+        .expect("introduction rows");
+        for _ in 0..per {
+            tx.execute(
+                &format!("INSERT INTO ledger (chat, {columns}) SELECT ?1, {columns} FROM ledger WHERE id = ?2"),
+                rusqlite::params![chat, seed],
+            )
+            .expect("action row");
+        }
+    }
+    tx.commit().expect("commit");
+}
+
+/// `per` more pending copies of the staged action `seed` in `chat`.
+fn fill_chat(w: &World, seed: i64, chat: &str, per: usize) {
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).expect("db");
+    let columns: Vec<String> = db
+        .prepare("SELECT name FROM pragma_table_info('ledger') WHERE name NOT IN ('id', 'chat')")
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .expect("ledger columns");
+    let columns = columns.join(", ");
+    for _ in 0..per {
+        db.execute(
+            &format!("INSERT INTO ledger (chat, {columns}) SELECT ?1, {columns} FROM ledger WHERE id = ?2"),
+            rusqlite::params![chat, seed],
+        )
+        .expect("action row");
+    }
+}
+
+/// A world with 1,000 × 50 (or `chats` × `per`) pending actions of
+/// `rogue:bigResult` in other chats than `bench`.
+fn full_world(rt: &tokio::runtime::Runtime, chats: usize, per: usize) -> World {
+    let w = world(rt, "bench");
+    w.kernel.new_chat("seed", "bench").expect("chat");
+    w.kernel
+        .introduce("seed", "rogue", "ROGUE", None, "bench")
+        .expect("introduce");
+    let seed = stage(
+        rt,
+        &w.kernel,
+        &Turn::new("script", "seed", Principal::person("bench")),
+    );
+    fill(&w, seed, chats, per);
+    w
+}
+
+/// Time to auto-approve `n` pending `issues:addLabel` actions (in chats of
+/// 50), each sent to the loopback tracker.
+fn drain_time(rt: &tokio::runtime::Runtime, n: usize) -> Duration {
+    let w = World::with_limits(Limits::default());
+    w.install("script");
+    rt.block_on(w.add_gatekeeper("issues", "issues", Trust::Vetted));
+    w.kernel.new_chat("seed", "bench").expect("chat");
+    w.kernel
+        .introduce("seed", "issues", "ISSUES", None, "bench")
+        .expect("introduce");
+    let turn = Turn::new("script", "seed", Principal::person("bench"));
+    let seed = match rt
+        .block_on(w.kernel.call(
+            &turn,
+            "ISSUES",
+            "addLabel",
+            r#"{"id":1,"label":"bench"}"#.into(),
+        ))
+        .expect("stage")
+    {
+        Ok(CallOutcome::Pending(p)) => p.action_id as i64,
+        other => panic!("expected pending, got {other:?}"),
+    };
+    fill(&w, seed, n / 50 - 1, 50);
+    // With the seed chat's 49 more: `n` in all.
+    fill_chat(&w, seed, "seed", 49);
+    let started = Instant::now();
+    let report = rt
+        .block_on(w.kernel.add_rule("bench", "issues:addLabel", None))
+        .expect("rule");
+    let took = started.elapsed();
+    assert_eq!(report.applied.len(), n, "every action was auto-approved");
+    took
+}
+
+/// A bare SQLite file with the same settings as the state database.
+struct BareDb {
+    conn: rusqlite::Connection,
+    _dir: tempfile::TempDir,
+}
+
+impl BareDb {
+    fn new() -> BareDb {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn = rusqlite::Connection::open(Path::new(dir.path()).join("bare.db")).expect("db");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("wal");
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .expect("normal");
+        conn.execute_batch(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, chat TEXT, tool TEXT, args TEXT, state TEXT) STRICT",
+        )
+        .expect("table");
+        BareDb { conn, _dir: dir }
+    }
+
+    fn insert(&self) {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO t (chat, tool, args, state) VALUES ('bench', 'echo', '{\"n\":1}', 'done')",
+            )
+            .and_then(|mut st| st.execute([]))
+            .expect("insert");
+    }
+
+    /// One row, one WAL commit (no fsync): an observation's price.
+    fn commit_observation(&self) {
+        self.insert();
+    }
+
+    /// One row, one fsynced commit.
+    fn commit_durable(&self) {
+        self.conn
+            .pragma_update(None, "synchronous", "FULL")
+            .expect("full");
+        self.insert();
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .expect("normal");
+    }
+}
+
+/// Run `a` and `b` in alternation, `per` times each per round, and return
+/// the median seconds per call of each.
+fn alternate(rounds: usize, per: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for _ in 0..per {
+            a();
+        }
+        ta.push(t.elapsed() / per as u32);
+        let t = Instant::now();
+        for _ in 0..per {
+            b();
+        }
+        tb.push(t.elapsed() / per as u32);
+    }
+    (median(&mut ta).as_secs_f64(), median(&mut tb).as_secs_f64())
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<[String; 5]>,
+}
+
+fn us(secs: f64) -> String {
+    format!("{:.1} µs", secs * 1e6)
+}
+
+impl Table {
+    fn ratio(&mut self, what: &str, kernel: f64, baseline: f64, goal: &str, max: f64) {
+        let r = kernel / baseline;
+        self.rows.push([
+            what.into(),
+            us(kernel),
+            us(baseline),
+            format!("{r:.2}×"),
+            format!("{goal} {}", if r <= max { "met" } else { "MISSED" }),
+        ]);
+    }
+
+    fn throughput(&mut self, what: &str, kernel: f64, baseline: f64, goal: &str, min: f64) {
+        let r = kernel / baseline;
+        self.rows.push([
+            what.into(),
+            format!("{kernel:.0}/s"),
+            format!("{baseline:.0}/s"),
+            format!("{r:.2}×"),
+            format!("{goal} {}", if r >= min { "met" } else { "MISSED" }),
+        ]);
+    }
+
+    fn absolute(&mut self, what: &str, took: Duration, goal: &str, max: Duration) {
+        self.rows.push([
+            what.into(),
+            us(took.as_secs_f64()),
+            "—".into(),
+            "—".into(),
+            format!("{goal} {}", if took <= max { "met" } else { "MISSED" }),
+        ]);
+    }
+
+    fn print(&self) {
+        println!("\n| measure | kernel | baseline | ratio | goal |");
+        println!("|---|---|---|---|---|");
+        for r in &self.rows {
+            println!("| {} | {} | {} | {} | {} |", r[0], r[1], r[2], r[3], r[4]);
+        }
+    }
+}
