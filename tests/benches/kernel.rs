@@ -17,19 +17,13 @@
 //! Run: `cargo bench -p gatehouse-e2e`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gatehouse::embed::gadget::{CertificateHandle, GadgetPre, ServiceHandle};
-use gatehouse::embed::gadget::{kernel as wit, types as witt, workflow as witw};
-use gatehouse::embed::gatekeeper::{self as gk, GatekeeperPre, GatekeeperState, Reach};
-use gatehouse::embed::{Role, Runtime};
 use gatehouse::kernel::Turn;
 use gatehouse::store::Trust;
 use gatehouse::{Limits, Principal};
+use gatehouse_e2e::bare::{Bare, direct_turn, unmediated_call};
 use gatehouse_e2e::{World, guest};
 use serde_json::json;
 use std::time::{Duration, Instant};
-use wasmtime::Store;
-use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 const READS_PER_TURN: usize = 50;
 

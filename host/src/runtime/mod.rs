@@ -377,43 +377,29 @@ impl Runtime {
         self.compile_cached(digest, &bytes, &|_| {})
     }
 
-    /// The cached artifact, if present and intact, mapped from its file.
-    ///
-    /// The cache is keyed by the component's digest and the engine's
-    /// configuration. An artifact is verified once, when this process wrote
-    /// it (its SHA-256 and size go into a sidecar file beside it); a load
-    /// checks only that the sidecar exists and names the file's size, then
-    /// leaves the rest to wasmtime's own checks (the ELF header, the
-    /// engine's compatibility hash). Hashing the whole artifact on every
-    /// load cost a Python gadget 80-90% of its start-up (issue 17), and
-    /// reading it into memory copied 35 MB that a mapping shares. A
-    /// truncated or replaced entry fails those checks and is rebuilt.
+    /// The cached artifact, if present and intact. The cache is keyed by the
+    /// component's digest and the engine's configuration; each artifact
+    /// carries a SHA-256 of itself, checked before wasmtime is allowed to
+    /// load it, so a damaged or tampered entry is rebuilt, never trusted.
     fn load_compiled(&self, digest: &str) -> anyhow::Result<Option<Component>> {
         let path = self.compiled_path(digest);
         let sum_path = path.with_extension("cwasm.sha256");
-        let (Ok(meta), Ok(sum)) = (std::fs::metadata(&path), std::fs::read_to_string(&sum_path))
+        let (Ok(bytes), Ok(sum)) = (std::fs::read(&path), std::fs::read_to_string(&sum_path))
         else {
             return Ok(None);
         };
-        let recorded = sum
-            .split_whitespace()
-            .nth(1)
-            .and_then(|n| n.parse::<u64>().ok());
-        if recorded != Some(meta.len()) {
+        if hex::encode(Sha256::digest(&bytes)) != sum.trim() {
             tracing::warn!(path = %path.display(), "compiled cache entry is damaged; recompiling");
             let _ = std::fs::remove_file(&path);
             return Ok(None);
         }
-        // SAFETY: the file was produced by `Engine::precompile_component` of
-        // an engine with this configuration (its name carries the
-        // compatibility hash, which wasmtime checks again), lives in the
-        // person's own home, and is replaced only by rename, never written
-        // in place, so the mapping never changes under the engine.
-        match unsafe { Component::deserialize_file(&self.engine, &path) } {
+        // SAFETY: the bytes were produced by `Engine::precompile_component`
+        // of an engine with this configuration (the file name carries its
+        // compatibility hash) and are unchanged since (checked just above).
+        match unsafe { Component::deserialize(&self.engine, &bytes) } {
             Ok(c) => Ok(Some(c)),
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "compiled cache entry refused; recompiling");
-                let _ = std::fs::remove_file(&path);
                 Ok(None)
             }
         }
@@ -445,15 +431,9 @@ impl Runtime {
         ));
         let path = self.compiled_path(digest);
         write_atomic(&path, &compiled)?;
-        // Verified once, here: the digest and size of what was written.
         write_atomic(
             &path.with_extension("cwasm.sha256"),
-            format!(
-                "{} {}",
-                hex::encode(Sha256::digest(&compiled)),
-                compiled.len()
-            )
-            .as_bytes(),
+            hex::encode(Sha256::digest(&compiled)).as_bytes(),
         )?;
         // SAFETY: produced just now by this engine.
         let c = unsafe { Component::deserialize(&self.engine, &compiled) }
