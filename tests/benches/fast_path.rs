@@ -277,6 +277,11 @@ fn fill(w: &World, seed: i64, chats: usize, per: usize) {
         .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
         .expect("chat columns");
     let chat_columns = chat_columns.join(", ");
+    let intro_columns: Vec<String> = tx
+        .prepare("SELECT name FROM pragma_table_info('introductions') WHERE name <> 'chat'")
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .expect("introduction columns");
+    let intro_columns = intro_columns.join(", ");
     let source_chat: String = tx
         .query_row("SELECT chat FROM ledger WHERE id = ?1", [seed], |r| {
             r.get(0)
@@ -290,8 +295,7 @@ fn fill(w: &World, seed: i64, chats: usize, per: usize) {
         )
         .expect("chat row");
         tx.execute(
-            "INSERT INTO introductions (chat, key, gatekeeper, tools)
-             SELECT ?1, key, gatekeeper, tools FROM introductions WHERE chat = ?2",
+            &format!("INSERT INTO introductions (chat, {intro_columns}) SELECT ?1, {intro_columns} FROM introductions WHERE chat = ?2"),
             [&chat, &source_chat],
         )
         .expect("introduction rows");
