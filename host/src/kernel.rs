@@ -780,7 +780,7 @@ impl Kernel {
         let (chat, key, person) = (turn.chat.clone(), key.to_owned(), turn.person().to_owned());
         let resolved = self
             .store()
-            .run_now(move |c| crate::store::resolve_in(c, &chat, &key, &person))
+            .read_now(move |c| crate::store::resolve_in(c, &chat, &key, &person))
             .await?;
         Ok(resolved
             .map(|(resolved, overlay)| Binding { resolved, overlay })
@@ -1209,6 +1209,8 @@ pub(crate) fn invocation_for(binding: &Binding, tool: &str, args: String) -> gkw
                 args: a.args.clone(),
             })
             .collect(),
+        // Reads and simulations change nothing: no key.
+        idempotency_key: None,
     }
 }
 

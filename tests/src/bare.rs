@@ -60,6 +60,69 @@ impl Bare {
     }
 }
 
+/// A gatekeeper component linked with nothing but WASI and WASI HTTP, in
+/// the bare host's engine (the same pooling allocator): the baseline for a
+/// fresh instance.
+pub struct BareGatekeeper {
+    pre: wasmtime::component::InstancePre<Plain>,
+}
+
+/// The least a gatekeeper's store can hold.
+pub struct Plain {
+    wasi: WasiCtx,
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for Plain {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl wasmtime_wasi_http::p2::WasiHttpView for Plain {
+    fn http(&mut self) -> wasmtime_wasi_http::p2::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::p2::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: Default::default(),
+        }
+    }
+}
+
+impl BareGatekeeper {
+    /// `gatekeeper` (a built guest) prepared in `runtime`'s engine.
+    pub fn new(runtime: &Runtime, gatekeeper: &str) -> BareGatekeeper {
+        let engine = runtime.engine();
+        let mut linker: Linker<Plain> = Linker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("wasi");
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).expect("wasi http");
+        let component =
+            Component::from_file(engine, guest(gatekeeper)).expect("the gatekeeper compiles");
+        BareGatekeeper {
+            pre: linker.instantiate_pre(&component).expect("links"),
+        }
+    }
+
+    /// A fresh instance, made and dropped.
+    pub async fn instantiate(&self) {
+        let state = Plain {
+            wasi: WasiCtx::builder().build(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+        };
+        let mut store = Store::new(self.pre.engine(), state);
+        store.set_epoch_deadline(1_000_000);
+        self.pre
+            .instantiate_async(&mut store)
+            .await
+            .expect("instantiate");
+    }
+}
+
 /// The unmediated wiring: the gadget's import calls the gatekeeper directly.
 pub struct Direct {
     wasi: WasiCtx,

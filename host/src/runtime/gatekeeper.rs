@@ -17,7 +17,7 @@
 //! May not touch the store or decide policy: it runs one call and reports.
 
 use super::{Limiter, Limits, explain_trap};
-use crate::classify::{Annotations, Manifest, Tool};
+use crate::classify::{Annotations, Manifest, Tool, Trigger, TriggerKind};
 use http::HeaderValue;
 use std::sync::{Arc, Mutex};
 use wasmtime::Store;
@@ -537,6 +537,16 @@ async fn instantiate(
     Ok((store, instance, witness))
 }
 
+/// Make a fresh sandboxed instance and drop it: what every call pays
+/// before the guest runs. Public so that the benchmarks can weigh it
+/// against a bare `InstancePre::instantiate` of the same component.
+pub async fn instantiate_fresh(
+    pre: &GatekeeperPre<GatekeeperState>,
+    limits: &Limits,
+) -> wasmtime::Result<()> {
+    instantiate(pre, limits, Reach::nowhere()).await.map(drop)
+}
+
 /// Run `f` against a fresh instance under the gatekeeper deadline. The
 /// deadline covers host I/O too (epochs do not interrupt host code).
 async fn with_instance<T, F>(
@@ -720,6 +730,7 @@ pub async fn describe(
 ) -> anyhow::Result<Manifest> {
     use crate::store::{
         MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOLS,
+        MAX_TRIGGERS,
     };
     let scrub = Scrub::new(reach.credential.as_deref());
     let called = with_instance(pre, limits, name, reach, move |store, gk| {
@@ -791,6 +802,62 @@ pub async fn describe(
                 idempotent: t.annotations.idempotent,
                 open_world: t.annotations.open_world,
             },
+            reverted_by: t.reverted_by.map(|r| scrub.text(&r)),
+            honours_idempotency_key: t.honours_idempotency_key,
+        });
+    }
+    for t in &tools {
+        if let Some(r) = &t.reverted_by
+            && !seen.contains(r)
+        {
+            anyhow::bail!(
+                "gatekeeper {name:?}: tool {} is reverted by {}, which it does not declare",
+                shown(&t.name),
+                shown(r)
+            );
+        }
+    }
+    if m.triggers.len() > MAX_TRIGGERS {
+        anyhow::bail!(
+            "gatekeeper {name:?} declares {} triggers; at most {MAX_TRIGGERS} are accepted",
+            m.triggers.len()
+        );
+    }
+    let mut triggers = Vec::new();
+    let mut trigger_names = std::collections::HashSet::new();
+    for t in m.triggers {
+        if t.name.is_empty() || t.name.len() > MAX_TOOL_NAME_BYTES {
+            anyhow::bail!(
+                "gatekeeper {name:?} declares a trigger name of {} bytes ({}); 1 to {MAX_TOOL_NAME_BYTES} are accepted",
+                t.name.len(),
+                shown(&t.name)
+            );
+        }
+        if t.description.len() > MAX_DESCRIPTION_BYTES {
+            anyhow::bail!(
+                "gatekeeper {name:?}: the description of trigger {} is {} bytes; at most {MAX_DESCRIPTION_BYTES} are accepted",
+                shown(&t.name),
+                t.description.len()
+            );
+        }
+        if !trigger_names.insert(t.name.clone()) {
+            anyhow::bail!(
+                "gatekeeper {name:?} declares the trigger {} twice; trigger names must be unique",
+                shown(&t.name)
+            );
+        }
+        let kind = match t.kind {
+            wit::TriggerKind::Webhook => TriggerKind::Webhook,
+            wit::TriggerKind::Schedule(0) => anyhow::bail!(
+                "gatekeeper {name:?}: trigger {} has a schedule of 0 seconds; at least 1 is needed",
+                shown(&t.name)
+            ),
+            wit::TriggerKind::Schedule(seconds) => TriggerKind::Schedule { seconds },
+        };
+        triggers.push(Trigger {
+            name: scrub.text(&t.name),
+            description: scrub.text(&t.description),
+            kind,
         });
     }
     let observers = match m.observers {
@@ -803,6 +870,7 @@ pub async fn describe(
         tools,
         simulates: m.simulates,
         observers: observers.into(),
+        triggers,
     })
 }
 

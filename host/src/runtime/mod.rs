@@ -378,26 +378,57 @@ impl Runtime {
     }
 
     /// The cached artifact, if present and intact. The cache is keyed by the
-    /// component's digest and the engine's configuration; each artifact
-    /// carries a SHA-256 of itself, checked before wasmtime is allowed to
-    /// load it, so a damaged or tampered entry is rebuilt, never trusted.
+    /// component's digest and the engine's configuration (wasmtime checks
+    /// that compatibility again at load). Each artifact carries a seal
+    /// ([`Seal`]): its SHA-256, taken when it was written, and the file's
+    /// identity and change time as they were when that hash was last
+    /// verified. A damaged or tampered entry is rebuilt, never trusted.
+    ///
+    /// Why not hash on every load: a Python or JavaScript artifact is
+    /// 35-50 MB, and hashing it was 80-90% of a cached load (issue 17).
+    /// Any write to the file, in place or by replacing it, changes its
+    /// change time (`ctime`, which no unprivileged process can set back)
+    /// or its inode, so an unchanged identity means unchanged bytes since
+    /// the hash was verified; a changed one sends the load through the full
+    /// hash again. The file is then mapped, not read and copied.
     fn load_compiled(&self, digest: &str) -> anyhow::Result<Option<Component>> {
         let path = self.compiled_path(digest);
         let sum_path = path.with_extension("cwasm.sha256");
-        let (Ok(bytes), Ok(sum)) = (std::fs::read(&path), std::fs::read_to_string(&sum_path))
-        else {
+        let Ok(seal) = std::fs::read_to_string(&sum_path) else {
             return Ok(None);
         };
-        if hex::encode(Sha256::digest(&bytes)) != sum.trim() {
-            tracing::warn!(path = %path.display(), "compiled cache entry is damaged; recompiling");
-            let _ = std::fs::remove_file(&path);
+        let seal = Seal::parse(&seal);
+        let Ok(now) = FileStamp::of(&path) else {
             return Ok(None);
+        };
+        if seal.stamp != Some(now) {
+            let Ok(bytes) = std::fs::read(&path) else {
+                return Ok(None);
+            };
+            if hex::encode(Sha256::digest(&bytes)) != seal.sha256 {
+                tracing::warn!(path = %path.display(), "compiled cache entry is damaged; recompiling");
+                let _ = std::fs::remove_file(&path);
+                return Ok(None);
+            }
+            // Verified: remember this file as it is now. A failed write
+            // only means the next load verifies again.
+            if let Ok(stamp) = FileStamp::of(&path)
+                && stamp == now
+            {
+                let _ = write_atomic(&sum_path, Seal::render(&seal.sha256, stamp).as_bytes());
+            }
         }
-        // SAFETY: the bytes were produced by `Engine::precompile_component`
-        // of an engine with this configuration (the file name carries its
-        // compatibility hash) and are unchanged since (checked just above).
-        match unsafe { Component::deserialize(&self.engine, &bytes) } {
-            Ok(c) => Ok(Some(c)),
+        // SAFETY: the file was produced by `Engine::precompile_component` of
+        // an engine with this configuration (its name carries the
+        // compatibility hash, and wasmtime checks it again) and is unchanged
+        // since its hash was verified (checked just above). It is only ever
+        // replaced by a rename, never written in place by Gatehouse, so the
+        // mapping stays what was verified.
+        match unsafe { Component::deserialize_file(&self.engine, &path) } {
+            // Still the verified file after mapping it (not replaced
+            // between the check and the open).
+            Ok(c) if FileStamp::of(&path).is_ok_and(|s| s == now) => Ok(Some(c)),
+            Ok(_) => Ok(None),
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "compiled cache entry refused; recompiling");
                 Ok(None)
@@ -431,10 +462,13 @@ impl Runtime {
         ));
         let path = self.compiled_path(digest);
         write_atomic(&path, &compiled)?;
-        write_atomic(
-            &path.with_extension("cwasm.sha256"),
-            hex::encode(Sha256::digest(&compiled)).as_bytes(),
-        )?;
+        let sha256 = hex::encode(Sha256::digest(&compiled));
+        let stamp = FileStamp::of(&path).ok();
+        let seal = match stamp {
+            Some(stamp) => Seal::render(&sha256, stamp),
+            None => sha256,
+        };
+        write_atomic(&path.with_extension("cwasm.sha256"), seal.as_bytes())?;
         // SAFETY: produced just now by this engine.
         let c = unsafe { Component::deserialize(&self.engine, &compiled) }
             .map_err(anyhow::Error::from)?;
@@ -569,6 +603,73 @@ fn check_header(bytes: &[u8]) -> anyhow::Result<()> {
         ),
         (_, _, true) => Ok(()),
         _ => bail!("unknown WebAssembly binary version; build a component for wasm32-wasip2"),
+    }
+}
+
+/// What a compiled artifact's `.cwasm.sha256` file holds: the artifact's
+/// SHA-256 on the first line, and on the second the [`FileStamp`] of the
+/// file whose bytes last matched it (absent in caches written before
+/// stamps, which are then verified once and stamped).
+struct Seal {
+    sha256: String,
+    stamp: Option<FileStamp>,
+}
+
+impl Seal {
+    fn parse(text: &str) -> Seal {
+        let mut lines = text.lines();
+        Seal {
+            sha256: lines.next().unwrap_or_default().trim().to_owned(),
+            stamp: lines.next().and_then(FileStamp::parse),
+        }
+    }
+
+    fn render(sha256: &str, stamp: FileStamp) -> String {
+        format!("{sha256}\n{}\n", stamp.render())
+    }
+}
+
+/// A file's identity and last change: device, inode, size, and the
+/// modification and change times in nanoseconds. Any write to the file
+/// changes its change time; replacing it changes its inode.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FileStamp([i128; 6]);
+
+impl FileStamp {
+    #[cfg(unix)]
+    fn of(path: &Path) -> std::io::Result<FileStamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::metadata(path)?;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Ok(FileStamp([
+            i128::from(m.dev()),
+            i128::from(m.ino()),
+            i128::from(m.size()),
+            ns(m.mtime(), m.mtime_nsec()),
+            ns(m.ctime(), m.ctime_nsec()),
+            1,
+        ]))
+    }
+
+    /// Without a change time, no stamp ever matches: every load verifies.
+    #[cfg(not(unix))]
+    fn of(_: &Path) -> std::io::Result<FileStamp> {
+        Ok(FileStamp([0, 0, 0, 0, 0, 0]))
+    }
+
+    fn parse(line: &str) -> Option<FileStamp> {
+        let v: Vec<i128> = line
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let stamp = FileStamp(v.try_into().ok()?);
+        // Stamp version 1; anything else is verified again.
+        (stamp.0[5] == 1).then_some(stamp)
+    }
+
+    fn render(&self) -> String {
+        self.0.map(|v| v.to_string()).join(" ")
     }
 }
 

@@ -502,7 +502,9 @@ impl Store {
         // A full chat is refused from a read, without joining a commit or
         // taking the database's write lock, so that a gadget hammering it
         // never starves an approver (re-checked in the commit).
-        let open = open_in(&self.lock(), &a.chat)?;
+        let open = self
+            .read(|c| Ok(open_in(c, &a.chat)?))
+            .map_err(StageError::Store)?;
         if open >= MAX_OPEN_ACTIONS {
             return Err(StageError::TooManyOpen(open));
         }

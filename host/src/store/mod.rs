@@ -9,7 +9,9 @@
 //!
 //! Calls are synchronous and short; async callers go through
 //! [`Store::run`], which moves them off the executor, or, on the read path,
-//! [`Store::run_now`], which runs them in place when that cannot wait.
+//! [`Store::run_now`], which runs them in place when that cannot wait, and
+//! [`Store::read_now`], which reads on a read-only connection of its own
+//! so that a read never queues behind a durable commit.
 
 mod actions;
 pub mod dispatch;
@@ -66,6 +68,8 @@ pub const MAX_SCOPE: usize = 10_000;
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// Tools in one gatekeeper's manifest.
 pub const MAX_TOOLS: usize = 1000;
+/// Triggers one gatekeeper may declare.
+pub const MAX_TRIGGERS: usize = 100;
 /// One tool's name.
 pub const MAX_TOOL_NAME_BYTES: usize = 128;
 /// One tool's description (the prompt shows 600 characters of it).
@@ -98,6 +102,12 @@ pub fn cut(text: &str, max: usize, what: &str) -> String {
 #[derive(Clone)]
 pub(crate) struct Store {
     conn: Arc<Mutex<Connection>>,
+    /// Read-only connections for the read path (resolve, the cap's
+    /// pre-check), opened on first use. In WAL mode a reader never waits
+    /// for the writer, so a read does not queue behind a durable commit's
+    /// fsync on `conn` (issue 17: with one connection, 64 concurrent
+    /// stagers serialised on it and staged slower than bare commits).
+    readers: Arc<[Mutex<Option<Connection>>]>,
     /// Stages waiting for the next group commit (see [`Store::stage`]).
     staging: Arc<Mutex<Vec<actions::QueuedStage>>>,
     path: PathBuf,
@@ -212,6 +222,7 @@ impl Store {
         migrate(&mut conn, path)?;
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
+            readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             staging: Arc::default(),
             path: path.to_owned(),
             identity: identity(path),
@@ -304,16 +315,62 @@ impl Store {
             .context("a state database task panicked")?
     }
 
+    /// Run the read-only `f` on a reader connection: in place when one is
+    /// free, else on a blocking thread that waits for one. `f` sees what
+    /// was committed before it began; it cannot write (the connection is
+    /// opened read-only).
+    pub async fn read_now<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
+    {
+        for slot in self.readers.iter() {
+            if let Ok(mut reader) = slot.try_lock() {
+                return f(self.reader_in(&mut reader)?);
+            }
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.read(f))
+            .await
+            .context("a state database task panicked")?
+    }
+
+    /// Run the read-only `f` on a reader connection, waiting for one.
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        for slot in self.readers.iter() {
+            if let Ok(mut reader) = slot.try_lock() {
+                return f(self.reader_in(&mut reader)?);
+            }
+        }
+        let mut reader = self.readers[0].lock().unwrap_or_else(|e| e.into_inner());
+        f(self.reader_in(&mut reader)?)
+    }
+
+    /// The reader in `slot`, opened now if it was not yet.
+    fn reader_in<'a>(&self, slot: &'a mut Option<Connection>) -> anyhow::Result<&'a Connection> {
+        if slot.is_none() {
+            let conn = Connection::open_with_flags(
+                &self.path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| open_error(&self.path, e, None))?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            *slot = Some(conn);
+        }
+        slot.as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the state database's reader did not open"))
+    }
+
     /// Resolve `key` in `chat` for `person` (see [`dispatch::resolve`]),
     /// with the chat's pending actions at that gatekeeper when it
-    /// simulates (its reads overlay them, SPEC V1): one trip, one lock.
+    /// simulates (its reads overlay them, SPEC V1): one trip, one reader.
     pub fn resolve(
         &self,
         chat: &str,
         key: &str,
         person: &str,
     ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
-        resolve_in(&self.lock(), chat, key, person)
+        self.read(|c| resolve_in(c, chat, key, person))
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -322,6 +379,9 @@ impl Store {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// How many reader connections a store keeps (see [`Store::read_now`]).
+const READERS: usize = 4;
 
 /// How long a statement waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
