@@ -11,7 +11,7 @@
 // exported one returns T or throws (the thrown value becomes E). `u64` is a
 // BigInt; variants are `{ tag, val }`.
 
-import { env, open, actionResult } from "gatehouse:os/kernel@0.1.0";
+import { env, open, actionResult } from "gatehouse:os/kernel@0.2.0";
 
 const KEY = "ISSUES";
 
@@ -170,6 +170,8 @@ function poll(rest) {
           return `#${id} pending`;
         case "rejected":
           return `#${id} rejected: ${oneLine(status.val)}`;
+        case "expired":
+          return `#${id} expired: ${oneLine(status.val)}`;
         case "failed":
           return `#${id} failed (${status.val.retryable ? "retryable" : "not retryable"}): ${oneLine(status.val.message)}`;
         default:

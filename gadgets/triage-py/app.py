@@ -170,6 +170,8 @@ def poll(rest: str) -> str:
             lines.append(f"#{ident} pending")
         elif isinstance(status, kernel.ActionStatus_Rejected):
             lines.append(f"#{ident} rejected: {one_line(status.value)}")
+        elif isinstance(status, kernel.ActionStatus_Expired):
+            lines.append(f"#{ident} expired: {one_line(status.value)}")
         elif isinstance(status, kernel.ActionStatus_Failed):
             how = "retryable" if status.value.retryable else "not retryable"
             lines.append(f"#{ident} failed ({how}): {one_line(status.value.message)}")

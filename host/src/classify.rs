@@ -23,6 +23,14 @@ pub struct Tool {
     pub description: String,
     pub input_schema: String,
     pub annotations: Annotations,
+    /// The tool of the same gatekeeper that undoes this one (WIT
+    /// `reverted-by`). Not an annotation: it never bears on read vs
+    /// action, nor on either auto-approval key (SPEC H2).
+    #[serde(default)]
+    pub reverted_by: Option<String>,
+    /// The service honours the kernel's idempotency key for this tool.
+    #[serde(default)]
+    pub honours_idempotency_key: bool,
 }
 
 /// A gatekeeper's self-description, read at `gatekeeper add` and again at
@@ -32,6 +40,28 @@ pub struct Manifest {
     pub tools: Vec<Tool>,
     pub simulates: bool,
     pub observers: String,
+    /// What can start a turn without a person (hooks bind them).
+    #[serde(default)]
+    pub triggers: Vec<Trigger>,
+}
+
+/// A gatekeeper's trigger: something that can start a gadget's turn
+/// (WIT `trigger`), as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    pub name: String,
+    pub description: String,
+    pub kind: TriggerKind,
+}
+
+/// How a trigger fires (WIT `trigger-kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TriggerKind {
+    /// A service event delivered to the hook's webhook URL.
+    Webhook,
+    /// Every `seconds` while `serve` runs.
+    Schedule { seconds: u32 },
 }
 
 impl Manifest {
@@ -253,6 +283,8 @@ mod tests {
     #[test]
     fn manifest_changes_are_listed_tool_by_tool() {
         let tool = |name: &str, ro: Option<bool>, schema: &str| Tool {
+            reverted_by: None,
+            honours_idempotency_key: false,
             name: name.into(),
             description: "d".into(),
             input_schema: schema.into(),

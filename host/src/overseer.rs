@@ -269,6 +269,7 @@ impl Kernel {
             settings: settings_for(&g),
             account: claim.credential().account(),
             pending: Vec::new(),
+            idempotency_key: None,
         };
         let reach = Reach::of(&g, claim.credential().secret().map(str::to_owned));
         let pre = match self.runtime().gatekeeper(&g.digest) {

@@ -50,6 +50,9 @@ fn run_step(step: &Value) -> Result<Value, String> {
             Ok(ActionStatus::Rejected(message)) => {
                 json!({ "status": "rejected", "message": message })
             }
+            Ok(ActionStatus::Expired(message)) => {
+                json!({ "status": "expired", "message": message })
+            }
             Ok(ActionStatus::Failed(f)) => {
                 json!({ "status": "failed", "message": f.message, "retryable": f.retryable })
             }

@@ -184,6 +184,7 @@ fn poll(ids: &str) -> Result<String, String> {
         .map(|id| match kernel::action_result(id) {
             Ok(ActionStatus::Pending) => format!("#{id} pending"),
             Ok(ActionStatus::Rejected(m)) => format!("#{id} rejected: {}", one_line(&m)),
+            Ok(ActionStatus::Expired(m)) => format!("#{id} expired: {}", one_line(&m)),
             Ok(ActionStatus::Failed(f)) => format!(
                 "#{id} failed ({}): {}",
                 if f.retryable {

@@ -24,6 +24,8 @@ fn entry(i: usize, description: String) -> ToolInfo {
             idempotent: None,
             open_world: None,
         },
+        reverted_by: None,
+        honours_idempotency_key: false,
     }
 }
 
@@ -60,6 +62,7 @@ fn manifest() -> Manifest {
         tools,
         simulates: false,
         observers: ObserverStrategy::Refuse,
+        triggers: Vec::new(),
     }
 }
 

@@ -147,6 +147,7 @@ fn manifest() -> Manifest {
         ],
         simulates: false,
         observers: ObserverStrategy::AccessCheck,
+        triggers: Vec::new(),
     }
 }
 

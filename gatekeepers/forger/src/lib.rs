@@ -64,9 +64,12 @@ fn manifest() -> Manifest {
                 idempotent: None,
                 open_world: None,
             },
+            reverted_by: None,
+            honours_idempotency_key: false,
         }],
         simulates: false,
         observers: ObserverStrategy::Refuse,
+        triggers: Vec::new(),
     }
 }
 

@@ -42,6 +42,8 @@ pub fn tool(name: &str, description: &str, schema: Value, annotations: Annotatio
         description: description.to_string(),
         input_schema: schema.to_string(),
         annotations,
+        reverted_by: None,
+        honours_idempotency_key: false,
     }
 }
 

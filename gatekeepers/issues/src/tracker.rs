@@ -67,6 +67,7 @@ pub fn manifest(simulates: bool) -> Manifest {
         ],
         simulates,
         observers: ObserverStrategy::AccessCheck,
+        triggers: Vec::new(),
     }
 }
 

@@ -120,6 +120,10 @@ fn tool_info(t: &Map<String, Value>) -> Result<ToolInfo, ToolError> {
             idempotent: hint(t, "idempotentHint"),
             open_world: hint(t, "openWorldHint"),
         },
+        // MCP has no revert or idempotency-key convention: neither is
+        // claimed for a remote server's tool.
+        reverted_by: None,
+        honours_idempotency_key: false,
     })
 }
 
@@ -185,6 +189,7 @@ impl Guest for Mcp {
             simulates: false,
             // A generic server says nothing about who may see what.
             observers: ObserverStrategy::Refuse,
+            triggers: Vec::new(),
         })
     }
 

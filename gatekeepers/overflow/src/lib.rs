@@ -166,6 +166,7 @@ fn manifest() -> Manifest {
         ],
         simulates: true,
         observers: ObserverStrategy::NoCheck,
+        triggers: Vec::new(),
     }
 }
 

@@ -181,6 +181,7 @@ fn manifest() -> Manifest {
         ],
         simulates: false,
         observers: ObserverStrategy::Refuse,
+        triggers: Vec::new(),
     }
 }
 

@@ -156,6 +156,7 @@ fn manifest() -> Manifest {
         ],
         simulates: false,
         observers: ObserverStrategy::TrackReads,
+        triggers: Vec::new(),
     }
 }
 

@@ -97,6 +97,7 @@ fn manifest() -> Manifest {
         )],
         simulates: false,
         observers: ObserverStrategy::NoCheck,
+        triggers: Vec::new(),
     }
 }
 

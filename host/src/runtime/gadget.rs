@@ -223,9 +223,7 @@ impl wit::Host for GadgetState {
                     wit::ActionStatus::Failed(wit::Failure { message, retryable })
                 }
                 kernel::ActionStatus::Applied(r) => wit::ActionStatus::Applied(r),
-                // Until the contract names expiry, an expired action reads
-                // as what it is to the gadget: never sent.
-                kernel::ActionStatus::Expired(m) => wit::ActionStatus::Rejected(m),
+                kernel::ActionStatus::Expired(m) => wit::ActionStatus::Expired(m),
             })
             .map_err(to_wit_error))
     }
@@ -260,6 +258,8 @@ impl wit::HostService for GadgetState {
                     idempotent: t.annotations.idempotent,
                     open_world: t.annotations.open_world,
                 },
+                reverted_by: t.reverted_by,
+                honours_idempotency_key: t.honours_idempotency_key,
             })
             .collect())
     }
