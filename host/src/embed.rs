@@ -21,7 +21,8 @@ pub use crate::runtime::nesting::check as check_nesting;
 pub mod gadget {
     pub use crate::runtime::gadget::gatehouse::os::{kernel, types, workflow};
     pub use crate::runtime::gadget::{
-        CertificateHandle, Gadget, GadgetPre, ServiceHandle, TurnReport,
+        CertificateHandle, Gadget, GadgetPre, GadgetState, ServiceHandle, TurnReport,
+        instantiate_fresh,
     };
 }
 

@@ -11,6 +11,10 @@
 //! | turn 1 read + 3 writes | p50 of a whole gadget turn | — | < 0.5 ms |
 //! | stage, 50,000 pending | staging with 1,000 chats × 50 pending stored | staging in an empty store | ≤ 1.2× |
 //! | drain 10,000 | auto-approving 10,000 actions | auto-approving 1,000 | ≤ 10.5× |
+//! | gatekeeper instance | the kernel's sandboxed fresh instance | a bare pooled `InstancePre::instantiate` (WASI + HTTP, nothing else) | ≤ 1.3× |
+//! | gadget instance | the kernel's sandboxed turn instance | a bare pooled `InstancePre::instantiate` | ≤ 1.3× |
+//! | cached load (Python, JavaScript) | `Runtime::gadget` of an installed component in a fresh runtime | `Component::deserialize_file` of the same artifact | ≤ 2× |
+//! | start-up, 1 GB database | `gatehouse gadgets` (the real binary) on a 1 GB state database | the same on a fresh one | ≤ 1.2× |
 //!
 //! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run).
@@ -18,8 +22,11 @@
 use gatehouse::kernel::{CallOutcome, Turn};
 use gatehouse::store::Trust;
 use gatehouse::{Kernel, Limits, Principal};
-use gatehouse_e2e::World;
-use gatehouse_e2e::bare::{Bare, unmediated_call};
+use gatehouse::embed::gadget::instantiate_fresh as gadget_instance;
+use gatehouse::embed::gatekeeper::instantiate_fresh as gatekeeper_instance;
+use gatehouse::embed::{Role, Runtime};
+use gatehouse_e2e::bare::{Bare, BareGatekeeper, unmediated_call};
+use gatehouse_e2e::{World, cli_command, guest, langs};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -79,8 +86,72 @@ fn main() {
         ));
         baseline_db.commit_observation();
     };
+    let peer_before = extism_peer(rounds);
     let (k, b) = alternate(rounds, 50, kernel_read, bare_read);
     table.ratio("read, one from the host", k, b, "≤ 1.5×", 1.5);
+    // The peer, run before and after in the same session; its faster run
+    // is the bar (the comparison that favours the peer).
+    if let Some(extism) = peer_before.into_iter().chain(extism_peer(rounds)).reduce(f64::min) {
+        table.ratio(
+            "read vs an Extism plugin → host → plugin round trip",
+            k,
+            extism,
+            "< 1× (faster)",
+            1.0,
+        );
+    }
+
+    // A fresh instance: the kernel's sandbox (limits, powerless WASI,
+    // egress hooks, deadline) against a bare instantiate, one engine.
+    let bare_gatekeeper = BareGatekeeper::new(&bare.runtime, "rogue");
+    let (k, b) = alternate(
+        rounds,
+        200,
+        || {
+            rt.block_on(gatekeeper_instance(&bare.gatekeeper, &bare.limits))
+                .expect("a gatekeeper instance")
+        },
+        || rt.block_on(bare_gatekeeper.instantiate()),
+    );
+    table.ratio("gatekeeper instance, fresh", k, b, "≤ 1.3×", 1.3);
+    let script = std::fs::read(guest("script")).expect("the script gadget is built");
+    let script = bare
+        .runtime
+        .admit(&script, Role::Gadget, &|_| {})
+        .expect("script is admitted");
+    let script = bare.runtime.gadget(&script).expect("script loads");
+    let (k, b) = alternate(
+        rounds,
+        200,
+        || {
+            rt.block_on(gadget_instance(
+                &script,
+                &bare.limits,
+                w.kernel.clone(),
+                turn.clone(),
+            ))
+            .expect("a gadget instance")
+        },
+        || rt.block_on(bare.instantiate_gadget()),
+    );
+    table.ratio("gadget instance, fresh", k, b, "≤ 1.3×", 1.3);
+
+    // Loading a cached Python or JavaScript gadget, as every later process
+    // does, against wasmtime's own load of the same artifact.
+    for (label, name) in [("Python", "triage-py"), ("JavaScript", "triage-js")] {
+        let (k, b) = cached_load(rounds, &langs::guest(name));
+        table.ratio(&format!("cached load, {label}"), k, b, "≤ 2×", 2.0);
+    }
+
+    // Start-up of a CLI command as the state database grows.
+    let (small, large) = startup(quick);
+    table.ratio(
+        &format!("start-up, {} MB database", large.1 >> 20),
+        large.0,
+        small.0,
+        "≤ 1.2×",
+        1.2,
+    );
 
     // Stage, durable, against a durable bare commit. Spread over 20 chats
     // to stay under the cap of 50 each; rejected afterwards, untimed.
@@ -377,6 +448,140 @@ fn drain_time(rt: &tokio::runtime::Runtime, n: usize) -> Duration {
     let took = started.elapsed();
     assert_eq!(report.applied.len(), n, "every action was auto-approved");
     took
+}
+
+/// The Extism peer's round trip in seconds (tests/peers/extism), when
+/// `GATEHOUSE_EXTISM_PEER` names its built binary; `None` otherwise.
+fn extism_peer(rounds: usize) -> Option<f64> {
+    let peer = std::path::PathBuf::from(std::env::var_os("GATEHOUSE_EXTISM_PEER")?);
+    let target = peer.parent()?.parent()?;
+    let wasm = |name: &str| {
+        target
+            .join("wasm32-unknown-unknown/release")
+            .join(format!("{name}.wasm"))
+    };
+    let out = std::process::Command::new(&peer)
+        .arg(wasm("extism_peer_gadget"))
+        .arg(wasm("extism_peer_gatekeeper"))
+        .arg(rounds.to_string())
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", peer.display()));
+    assert!(
+        out.status.success(),
+        "the Extism peer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let us: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("EXTISM_ROUND_TRIP_US "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the Extism peer printed no figure: {text}"));
+    Some(us / 1e6)
+}
+
+/// Median seconds to load the installed component at `path` in a fresh
+/// runtime (the runtime is made untimed: a process pays that once), and to
+/// `Component::deserialize_file` its compiled artifact, alternated.
+fn cached_load(rounds: usize, path: &Path) -> (f64, f64) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let cache = tempfile::tempdir().expect("a temporary directory");
+    let runtime = Runtime::new(cache.path().to_owned(), Limits::default()).expect("a runtime");
+    let digest = runtime
+        .admit(&bytes, Role::Gadget, &|_| {})
+        .unwrap_or_else(|e| panic!("{} is refused: {e:#}", path.display()));
+    let artifact = std::fs::read_dir(cache.path())
+        .expect("the cache lists")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("a compiled artifact");
+    let (mut kernel, mut bare) = (Vec::new(), Vec::new());
+    for _ in 0..rounds.max(5) {
+        let fresh = Runtime::new(cache.path().to_owned(), Limits::default()).expect("a runtime");
+        let t = Instant::now();
+        fresh.gadget(&digest).expect("loaded from the cache");
+        kernel.push(t.elapsed());
+        drop(fresh);
+        let t = Instant::now();
+        // SAFETY: written by `precompile_component` of an engine with the
+        // same configuration, a moment ago, in a directory only we use.
+        let c = unsafe { wasmtime::component::Component::deserialize_file(runtime.engine(), &artifact) }
+            .expect("deserialised");
+        bare.push(t.elapsed());
+        drop(c);
+    }
+    (
+        median(&mut kernel).as_secs_f64(),
+        median(&mut bare).as_secs_f64(),
+    )
+}
+
+/// Median seconds of `gatehouse gadgets` (the real binary: open the state
+/// database, migrate-check, list) on a fresh home and on one whose state
+/// database holds about 1 GB (100 MB when quick), alternated; with the
+/// large file's size.
+fn startup(quick: bool) -> ((f64, u64), (f64, u64)) {
+    let small = World::with_limits(Limits::default());
+    small.install("script");
+    let large = World::with_limits(Limits::default());
+    large.install("script");
+    let target: u64 = if quick { 100 << 20 } else { 1 << 30 };
+    grow(&large, target);
+    let db = large.home().join("gatehouse.db");
+    let size = std::fs::metadata(&db).expect("the database").len();
+    let time = |w: &World| {
+        let t = Instant::now();
+        let out = cli_command(w.home(), &["gadgets"])
+            .output()
+            .expect("gatehouse runs");
+        let took = t.elapsed();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        took
+    };
+    // Warm the page cache for both, as a machine that just used them has.
+    time(&small);
+    time(&large);
+    let (mut s, mut l) = (Vec::new(), Vec::new());
+    for _ in 0..if quick { 5 } else { 15 } {
+        s.push(time(&small));
+        l.push(time(&large));
+    }
+    (
+        (median(&mut s).as_secs_f64(), 0),
+        (median(&mut l).as_secs_f64(), size),
+    )
+}
+
+/// Grow `w`'s state database to about `bytes` with finished actions of
+/// 60 KiB arguments, 100 per chat (within retention, so they stay), as a
+/// long-lived deployment's would.
+fn grow(w: &World, bytes: u64) {
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).expect("db");
+    db.busy_timeout(Duration::from_secs(30)).expect("timeout");
+    let filler = "x".repeat(60 * 1024);
+    let args = json!({ "note": filler }).to_string();
+    let per_chat = 100;
+    let rows = (bytes / (args.len() as u64)).max(1) as usize;
+    let tx = db.unchecked_transaction().expect("tx");
+    for i in 0..rows.div_ceil(per_chat) {
+        let chat = format!("old{i}");
+        tx.execute(
+            "INSERT INTO chats (name, owner, created_at) VALUES (?1, 'bench', 0)",
+            [&chat],
+        )
+        .expect("chat row");
+        for _ in 0..per_chat {
+            tx.execute(
+                "INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, classified_by, trust, args, state, await_decision, created_at, finished_at)
+                 VALUES (?1, 'action', 'bench', 'bench', 'rogue', 'bigResult', 'default', 'byo', ?2, 'applied', 0, 0, 0)",
+                rusqlite::params![chat, args],
+            )
+            .expect("action row");
+        }
+    }
+    tx.commit().expect("commit");
 }
 
 /// A bare SQLite file with the same settings as the state database.

@@ -236,6 +236,24 @@ impl wit::HostService for Direct {
     }
 }
 
+impl Bare {
+    /// A fresh gadget instance on the bare host, made and dropped.
+    pub async fn instantiate_gadget(&self) {
+        let state = Direct {
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            gatekeeper: self.gatekeeper.clone(),
+            limits: self.limits.clone(),
+        };
+        let mut store = Store::new(self.gadget.engine(), state);
+        store.set_epoch_deadline(1_000_000);
+        self.gadget
+            .instantiate_async(&mut store)
+            .await
+            .expect("instantiate");
+    }
+}
+
 /// A gatekeeper call with nothing around it: no store, no policy.
 pub async fn unmediated_call(
     pre: &GatekeeperPre<GatekeeperState>,

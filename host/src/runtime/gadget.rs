@@ -115,26 +115,8 @@ pub async fn run(
     turn: Turn,
     input: &str,
 ) -> TurnReport {
-    let stdout = MemoryOutputPipe::new(limits.output_bytes);
-    let stderr = MemoryOutputPipe::new(limits.output_bytes);
-    let wasi = super::gatekeeper::powerless_wasi()
-        .stdout(stdout.clone())
-        .stderr(stderr.clone())
-        .build();
     let who = format!("gadget {:?}", turn.gadget.as_deref().unwrap_or("(none)"));
-    let state = GadgetState {
-        wasi,
-        table: ResourceTable::new(),
-        limiter: Limiter::new(limits),
-        kernel,
-        turn,
-        calls: 0,
-        budget: limits.turn_calls,
-    };
-    let mut store = Store::new(pre.engine(), state);
-    store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(Limits::ticks(limits.gadget_deadline));
-    store.epoch_deadline_trap();
+    let (mut store, stdout, stderr) = sandbox(pre, limits, kernel, turn);
     let deadline = limits.gadget_deadline;
     let result = tokio::time::timeout(deadline, async {
         let gadget = pre.instantiate_async(&mut store).await?;
@@ -160,6 +142,49 @@ pub async fn run(
         stdout: text(&stdout),
         stderr: text(&stderr),
     }
+}
+
+/// A turn's store: WASI that grants nothing but captured output, the
+/// turn's kernel view, the memory and table limits, the epoch deadline.
+fn sandbox(
+    pre: &GadgetPre<GadgetState>,
+    limits: &Limits,
+    kernel: Kernel,
+    turn: Turn,
+) -> (Store<GadgetState>, MemoryOutputPipe, MemoryOutputPipe) {
+    let stdout = MemoryOutputPipe::new(limits.output_bytes);
+    let stderr = MemoryOutputPipe::new(limits.output_bytes);
+    let wasi = super::gatekeeper::powerless_wasi()
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .build();
+    let state = GadgetState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: Limiter::new(limits),
+        kernel,
+        turn,
+        calls: 0,
+        budget: limits.turn_calls,
+    };
+    let mut store = Store::new(pre.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(Limits::ticks(limits.gadget_deadline));
+    store.epoch_deadline_trap();
+    (store, stdout, stderr)
+}
+
+/// Make a turn's sandboxed instance and drop it: what every turn pays
+/// before the gadget runs. Public so that the benchmarks can weigh it
+/// against a bare `InstancePre::instantiate` of the same component.
+pub async fn instantiate_fresh(
+    pre: &GadgetPre<GadgetState>,
+    limits: &Limits,
+    kernel: Kernel,
+    turn: Turn,
+) -> wasmtime::Result<()> {
+    let (mut store, _, _) = sandbox(pre, limits, kernel, turn);
+    pre.instantiate_async(&mut store).await.map(drop)
 }
 
 /// A kernel failure becomes a trap of this call (it is the host's fault,

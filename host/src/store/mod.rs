@@ -316,17 +316,25 @@ impl Store {
     }
 
     /// Run the read-only `f` on a reader connection: in place when one is
-    /// free, else on a blocking thread that waits for one. `f` sees what
-    /// was committed before it began; it cannot write (the connection is
-    /// opened read-only).
+    /// free, never waiting (a busy timeout of zero, as [`Store::run_now`]),
+    /// else on a blocking thread that may wait. `f` sees what was committed
+    /// before it began; it cannot write (the connection is opened
+    /// read-only), so running it again after a busy attempt is harmless.
     pub async fn read_now<T, F>(&self, f: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
+        F: Fn(&Connection) -> anyhow::Result<T> + Send + Sync + 'static,
     {
         for slot in self.readers.iter() {
             if let Ok(mut reader) = slot.try_lock() {
-                return f(self.reader_in(&mut reader)?);
+                let conn = self.reader_in(&mut reader)?;
+                conn.busy_timeout(Duration::ZERO)?;
+                let done = f(conn);
+                conn.busy_timeout(BUSY_TIMEOUT)?;
+                match done {
+                    Err(e) if is_busy(&e) => break,
+                    done => return done,
+                }
             }
         }
         let store = self.clone();
