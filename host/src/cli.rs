@@ -129,6 +129,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Stage a revert of an applied action: a new action that undoes it
+    /// (with the tool its gatekeeper declares for that), decided like any
+    /// other and sent at most once.
+    Revert {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
     /// The ledger: actions and observations.
     Log {
         #[arg(long)]
@@ -381,6 +389,18 @@ enum SecretCmd {
 enum ChatCmd {
     /// Create a chat owned by you.
     New { name: String },
+    /// Change a chat's settings (its owner only).
+    Set {
+        name: String,
+        /// How long an action may wait for a decision before it expires
+        /// and is never sent, like 90s, 30m, 2h or 7d (default 7d).
+        #[arg(long, value_name = "DURATION", value_parser = parse_expiry)]
+        expire_after: std::time::Duration,
+    },
+}
+
+fn parse_expiry(s: &str) -> Result<std::time::Duration, String> {
+    crate::expiry::parse(s).map_err(|e| format!("{e:#}"))
 }
 
 fn parse_setting(s: &str) -> Result<(String, String), String> {
@@ -476,6 +496,10 @@ pub async fn execute(cli: Cli) -> anyhow::Result<bool> {
     // other, never an escape sequence or a flag.
     crate::kernel::check_name(&me, "person (--as)")?;
     let kernel = Kernel::open(home, Limits::from_env()?)?;
+    // Sends this start resumed for dead processes (an interrupted claim of
+    // a tool whose service honours the idempotency key) finish first, so
+    // the command sees where they ended.
+    kernel.settle().await;
     let ok = command(&kernel, cli.command, &me).await;
     // Never exit while work started beside a gadget still holds a claim.
     kernel.settle().await;
@@ -618,6 +642,14 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             kernel.new_chat(&name, &me)?;
             outln!("created chat {name} (owner {me})");
         }
+        Command::Chat(ChatCmd::Set { name, expire_after }) => {
+            kernel.set_expiry(&name, &me, expire_after).await?;
+            outln!(
+                "chat {}: an action now waits at most {} for a decision; a pending action older than that expires and is never sent",
+                crate::prompt::inline(&name),
+                crate::expiry::describe(expire_after)
+            );
+        }
         Command::Chats { json } => {
             let list = kernel.chats(&me).await?;
             if json {
@@ -728,6 +760,19 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Reject { ids, json } => {
             return decide(kernel, &ids, &me, json, false).await;
         }
+        Command::Revert { id, json } => match kernel.revert(id, &me).await? {
+            Ok(r) => {
+                if json {
+                    print_json(&r)?;
+                } else {
+                    outln!("{}", r.line());
+                }
+            }
+            Err(refusal) => {
+                errln!("{}", crate::prompt::terminal_line(&refusal.to_string()));
+                return Ok(false);
+            }
+        },
         Command::Rules(RulesCmd::Add { tag, chat, json }) => {
             let r = kernel.add_rule(&me, &tag, chat.as_deref()).await?;
             if json {

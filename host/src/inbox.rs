@@ -18,16 +18,38 @@ use serde::Serialize;
 pub struct Shown {
     pub action: Action,
     pub prompt: String,
+    /// Whether the viewer may stage a revert of it now (SPEC H2): it is
+    /// applied, its gatekeeper declares a tool that undoes it, no revert of
+    /// it is live, and the viewer may decide in its chat. A hint for a
+    /// surface's button; `Kernel::revert` checks everything again.
+    pub revertible: bool,
+    /// The revert of it that may still be, or was, sent, if any.
+    pub reverted_by: Option<i64>,
 }
 
 /// Render `a`'s prompt with its tool's description as the gatekeeper
-/// declares it now.
-fn show(s: &crate::store::Store, a: Action) -> anyhow::Result<Shown> {
-    let description = s
+/// declares it now, for `person`.
+fn show(s: &crate::store::Store, a: Action, person: &str) -> anyhow::Result<Shown> {
+    let tool = s
         .gatekeeper(&a.gatekeeper)?
-        .and_then(|g| g.manifest.tool(&a.tool).map(|t| t.description.clone()));
-    let prompt = crate::prompt::render(&a, description.as_deref());
-    Ok(Shown { action: a, prompt })
+        .and_then(|g| g.manifest.tool(&a.tool).cloned());
+    let prompt = crate::prompt::render(&a, tool.as_ref().map(|t| t.description.as_str()));
+    let applied = a.state == crate::store::ActionState::Applied;
+    let reverted_by = if applied {
+        s.revert_of(a.id)?.map(|(id, _)| id)
+    } else {
+        None
+    };
+    let revertible = applied
+        && reverted_by.is_none()
+        && tool.is_some_and(|t| t.reverted_by.is_some())
+        && s.access(&a.chat, person)?.may_decide();
+    Ok(Shown {
+        action: a,
+        prompt,
+        revertible,
+        reverted_by,
+    })
 }
 
 /// A chat as its visitor sees it in a list.
@@ -40,6 +62,8 @@ pub struct ChatSummary {
     pub pending: usize,
     /// Whether this person may decide there.
     pub may_decide: bool,
+    /// How long its actions may wait for a decision (SPEC H3), in ms.
+    pub expire_after_ms: i64,
 }
 
 impl Kernel {
@@ -62,6 +86,7 @@ impl Kernel {
                     out.push(ChatSummary {
                         pending: s.pending_in(&c.name)?.len(),
                         may_decide: access.may_decide(),
+                        expire_after_ms: s.expiry(&c.name)?,
                         name: c.name,
                         owner: c.owner,
                         latched: c.latched,
@@ -135,14 +160,16 @@ impl Kernel {
         let Some(a) = self.action(person, id).await? else {
             return Ok(None);
         };
-        self.store().run(move |s| show(s, a).map(Some)).await
+        let p = person.to_owned();
+        self.store().run(move |s| show(s, a, &p).map(Some)).await
     }
 
     /// The inbox: pending actions `person` may see, with their prompts.
     pub async fn inbox(&self, person: &str, chat: Option<&str>) -> anyhow::Result<Vec<Shown>> {
         let pending = self.pending(person, chat).await?;
+        let p = person.to_owned();
         self.store()
-            .run(move |s| pending.into_iter().map(|a| show(s, a)).collect())
+            .run(move |s| pending.into_iter().map(|a| show(s, a, &p)).collect())
             .await
     }
 

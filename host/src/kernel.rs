@@ -225,6 +225,8 @@ struct Inner {
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
     /// The certificate authority, opened on first use (SPEC G3).
     authority: std::sync::OnceLock<Arc<crate::grants::Authority>>,
+    /// The deployment secret idempotency keys are derived from.
+    idempotency_secret: String,
 }
 
 impl Drop for Inner {
@@ -269,6 +271,7 @@ impl Kernel {
             .context("cannot lock this process's liveness file")?;
         std::fs::rename(&staging, home.liveness(&owner)).with_context(cannot)?;
         let runtime = Runtime::new(home.cache_dir(), limits)?;
+        let idempotency_secret = store.deployment_secret(crate::idempotency::SECRET)?;
         let kernel = Kernel {
             inner: Arc::new(Inner {
                 home,
@@ -280,14 +283,39 @@ impl Kernel {
                 drain_wanted: Default::default(),
                 background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
                 authority: std::sync::OnceLock::new(),
+                idempotency_secret,
             }),
         };
-        let failed = kernel.inner.store.recover(|o| kernel.is_alive(o))?;
-        for id in failed {
-            tracing::warn!(id, "action was interrupted while applying; marked failed");
-        }
+        kernel.recover()?;
         kernel.sweep_liveness();
         Ok(kernel)
+    }
+
+    /// Recover the claims of dead processes (SPEC P3): fail them, or, where
+    /// the tool's service honours the idempotency key, take them over and
+    /// re-send them with the same key through the one send path, as
+    /// background work that [`Kernel::settle`] waits for. Without an async
+    /// runtime to send on, a resumable claim is left for the next process.
+    fn recover(&self) -> anyhow::Result<()> {
+        let can_send = tokio::runtime::Handle::try_current().is_ok();
+        let resume_as = can_send.then(|| self.inner.owner.clone());
+        let recovered = self
+            .inner
+            .store
+            .recover(|o| self.is_alive(o), resume_as.as_deref())?;
+        for id in recovered.failed {
+            tracing::warn!(id, "action was interrupted while applying; marked failed");
+        }
+        for claim in recovered.resumed {
+            let k = self.clone();
+            self.spawn_background(async move {
+                let id = claim.action().id;
+                if let Err(e) = k.send(claim).await {
+                    tracing::warn!(id, error = %format!("{e:#}"), "re-sending an interrupted action failed");
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Remove the files of processes that are gone (their claims, if any,
@@ -384,6 +412,10 @@ impl Kernel {
 
     pub(crate) fn owner(&self) -> &str {
         &self.inner.owner
+    }
+
+    pub(crate) fn idempotency_secret(&self) -> &str {
+        &self.inner.idempotency_secret
     }
 
     pub(crate) fn drain_gate(&self) -> &tokio::sync::Mutex<()> {

@@ -263,13 +263,22 @@ impl Kernel {
         let a = claim.action();
         let id = a.id;
         let g = claim.gatekeeper().clone();
+        // The same key on every send of this action, by any process
+        // (issue 16): a service that honours it applies the action once.
+        let idempotency_key = crate::idempotency::key(self.idempotency_secret(), a);
+        if claim.is_resumed() {
+            tracing::warn!(
+                id,
+                "re-sending an interrupted action with its idempotency key (its service honours it)"
+            );
+        }
         let invocation = wit::Invocation {
             tool: a.tool.clone(),
             args: a.args.clone(),
             settings: settings_for(&g),
             account: claim.credential().account(),
             pending: Vec::new(),
-            idempotency_key: None,
+            idempotency_key: Some(idempotency_key),
         };
         let reach = Reach::of(&g, claim.credential().secret().map(str::to_owned));
         let pre = match self.runtime().gatekeeper(&g.digest) {

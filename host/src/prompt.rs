@@ -32,6 +32,7 @@ pub const FIELD_LABELS: &[&str] = &[
     "Staged by:",
     "Sent with:",
     "Changed:",
+    "Reverts:",
     "Chat:",
     "Why held:",
     "Description:",
@@ -413,6 +414,11 @@ pub fn render(a: &Action, description: Option<&str>) -> String {
     ));
     out.push_str(&why);
     out.push('\n');
+    if let Some(original) = a.reverts {
+        out.push_str(&format!(
+            "Reverts: action #{original}: this new action undoes it by calling {tool} with #{original}'s arguments; #{original} itself stays in the ledger as applied\n"
+        ));
+    }
     if let (Some(note), crate::store::ActionState::Pending) = (&a.note, a.state) {
         out.push_str(&format!(
             "Changed: {} since it was staged; decide again on these facts\n",
@@ -427,6 +433,11 @@ pub fn render(a: &Action, description: Option<&str>) -> String {
     out.push('\n');
     if let Some(e) = &a.error {
         out.push_str(&format!("Status: failed: {}\n", excerpt(e, 600)));
+    }
+    if a.state == crate::store::ActionState::Expired {
+        out.push_str(
+            "Status: expired: nobody decided it within its chat's expiry, so it was never sent and never will be\n",
+        );
     }
     if a.state == crate::store::ActionState::Pending {
         out.push_str(&format!(
@@ -483,6 +494,7 @@ mod tests {
             resolved_by: None,
             note: None,
             account: Some("operator:tracker-token".into()),
+            reverts: None,
             created_at: 0,
             decided_at: None,
             finished_at: None,

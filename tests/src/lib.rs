@@ -90,6 +90,20 @@ impl World {
 
     /// Add a gatekeeper fronting the tracker, with the tracker's token.
     pub async fn add_gatekeeper(&self, component: &str, name: &str, trust: Trust) {
+        self.add_gatekeeper_with(component, name, trust, Vec::new())
+            .await
+    }
+
+    /// [`World::add_gatekeeper`] with these `--set KEY=VALUE` settings
+    /// (`idempotency-key=ignored`: a tracker instance whose tools do not
+    /// honour the kernel's idempotency key).
+    pub async fn add_gatekeeper_with(
+        &self,
+        component: &str,
+        name: &str,
+        trust: Trust,
+        settings: Vec<(String, String)>,
+    ) {
         self.kernel
             .put_secret("tracker-token", TOKEN)
             .expect("secret stored");
@@ -101,7 +115,7 @@ impl World {
                 trust,
                 vec![self.tracker.host()],
                 Some("tracker-token".into()),
-                Vec::new(),
+                settings,
                 &|_| {},
             )
             .await
@@ -111,10 +125,16 @@ impl World {
     /// The usual setup: `script` and `triage` installed, the `issues`
     /// gatekeeper added as `trust`, chat `work` with it introduced as ISSUES.
     pub async fn standard(trust: Trust) -> World {
+        World::standard_with(trust, Vec::new()).await
+    }
+
+    /// [`World::standard`], the `issues` instance added with `settings`.
+    pub async fn standard_with(trust: Trust, settings: Vec<(String, String)>) -> World {
         let w = World::new();
         w.install("script");
         w.install("triage");
-        w.add_gatekeeper("issues", "issues", trust).await;
+        w.add_gatekeeper_with("issues", "issues", trust, settings)
+            .await;
         w.kernel.new_chat("work", "alice").expect("chat");
         w.kernel
             .introduce("work", "issues", "ISSUES", None, "alice")
@@ -142,6 +162,13 @@ impl World {
             .output()
             .expect("the gatehouse binary runs")
     }
+}
+
+/// The setting that makes an `issues` instance front a tracker that does
+/// not honour idempotency keys: its tools declare no key and send none, so
+/// the kernel keeps the at-most-once rule for them (SPEC P3).
+pub fn keys_ignored() -> Vec<(String, String)> {
+    vec![("idempotency-key".into(), "ignored".into())]
 }
 
 impl Default for World {

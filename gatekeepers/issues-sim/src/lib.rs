@@ -1,4 +1,4 @@
-//! `issues-sim`: the `issues` gatekeeper (the same tracker, the same five
+//! `issues-sim`: the `issues` gatekeeper (the same tracker, the same six
 //! tools with the same annotations and schemas, the same requests) that can
 //! also *simulate* (SPEC V1). Its manifest says `simulates: true`, so a gadget
 //! that stages an action gets a provisional result instead of being told to
@@ -6,12 +6,14 @@
 //! happened:
 //!
 //! - `simulate(createIssue)` predicts the issue the tracker will create, with
-//!   `"provisional": true`; `simulate(addLabel)` predicts the labelled issue.
+//!   `"provisional": true`; `simulate(addLabel)` and `simulate(removeLabel)`
+//!   predict the relabelled issue.
 //!   Nothing is sent but a `GET /issues`. Other tools: no prediction.
 //! - `listIssues` and `getIssue` overlay the pending actions the kernel passes
 //!   in `invocation.pending` (oldest first): each pending `createIssue` adds
-//!   its predicted issue and each pending `addLabel` adds its label, and every
-//!   issue so changed is marked `"pending": true`.
+//!   its predicted issue, each pending `addLabel` adds its label and each
+//!   pending `removeLabel` (a revert) removes it, and every issue so changed
+//!   is marked `"pending": true`.
 //!
 //! The id rule (the tracker's ids start at 1, increase and are never reused):
 //! the k-th pending `createIssue` (k = 0, 1, ...) is predicted to get id
@@ -42,8 +44,8 @@ use tracker::{issue_id, required, text_arg};
 struct IssuesSim;
 
 impl Guest for IssuesSim {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
-        Ok(tracker::manifest(true))
+    fn describe(settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(tracker::manifest(true, &settings))
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
@@ -99,7 +101,7 @@ export!(IssuesSim);
 
 /// The tools whose pending calls change what reads show.
 fn is_write(tool: &str) -> bool {
-    matches!(tool, "createIssue" | "addLabel")
+    matches!(tool, "createIssue" | "addLabel" | "removeLabel")
 }
 
 /// The tracker as the chat will see it once its pending actions are applied.
@@ -127,12 +129,12 @@ fn overlay(mut issues: Vec<Value>, pending: &[Staged]) -> World {
                 }));
                 next_id = next_id.saturating_add(1);
             }
-            "addLabel" => {
+            tool @ ("addLabel" | "removeLabel") => {
                 let (Ok(id), Ok(label)) = (issue_id(&args), required(&args, "label")) else {
                     continue;
                 };
                 if let Some(issue) = issues.iter_mut().find(|i| id_of(i) == Some(id))
-                    && add_label(issue, &label)
+                    && relabel(issue, tool, &label)
                     && let Some(fields) = issue.as_object_mut()
                 {
                     fields.insert("pending".into(), Value::Bool(true));
@@ -161,11 +163,11 @@ fn predict(
             "labels": [],
             "provisional": true,
         })),
-        "addLabel" => {
+        "addLabel" | "removeLabel" => {
             let id = issue_id(args).ok()?;
             let label = required(args, "label").ok()?;
             let mut issue = world.issues.into_iter().find(|i| id_of(i) == Some(id))?;
-            add_label(&mut issue, &label);
+            relabel(&mut issue, tool, &label);
             let fields = issue.as_object_mut()?;
             fields.remove("pending");
             fields.insert("provisional".into(), Value::Bool(true));
@@ -177,6 +179,26 @@ fn predict(
 
 fn id_of(issue: &Value) -> Option<u64> {
     issue.get("id").and_then(Value::as_u64)
+}
+
+/// Applies `addLabel` or `removeLabel` of `label`; whether the issue
+/// changed.
+fn relabel(issue: &mut Value, tool: &str, label: &str) -> bool {
+    if tool == "removeLabel" {
+        return remove_label(issue, label);
+    }
+    add_label(issue, label)
+}
+
+/// Removes `label` if the issue has it; whether the issue changed.
+fn remove_label(issue: &mut Value, label: &str) -> bool {
+    match issue.get_mut("labels") {
+        Some(Value::Array(labels)) if labels.iter().any(|l| l == label) => {
+            labels.retain(|l| l != label);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Adds `label` unless the issue has it; whether the issue changed.
@@ -273,6 +295,24 @@ mod sim_tests {
         assert_eq!(world.issues[1]["labels"], json!(["ui"]));
         assert_eq!(world.issues[1]["pending"], true);
         assert_eq!(world.issues.len(), 2);
+    }
+
+    #[test]
+    fn a_pending_remove_label_takes_the_label_away() {
+        let pending = [
+            staged("addLabel", json!({"id": 3, "label": "ui"})),
+            staged("removeLabel", json!({"id": 1, "label": "bug"})),
+            staged("removeLabel", json!({"id": 3, "label": "absent"})),
+        ];
+        let world = overlay(service(), &pending);
+        assert_eq!(world.issues[0]["labels"], json!([]));
+        assert_eq!(world.issues[0]["pending"], true);
+        assert_eq!(world.issues[1]["labels"], json!(["ui"]));
+        let args = object(json!({"id": 3, "label": "ui"}));
+        assert_eq!(
+            predict("removeLabel", &args, service(), &pending).map(|v| v["labels"].clone()),
+            Some(json!([]))
+        );
     }
 
     #[test]

@@ -172,10 +172,25 @@ fn nanos(d: Duration) -> u64 {
 
 /// Sends one request and reads the whole reply. `body` is sent as JSON.
 pub fn send(method: Method, url: &str, body: Option<&[u8]>) -> Result<Reply, Failure> {
+    send_with(method, url, body, &[])
+}
+
+/// [`send`], with these extra request headers (like `Idempotency-Key`).
+pub fn send_with(
+    method: Method,
+    url: &str,
+    body: Option<&[u8]>,
+    extra: &[(&str, &str)],
+) -> Result<Reply, Failure> {
     let what = format!("{} {url}", method_name(&method));
     let target = parse_url(url).map_err(Failure::NotSent)?;
 
     let headers = Fields::new();
+    for (name, value) in extra {
+        headers
+            .append(name, value.as_bytes())
+            .map_err(|e| Failure::NotSent(format!("{what}: cannot set {name}: {e:?}")))?;
+    }
     if let Some(bytes) = body {
         let length = bytes.len().to_string();
         for (name, value) in [

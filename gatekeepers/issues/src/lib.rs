@@ -1,5 +1,5 @@
 //! `issues`: the example gatekeeper. It fronts the issue-tracker HTTP service
-//! (list, get, search, create, label) over `wasi:http`; the kernel adds the
+//! (list, get, search, create, label, unlabel) over `wasi:http`; the kernel adds the
 //! credential and limits where its requests may go.
 //!
 //! The tools themselves live in `tracker.rs`, shared with `issues-sim`; this
@@ -20,8 +20,8 @@ use exports::gatehouse::os::tool::{
 struct Issues;
 
 impl Guest for Issues {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
-        Ok(tracker::manifest(false))
+    fn describe(settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+        Ok(tracker::manifest(false, &settings))
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {

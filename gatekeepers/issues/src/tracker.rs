@@ -1,7 +1,15 @@
-//! The issue tracker as a gatekeeper sees it: the five tools (names,
+//! The issue tracker as a gatekeeper sees it: the six tools (names,
 //! descriptions, schemas, annotations), their arguments, the requests they
 //! send and how the tracker's replies map to outputs and `tool-error`s, and
 //! the observer access check.
+//!
+//! Revert: `removeLabel` undoes `addLabel` (same arguments), so `addLabel`
+//! declares `reverted-by: removeLabel`. Idempotency: the tracker honours an
+//! `Idempotency-Key` header on every write (a repeated key gets the first
+//! answer and changes nothing), so the writes declare
+//! `honours-idempotency-key` and send the kernel's key. An instance added
+//! with `--set idempotency-key=ignored` (a tracker that does not honour
+//! keys) declares neither and sends none.
 //!
 //! `issues` and `issues-sim` both include this file (`issues-sim` with
 //! `#[path]`), next to `kit.rs` and `http.rs`. They differ only in how reads
@@ -19,56 +27,86 @@ use crate::kit::{
     unknown_tool,
 };
 
-pub const TOOLS: &str = "listIssues, getIssue, searchIssues, createIssue, addLabel";
+pub const TOOLS: &str = "listIssues, getIssue, searchIssues, createIssue, addLabel, removeLabel";
 
-/// The manifest of a tracker gatekeeper; `simulates` says whether it can.
-pub fn manifest(simulates: bool) -> Manifest {
+/// Whether the instance's service honours idempotency keys: yes, unless
+/// the operator set `idempotency-key=ignored` (a tracker that does not).
+pub fn honours_keys(settings: &[(String, String)]) -> bool {
+    http::setting(settings, "idempotency-key") != Some("ignored")
+}
+
+/// The manifest of a tracker gatekeeper configured with `settings`;
+/// `simulates` says whether it can.
+pub fn manifest(simulates: bool, settings: &[(String, String)]) -> Manifest {
     let id = json!({"type": "integer", "minimum": 1, "description": "The issue number."});
-    Manifest {
-        tools: vec![
-            tool(
-                "listIssues",
-                "List every issue in the tracker.",
-                json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                hints(Some(true), None, None),
-            ),
-            tool(
-                "getIssue",
-                "Read one issue by number.",
-                json!({"type": "object", "properties": {"id": id},
+    let honours = honours_keys(settings);
+    let mut tools = vec![
+        tool(
+            "listIssues",
+            "List every issue in the tracker.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            hints(Some(true), None, None),
+        ),
+        tool(
+            "getIssue",
+            "Read one issue by number.",
+            json!({"type": "object", "properties": {"id": id},
                        "required": ["id"], "additionalProperties": false}),
-                hints(Some(true), None, None),
-            ),
-            tool(
-                "searchIssues",
-                "Find issues whose title contains the text (case-insensitive).",
-                json!({"type": "object",
+            hints(Some(true), None, None),
+        ),
+        tool(
+            "searchIssues",
+            "Find issues whose title contains the text (case-insensitive).",
+            json!({"type": "object",
                        "properties": {"q": {"type": "string", "description": "Text to look for."}},
                        "required": ["q"], "additionalProperties": false}),
-                hints(None, None, None),
-            ),
-            tool(
-                "createIssue",
-                "Open a new issue.",
-                json!({"type": "object",
+            hints(None, None, None),
+        ),
+        tool(
+            "createIssue",
+            "Open a new issue.",
+            json!({"type": "object",
                        "properties": {"title": {"type": "string", "minLength": 1},
                                       "body": {"type": "string"}},
                        "required": ["title"], "additionalProperties": false}),
-                hints(Some(false), Some(false), Some(false)),
-            ),
-            tool(
-                "addLabel",
-                "Add a label to an issue (adding a label it already has changes nothing).",
-                json!({"type": "object",
+            hints(Some(false), Some(false), Some(false)),
+        ),
+        tool(
+            "addLabel",
+            "Add a label to an issue (adding a label it already has changes nothing).",
+            json!({"type": "object",
                        "properties": {"id": id, "label": {"type": "string", "minLength": 1}},
                        "required": ["id", "label"], "additionalProperties": false}),
-                hints(None, Some(false), Some(true)),
-            ),
-        ],
+            hints(None, Some(false), Some(true)),
+        ),
+        // Removing takes something away: destructive, honestly. Doing
+        // it twice is the same as once: idempotent.
+        tool(
+            "removeLabel",
+            "Remove a label from an issue (removing a label it does not have changes nothing).",
+            json!({"type": "object",
+                       "properties": {"id": id, "label": {"type": "string", "minLength": 1}},
+                       "required": ["id", "label"], "additionalProperties": false}),
+            hints(None, Some(true), Some(true)),
+        ),
+    ];
+    for t in &mut tools {
+        if t.name == "addLabel" {
+            t.reverted_by = Some("removeLabel".to_string());
+        }
+        t.honours_idempotency_key = honours && is_write(&t.name);
+    }
+    Manifest {
+        tools,
         simulates,
         observers: ObserverStrategy::AccessCheck,
         triggers: Vec::new(),
     }
+}
+
+/// The tools that change the tracker: the requests that carry the key.
+fn is_write(tool: &str) -> bool {
+    matches!(tool, "createIssue" | "addLabel" | "removeLabel")
 }
 
 /// Runs a call. `list(base)` answers `listIssues` and `get(base, id)`
@@ -81,6 +119,13 @@ pub fn call(
 ) -> Result<Output, ToolError> {
     let args = parse_args_naming_kind(&invocation.args)?;
     let base = || base_url(&invocation.settings).map_err(ToolError::Refused);
+    // The kernel's key for this action, passed on where the service
+    // honours it: a repeated write then takes effect once.
+    let key = invocation
+        .idempotency_key
+        .as_deref()
+        .filter(|_| honours_keys(&invocation.settings) && is_write(&invocation.tool));
+    let write = |method, url: &str, body: &[u8]| request_keyed(method, url, Some(body), key);
     match invocation.tool.as_str() {
         "listIssues" => Ok(read(
             list(&base()?)?,
@@ -114,14 +159,20 @@ pub fn call(
             }
             let body = Value::Object(payload).to_string();
             let url = format!("{}/issues", base()?);
-            Ok(action(request(Method::Post, &url, Some(body.as_bytes()))?))
+            Ok(action(write(Method::Post, &url, body.as_bytes())?))
         }
         "addLabel" => {
             let id = issue_id(&args)?;
             let label = required(&args, "label")?;
             let body = json!({ "label": label }).to_string();
             let url = format!("{}/issues/{id}/labels", base()?);
-            Ok(action(request(Method::Post, &url, Some(body.as_bytes()))?))
+            Ok(action(write(Method::Post, &url, body.as_bytes())?))
+        }
+        "removeLabel" => {
+            let id = issue_id(&args)?;
+            let label = required(&args, "label")?;
+            let url = format!("{}/issues/{id}/labels/{}", base()?, encode_query(&label));
+            Ok(action(request_keyed(Method::Delete, &url, None, key)?))
         }
         other => Err(unknown_tool(other, TOOLS)),
     }
@@ -207,8 +258,19 @@ pub fn text_arg(
 /// Sends a request and returns the reply's JSON, mapping every failure to
 /// the `tool-error` the kernel needs to decide about retries.
 fn request(method: Method, url: &str, body: Option<&[u8]>) -> Result<Value, ToolError> {
+    request_keyed(method, url, body, None)
+}
+
+/// [`request`], with the `Idempotency-Key` header when there is a key.
+fn request_keyed(
+    method: Method,
+    url: &str,
+    body: Option<&[u8]>,
+    key: Option<&str>,
+) -> Result<Value, ToolError> {
     let what = format!("{} {url}", http::method_name(&method));
-    let reply = http::send(method, url, body).map_err(request_error)?;
+    let headers: Vec<(&str, &str)> = key.map(|k| ("idempotency-key", k)).into_iter().collect();
+    let reply = http::send_with(method, url, body, &headers).map_err(request_error)?;
     let status = reply.status;
     let text = String::from_utf8_lossy(&reply.body);
     let detail = one_line(&text, 120);

@@ -44,6 +44,8 @@ pub struct Received {
     /// The request body, lossily decoded as UTF-8; empty when the body was
     /// over the service's cap or could not be read.
     pub body: String,
+    /// The `Idempotency-Key` header, if any (lossily decoded).
+    pub idempotency_key: Option<String>,
 }
 
 /// Every request a service received, in arrival order.
@@ -101,12 +103,17 @@ pub(crate) async fn receive(
         .headers
         .get(header::AUTHORIZATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let idempotency_key = parts
+        .headers
+        .get("idempotency-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let bytes = axum::body::to_bytes(body, max_body).await.ok();
     let received = Received {
         method: parts.method.as_str().to_owned(),
         path,
         authorization,
         body: String::from_utf8_lossy(bytes.as_deref().unwrap_or_default()).into_owned(),
+        idempotency_key,
     };
     log.record(received.clone());
     (parts, bytes, received)

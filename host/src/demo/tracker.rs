@@ -4,7 +4,17 @@
 //!
 //! What this module owns: one loopback HTTP server per [`Tracker`], its
 //! thread and tokio runtime, its in-memory issues, the log of every request
-//! it received, and the faults a test asked it to simulate. It is
+//! it received, the idempotency keys it honours, and the faults a test
+//! asked it to simulate.
+//!
+//! The API: `GET /issues`, `GET /issues/{id}`, `GET /search?q=`,
+//! `POST /issues`, `POST /issues/{id}/labels`, `DELETE
+//! /issues/{id}/labels/{label}` (percent-encoded) and `DELETE
+//! /issues/{id}`. A write carrying an `Idempotency-Key` header the tracker
+//! has seen is answered with the first answer to that key and applied no
+//! second time (a different request under a seen key: 422), unless the
+//! tracker was built to ignore keys, like a service that does not know
+//! them. It is
 //! deliberately not a fake or a mock: the gatekeeper reaches it through the
 //! same sockets and HTTP stack it would use against a real tracker, so a test
 //! that passes against it has exercised the real outbound path.
@@ -24,7 +34,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::Json;
 use axum::Router;
 use axum::extract::{Query, Request, State};
 use axum::http::{Method, StatusCode, Uri, header};
@@ -92,6 +101,7 @@ pub enum Fault {
 pub struct TrackerBuilder {
     tokens: HashMap<String, Access>,
     seeds: Vec<(String, Vec<String>)>,
+    ignore_keys: bool,
 }
 
 /// A running tracker on `127.0.0.1` (ephemeral port).
@@ -116,6 +126,8 @@ enum Access {
 /// Everything the server thread and the test thread both see.
 struct Shared {
     tokens: HashMap<String, Access>,
+    /// Whether a write's `Idempotency-Key` is honoured (the default).
+    honours_keys: bool,
     state: Mutex<World>,
     requests: RequestLog,
     /// Handlers currently running, not counting ones parked by
@@ -132,6 +144,11 @@ struct World {
     issues: BTreeMap<u64, Issue>,
     next_id: u64,
     writes: Vec<Received>,
+    /// The first request (method, uri, body) and answer under each
+    /// idempotency key, kept for the tracker's life.
+    keys: HashMap<String, (Fingerprint, Answer)>,
+    /// Writes answered from `keys`: repeated keys, applied no second time.
+    replays: Vec<Received>,
     /// Pending faults: (fault, how many more writes get it), oldest first.
     faults: VecDeque<(Fault, u32)>,
 }
@@ -182,6 +199,19 @@ impl Tracker {
     /// The current issues, in ascending id order.
     pub fn issues(&self) -> Vec<Issue> {
         self.shared.lock().issues.values().cloned().collect()
+    }
+
+    /// The writes that carried an `Idempotency-Key` already seen, in
+    /// order: answered with the first answer, applied no second time.
+    /// Each is also in [`Tracker::requests`], never in [`Tracker::writes`].
+    pub fn replays(&self) -> Vec<Received> {
+        self.shared.lock().replays.clone()
+    }
+
+    /// Deletes issue `id` as someone else at the service would (the world
+    /// moving on under a pending action); whether it existed.
+    pub fn delete_issue(&self, id: u64) -> bool {
+        self.shared.lock().issues.remove(&id).is_some()
     }
 
     /// Makes the next `times` authorised write requests (any method but GET)
@@ -235,6 +265,13 @@ impl TrackerBuilder {
         self
     }
 
+    /// A tracker that does not honour `Idempotency-Key` (like many real
+    /// services): every write is applied, whatever key it carries.
+    pub fn ignore_idempotency_keys(mut self) -> Self {
+        self.ignore_keys = true;
+        self
+    }
+
     /// Seeds an issue with an empty body; seeds get ids 1, 2, ... in the
     /// order given, so tests know their ids without asking.
     pub fn issue(mut self, title: &str, labels: &[&str]) -> Self {
@@ -258,6 +295,8 @@ impl TrackerBuilder {
             issues: BTreeMap::new(),
             next_id: 1,
             writes: Vec::new(),
+            keys: HashMap::new(),
+            replays: Vec::new(),
             faults: VecDeque::new(),
         };
         for (title, labels) in self.seeds {
@@ -270,6 +309,7 @@ impl TrackerBuilder {
         }
         let shared = Arc::new(Shared {
             tokens: self.tokens,
+            honours_keys: !self.ignore_keys,
             state: Mutex::new(world),
             requests: RequestLog::default(),
             in_flight: AtomicUsize::new(0),
@@ -355,21 +395,51 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
 
     if !is_write {
-        return shared.lock().route(&parts.method, &parts.uri, &bytes);
+        return shared
+            .lock()
+            .route(&parts.method, &parts.uri, &bytes)
+            .into_response();
     }
+    let key = received
+        .idempotency_key
+        .clone()
+        .filter(|_| shared.honours_keys);
 
-    // Taking the fault, applying the write and logging it happen under one
-    // lock, so concurrent writes cannot both claim the same fault.
-    let (fault, response) = {
+    // Taking the fault, applying the write, remembering its key and
+    // logging it happen under one lock, so concurrent writes cannot both
+    // claim the same fault, nor both apply under the same key.
+    let (fault, answer) = {
         let mut world = shared.lock();
+        let fingerprint = (
+            parts.method.as_str().to_owned(),
+            parts.uri.to_string(),
+            bytes.to_vec(),
+        );
+        if let Some(key) = &key
+            && let Some(first) = world.keys.get(key)
+        {
+            // A repeated key: the first answer again, and nothing applied.
+            if first.0 != fingerprint {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "this Idempotency-Key was used for another request",
+                );
+            }
+            let answer = first.1.clone();
+            world.replays.push(received);
+            return answer.into_response();
+        }
         let fault = world.take_fault();
         if let Some(Fault::Status(code)) = fault {
             let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return error(status, "injected fault");
         }
-        let response = world.route(&parts.method, &parts.uri, &bytes);
+        let answer = world.route(&parts.method, &parts.uri, &bytes);
+        if let Some(key) = key {
+            world.keys.insert(key, (fingerprint, answer.clone()));
+        }
         world.writes.push(received);
-        (fault, response)
+        (fault, answer)
     };
 
     match fault {
@@ -388,9 +458,51 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
         Some(Fault::Slow(delay)) => {
             tokio::time::sleep(delay).await;
-            response
+            answer.into_response()
         }
-        Some(Fault::Status(_)) | None => response,
+        Some(Fault::Status(_)) | None => answer.into_response(),
+    }
+}
+
+/// What makes two writes the same request: method, URI and body.
+type Fingerprint = (String, String, Vec<u8>);
+
+/// An answer of the tracker's API: a status and its JSON body, kept as
+/// they are so that a repeated idempotency key gets the very same answer.
+#[derive(Clone, Debug, PartialEq)]
+struct Answer {
+    status: StatusCode,
+    body: String,
+}
+
+impl Answer {
+    fn json(status: StatusCode, value: &impl Serialize) -> Answer {
+        match serde_json::to_string(value) {
+            Ok(body) => Answer { status, body },
+            Err(_) => Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "cannot write JSON"),
+        }
+    }
+
+    fn ok(value: &impl Serialize) -> Answer {
+        Answer::json(StatusCode::OK, value)
+    }
+
+    fn error(status: StatusCode, message: &str) -> Answer {
+        Answer {
+            status,
+            body: serde_json::json!({ "error": message }).to_string(),
+        }
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            self.body,
+        )
+            .into_response()
     }
 }
 
@@ -432,26 +544,24 @@ impl World {
     }
 
     /// The API proper, for an authenticated request whose body was read.
-    fn route(&mut self, method: &Method, uri: &Uri, body: &[u8]) -> Response {
+    fn route(&mut self, method: &Method, uri: &Uri, body: &[u8]) -> Answer {
         let segments: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
-        let not_found = || error(StatusCode::NOT_FOUND, "not found");
+        let not_found = || Answer::error(StatusCode::NOT_FOUND, "not found");
         // Unparseable ids simply name no issue.
         let id_of = |s: &str| s.parse::<u64>().ok();
 
         match (method, segments.as_slice()) {
-            (&Method::GET, ["issues"]) => {
-                Json(self.issues.values().collect::<Vec<_>>()).into_response()
-            }
+            (&Method::GET, ["issues"]) => Answer::ok(&self.issues.values().collect::<Vec<_>>()),
             (&Method::GET, ["issues", id]) => match id_of(id).and_then(|id| self.issues.get(&id)) {
-                Some(issue) => Json(issue).into_response(),
+                Some(issue) => Answer::ok(issue),
                 None => not_found(),
             },
             (&Method::GET, ["search"]) => {
                 let Ok(Query(params)) = Query::<HashMap<String, String>>::try_from_uri(uri) else {
-                    return error(StatusCode::BAD_REQUEST, "malformed query string");
+                    return Answer::error(StatusCode::BAD_REQUEST, "malformed query string");
                 };
                 let Some(q) = params.get("q") else {
-                    return error(StatusCode::BAD_REQUEST, "missing query parameter q");
+                    return Answer::error(StatusCode::BAD_REQUEST, "missing query parameter q");
                 };
                 let q = q.to_lowercase();
                 let hits: Vec<&Issue> = self
@@ -459,23 +569,23 @@ impl World {
                     .values()
                     .filter(|issue| issue.title.to_lowercase().contains(&q))
                     .collect();
-                Json(hits).into_response()
+                Answer::ok(&hits)
             }
             (&Method::POST, ["issues"]) => {
                 let Ok(new) = serde_json::from_slice::<NewIssue>(body) else {
-                    return error(
+                    return Answer::error(
                         StatusCode::BAD_REQUEST,
                         "expected {\"title\": ..., \"body\": ...}",
                     );
                 };
                 let title = new.title.unwrap_or_default();
                 if title.trim().is_empty() {
-                    return error(StatusCode::BAD_REQUEST, "title must not be empty");
+                    return Answer::error(StatusCode::BAD_REQUEST, "title must not be empty");
                 }
                 let id = self.create(title, new.body.unwrap_or_default());
                 match self.issues.get(&id) {
-                    Some(issue) => (StatusCode::CREATED, Json(issue)).into_response(),
-                    None => error(StatusCode::INTERNAL_SERVER_ERROR, "issue vanished"),
+                    Some(issue) => Answer::json(StatusCode::CREATED, issue),
+                    None => Answer::error(StatusCode::INTERNAL_SERVER_ERROR, "issue vanished"),
                 }
             }
             (&Method::POST, ["issues", id, "labels"]) => {
@@ -484,17 +594,30 @@ impl World {
                 };
                 let Ok(NewLabel { label: Some(label) }) = serde_json::from_slice::<NewLabel>(body)
                 else {
-                    return error(StatusCode::BAD_REQUEST, "expected {\"label\": ...}");
+                    return Answer::error(StatusCode::BAD_REQUEST, "expected {\"label\": ...}");
                 };
                 if label.trim().is_empty() {
-                    return error(StatusCode::BAD_REQUEST, "label must not be empty");
+                    return Answer::error(StatusCode::BAD_REQUEST, "label must not be empty");
                 }
                 issue.add_label(label);
-                Json(&*issue).into_response()
+                Answer::ok(&*issue)
+            }
+            (&Method::DELETE, ["issues", id, "labels", label]) => {
+                let Some(issue) = id_of(id).and_then(|id| self.issues.get_mut(&id)) else {
+                    return not_found();
+                };
+                let Ok(label) = percent_encoding::percent_decode_str(label).decode_utf8() else {
+                    return Answer::error(StatusCode::BAD_REQUEST, "the label is not UTF-8");
+                };
+                if label.trim().is_empty() {
+                    return Answer::error(StatusCode::BAD_REQUEST, "label must not be empty");
+                }
+                issue.labels.retain(|l| *l != label);
+                Answer::ok(&*issue)
             }
             (&Method::DELETE, ["issues", id]) => {
                 match id_of(id).and_then(|id| self.issues.remove(&id)) {
-                    Some(issue) => Json(serde_json::json!({ "deleted": issue.id })).into_response(),
+                    Some(issue) => Answer::ok(&serde_json::json!({ "deleted": issue.id })),
                     None => not_found(),
                 }
             }
@@ -561,6 +684,109 @@ mod tests {
 
     fn json(body: &str) -> serde_json::Value {
         serde_json::from_str(body).expect("JSON body")
+    }
+
+    fn wait_for_writes(t: &Tracker, n: usize) -> bool {
+        let started = Instant::now();
+        while t.writes().len() < n {
+            if started.elapsed() > Duration::from_secs(30) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    /// A write with an `Idempotency-Key` header; (status, body).
+    fn keyed(t: &Tracker, method: &str, path: &str, key: &str, body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(t.addr()).expect("connect");
+        let mut head = head(&t.host(), method, path, Some("rw"));
+        head.push_str(&format!(
+            "Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        ));
+        stream.write_all(head.as_bytes()).expect("write head");
+        stream.write_all(body.as_bytes()).expect("write body");
+        response(&mut stream)
+    }
+
+    #[test]
+    fn remove_label_takes_a_label_away_and_is_idempotent() {
+        let t = Tracker::builder()
+            .token("rw")
+            .issue("Crash", &["bug", "needs info"])
+            .start()
+            .expect("start");
+        let (status, body) = call(
+            &t,
+            "DELETE",
+            "/issues/1/labels/needs%20info",
+            Some("rw"),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(json(&body)["labels"], serde_json::json!(["bug"]));
+        let (status, body) = call(
+            &t,
+            "DELETE",
+            "/issues/1/labels/needs%20info",
+            Some("rw"),
+            None,
+        );
+        assert_eq!(status, 200, "removing an absent label changes nothing");
+        assert_eq!(json(&body)["labels"], serde_json::json!(["bug"]));
+        assert_eq!(
+            call(&t, "DELETE", "/issues/9/labels/bug", Some("rw"), None).0,
+            404
+        );
+        assert_eq!(t.issues()[0].labels, ["bug"]);
+    }
+
+    #[test]
+    fn a_repeated_idempotency_key_gets_the_first_answer_and_applies_once() {
+        let t = tracker();
+        let first = keyed(&t, "POST", "/issues", "k-1", r#"{"title":"once"}"#);
+        assert_eq!(first.0, 201);
+        let again = keyed(&t, "POST", "/issues", "k-1", r#"{"title":"once"}"#);
+        assert_eq!(again, first, "the very same answer");
+        assert_eq!(t.issues().len(), 3, "one issue created, not two");
+        assert_eq!(t.writes().len(), 1);
+        assert_eq!(t.replays().len(), 1);
+        assert_eq!(t.replays()[0].idempotency_key.as_deref(), Some("k-1"));
+        // The same key for another request is refused, and applies nothing.
+        let other = keyed(&t, "POST", "/issues", "k-1", r#"{"title":"other"}"#);
+        assert_eq!(other.0, 422);
+        // A key seen while the first answer is still on its way (a slow
+        // service) gets that answer at once.
+        t.inject(Fault::Slow(Duration::from_secs(2)), 1);
+        let label = r#"{"label":"x"}"#;
+        let (a, b) = std::thread::scope(|scope| {
+            let first = scope.spawn(|| keyed(&t, "POST", "/issues/1/labels", "k-2", label));
+            assert!(wait_for_writes(&t, 2), "the slow write was applied");
+            let started = Instant::now();
+            let b = keyed(&t, "POST", "/issues/1/labels", "k-2", label);
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "answered at once"
+            );
+            (first.join().expect("the first write"), b)
+        });
+        assert_eq!(a, b);
+        assert_eq!(t.writes().len(), 2);
+        assert_eq!(t.replays().len(), 2);
+    }
+
+    #[test]
+    fn a_tracker_that_ignores_keys_applies_every_write() {
+        let t = Tracker::builder()
+            .token("rw")
+            .ignore_idempotency_keys()
+            .start()
+            .expect("start");
+        keyed(&t, "POST", "/issues", "k", r#"{"title":"twice"}"#);
+        keyed(&t, "POST", "/issues", "k", r#"{"title":"twice"}"#);
+        assert_eq!(t.issues().len(), 2);
+        assert!(t.replays().is_empty());
     }
 
     fn tracker() -> Tracker {

@@ -14,9 +14,13 @@
 
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
-use super::{MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, RETAINED_FINISHED, Store, now_ms};
+use super::{
+    DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, RETAINED_FINISHED,
+    Store, now_ms,
+};
 use crate::access::Need;
 use crate::principal::{Credential, Principal};
+use crate::revert::RevertRefusal;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -124,6 +128,8 @@ pub struct Action {
     pub note: Option<String>,
     /// The account it is sent with (`user/label`, `operator:NAME`, `none`).
     pub account: Option<String>,
+    /// For a revert (SPEC H2): the applied action it undoes.
+    pub reverts: Option<i64>,
     pub created_at: i64,
     pub decided_at: Option<i64>,
     pub finished_at: Option<i64>,
@@ -205,17 +211,28 @@ impl ClaimBy {
 /// A won claim: this caller, alone, may now send the action, with exactly
 /// this gatekeeper record and credential (the ones the claim checked).
 ///
-/// Only the claim transaction makes one, and it is neither `Clone` nor
-/// `Copy`: one claim, one send.
+/// Only the store makes one, and it is neither `Clone` nor `Copy`: one
+/// claim, one send. Two kinds exist: a decision's claim (the claim
+/// transaction), and a *resumed* one, made only by [`Store::recover`] for
+/// an interrupted send of a tool whose service honours the kernel's
+/// idempotency key: the same action, re-sent under the same key.
 pub struct Claim {
     action: Action,
     gatekeeper: Arc<GatekeeperRecord>,
     credential: Credential,
+    resumed: bool,
 }
 
 impl Claim {
     pub fn action(&self) -> &Action {
         &self.action
+    }
+
+    /// Whether this claim resumes a send a dead process had begun (its
+    /// request may have reached the service; the idempotency key makes
+    /// the service apply it at most once).
+    pub fn is_resumed(&self) -> bool {
+        self.resumed
     }
 
     pub(crate) fn gatekeeper(&self) -> &Arc<GatekeeperRecord> {
@@ -301,7 +318,7 @@ pub fn args_digest(args: &str) -> String {
 const ACTION_COLUMNS: &str =
     "id, chat, caller, person, gadget, intro_key, gatekeeper, tool, classified_by, trust, args,
     args_digest, state, await_decision, retryable, result, error, auto_approved, resolved_by,
-    note, account, created_at, decided_at, finished_at";
+    note, account, created_at, decided_at, finished_at, reverts";
 
 fn action_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
     let state: String = r.get(12)?;
@@ -330,6 +347,7 @@ fn action_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
         created_at: r.get(21)?,
         decided_at: r.get(22)?,
         finished_at: r.get(23)?,
+        reverts: r.get(24)?,
     })
 }
 
@@ -345,20 +363,118 @@ fn action_in(conn: &Connection, id: i64) -> rusqlite::Result<Option<Action>> {
 pub(super) fn pending_at(conn: &Connection, chat: &str, g: &str) -> rusqlite::Result<Vec<Action>> {
     let mut st = conn.prepare_cached(&format!(
         "SELECT {ACTION_COLUMNS} FROM ledger
-         WHERE chat = ?1 AND kind = 'action' AND state = 'pending' AND gatekeeper = ?2 ORDER BY id"
+         WHERE chat = ?1 AND kind = 'action' AND state = 'pending' AND gatekeeper = ?2
+           AND created_at + COALESCE(
+                 (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?3) > ?4
+         ORDER BY id"
     ))?;
-    let rows = st.query_map([chat, g], action_from_row)?;
+    // What expired (H3) will never happen: no overlay shows it.
+    let rows = st.query_map(
+        params![chat, g, DEFAULT_EXPIRY_MS, now_ms()],
+        action_from_row,
+    )?;
     rows.collect()
 }
 
+/// The newest revert of `original` that was not rejected or expired, with
+/// its state: one that may still be sent, is being sent, or was sent.
+fn live_revert_in(
+    conn: &Connection,
+    original: i64,
+) -> rusqlite::Result<Option<(i64, ActionState)>> {
+    conn.prepare_cached(
+        "SELECT id, state FROM ledger
+         WHERE reverts = ?1 AND kind = 'action' AND state NOT IN ('rejected', 'expired')
+         ORDER BY id DESC LIMIT 1",
+    )?
+    .query_row([original], |r| {
+        let state: String = r.get(1)?;
+        Ok((r.get(0)?, ActionState::parse(&state)?))
+    })
+    .optional()
+}
+
 /// How many actions of `chat` are pending or applying (the cap counts
-/// these; SPEC A5, per chat so that one chat never blocks another).
+/// these; SPEC A5, per chat so that one chat never blocks another). A
+/// pending action past its chat's expiry is closed (H3) even before a
+/// sweep marks it, so the count is right on a read-only connection too.
 fn open_in(conn: &Connection, chat: &str) -> rusqlite::Result<i64> {
     conn.prepare_cached(
         "SELECT count(*) FROM ledger
-         WHERE chat = ?1 AND kind = 'action' AND state IN ('pending', 'applying')",
+         WHERE chat = ?1 AND kind = 'action'
+           AND (state = 'applying'
+                OR (state = 'pending' AND created_at + COALESCE(
+                      (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2) > ?3))",
     )?
-    .query_row([chat], |r| r.get(0))
+    .query_row(params![chat, DEFAULT_EXPIRY_MS, now_ms()], |r| r.get(0))
+}
+
+/// How long actions of `chat` may wait for a decision (SPEC H3), in
+/// milliseconds: the chat's own setting, else [`DEFAULT_EXPIRY_MS`].
+pub(super) fn expiry_in(conn: &Connection, chat: &str) -> rusqlite::Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT expire_after_ms FROM chats WHERE name = ?1")?
+        .query_row([chat], |r| r.get::<_, Option<i64>>(0))
+        .optional()?
+        .flatten()
+        .unwrap_or(DEFAULT_EXPIRY_MS))
+}
+
+/// Whether the pending action `a` is past its chat's expiry now.
+fn is_due(conn: &Connection, a: &Action) -> rusqlite::Result<bool> {
+    Ok(a.state == ActionState::Pending
+        && a.created_at.saturating_add(expiry_in(conn, &a.chat)?) <= now_ms())
+}
+
+/// Mark the pending action `id` expired: it will never be sent (H3).
+fn expire_row(conn: &Connection, id: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE ledger SET state = 'expired', finished_at = ?2, claim_owner = NULL
+         WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
+    )?
+    .execute(params![id, now_ms()])
+}
+
+/// Mark every pending action of `chat` (`None`: of every chat) that is past
+/// its chat's expiry `expired` (SPEC H3), then keep the chats' retention.
+/// Only looks when nothing is due, so a sweep takes the write lock only
+/// when it has something to write.
+pub(super) fn expire_due(conn: &Connection, chat: Option<&str>) -> rusqlite::Result<usize> {
+    let now = now_ms();
+    let due: Vec<(i64, String)> = {
+        let mut st = conn.prepare_cached(
+            "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
+             WHERE l.kind = 'action' AND l.state = 'pending' AND (?1 IS NULL OR l.chat = ?1)
+               AND l.created_at + COALESCE(c.expire_after_ms, ?2) <= ?3",
+        )?;
+        st.query_map(params![chat, DEFAULT_EXPIRY_MS, now], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect::<Result<_, _>>()?
+    };
+    let mut expired = 0;
+    let mut chats = std::collections::BTreeSet::new();
+    for (id, chat) in due {
+        expired += expire_row(conn, id)?;
+        chats.insert(chat);
+    }
+    for chat in chats {
+        prune_chat_in(conn, &chat)?;
+    }
+    Ok(expired)
+}
+
+/// Keep the newest finished actions of `chat`; never prune open ones
+/// (SPEC P5). The decision history is kept regardless.
+fn prune_chat_in(conn: &Connection, chat: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "DELETE FROM ledger WHERE chat = ?1 AND kind = 'action'
+           AND state IN ('applied', 'failed', 'rejected', 'expired')
+           AND id NOT IN (SELECT id FROM ledger WHERE chat = ?1 AND kind = 'action'
+                            AND state IN ('applied', 'failed', 'rejected', 'expired')
+                          ORDER BY id DESC LIMIT ?2)",
+    )?
+    .execute(params![chat, RETAINED_FINISHED])
 }
 
 /// What a covered workflow call keeps of its arguments and outcome: a
@@ -371,6 +487,7 @@ fn insert_action(
     a: &NewAction,
     args: &str,
     logical_key: Option<&str>,
+    reverts: Option<i64>,
 ) -> Result<i64, StageError> {
     let facts = serde_json::to_string(&a.facts).map_err(anyhow::Error::from)?;
     let (kept, digest) = match logical_key {
@@ -380,9 +497,9 @@ fn insert_action(
     conn.prepare_cached(
         "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
            classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
-           account, logical_key, created_at)
+           account, logical_key, created_at, reverts)
          VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
-           ?15, ?16, ?17)",
+           ?15, ?16, ?17, ?18)",
     )?
     .execute(params![
         a.chat,
@@ -401,7 +518,8 @@ fn insert_action(
         facts,
         a.facts.account,
         logical_key,
-        now_ms()
+        now_ms(),
+        reverts
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -417,6 +535,8 @@ fn admit_stage(conn: &Connection, chat: &str) -> Result<(), StageError> {
         Some(1) => return Err(StageError::LockedDown(chat.to_owned())),
         Some(_) => {}
     }
+    // What expired is closed (H3): mark it, so the gadget sees it too.
+    expire_due(conn, Some(chat))?;
     let open = open_in(conn, chat)?;
     if open >= MAX_OPEN_ACTIONS {
         return Err(StageError::TooManyOpen(open));
@@ -448,7 +568,7 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
         for q in &batch {
             let sp = tx.savepoint()?;
             let staged = admit_stage(&sp, &q.action.chat)
-                .and_then(|()| insert_action(&sp, &q.action, &q.args, None));
+                .and_then(|()| insert_action(&sp, &q.action, &q.args, None, None));
             if staged.is_ok() {
                 sp.commit()?;
             }
@@ -567,7 +687,7 @@ impl Store {
                 }
                 None => {
                     admit_stage(&tx, &a.chat)?;
-                    (insert_action(&tx, a, &args, Some(logical_key))?, true)
+                    (insert_action(&tx, a, &args, Some(logical_key), None)?, true)
                 }
             };
             let mut claimed = claim_in(&tx, id, by, owner)?;
@@ -587,13 +707,115 @@ impl Store {
         result
     }
 
-    pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
-        Ok(action_in(&self.lock(), id)?)
+    /// Stage `a`, a revert of the applied action `original` (SPEC H2): a new
+    /// action naming it, pending like any other. In one durable
+    /// transaction: the one authorization rule (whoever may decide in the
+    /// chat may revert there), that the original is applied, that no other
+    /// revert of it may still be or was sent (reverting twice sends
+    /// once), and the chat's latch and cap.
+    pub fn stage_revert(
+        &self,
+        a: &NewAction,
+        original: i64,
+    ) -> Result<Result<i64, RevertRefusal>, StageError> {
+        let args = validate_args(&a.args)?;
+        let by = a.principal.acting_for().to_owned();
+        let mut conn = self.lock();
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let Some(o) = action_in(&tx, original)? else {
+                return Ok(Err(RevertRefusal::NotFound(original)));
+            };
+            let access = super::sharing::access(&tx, &o.chat, &by)?;
+            if let Err(refusal) = access.require(Need::Decide, &o.chat, &by) {
+                return Ok(Err(if access.may_see() {
+                    RevertRefusal::Forbidden {
+                        id: original,
+                        refusal,
+                    }
+                } else {
+                    RevertRefusal::NotFound(original)
+                }));
+            }
+            if o.state != ActionState::Applied {
+                return Ok(Err(RevertRefusal::NotApplied {
+                    id: original,
+                    state: o.state,
+                }));
+            }
+            if o.chat != a.chat {
+                return Ok(Err(RevertRefusal::CannotRevert {
+                    id: original,
+                    reason: "a revert is staged in the chat of the action it undoes".into(),
+                }));
+            }
+            // A revert that expired unseen is not a live one (H3).
+            expire_due(&tx, Some(&a.chat))?;
+            if let Some((revert, state)) = live_revert_in(&tx, original)? {
+                return Ok(Err(RevertRefusal::AlreadyReverted {
+                    id: original,
+                    revert,
+                    state,
+                }));
+            }
+            admit_stage(&tx, &a.chat)?;
+            let id = insert_action(&tx, a, &args, None, Some(original))?;
+            tx.commit()?;
+            Ok(Ok(id))
+        })();
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        result
     }
 
-    /// Pending actions of one chat, oldest first.
+    /// How long actions of `chat` may wait for a decision (SPEC H3), in
+    /// milliseconds.
+    pub fn expiry(&self, chat: &str) -> anyhow::Result<i64> {
+        Ok(expiry_in(&self.lock(), chat)?)
+    }
+
+    /// Set how long actions of `chat` may wait for a decision, as `by`: the
+    /// chat's owner only (the one rule's `Manage`, asked in the same
+    /// transaction). Pending actions already past the new expiry expire
+    /// now.
+    pub fn set_expiry(&self, chat: &str, by: &str, ms: i64) -> anyhow::Result<()> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        super::sharing::access(&tx, chat, by)?.require(Need::Manage, chat, by)?;
+        tx.execute(
+            "UPDATE chats SET expire_after_ms = ?2 WHERE name = ?1",
+            params![chat, ms],
+        )?;
+        expire_due(&tx, Some(chat))?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// One action. A pending action past its chat's expiry is marked
+    /// `expired` as it is read (SPEC H3: the clock decided, not the reader).
+    pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
+        let conn = self.lock();
+        match action_in(&conn, id)? {
+            Some(a) if is_due(&conn, &a)? => {
+                expire_row(&conn, id)?;
+                prune_chat_in(&conn, &a.chat)?;
+                Ok(action_in(&conn, id)?)
+            }
+            a => Ok(a),
+        }
+    }
+
+    /// The newest revert of `original` that was not rejected or expired
+    /// (one that may still be, or was, sent), with its state.
+    pub fn revert_of(&self, original: i64) -> anyhow::Result<Option<(i64, ActionState)>> {
+        Ok(live_revert_in(&self.lock(), original)?)
+    }
+
+    /// Pending actions of one chat, oldest first (what expired is marked
+    /// so first, H3).
     pub fn pending_in(&self, chat: &str) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
+        expire_due(&conn, Some(chat))?;
         let mut st = conn.prepare_cached(&format!(
             "SELECT {ACTION_COLUMNS} FROM ledger
              WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
@@ -605,6 +827,7 @@ impl Store {
     /// Pending actions of every chat, oldest first.
     pub fn pending_all(&self) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
+        expire_due(&conn, None)?;
         let mut st = conn.prepare_cached(&format!(
             "SELECT {ACTION_COLUMNS} FROM ledger
              WHERE state = 'pending' AND kind = 'action' ORDER BY id"
@@ -723,6 +946,12 @@ impl Store {
         if a.state != ActionState::Pending {
             return Ok(Err(refusal_for(&a)));
         }
+        if is_due(&tx, &a)? {
+            // It expired before this decision (H3): it stays expired.
+            expire_row(&tx, id)?;
+            tx.commit()?;
+            return Ok(Err(ClaimRefusal::Expired(id)));
+        }
         let now = now_ms();
         tx.execute(
             "UPDATE ledger SET state = 'rejected', resolved_by = ?2, decided_at = ?3,
@@ -737,9 +966,27 @@ impl Store {
         Ok(Ok(()))
     }
 
-    /// Fail every claim whose process is gone (SPEC P3). The request may
-    /// have left, so the failure is final: never resent automatically.
-    pub fn recover(&self, is_alive: impl Fn(&str) -> bool) -> anyhow::Result<Vec<i64>> {
+    /// Recover every claim whose process is gone (SPEC P3). Only claims of
+    /// dead processes are touched, never a live one's.
+    ///
+    /// The request may have left, so such a claim is never sent again as
+    /// if new. Two outcomes:
+    /// - its tool's service honours the kernel's idempotency key, the
+    ///   action's own arguments are kept, and nothing it would be sent with
+    ///   changed (P7, the latch included): when `resume_as` names this
+    ///   process, the claim passes to it (one conditional UPDATE, so two
+    ///   starting processes never both take it) and comes back as a
+    ///   resumed [`Claim`], to be re-sent with the same key through the one
+    ///   send path; the service applies it at most once, so the action ends
+    ///   applied exactly once;
+    /// - anything else: `failed`, not retryable, as ever. With `resume_as`
+    ///   `None` (no way to send now), a resumable claim is left for the
+    ///   next process that can.
+    pub fn recover(
+        &self,
+        is_alive: impl Fn(&str) -> bool,
+        resume_as: Option<&str>,
+    ) -> anyhow::Result<Recovered> {
         let claims: Vec<(i64, Option<String>)> = {
             let conn = self.lock();
             let mut st =
@@ -747,24 +994,59 @@ impl Store {
             st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?
         };
-        let mut failed = Vec::new();
+        let mut out = Recovered::default();
         for (id, owner) in claims {
             if owner.as_deref().is_some_and(&is_alive) {
                 continue;
             }
-            let conn = self.lock();
-            let n = conn.execute(
-                "UPDATE ledger SET state = 'failed', retryable = 0, finished_at = ?3, claim_owner = NULL,
-                   error = 'interrupted after sending: the host stopped while applying this action, so it may or may not have reached the service; check the service and re-stage it if needed'
-                 WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
-                params![id, owner, now_ms()],
-            )?;
-            if n == 1 {
-                record_outcome(&conn, id, "failed")?;
-                failed.push(id);
-            }
+            let mut conn = self.lock();
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            let done = (|| -> anyhow::Result<()> {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let Some(a) = action_in(&tx, id)? else {
+                    return Ok(());
+                };
+                if a.state != ActionState::Applying {
+                    return Ok(()); // finished meanwhile
+                }
+                match resumable(&tx, &a)? {
+                    Some(_) if resume_as.is_none() => return Ok(()),
+                    Some((gatekeeper, credential)) => {
+                        let n = tx.execute(
+                            "UPDATE ledger SET claim_owner = ?3
+                             WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
+                            params![id, owner, resume_as],
+                        )?;
+                        if n == 1 {
+                            tx.commit()?;
+                            out.resumed.push(Claim {
+                                action: a,
+                                gatekeeper,
+                                credential,
+                                resumed: true,
+                            });
+                        }
+                        return Ok(());
+                    }
+                    None => {}
+                }
+                let n = tx.execute(
+                    "UPDATE ledger SET state = 'failed', retryable = 0, finished_at = ?3, claim_owner = NULL,
+                       error = 'interrupted after sending: the host stopped while applying this action, so it may or may not have reached the service; check the service and re-stage it if needed'
+                     WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
+                    params![id, owner, now_ms()],
+                )?;
+                if n == 1 {
+                    record_outcome(&tx, id, "failed")?;
+                    tx.commit()?;
+                    out.failed.push(id);
+                }
+                Ok(())
+            })();
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            done?;
         }
-        Ok(failed)
+        Ok(out)
     }
 
     /// Keep the newest finished actions of `id`'s chat; never prune open
@@ -775,15 +1057,65 @@ impl Store {
             .query_row("SELECT chat FROM ledger WHERE id = ?1", [id], |r| r.get(0))
             .optional()?;
         let Some(chat) = chat else { return Ok(0) };
-        Ok(conn.execute(
-            "DELETE FROM ledger WHERE chat = ?1 AND kind = 'action'
-               AND state IN ('applied', 'failed', 'rejected', 'expired')
-               AND id NOT IN (SELECT id FROM ledger WHERE chat = ?1 AND kind = 'action'
-                                AND state IN ('applied', 'failed', 'rejected', 'expired')
-                              ORDER BY id DESC LIMIT ?2)",
-            params![chat, RETAINED_FINISHED],
-        )?)
+        Ok(prune_chat_in(&conn, &chat)?)
     }
+}
+
+/// What [`Store::recover`] did with the claims of dead processes.
+#[derive(Default)]
+pub struct Recovered {
+    /// Failed, not retryable: their requests may have reached the service.
+    pub failed: Vec<i64>,
+    /// Taken over by this process, to be re-sent with the same
+    /// idempotency key.
+    pub resumed: Vec<Claim>,
+}
+
+/// Whether the interrupted claim of `a` may be re-sent, and with what: its
+/// tool's service honours the idempotency key (as the gatekeeper declares
+/// it now), the action's arguments are kept (a workflow call keeps only a
+/// digest, G7), the chat is not latched (O3), and nothing it would be sent
+/// with changed since it was staged (P7), so the re-send is the very
+/// request that was decided. The decision itself is not taken again: it
+/// was made, and this completes its send.
+fn resumable(
+    tx: &Connection,
+    a: &Action,
+) -> anyhow::Result<Option<(Arc<GatekeeperRecord>, Credential)>> {
+    let (logical_key, staged): (Option<String>, Option<String>) = tx
+        .prepare_cached("SELECT logical_key, facts FROM ledger WHERE id = ?1")?
+        .query_row([a.id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if logical_key.is_some() || a.args_digest.as_deref() != Some(args_digest(&a.args).as_str()) {
+        return Ok(None);
+    }
+    if super::registry::chat_in(tx, &a.chat)?.is_none_or(|c| c.latched) {
+        return Ok(None);
+    }
+    let key = a.key.clone().unwrap_or_default();
+    let Ok(current) = resolve(tx, &a.chat, &key, &a.person)? else {
+        return Ok(None);
+    };
+    let honours = current
+        .gatekeeper
+        .manifest
+        .tool(&a.tool)
+        .is_some_and(|t| t.honours_idempotency_key);
+    let Some(now) = Facts::of(&current, &a.tool).filter(|_| honours) else {
+        return Ok(None);
+    };
+    if matches!(current.credential, Credential::Refused(_)) {
+        return Ok(None);
+    }
+    let Some(staged) = staged.and_then(|f| serde_json::from_str::<Facts>(&f).ok()) else {
+        return Ok(None);
+    };
+    if !staged
+        .changes(&now, &a.gatekeeper, &a.tool, &key)
+        .is_empty()
+    {
+        return Ok(None);
+    }
+    Ok(Some((current.gatekeeper, current.credential)))
 }
 
 /// Why a row in a non-claimable state refuses a claim.
@@ -825,6 +1157,12 @@ fn claim_in(
         || (a.state == ActionState::Failed && a.retryable == Some(true));
     if !claimable {
         return Ok(Err(refusal_for(&a)));
+    }
+    // Past its chat's expiry it is never sent, whoever claims it (H3): the
+    // caller commits, so it stays expired.
+    if is_due(tx, &a)? {
+        expire_row(tx, id)?;
+        return Ok(Err(ClaimRefusal::Expired(id)));
     }
     let chat = super::registry::chat_in(tx, &a.chat)?;
     if chat.as_ref().is_none_or(|c| c.latched) {
@@ -936,6 +1274,7 @@ fn claim_in(
         action,
         gatekeeper: current.gatekeeper,
         credential: current.credential,
+        resumed: false,
     }))
 }
 

@@ -14,6 +14,7 @@
 //! so that a read never queues behind a durable commit.
 
 mod actions;
+mod deployment;
 pub mod dispatch;
 mod ledger;
 mod registry;
@@ -23,8 +24,8 @@ mod sharing;
 pub mod workflows;
 
 pub use actions::{
-    Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, StageError, Staged, args_digest,
-    validate_args,
+    Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, StageError, Staged,
+    args_digest, validate_args,
 };
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub(crate) use ledger::observe_in;
@@ -49,6 +50,9 @@ pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 pub const MAX_RESULT_BYTES: usize = 128 * 1024;
 /// The newest finished actions kept per chat (SPEC P5).
 pub const RETAINED_FINISHED: i64 = 100;
+/// How long an action may wait for a decision unless its chat says
+/// otherwise (SPEC H3): 7 days, in milliseconds.
+pub const DEFAULT_EXPIRY_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 // Every other size a gatekeeper or gadget controls has a cap too (SPEC A5).
 // Texts are cut with a note ([`cut`]); lists and manifests over their caps
@@ -432,6 +436,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/V1__initial.sql")),
     (2, include_str!("migrations/V2__principals.sql")),
     (3, include_str!("migrations/V3__hostile_input.sql")),
+    (4, include_str!("migrations/V4__revert_expiry_once.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

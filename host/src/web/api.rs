@@ -96,6 +96,7 @@ pub(crate) fn routes() -> Routes {
         .add(Method::GET, "/api/actions/{id}", get(action_get))
         .add(Method::POST, "/api/actions/{id}/approve", post(approve_one))
         .add(Method::POST, "/api/actions/{id}/reject", post(reject_one))
+        .add(Method::POST, "/api/actions/{id}/revert", post(revert_one))
         .add(Method::POST, "/api/decisions", post(decide_many))
         .add(Method::GET, "/api/chats", get(chats))
         .add(Method::GET, "/api/chats/{chat}", get(chat_get))
@@ -181,6 +182,13 @@ struct ActionView {
     state: String,
     created_at: i64,
     prompt: String,
+    /// The viewer may stage a revert of it now (the page shows a Revert
+    /// button); the kernel checks again when asked.
+    revertible: bool,
+    /// The revert of it that may still be, or was, sent.
+    reverted_by: Option<i64>,
+    /// For a revert: the action it undoes.
+    reverts: Option<i64>,
 }
 
 fn action_view(shown: Shown) -> ActionView {
@@ -193,6 +201,9 @@ fn action_view(shown: Shown) -> ActionView {
         state: a.state.to_string(),
         created_at: a.created_at,
         prompt: shown.prompt,
+        revertible: shown.revertible,
+        reverted_by: shown.reverted_by,
+        reverts: a.reverts,
     }
 }
 
@@ -391,6 +402,43 @@ async fn approve_one(State(st): State<AppState>, p: Person, Path(id): Path<Strin
 
 async fn reject_one(State(st): State<AppState>, p: Person, Path(id): Path<String>) -> Response {
     decide_one(&st, &id, false, &p.user).await
+}
+
+/// A staged revert, as the page shows it.
+#[derive(Serialize)]
+struct RevertView {
+    /// The new action (the revert), pending.
+    id: i64,
+    /// The applied action it undoes.
+    reverts: i64,
+    /// One line, the terminal's wording.
+    line: String,
+}
+
+/// Stage a revert of an applied action as the signed-in person (SPEC H2):
+/// a new pending action, decided like any other. 404 for an action they
+/// may not see, 403 when they may see but not decide, 409 when it cannot
+/// be reverted (not applied, not revertible, already reverted).
+async fn revert_one(State(st): State<AppState>, p: Person, Path(id): Path<String>) -> Response {
+    use crate::revert::RevertRefusal;
+    let id = match parse_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    match st.kernel.revert(id, &p.user).await {
+        Ok(Ok(r)) => Json(RevertView {
+            id: r.id,
+            reverts: r.reverts,
+            line: r.line(),
+        })
+        .into_response(),
+        Ok(Err(RevertRefusal::NotFound(_))) => no_action(id).into_response(),
+        Ok(Err(r @ RevertRefusal::Forbidden { .. })) => {
+            ApiError::new(StatusCode::FORBIDDEN, r.to_string()).into_response()
+        }
+        Ok(Err(r)) => ApiError::new(StatusCode::CONFLICT, r.to_string()).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
 }
 
 #[derive(Deserialize)]

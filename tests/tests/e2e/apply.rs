@@ -3,7 +3,9 @@
 use gatehouse::demo::tracker::Fault;
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, Trust};
-use gatehouse_e2e::{World, call, cli_command, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{
+    World, call, cli_command, keys_ignored, pending_id, stderr, stdout, wait_until,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -144,7 +146,8 @@ async fn server_errors_and_garbage_are_not_retryable() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_killed_after_the_claim_never_sends_again() {
-    let w = World::standard(Trust::Byo).await;
+    // A service that does not honour idempotency keys: at most once.
+    let w = World::standard_with(Trust::Byo, keys_ignored()).await;
     let id = staged_issue(&w, "killed mid-apply").await;
     w.tracker.inject(Fault::LandThenHang, 1);
     let mut child = cli_command(w.home(), &["approve", &id.to_string()])
@@ -178,6 +181,57 @@ async fn a_host_killed_after_the_claim_never_sends_again() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("never resent"), "{}", stderr(&o));
     assert_eq!(w.tracker.writes().len(), 1);
+    assert!(
+        w.tracker.writes()[0].idempotency_key.is_none(),
+        "an instance that declares no key sends none"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_killed_after_the_claim_is_resent_with_its_key_and_applied_once() {
+    // The tracker honours idempotency keys and the gatekeeper declares it:
+    // recovery re-sends the interrupted claim with the same key.
+    let w = World::standard(Trust::Byo).await;
+    let id = staged_issue(&w, "killed mid-apply, resent").await;
+    w.tracker.inject(Fault::LandThenHang, 1);
+    let mut child = cli_command(w.home(), &["approve", &id.to_string()])
+        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
+        "the write reached the service"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let key = w.tracker.writes()[0]
+        .idempotency_key
+        .clone()
+        .expect("the send carried the kernel's key");
+    assert_eq!(key.len(), 64, "{key}");
+
+    // The next command resumes the send before it runs, with the same key.
+    let o = w.cli(&["approve", &id.to_string()]);
+    assert!(o.status.success(), "{} {}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("already applied"), "{}", stdout(&o));
+    let a = w.kernel.inspect().action(id).unwrap().unwrap();
+    assert_eq!(a.state, ActionState::Applied);
+    assert_eq!(w.tracker.writes().len(), 1, "applied once at the service");
+    let replays = w.tracker.replays();
+    assert_eq!(replays.len(), 1, "the re-send was answered from its key");
+    assert_eq!(replays[0].idempotency_key.as_deref(), Some(key.as_str()));
+    let created: Vec<_> = w
+        .tracker
+        .issues()
+        .into_iter()
+        .filter(|i| i.title == "killed mid-apply, resent")
+        .collect();
+    assert_eq!(created.len(), 1, "one issue, not two");
+    // The result handed over is the first answer: the created issue.
+    let result: serde_json::Value = serde_json::from_str(a.result.as_deref().unwrap()).unwrap();
+    assert_eq!(result["id"], created[0].id);
 }
 
 #[tokio::test(flavor = "multi_thread")]

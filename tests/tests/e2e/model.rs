@@ -36,7 +36,10 @@
 //! `applying` with a claim owner whose process is gone (no live lock file)
 //! directly in the database, then opens a second kernel on the same home
 //! (`World::reopen`), whose recovery at open must fail it, not retryable;
-//! from then on it must never be sent. A workflow crash resets a finished
+//! from then on it must never be sent. The tracker's gatekeeper instances
+//! here declare no idempotency key (`idempotency-key=ignored`), so this is
+//! the at-most-once rule; re-sending an interrupted claim under its key is
+//! `exactly_once.rs`'s (real processes, real SIGKILLs). A workflow crash resets a finished
 //! step to `pending` in the database and resumes the run: its call was
 //! claimed already and must not be sent again (G8). The first kernel keeps
 //! serving the web API, so two kernels share the home from then on, as two
@@ -55,7 +58,7 @@ use gatehouse::sharing::{OpenOutcome, OpenRequest};
 use gatehouse::store::Trust;
 use gatehouse::workflow::RequestDecision;
 use gatehouse::{Home, Kernel};
-use gatehouse_e2e::{TOKEN, World, call, cli_command, stderr, test_limits};
+use gatehouse_e2e::{TOKEN, World, call, cli_command, keys_ignored, stderr, test_limits};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};
@@ -546,7 +549,8 @@ impl Case {
         seed_cache(w.home());
         w.install("script");
         // Vetted: addLabel holds key one until a Trust operation says otherwise.
-        w.add_gatekeeper("issues", "issues", Trust::Vetted).await;
+        w.add_gatekeeper_with("issues", "issues", Trust::Vetted, keys_ignored())
+            .await;
         let k = w.kernel.clone();
         for p in PEOPLE {
             k.add_user(p.name()).expect("user");
@@ -903,7 +907,7 @@ impl Case {
                         trust,
                         vec![self.w.tracker.host()],
                         Some("tracker-token".into()),
-                        Vec::new(),
+                        keys_ignored(),
                         &|_| {},
                     )
                     .await

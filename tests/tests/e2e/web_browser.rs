@@ -431,3 +431,114 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     let _ = c.close().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn web_browser_reverts_an_applied_action_from_its_card() {
+    let driver = Driver::start();
+    let w = people_world(Trust::Byo).await;
+    let id = stage_labels(&w, "work", &["oops"]).await[0];
+    let server = serve(&w).await;
+    let c = browser(&driver).await;
+    sign_in(&c, &w, &server.url(), "alice").await;
+    let card = |id: i64| format!("li.action[data-id=\"{id}\"]");
+    let decide = |id: i64| {
+        let c = c.clone();
+        async move {
+            wait_for(
+                &c,
+                "the action's card",
+                &format!("return document.querySelector('{}') !== null", card(id)),
+            )
+            .await;
+            c.find(Locator::Css(&format!("select[name='choice-{id}']")))
+                .await
+                .expect("a decision control")
+                .select_by_value("approve")
+                .await
+                .expect("approve is chosen");
+            c.find(Locator::Id("submit-decisions"))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            wait_for(
+                &c,
+                "the decision's result",
+                &format!(
+                    "return document.querySelector('{}.decided') !== null",
+                    card(id)
+                ),
+            )
+            .await;
+        }
+    };
+    decide(id).await;
+    // Applied, and revertible: its card offers a Revert button.
+    wait_for(
+        &c,
+        "the Revert button",
+        &format!(
+            "return document.querySelector('{} button.revert') !== null",
+            card(id)
+        ),
+    )
+    .await;
+    assert_eq!(w.tracker.writes().len(), 1);
+    c.find(Locator::Css(&format!("{} button.revert", card(id))))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "the revert to be staged",
+        &format!(
+            "return document.querySelector('{} .revert-result.ok') !== null",
+            card(id)
+        ),
+    )
+    .await;
+    let said = text(
+        &c,
+        &format!(
+            "return document.querySelector('{} .revert-result').textContent",
+            card(id)
+        ),
+    )
+    .await;
+    assert!(said.contains(&format!("to revert #{id}")), "{said}");
+    assert_eq!(w.tracker.writes().len(), 1, "the button sends nothing");
+    let revert = w
+        .kernel
+        .inspect()
+        .pending(Some("work"))
+        .unwrap()
+        .into_iter()
+        .find(|a| a.reverts == Some(id))
+        .expect("a pending revert naming the original");
+    assert_eq!(revert.tool, "removeLabel");
+    // It waits in the inbox like any action, with a prompt that says what
+    // it reverts, and is decided there.
+    decide(revert.id).await;
+    let prompt = text(
+        &c,
+        &format!(
+            "return document.querySelector('{} pre.prompt').textContent",
+            card(revert.id)
+        ),
+    )
+    .await;
+    assert!(
+        prompt.contains(&format!("Reverts: action #{id}")),
+        "{prompt}"
+    );
+    let writes = w.tracker.writes();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!(writes[1].method, "DELETE");
+    assert_eq!(writes[1].path, "/issues/1/labels/oops");
+    screenshot(&c, "reverted").await;
+    let _ = c.close().await;
+    server.stop().await;
+}

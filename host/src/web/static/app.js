@@ -160,8 +160,33 @@ function showResult(c, r) {
     .then((a) => {
       c.action = a;
       c.node.querySelector("pre.prompt").textContent = a.prompt;
+      revertButton(c);
     })
     .catch(() => {});
+}
+
+// An applied action whose gatekeeper declares a tool that undoes it gets a
+// Revert button: it stages the revert as a new action, which then waits in
+// this inbox for its own decision like any other (nothing is sent now).
+function revertButton(c) {
+  if (!c.action.revertible || c.revert) return;
+  const b = el("button", { type: "button", class: "revert", text: `Revert #${c.action.id}` });
+  b.dataset.id = String(c.action.id);
+  const said = el("p", { class: "revert-result" });
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      const r = await api("POST", "/api/actions/" + c.action.id + "/revert");
+      said.textContent = r.line;
+      said.className = "revert-result ok";
+    } catch (e) {
+      said.textContent = e.message;
+      said.className = "revert-result not-ok";
+      if (e.status === 401) failed(e);
+    }
+  });
+  c.revert = b;
+  c.node.append(b, said);
 }
 
 function latchedBanners(names) {

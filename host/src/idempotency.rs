@@ -1,0 +1,48 @@
+//! The idempotency key: one stable name for every send of one action
+//! (SPEC P6, issue 16).
+//!
+//! The kernel attaches it to every send of an action
+//! (`invocation.idempotency-key`); a gatekeeper whose service honours such
+//! keys passes it on (the `issues` gatekeeper as an `Idempotency-Key`
+//! header) and declares so per tool (`honours-idempotency-key`). A service
+//! that honours it applies a repeated request at most once, which is what
+//! lets recovery re-send a claim a dead process had begun instead of
+//! failing it: exactly once, where the service allows it.
+//!
+//! The key is `HMAC-SHA256(deployment secret, action id, staging time,
+//! argument digest)`, hex. The secret (`deployment_secrets.idempotency`)
+//! is made on first use and kept in the state database with the ledger, so
+//! the key is the same on every re-send by any process of this
+//! deployment, and no other deployment's action ever shares it. The staging
+//! time and the argument digest make it different even if a database
+//! restored from an old backup hands out an id again. The key names; it
+//! grants nothing: a service learns no secret from it.
+//!
+//! Owns the derivation only; the send path (`crate::overseer`) uses it.
+
+use crate::store::Action;
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
+
+/// The deployment secret's name in the state database.
+pub const SECRET: &str = "idempotency";
+
+/// The idempotency key of every send of `a`, under this deployment's
+/// `secret`.
+pub fn key(secret: &str, a: &Action) -> String {
+    let digest = a
+        .args_digest
+        .clone()
+        .unwrap_or_else(|| crate::store::args_digest(&a.args));
+    // HMAC takes a key of any length; this cannot fail.
+    let mut mac = <Hmac<Sha256>>::new_from_slice(secret.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of every length"));
+    mac.update(
+        format!(
+            "gatehouse idempotency v1\n{}\n{}\n{digest}",
+            a.id, a.created_at
+        )
+        .as_bytes(),
+    );
+    hex::encode(mac.finalize().into_bytes())
+}
