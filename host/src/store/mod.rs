@@ -15,7 +15,9 @@
 
 mod actions;
 pub mod dispatch;
+mod hooks;
 mod ledger;
+mod notices;
 mod registry;
 mod rules;
 mod sessions;
@@ -27,6 +29,8 @@ pub use actions::{
     validate_args,
 };
 pub use dispatch::{Facts, Resolved, Unresolved};
+pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
+pub use notices::NoticeTarget;
 pub(crate) use ledger::observe_in;
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
@@ -424,6 +428,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("migrations/V1__initial.sql")),
     (2, include_str!("migrations/V2__principals.sql")),
     (3, include_str!("migrations/V3__hostile_input.sql")),
+    // Version 4 is issue 16's other half (revert, expiry, idempotency).
+    (5, include_str!("migrations/V5__hooks_notices.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,
