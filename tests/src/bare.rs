@@ -83,9 +83,9 @@ impl WasiView for Plain {
     }
 }
 
-impl wasmtime_wasi_http::p2::WasiHttpView for Plain {
-    fn http(&mut self) -> wasmtime_wasi_http::p2::WasiHttpCtxView<'_> {
-        wasmtime_wasi_http::p2::WasiHttpCtxView {
+impl wasmtime_wasi_http::WasiHttpView for Plain {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
             ctx: &mut self.http,
             table: &mut self.table,
             hooks: Default::default(),
@@ -249,6 +249,7 @@ pub async fn unmediated_call(
         settings: Vec::new(),
         account: None,
         pending: Vec::new(),
+        idempotency_key: None,
     };
     let reach = Reach::nowhere();
     gk::call(pre, limits, "rogue", reach, invocation).await
