@@ -286,6 +286,7 @@ impl Kernel {
         for id in failed {
             tracing::warn!(id, "action was interrupted while applying; marked failed");
         }
+        kernel.inner.store.recover_firings(|o| kernel.is_alive(o))?;
         kernel.sweep_liveness();
         Ok(kernel)
     }
