@@ -382,7 +382,7 @@ fn insert_action(
            classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
            account, logical_key, created_at, hook)
          VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
-           ?15, ?16, ?17, ?18)
+           ?15, ?16, ?17, ?18)",
     )?
     .execute(params![
         a.chat,

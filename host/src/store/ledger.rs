@@ -202,7 +202,7 @@ pub(crate) fn observe_in(
     tx.prepare_cached(
         "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
            trust, sources, account, action_ref, result_bytes, created_at, hook)
-         VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         o.chat,
