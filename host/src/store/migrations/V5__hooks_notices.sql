@@ -15,24 +15,24 @@ CREATE TABLE IF NOT EXISTS hooks (
     kind        TEXT NOT NULL CHECK (kind IN ('webhook', 'schedule')),
     -- A schedule's period; NULL for a webhook.
     every_secs  INTEGER CHECK (every_secs IS NULL OR every_secs BETWEEN 1 AND 31536000),
-    CHECK ((kind = 'schedule') = (every_secs IS NOT NULL)),
     -- A webhook's URL token, as its SHA-256 digest only (the token itself is
     -- printed once, at `hook add`).
     token_digest TEXT UNIQUE CHECK (token_digest IS NULL OR length(token_digest) = 64),
     -- The key deliveries are signed with (HMAC-SHA256 of the body); the
     -- kernel must hold it to verify, like any other secret it keeps.
     secret      TEXT,
-    CHECK ((kind = 'webhook') = (token_digest IS NOT NULL AND secret IS NOT NULL)),
     enabled     INTEGER NOT NULL DEFAULT 0 CHECK (enabled IN (0, 1)),
     -- Who enabled it last (whose accounts its turns use), and when.
     enabled_by  TEXT,
     enabled_at  INTEGER,
-    CHECK (enabled = 0 OR enabled_by IS NOT NULL),
     created_by  TEXT NOT NULL,
     created_at  INTEGER NOT NULL,
     -- A schedule's next firing; claimed by a conditional UPDATE, so two
     -- `serve` processes never both fire it.
-    next_due_at INTEGER
+    next_due_at INTEGER,
+    CHECK ((kind = 'schedule') = (every_secs IS NOT NULL)),
+    CHECK ((kind = 'webhook') = (token_digest IS NOT NULL AND secret IS NOT NULL)),
+    CHECK (enabled = 0 OR enabled_by IS NOT NULL)
 ) STRICT;
 CREATE INDEX IF NOT EXISTS hooks_by_chat ON hooks (chat, id);
 CREATE TRIGGER IF NOT EXISTS hooks_binding_fixed
