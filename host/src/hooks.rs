@@ -215,7 +215,8 @@ impl Kernel {
             .store()
             .run(move |s| {
                 let id = s.add_hook(&new)?;
-                s.hook(id)?.context("the hook vanished right after it was added")
+                s.hook(id)?
+                    .context("the hook vanished right after it was added")
             })
             .await?;
         Ok(AddedHook {

@@ -51,7 +51,9 @@ pub fn check_url(url: &str) -> anyhow::Result<()> {
         .parse()
         .with_context(|| format!("--notify-url {url:?} is not a URL"))?;
     let Some(authority) = uri.authority() else {
-        bail!("--notify-url {url:?} names no host; give a full URL like https://hooks.example.com/...");
+        bail!(
+            "--notify-url {url:?} names no host; give a full URL like https://hooks.example.com/..."
+        );
     };
     if authority.as_str().contains('@') {
         bail!("--notify-url must not carry a user name or password");
@@ -142,7 +144,10 @@ impl Kernel {
             if now < due {
                 continue;
             }
-            let (user, ids) = (t.user.clone(), waiting.iter().map(|a| a.id).collect::<Vec<_>>());
+            let (user, ids) = (
+                t.user.clone(),
+                waiting.iter().map(|a| a.id).collect::<Vec<_>>(),
+            );
             let (claimed, _) = self
                 .store()
                 .run(move |s| s.claim_notices(&user, &ids))
@@ -150,10 +155,8 @@ impl Kernel {
             if claimed.is_empty() {
                 continue;
             }
-            let told: Vec<&crate::store::Action> = waiting
-                .iter()
-                .filter(|a| claimed.contains(&a.id))
-                .collect();
+            let told: Vec<&crate::store::Action> =
+                waiting.iter().filter(|a| claimed.contains(&a.id)).collect();
             let text = notice_text(&told);
             let body = serde_json::json!({ "text": text }).to_string();
             let posted = post_json(&t.url, body.into_bytes()).await;
@@ -216,13 +219,14 @@ async fn post_json_now(url: &str, body: Vec<u8>) -> anyhow::Result<u16> {
     use hyper_util::rt::TokioIo;
     check_url(url)?;
     let uri: http::Uri = url.parse()?;
-    let authority = uri
-        .authority()
-        .context("the URL names no host")?
-        .clone();
+    let authority = uri.authority().context("the URL names no host")?.clone();
     let https = uri.scheme_str() == Some("https");
     let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
         .with_context(|| format!("cannot connect to {authority}"))?;

@@ -417,7 +417,10 @@ pub fn render_hook(h: &crate::store::Hook, description: Option<&str>) -> String 
     out.push_str(&format!("Gatekeeper: {}\n", inline(&h.gatekeeper)));
     let how = match h.every_secs {
         Some(s) => format!("schedule: every {s} s while `gatehouse serve` runs"),
-        None => "webhook: a delivery signed with the hook's secret, to its URL on `gatehouse serve`".to_owned(),
+        None => {
+            "webhook: a delivery signed with the hook's secret, to its URL on `gatehouse serve`"
+                .to_owned()
+        }
     };
     out.push_str(&format!("Trigger: {} ({how})\n", inline(&h.trigger)));
     out.push_str(&format!(
@@ -474,11 +477,7 @@ pub fn request(r: &crate::store::workflows::RequestRecord) -> String {
                 Some(inputs) => {
                     out.push_str(&format!("    {}:\n", inline(tool)));
                     for (name, c) in inputs {
-                        out.push_str(&format!(
-                            "      {} = {}\n",
-                            inline(name),
-                            constraint(c)
-                        ));
+                        out.push_str(&format!("      {} = {}\n", inline(name), constraint(c)));
                     }
                 }
             }

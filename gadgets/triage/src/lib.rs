@@ -159,9 +159,7 @@ fn triage() -> Result<String, String> {
 /// after reading it; anything else triages.
 fn hooked(envelope: &Value) -> Result<String, String> {
     let opened = envelope.get("trigger").and_then(Value::as_str) == Some("issueOpened");
-    let id = envelope
-        .pointer("/event/issue/id")
-        .and_then(Value::as_u64);
+    let id = envelope.pointer("/event/issue/id").and_then(Value::as_u64);
     let (true, Some(id)) = (opened, id) else {
         return triage();
     };

@@ -146,7 +146,10 @@ pub async fn execute(
             if json {
                 return super::print_json(&h).map(|_| true);
             }
-            outln!("disabled hook {}: nothing fires until it is enabled again", h.id);
+            outln!(
+                "disabled hook {}: nothing fires until it is enabled again",
+                h.id
+            );
         }
     }
     Ok(true)
@@ -159,7 +162,9 @@ pub async fn list(kernel: &Kernel, me: &str, chat: Option<&str>, json: bool) -> 
         return super::print_json(&hooks);
     }
     if hooks.is_empty() {
-        outln!("no hooks (add one with `gatehouse hook add CHAT --gatekeeper G --trigger T --gadget GADGET`)");
+        outln!(
+            "no hooks (add one with `gatehouse hook add CHAT --gatekeeper G --trigger T --gadget GADGET`)"
+        );
     }
     for h in hooks {
         outln!(

@@ -220,7 +220,11 @@ impl Tracker {
     /// HMAC-SHA256 of the body keyed with `secret`), as a service's webhook
     /// setting would. Each delivery runs beside the create's answer.
     pub fn set_webhook(&self, url: &str, secret: &str) {
-        *self.shared.webhook.lock().unwrap_or_else(|e| e.into_inner()) = Some(Webhook {
+        *self
+            .shared
+            .webhook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Webhook {
             url: url.to_owned(),
             secret: secret.to_owned(),
         });
@@ -417,7 +421,11 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             && response.status() == StatusCode::CREATED
             && let Some(issue) = world.issues.values().next_back().cloned()
         {
-            let hook = shared.webhook.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let hook = shared
+                .webhook
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             if let Some(hook) = hook {
                 tokio::spawn(deliver(Arc::clone(&shared), hook, issue));
             }
@@ -458,7 +466,8 @@ async fn deliver(shared: Arc<Shared>, hook: Webhook, issue: Issue) {
         .unwrap_or_else(|e| e.into_inner())
         .len()
         + 1;
-    let body = serde_json::json!({ "event": "issueOpened", "delivery": n, "issue": issue }).to_string();
+    let body =
+        serde_json::json!({ "event": "issueOpened", "delivery": n, "issue": issue }).to_string();
     let signature = match Hmac::<sha2::Sha256>::new_from_slice(hook.secret.as_bytes()) {
         Ok(mut mac) => {
             mac.update(body.as_bytes());
@@ -498,7 +507,9 @@ async fn post(url: &str, body: &str, signature: &str) -> Result<u16, String> {
         .header(header::HOST, authority.as_str())
         .header(header::CONTENT_TYPE, "application/json")
         .header("x-gatehouse-signature", signature)
-        .body(http_body_util::Full::new(axum::body::Bytes::from(body.to_owned())))
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body.to_owned(),
+        )))
         .map_err(|e| e.to_string())?;
     let answered = tokio::time::timeout(Duration::from_secs(30), sender.send_request(request))
         .await

@@ -99,9 +99,11 @@ fn hook_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Hook> {
 }
 
 fn hook_in(conn: &Connection, id: i64) -> rusqlite::Result<Option<Hook>> {
-    conn.prepare_cached(&format!("SELECT {HOOK_COLUMNS} FROM hooks h WHERE h.id = ?1"))?
-        .query_row([id], hook_from_row)
-        .optional()
+    conn.prepare_cached(&format!(
+        "SELECT {HOOK_COLUMNS} FROM hooks h WHERE h.id = ?1"
+    ))?
+    .query_row([id], hook_from_row)
+    .optional()
 }
 
 fn firing_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Firing> {
@@ -282,7 +284,12 @@ impl Store {
     }
 
     /// Record how a firing ended. `note` is cut to fit.
-    pub fn finish_firing(&self, firing: i64, outcome: &str, note: Option<&str>) -> anyhow::Result<()> {
+    pub fn finish_firing(
+        &self,
+        firing: i64,
+        outcome: &str,
+        note: Option<&str>,
+    ) -> anyhow::Result<()> {
         let note = note.map(|n| super::cut(n, 3500, "note"));
         self.lock().execute(
             "UPDATE hook_firings SET outcome = ?2, note = ?3, finished_at = ?4, owner = NULL
@@ -358,9 +365,8 @@ impl Store {
     pub fn recover_firings(&self, is_alive: impl Fn(&str) -> bool) -> anyhow::Result<usize> {
         let running: Vec<(i64, Option<String>)> = {
             let conn = self.lock();
-            let mut st = conn.prepare_cached(
-                "SELECT id, owner FROM hook_firings WHERE outcome = 'running'",
-            )?;
+            let mut st = conn
+                .prepare_cached("SELECT id, owner FROM hook_firings WHERE outcome = 'running'")?;
             st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?
         };

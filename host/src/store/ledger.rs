@@ -242,8 +242,10 @@ impl Store {
     ) -> anyhow::Result<std::collections::BTreeMap<String, (u64, u64)>> {
         use std::hash::{Hash as _, Hasher as _};
         let conn = self.lock();
-        let mut inbox: std::collections::BTreeMap<String, std::collections::hash_map::DefaultHasher> =
-            Default::default();
+        let mut inbox: std::collections::BTreeMap<
+            String,
+            std::collections::hash_map::DefaultHasher,
+        > = Default::default();
         let mut st = conn.prepare_cached(
             "SELECT chat, id, state, COALESCE(note, '') FROM ledger
              WHERE kind = 'action' AND state IN ('pending', 'applying') ORDER BY id",

@@ -30,9 +30,9 @@ pub use actions::{
 };
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
-pub use notices::NoticeTarget;
 pub(crate) use ledger::observe_in;
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
+pub use notices::NoticeTarget;
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};

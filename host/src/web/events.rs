@@ -61,7 +61,9 @@ pub(crate) async fn watch(state: AppState, tick: Duration) {
                 }
                 last = Some(now);
             }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "the live view could not read the state"),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the live view could not read the state")
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(tick.max(Duration::from_millis(50))) => {}

@@ -226,7 +226,9 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
         decisions: decisions.clone(),
         hook_turns: Arc::new(tokio::sync::Semaphore::new(config.hook_turns.max(1))),
         changes,
-        streams: Arc::new(tokio::sync::Semaphore::new((config.max_connections / 2).max(1))),
+        streams: Arc::new(tokio::sync::Semaphore::new(
+            (config.max_connections / 2).max(1),
+        )),
         stopping,
     };
     let background = vec![

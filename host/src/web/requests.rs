@@ -101,7 +101,12 @@ fn run_view(s: &RunSummary) -> RunView {
     }
 }
 
-async fn decide(st: AppState, p: Person, raw: String, d: Option<RequestDecision>) -> ApiResult<Json<Decided>> {
+async fn decide(
+    st: AppState,
+    p: Person,
+    raw: String,
+    d: Option<RequestDecision>,
+) -> ApiResult<Json<Decided>> {
     let id = parse_id(&raw, "request")?;
     let (kernel, user) = (st.kernel.clone(), p.user.clone());
     // The decision continues the run: it runs to completion whatever the

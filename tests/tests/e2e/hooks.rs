@@ -64,24 +64,55 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
 
     // Binding a trigger the gatekeeper does not declare is refused in one line.
     let o = w.cli(&[
-        "hook", "add", "work", "--gatekeeper", "issues", "--trigger", "nope", "--gadget", "triage",
+        "hook",
+        "add",
+        "work",
+        "--gatekeeper",
+        "issues",
+        "--trigger",
+        "nope",
+        "--gadget",
+        "triage",
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("declares no trigger"), "{}", stderr(&o));
     assert!(stderr(&o).contains("issueOpened"), "{}", stderr(&o));
     // bob may not even see the chat: told as if it did not exist.
     let o = w.cli(&[
-        "--as", "bob", "hook", "add", "work", "--gatekeeper", "issues", "--trigger", "issueOpened",
-        "--gadget", "triage",
+        "--as",
+        "bob",
+        "hook",
+        "add",
+        "work",
+        "--gatekeeper",
+        "issues",
+        "--trigger",
+        "issueOpened",
+        "--gadget",
+        "triage",
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("no chat named \"work\""), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no chat named \"work\""),
+        "{}",
+        stderr(&o)
+    );
 
     let added = cli_json(
         &w,
         &[
-            "hook", "add", "work", "--gatekeeper", "issues", "--trigger", "issueOpened",
-            "--gadget", "triage", "--url", &base, "--json",
+            "hook",
+            "add",
+            "work",
+            "--gatekeeper",
+            "issues",
+            "--trigger",
+            "issueOpened",
+            "--gadget",
+            "triage",
+            "--url",
+            &base,
+            "--json",
         ],
     );
     let hook = added["hook"]["id"].as_i64().unwrap();
@@ -93,7 +124,11 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     let token = url.rsplit('/').next().unwrap().to_owned();
     let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
     let stored: String = db
-        .query_row("SELECT token_digest FROM hooks WHERE id = ?1", [hook], |r| r.get(0))
+        .query_row(
+            "SELECT token_digest FROM hooks WHERE id = ?1",
+            [hook],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_ne!(stored, token);
     drop(db);
@@ -113,10 +148,22 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     assert_eq!(deliver(&url, &body, None).await, 401);
     assert_eq!(deliver(&url, &body, Some("sha256=00")).await, 401);
     // An unknown URL is 404.
-    assert_eq!(deliver(&format!("{base}/hooks/{}", "0".repeat(64)), &body, Some(&good)).await, 404);
+    assert_eq!(
+        deliver(
+            &format!("{base}/hooks/{}", "0".repeat(64)),
+            &body,
+            Some(&good)
+        )
+        .await,
+        404
+    );
     // A disabled hook runs nothing: 409.
     assert_eq!(deliver(&url, &body, Some(&good)).await, 409);
-    assert_eq!(w.tracker.requests().len(), seen, "nothing reached the service");
+    assert_eq!(
+        w.tracker.requests().len(),
+        seen,
+        "nothing reached the service"
+    );
     assert!(w.kernel.inspect().pending(Some("work")).unwrap().is_empty());
     assert!(firings(&w, hook).is_empty());
 
@@ -124,11 +171,18 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     // shown the hook's prompt first.
     let o = w.cli(&["--as", "bob", "hook", "enable", &hook.to_string()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains(&format!("no hook {hook}")), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("no hook {hook}")),
+        "{}",
+        stderr(&o)
+    );
     let o = w.cli(&["hook", "enable", &hook.to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let shown = stdout(&o);
-    assert!(shown.starts_with(&format!("Hook #{hook} (disabled)\n")), "{shown}");
+    assert!(
+        shown.starts_with(&format!("Hook #{hook} (disabled)\n")),
+        "{shown}"
+    );
     assert!(shown.contains("Trigger: issueOpened (webhook"), "{shown}");
     assert!(shown.contains("Gadget: triage in chat work"), "{shown}");
     assert!(shown.contains("Runs as: hook"), "{shown}");
@@ -138,7 +192,14 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     // deliver a signed webhook, which starts the hook's turn.
     w.tracker.set_webhook(&url, &secret);
     let out = w
-        .script("work", json!([call("ISSUES", "createIssue", json!({"title": "Crash on save"}))]))
+        .script(
+            "work",
+            json!([call(
+                "ISSUES",
+                "createIssue",
+                json!({"title": "Crash on save"})
+            )]),
+        )
         .await;
     let create = pending_id(&out[0]);
     let d = w.kernel.approve(create, "alice").await.unwrap();
@@ -168,7 +229,9 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     assert_eq!(w.tracker.writes().len(), 1);
 
     // The ledger shows the hook, its enabling person and what its turn did.
-    assert!(wait_until(PATIENCE, || firings(&w, hook).first().is_some_and(|f| f["outcome"] == "done")));
+    assert!(wait_until(PATIENCE, || firings(&w, hook)
+        .first()
+        .is_some_and(|f| f["outcome"] == "done")));
     let entries = hook_entries(&w, hook);
     assert_eq!(entries[0]["kind"], "hook");
     assert_eq!(entries[0]["resolved_by"], "alice");
@@ -176,7 +239,10 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
         .iter()
         .map(|e| (e["kind"].as_str().unwrap(), e["caller"].as_str().unwrap()))
         .collect();
-    assert_eq!(kinds, [("observation", label.as_str()), ("action", label.as_str())]);
+    assert_eq!(
+        kinds,
+        [("observation", label.as_str()), ("action", label.as_str())]
+    );
     assert!(entries.iter().all(|e| e["hook"] == hook || e["id"] == hook));
     let log = stdout(&w.cli(&["log", "--hook", &hook.to_string()]));
     assert!(log.contains("hook, enabled by alice"), "{log}");
@@ -216,16 +282,35 @@ async fn hooks_a_schedule_fires_and_a_latched_chat_makes_no_outbound_call() {
     .unwrap();
     // --every only for schedules.
     let o = w.cli(&[
-        "hook", "add", "work", "--gatekeeper", "issues", "--trigger", "issueOpened", "--gadget",
-        "triage", "--every", "1",
+        "hook",
+        "add",
+        "work",
+        "--gatekeeper",
+        "issues",
+        "--trigger",
+        "issueOpened",
+        "--gadget",
+        "triage",
+        "--every",
+        "1",
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("only for schedules"), "{}", stderr(&o));
     let added = cli_json(
         &w,
         &[
-            "hook", "add", "work", "--gatekeeper", "issues", "--trigger", "hourly", "--gadget",
-            "triage", "--every", "1", "--json",
+            "hook",
+            "add",
+            "work",
+            "--gatekeeper",
+            "issues",
+            "--trigger",
+            "hourly",
+            "--gadget",
+            "triage",
+            "--every",
+            "1",
+            "--json",
         ],
     );
     let hook = added["hook"]["id"].as_i64().unwrap();
@@ -236,7 +321,9 @@ async fn hooks_a_schedule_fires_and_a_latched_chat_makes_no_outbound_call() {
     assert!(o.status.success(), "{}", stderr(&o));
     let label = format!("hook {hook} in work for alice");
     assert!(
-        wait_until(PATIENCE, || firings(&w, hook).iter().any(|f| f["outcome"] == "done")),
+        wait_until(PATIENCE, || firings(&w, hook)
+            .iter()
+            .any(|f| f["outcome"] == "done")),
         "the schedule fired: {:?}",
         firings(&w, hook)
     );
@@ -255,20 +342,36 @@ async fn hooks_a_schedule_fires_and_a_latched_chat_makes_no_outbound_call() {
     // but its turn makes no outbound request.
     let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
     db.busy_timeout(Duration::from_secs(30)).unwrap();
-    db.execute("UPDATE chats SET latched = 1 WHERE name = 'work'", []).unwrap();
+    db.execute("UPDATE chats SET latched = 1 WHERE name = 'work'", [])
+        .unwrap();
     // Every firing begun before the latch finishes; then one more fires.
-    let ids = |f: &[Value]| f.iter().map(|x| x["id"].as_i64().unwrap()).max().unwrap_or(0);
-    assert!(wait_until(PATIENCE, || firings(&w, hook).iter().all(|f| f["outcome"] != "running")));
+    let ids = |f: &[Value]| {
+        f.iter()
+            .map(|x| x["id"].as_i64().unwrap())
+            .max()
+            .unwrap_or(0)
+    };
+    assert!(wait_until(PATIENCE, || firings(&w, hook)
+        .iter()
+        .all(|f| f["outcome"] != "running")));
     let seen = w.tracker.requests().len();
     let last = ids(&firings(&w, hook));
     assert!(wait_until(PATIENCE, || {
         let f = firings(&w, hook);
-        f.iter().any(|x| x["id"].as_i64().unwrap() > last && x["outcome"] != "running")
+        f.iter()
+            .any(|x| x["id"].as_i64().unwrap() > last && x["outcome"] != "running")
     }));
-    assert_eq!(w.tracker.requests().len(), seen, "no outbound request from a latched chat");
+    assert_eq!(
+        w.tracker.requests().len(),
+        seen,
+        "no outbound request from a latched chat"
+    );
     let f = firings(&w, hook);
     let latest = f.iter().find(|x| x["id"].as_i64().unwrap() > last).unwrap();
     assert_eq!(latest["outcome"], "failed", "{latest}");
-    assert!(latest["note"].as_str().unwrap().contains("locked down"), "{latest}");
+    assert!(
+        latest["note"].as_str().unwrap().contains("locked down"),
+        "{latest}"
+    );
     server.stop().await;
 }

@@ -78,11 +78,25 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
     let o = w.cli(&["user", "set", "bob", "--notify-url", &receiver.url("/bob")]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("only bob may set"), "{}", stderr(&o));
-    let o = w.cli(&["user", "set", "alice", "--notify-url", "http://example.com/x"]);
+    let o = w.cli(&[
+        "user",
+        "set",
+        "alice",
+        "--notify-url",
+        "http://example.com/x",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("use https"), "{}", stderr(&o));
     for (who, path) in [("alice", "/alice"), ("bob", "/bob")] {
-        let o = w.cli(&["--as", who, "user", "set", who, "--notify-url", &receiver.url(path)]);
+        let o = w.cli(&[
+            "--as",
+            who,
+            "user",
+            "set",
+            who,
+            "--notify-url",
+            &receiver.url(path),
+        ]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
     let window = Duration::from_secs(3);
@@ -104,7 +118,10 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
     let labels: Vec<String> = (0..5).map(|i| format!("{PLANTED}-{i}")).collect();
     let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
     let ids = stage_labels(&w, "work", &refs).await;
-    assert!(wait_until(PATIENCE, || !receiver.got().is_empty()), "a notice came");
+    assert!(
+        wait_until(PATIENCE, || !receiver.got().is_empty()),
+        "a notice came"
+    );
     let first = receiver.got();
     assert_eq!(first.len(), 1, "{first:?}");
     let (at, path, body) = &first[0];
@@ -112,9 +129,17 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
     let v: Value = serde_json::from_str(body).unwrap();
     assert_eq!(v.as_object().unwrap().len(), 1, "Slack-compatible: {body}");
     let text = v["text"].as_str().unwrap();
-    assert!(text.starts_with("Gatehouse: 5 actions wait for your decision"), "{text}");
+    assert!(
+        text.starts_with("Gatehouse: 5 actions wait for your decision"),
+        "{text}"
+    );
     for id in &ids {
-        assert!(text.contains(&format!("Action #{id} waits for a decision: issues:addLabel in chat work")), "{text}");
+        assert!(
+            text.contains(&format!(
+                "Action #{id} waits for a decision: issues:addLabel in chat work"
+            )),
+            "{text}"
+        );
     }
     assert!(!text.contains(PLANTED), "no argument text: {text}");
 
@@ -125,11 +150,21 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
     assert_eq!(got.len(), 2, "{got:?}");
     let (later, path, body) = &got[1];
     assert_eq!(path, "/alice");
-    assert!(*later >= *at + window - Duration::from_millis(200), "batched: {:?}", *later - *at);
-    let text = serde_json::from_str::<Value>(body).unwrap()["text"].as_str().unwrap().to_owned();
+    assert!(
+        *later >= *at + window - Duration::from_millis(200),
+        "batched: {:?}",
+        *later - *at
+    );
+    let text = serde_json::from_str::<Value>(body).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(text.starts_with("Gatehouse: 1 action waits"), "{text}");
     assert!(text.contains(&format!("Action #{late} ")), "{text}");
-    assert!(!got.iter().any(|(_, p, _)| p == "/bob"), "bob may not decide in work");
+    assert!(
+        !got.iter().any(|(_, p, _)| p == "/bob"),
+        "bob may not decide in work"
+    );
     server.stop().await;
 }
 
@@ -191,7 +226,9 @@ async fn open_stream(api: &Api) -> hyper::Response<hyper::body::Incoming> {
 async fn live_view_tells_each_person_only_of_chats_they_may_see() {
     let w = people_world(Trust::Byo).await;
     w.kernel.new_chat("bobs", "bob").unwrap();
-    w.kernel.introduce("bobs", "issues", "ISSUES", None, "bob").unwrap();
+    w.kernel
+        .introduce("bobs", "issues", "ISSUES", None, "bob")
+        .unwrap();
     let server = crate::web_api::serve(&w).await;
     let alice = Api::signed_in(&w, &server.url(), "alice").await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
@@ -207,7 +244,9 @@ async fn live_view_tells_each_person_only_of_chats_they_may_see() {
     // change and never of alice's.
     stage_labels(&w, "work", &["seen-by-alice"]).await;
     assert!(
-        read_until(&mut a, &mut abuf, |n, d| n == "change" && d.contains("\"chat\":\"work\"")).await,
+        read_until(&mut a, &mut abuf, |n, d| n == "change"
+            && d.contains("\"chat\":\"work\""))
+        .await,
         "alice hears of work"
     );
     stage_labels(&w, "bobs", &["bobs-own"]).await;
@@ -221,7 +260,10 @@ async fn live_view_tells_each_person_only_of_chats_they_may_see() {
         })
         .await
     );
-    assert!(chats.iter().all(|d| !d.contains("\"work\"")), "bob never hears of work: {chats:?}");
+    assert!(
+        chats.iter().all(|d| !d.contains("\"work\"")),
+        "bob never hears of work: {chats:?}"
+    );
 
     // Signing out ends the stream with `signed-out`.
     let o = bob.send("DELETE", "/api/session", None, &[]).await;
