@@ -8,11 +8,12 @@
 //! taken by someone who lost the right a moment before.
 //!
 //! The rule, in full (docs/security-model.md has it as a table):
-//! - the owner sees, decides, shares and enables rules;
+//! - the owner sees, decides, shares, enables rules and manages hooks;
 //! - a collaborator sees nothing until they have passed re-verification
 //!   with their own accounts (SPEC S2), and loses it when a check fails or
 //!   they are removed; once verified they see, and decide (and enable rules
-//!   for that one chat) only if the owner granted it; they never share;
+//!   and manage hooks in that one chat) only if the owner granted it; they
+//!   never share;
 //! - a workflow run's approvers (named by its initiator) see and decide the
 //!   run's approval requests and nothing else of its chat;
 //! - a locked-down chat (O3) is the owner's alone;
@@ -105,6 +106,14 @@ impl Access {
         self.may_decide()
     }
 
+    /// Bind a trigger to a gadget in the chat (add a hook), enable or
+    /// disable one (SPEC H1): whoever may decide there. An enabled hook
+    /// starts turns for the person who enabled it without them at a
+    /// terminal, so it is a decision made in advance, like a rule.
+    pub fn may_manage_hooks(&self) -> bool {
+        self.may_decide()
+    }
+
     /// Change the chat itself (introduce services): the owner only.
     pub fn may_manage(&self) -> bool {
         self.standing == Standing::Owner
@@ -123,6 +132,8 @@ pub enum Need {
     Decide,
     Share,
     EnableRule,
+    /// Add, enable or disable a hook in the chat.
+    Hooks,
     /// Introduce services into the chat.
     Manage,
     SeeRequests,
@@ -139,6 +150,7 @@ impl Access {
             Need::Decide => self.may_decide(),
             Need::Share => self.may_share(),
             Need::EnableRule => self.may_enable_rule(),
+            Need::Hooks => self.may_manage_hooks(),
             Need::Manage => self.may_manage(),
             Need::SeeRequests => self.may_see_requests(),
             Need::DecideRequests => self.may_decide_requests(),
@@ -151,10 +163,12 @@ impl Access {
         }
         Err(match need {
             Need::See | Need::SeeRequests => Refusal::NoSuchChat(chat.to_owned()),
-            Need::Decide | Need::EnableRule | Need::DecideRequests => Refusal::MayNotDecide {
-                chat: chat.to_owned(),
-                person: person.to_owned(),
-            },
+            Need::Decide | Need::EnableRule | Need::Hooks | Need::DecideRequests => {
+                Refusal::MayNotDecide {
+                    chat: chat.to_owned(),
+                    person: person.to_owned(),
+                }
+            }
             Need::Share | Need::Manage => Refusal::OwnerOnly {
                 chat: chat.to_owned(),
                 person: person.to_owned(),

@@ -4,6 +4,7 @@
 //! `--json`. It holds no policy: refusals come from the kernel, and this
 //! module only words them as one line on stderr with exit code 1.
 
+mod hooks;
 mod sharing;
 mod workflow;
 
@@ -141,9 +142,12 @@ enum Command {
     Log {
         #[arg(long)]
         chat: Option<String>,
-        /// Only `action` or `observation` entries.
+        /// Only `action`, `observation` or `hook` entries.
         #[arg(long)]
         kind: Option<String>,
+        /// A hook's entry and everything its turns wrote.
+        #[arg(long, value_name = "ID")]
+        hook: Option<i64>,
         /// Actions this person approved.
         #[arg(long)]
         approved_by: Option<String>,
@@ -263,6 +267,17 @@ enum Command {
     /// Workflows with scoped approvals: designs, runs, requests, audit.
     #[command(subcommand)]
     Workflow(workflow::WorkflowCmd),
+    /// Hooks: a gatekeeper's trigger (a webhook or a schedule) bound to a
+    /// gadget in a chat; disabled until a person who may decide enables it.
+    #[command(subcommand)]
+    Hook(hooks::HookCmd),
+    /// List the hooks of the chats you may see.
+    Hooks {
+        #[arg(long)]
+        chat: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the state database page by page (`PRAGMA quick_check`): the
     /// full check that opening no longer runs, since its cost grows with
     /// the database.
@@ -274,6 +289,11 @@ enum Command {
         /// The port to listen on; 0 picks a free one. The URL is printed.
         #[arg(long, default_value_t = crate::web::DEFAULT_PORT)]
         port: u16,
+        /// The notification batch window: actions that start waiting within
+        /// it make one notice per person.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60,
+              value_parser = clap::value_parser!(u64).range(1..=86400))]
+        notify_every: u64,
     },
     /// Sign-in links for the web inbox.
     #[command(subcommand)]
@@ -298,6 +318,17 @@ enum TokenCmd {
 enum UserCmd {
     /// Add a person.
     Add { name: String },
+    /// Change a person's settings (yourself only).
+    Set {
+        name: String,
+        /// Where `serve` tells you that actions wait for you: a
+        /// Slack-compatible webhook (https, or http to loopback).
+        #[arg(long, value_name = "URL", conflicts_with = "no_notify")]
+        notify_url: Option<String>,
+        /// Stop notices.
+        #[arg(long)]
+        no_notify: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -873,6 +904,27 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Workflow(cmd) => return workflow::execute(kernel, cmd, &me).await,
+        Command::Hook(cmd) => {
+            let inbox = |url: Option<String>| inbox_address(kernel, url);
+            return hooks::execute(kernel, cmd, &me, inbox).await;
+        }
+        Command::Hooks { chat, json } => hooks::list(kernel, &me, chat.as_deref(), json).await?,
+        Command::User(UserCmd::Set {
+            name,
+            notify_url,
+            no_notify,
+        }) => {
+            if notify_url.is_none() && !no_notify {
+                bail!("nothing to set: give --notify-url URL or --no-notify");
+            }
+            kernel.set_notify_url(&me, &name, notify_url.as_deref())?;
+            match notify_url {
+                Some(u) => outln!(
+                    "{name}'s notices go to {u}: one message per batch when actions wait for {name}'s decision"
+                ),
+                None => outln!("{name} gets no notices"),
+            }
+        }
         Command::User(UserCmd::Add { name }) => {
             if kernel.add_user(&name)? {
                 outln!("added {name}");
@@ -1017,11 +1069,12 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 }
             }
         }
-        Command::Serve { port } => {
+        Command::Serve { port, notify_every } => {
             let mut server = crate::web::start(
                 kernel.clone(),
                 crate::web::Config {
                     port,
+                    notify_every: std::time::Duration::from_secs(notify_every),
                     ..crate::web::Config::default()
                 },
             )
@@ -1070,11 +1123,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             }
         }
         Command::Token(TokenCmd::Create { person, url }) => {
-            let base = url
-                .or_else(|| running_inbox(kernel))
-                .map(|u| u.trim().trim_end_matches('/').to_owned())
-                .filter(|u| !u.is_empty())
-                .unwrap_or_else(|| format!("http://127.0.0.1:{}", crate::web::DEFAULT_PORT));
+            let base = inbox_address(kernel, url);
             let ttl = i64::try_from(crate::web::SIGNIN_TTL.as_millis()).unwrap_or(i64::MAX);
             let token = kernel.create_signin_token(&person, ttl)?;
             outln!("{base}/signin?token={token}");
@@ -1082,6 +1131,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Log {
             chat,
             kind,
+            hook,
             approved_by,
             server_claims,
             auto_approved,
@@ -1097,8 +1147,9 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             if let Some(k) = &kind
                 && k != "action"
                 && k != "observation"
+                && k != "hook"
             {
-                bail!("--kind must be action or observation");
+                bail!("--kind must be action, observation or hook");
             }
             let entries = kernel
                 .ledger(
@@ -1110,6 +1161,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                         server_claims,
                         auto_approved,
                         observed_by,
+                        hook,
                         ..LedgerFilter::default()
                     },
                 )
@@ -1137,6 +1189,15 @@ fn serve_url_file(kernel: &Kernel) -> PathBuf {
         .home()
         .run_dir()
         .join(format!("{}.url", kernel.owner()))
+}
+
+/// The inbox's address: `url` if given, else the running `serve`'s, else
+/// the default port's.
+fn inbox_address(kernel: &Kernel, url: Option<String>) -> String {
+    url.or_else(|| running_inbox(kernel))
+        .map(|u| u.trim().trim_end_matches('/').to_owned())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}", crate::web::DEFAULT_PORT))
 }
 
 /// The address of the most recently started `serve` that is still running.
@@ -1212,11 +1273,15 @@ mod surfaces {
     /// Every source file of a surface (the CLI, the web inbox, the demo).
     const SURFACES: &[(&str, &str)] = &[
         ("cli.rs", include_str!("cli.rs")),
+        ("cli/hooks.rs", include_str!("cli/hooks.rs")),
         ("cli/sharing.rs", include_str!("cli/sharing.rs")),
         ("cli/workflow.rs", include_str!("cli/workflow.rs")),
         ("web/mod.rs", include_str!("web/mod.rs")),
         ("web/api.rs", include_str!("web/api.rs")),
         ("web/session.rs", include_str!("web/session.rs")),
+        ("web/events.rs", include_str!("web/events.rs")),
+        ("web/hooks.rs", include_str!("web/hooks.rs")),
+        ("web/requests.rs", include_str!("web/requests.rs")),
         ("demo/mod.rs", include_str!("demo/mod.rs")),
     ];
 

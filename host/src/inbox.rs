@@ -197,6 +197,28 @@ impl Kernel {
         self.store().run(move |s| s.ledger(&filter)).await
     }
 
+    /// What the live view watches, chat by chat (inbox, requests): a
+    /// fingerprint that changes when what a person's page shows changes.
+    /// Deployment-wide and naming only chats; the web asks
+    /// [`Kernel::live_audience`] before a person hears of a change.
+    pub(crate) async fn live_fingerprints(
+        &self,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, (u64, u64)>> {
+        self.store().run(|s| s.live_fingerprints()).await
+    }
+
+    /// Whether `person` may hear of a change in `chat` (the one rule):
+    /// `(inbox, requests)`: whether they see its inbox, its requests.
+    pub async fn live_audience(&self, chat: &str, person: &str) -> anyhow::Result<(bool, bool)> {
+        let (c, p) = (chat.to_owned(), person.to_owned());
+        self.store()
+            .run(move |s| {
+                let a = s.access(&c, &p)?;
+                Ok((a.may_see(), a.may_see_requests()))
+            })
+            .await
+    }
+
     /// The chat's observation set (SPEC S1), for someone who may see it.
     pub async fn observations(&self, person: &str, chat: &str) -> anyhow::Result<Vec<LedgerEntry>> {
         self.ledger(

@@ -287,6 +287,7 @@ impl Kernel {
             }),
         };
         kernel.recover()?;
+        kernel.inner.store.recover_firings(|o| kernel.is_alive(o))?;
         kernel.sweep_liveness();
         Ok(kernel)
     }

@@ -18,6 +18,8 @@
 //! - [`grants`], [`workflow`]: scoped approvals as signed certificates (G);
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
+//! - [`hooks`]: triggers bound to gadgets, webhooks and schedules (H1);
+//! - [`notify`]: telling people that actions wait for them;
 //! - [`blueprint`]: a gadget as a file another person installs (B);
 //! - [`scaffold`]: starter projects for gadget authors (`gatehouse new`);
 //! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
@@ -36,10 +38,12 @@ pub mod grants;
 pub mod guests;
 pub mod harness;
 pub mod home;
+pub mod hooks;
 pub mod idempotency;
 pub mod inbox;
 pub mod inspect;
 pub mod kernel;
+pub mod notify;
 pub mod observations;
 pub mod overseer;
 pub mod principal;

@@ -56,6 +56,15 @@ impl Principal {
         }
     }
 
+    /// The hook whose turn this is, if any: what a hook's turns write to
+    /// the ledger names it (SPEC L1).
+    pub fn hook(&self) -> Option<i64> {
+        match self {
+            Principal::Hook { hook, .. } => Some(*hook),
+            _ => None,
+        }
+    }
+
     /// How the ledger and the approval prompt name this principal.
     pub fn label(&self) -> String {
         match self {

@@ -40,6 +40,16 @@ pub const FIELD_LABELS: &[&str] = &[
     "Approve",
     "Reject",
     "Status:",
+    "Hook #",
+    "Trigger:",
+    "Gadget:",
+    "Added by:",
+    "Runs as:",
+    "Enable:",
+    "Disable:",
+    "request #",
+    "Reason:",
+    "Allowed calls",
 ];
 
 /// True for characters that must never reach an approver's screen as-is:
@@ -357,6 +367,10 @@ pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
                 .unwrap_or_default(),
             if e.auto_approved { " (auto)" } else { "" }
         ),
+        "hook" => match e.resolved_by.as_deref() {
+            Some(p) => format!("hook, enabled by {}", inline(p)),
+            None => "hook, never enabled".to_owned(),
+        },
         _ => format!(
             "observed ({})",
             inline(e.classified_by.as_deref().unwrap_or(""))
@@ -377,6 +391,144 @@ pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
 /// gadget) as one terminal-safe line: [`terminal_line`].
 pub fn one_line(s: &str) -> String {
     terminal_line(s)
+}
+
+/// One action as one line, for a notice (a webhook message, the live
+/// view): who staged what where, every name through [`inline`], and never
+/// any of its arguments (they may carry what the chat read).
+pub fn summary(a: &Action) -> String {
+    format!(
+        "Action #{} waits for a decision: {}:{} in chat {}, staged by {} (`gatehouse show {}`)",
+        a.id,
+        inline(&a.gatekeeper),
+        inline(&a.tool),
+        inline(&a.chat),
+        inline(&a.caller),
+        a.id
+    )
+}
+
+/// The prompt for a hook (SPEC H1, R1): what a person enables. The
+/// trigger's name and description are the gatekeeper's words, shown as an
+/// action's are (inline name, quoted description).
+pub fn render_hook(h: &crate::store::Hook, description: Option<&str>) -> String {
+    let state = if h.enabled { "enabled" } else { "disabled" };
+    let mut out = String::new();
+    out.push_str(&format!("Hook #{} ({state})\n", h.id));
+    out.push_str(&format!("Gatekeeper: {}\n", inline(&h.gatekeeper)));
+    let how = match h.every_secs {
+        Some(s) => format!("schedule: every {s} s while `gatehouse serve` runs"),
+        None => {
+            "webhook: a delivery signed with the hook's secret, to its URL on `gatehouse serve`"
+                .to_owned()
+        }
+    };
+    out.push_str(&format!("Trigger: {} ({how})\n", inline(&h.trigger)));
+    out.push_str(&format!(
+        "Gadget: {} in chat {}; its input is the event\n",
+        inline(&h.gadget),
+        inline(&h.chat)
+    ));
+    out.push_str(&format!("Added by: {}\n", inline(&h.created_by)));
+    let person = match (&h.enabled_by, h.enabled) {
+        (Some(p), true) => inline(p),
+        _ => "the person who enables it".to_owned(),
+    };
+    out.push_str(&format!(
+        "Runs as: hook {} in {} for {person}: its turns use {person}'s accounts, and every write they stage waits for a decision like any other\n",
+        h.id,
+        inline(&h.chat)
+    ));
+    out.push_str("Description:\n");
+    out.push_str(&quoted(description.unwrap_or("")));
+    out.push('\n');
+    if h.enabled {
+        out.push_str(&format!("Disable: gatehouse hook disable {}\n", h.id));
+    } else {
+        out.push_str(&format!(
+            "Enable: gatehouse hook enable {0}    (nothing runs until then)\n",
+            h.id
+        ));
+    }
+    out
+}
+
+/// A workflow approval request with its allowed-calls list (SPEC G4), as
+/// the approver reads it: the same text in `gatehouse workflow requests`
+/// and the web inbox. Every name through [`inline`]; constraints are shown
+/// exactly (brackets and quotes kept), hidden characters removed.
+pub fn request(r: &crate::store::workflows::RequestRecord) -> String {
+    let mut out = format!(
+        "request #{} (run {}, step {}) {}{}\n",
+        r.id,
+        r.run,
+        inline(&r.step),
+        inline(&r.state),
+        r.decided_by
+            .as_deref()
+            .map(|b| format!(" by {}", inline(b)))
+            .unwrap_or_default()
+    );
+    out.push_str(&format!("  Reason: {}\n", excerpt(&r.reason, 300)));
+    out.push_str("  Allowed calls (nothing else will be permitted):\n");
+    if let Some(tools) = r.allowed.as_object() {
+        for (tool, inputs) in tools {
+            match inputs.as_object() {
+                None => out.push_str(&format!("    {}: any input (read-only)\n", inline(tool))),
+                Some(inputs) => {
+                    out.push_str(&format!("    {}:\n", inline(tool)));
+                    for (name, c) in inputs {
+                        out.push_str(&format!("      {} = {}\n", inline(name), constraint(c)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One input's constraint as the approver reads it.
+fn constraint(c: &serde_json::Value) -> String {
+    let stored = serde_json::json!({ "T:t": { "x": c } }).to_string();
+    let text = crate::grants::allowed_from_stored(&stored)
+        .ok()
+        .and_then(|l| match l.into_iter().next() {
+            Some((_, crate::grants::ToolRule::Inputs(mut i))) if !i.is_empty() => {
+                let (_, r) = i.remove(0);
+                Some(format!(
+                    "{}{}",
+                    r.constraint.describe(),
+                    if r.optional { " (optional)" } else { "" }
+                ))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| c.to_string());
+    // Not `inline`: the approver must see brackets and quotes exactly.
+    excerpt(&text, 300)
+}
+
+/// One audit row of a workflow run (SPEC G7): who allowed the call, on what
+/// grounds, and a digest of its arguments (never the arguments).
+pub fn invocation(i: &crate::store::workflows::Invocation) -> String {
+    format!(
+        "#{:<4} {:<10} {:<28} {:<8} authority {}  requests {:?}  cert {}  args sha256:{}{}",
+        i.id,
+        inline(&i.step),
+        inline(&i.tool),
+        i.decision,
+        inline(&i.authority),
+        i.requests,
+        i.certificate
+            .as_deref()
+            .map(|c| inline(&c.chars().take(8).collect::<String>()))
+            .unwrap_or_else(|| "-".into()),
+        i.args_digest.chars().take(12).collect::<String>(),
+        i.reason
+            .as_deref()
+            .map(|r| format!("  ({})", inline(r)))
+            .unwrap_or_default()
+    )
 }
 
 /// The prompt for one action.

@@ -61,6 +61,18 @@ pub struct RunSummary {
     pub outputs: Vec<(String, Result<String, String>)>,
 }
 
+/// An approval request as a person sees it: its text (the one rendering
+/// the terminal prints) and what they may do with it now (the one rule).
+#[derive(Clone, Debug, Serialize)]
+pub struct ShownRequest {
+    pub request: RequestRecord,
+    pub text: String,
+    pub may_approve: bool,
+    pub may_reject: bool,
+    pub may_withdraw: bool,
+    pub may_resubmit: bool,
+}
+
 /// A person's decision on a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestDecision {
@@ -406,6 +418,42 @@ impl Kernel {
             if see {
                 out.push(r);
             }
+        }
+        Ok(out)
+    }
+
+    /// The approval requests `person` may see, each with its text as the
+    /// approver reads it (the one rendering, [`crate::prompt::request`])
+    /// and what the one rule lets this person do with it.
+    pub fn requests_shown(
+        &self,
+        person: &str,
+        run: Option<i64>,
+    ) -> anyhow::Result<Vec<ShownRequest>> {
+        let mut out = Vec::new();
+        let mut decides = std::collections::HashMap::new();
+        for r in self.requests_for(person, run)? {
+            let may = match decides.get(&r.run) {
+                Some(m) => *m,
+                None => {
+                    let chat = self
+                        .store()
+                        .workflow_run(r.run)?
+                        .map(|w| w.chat)
+                        .unwrap_or_default();
+                    let m = self.store().access(&chat, person)?.may_decide_requests();
+                    decides.insert(r.run, m);
+                    m
+                }
+            };
+            out.push(ShownRequest {
+                text: crate::prompt::request(&r),
+                may_approve: may && r.state == "pending",
+                may_reject: may && r.state == "pending",
+                may_withdraw: may && r.state == "approved",
+                may_resubmit: may && (r.state == "rejected" || r.state == "withdrawn"),
+                request: r,
+            });
         }
         Ok(out)
     }

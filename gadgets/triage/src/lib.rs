@@ -2,6 +2,11 @@
 //! introduced as `ISSUES`, files a triage report and labels the first
 //! untriaged issue (both actions are staged for a decision), and with
 //! `poll ID...` reports where its actions stand.
+//!
+//! Run by a hook, its input is the kernel's event envelope (`{"hook",
+//! "trigger", "event", ...}`): for an `issueOpened` delivery it reads the
+//! opened issue and labels it `triaged` (staged, like every write); for any
+//! other trigger (a schedule) it triages as usual.
 
 wit_bindgen::generate!({ world: "gadget", path: "../../wit" });
 
@@ -14,6 +19,11 @@ struct Triage;
 
 impl exports::gatehouse::os::run::Guest for Triage {
     fn run(input: String) -> Result<String, String> {
+        if let Ok(envelope) = serde_json::from_str::<Value>(&input)
+            && envelope.get("hook").is_some()
+        {
+            return hooked(&envelope);
+        }
         match input.trim().strip_prefix("poll") {
             Some(ids) => poll(ids),
             None => triage(),
@@ -143,6 +153,38 @@ fn triage() -> Result<String, String> {
         }
     }
     Ok(report.join("\n"))
+}
+
+/// A turn started by a hook: label the issue an `issueOpened` event names,
+/// after reading it; anything else triages.
+fn hooked(envelope: &Value) -> Result<String, String> {
+    let opened = envelope.get("trigger").and_then(Value::as_str) == Some("issueOpened");
+    let id = envelope.pointer("/event/issue/id").and_then(Value::as_u64);
+    let (true, Some(id)) = (opened, id) else {
+        return triage();
+    };
+    let service = kernel::open(KEY).map_err(|e| describe(&e))?;
+    let read = service
+        .call("getIssue", &json!({ "id": id }).to_string())
+        .map_err(|e| format!("getIssue #{id} failed: {}", describe(&e)))?;
+    let issue: Value = match read {
+        Outcome::Done(json) => serde_json::from_str(&json)
+            .map_err(|e| format!("getIssue answered invalid JSON: {e}"))?,
+        Outcome::Pending(p) => {
+            return Err(format!(
+                "getIssue was staged as action #{} instead of answered as a read",
+                p.action_id
+            ));
+        }
+    };
+    if labels(&issue).contains(&"triaged") {
+        return Ok(format!("issue #{id} is already triaged"));
+    }
+    let args = json!({ "id": id, "label": "triaged" });
+    Ok(format!(
+        "addLabel triaged to #{id}: {}",
+        action(&service, "addLabel", &args)
+    ))
 }
 
 fn issue_id(issue: &Value) -> Option<u64> {

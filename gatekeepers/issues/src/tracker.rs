@@ -19,7 +19,8 @@ use serde_json::{Map, Value, json};
 use wasi::http::types::Method;
 
 use crate::exports::gatehouse::os::tool::{
-    Denial, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, ToolError,
+    Denial, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, ToolError, Trigger,
+    TriggerKind,
 };
 use crate::http::{self, Failure, Reply, base_url, encode_query, one_line};
 use crate::kit::{
@@ -100,7 +101,18 @@ pub fn manifest(simulates: bool, settings: &[(String, String)]) -> Manifest {
         tools,
         simulates,
         observers: ObserverStrategy::AccessCheck,
-        triggers: Vec::new(),
+        triggers: vec![
+            Trigger {
+                name: "issueOpened".into(),
+                description: "The tracker delivers {\"event\": \"issueOpened\", \"issue\": {...}} when an issue is created (configure its webhook with the hook's URL and secret).".into(),
+                kind: TriggerKind::Webhook,
+            },
+            Trigger {
+                name: "hourly".into(),
+                description: "Every hour: look over the tracker (the bound gadget decides what to do).".into(),
+                kind: TriggerKind::Schedule(3600),
+            },
+        ],
     }
 }
 

@@ -91,32 +91,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
                 return super::print_json(&list).map(|_| true);
             }
             for r in list {
-                outln!(
-                    "request #{} (run {}, step {}) {}{}",
-                    r.id,
-                    r.run,
-                    inline(&r.step),
-                    r.state,
-                    r.decided_by
-                        .as_deref()
-                        .map(|b| format!(" by {}", inline(b)))
-                        .unwrap_or_default()
-                );
-                outln!("  Reason: {}", crate::prompt::excerpt(&r.reason, 300));
-                outln!("  Allowed calls (nothing else will be permitted):");
-                if let Some(tools) = r.allowed.as_object() {
-                    for (tool, inputs) in tools {
-                        match inputs.as_object() {
-                            None => outln!("    {}: any input (read-only)", inline(tool)),
-                            Some(inputs) => {
-                                outln!("    {}:", inline(tool));
-                                for (name, c) in inputs {
-                                    outln!("      {} = {}", inline(name), describe(c));
-                                }
-                            }
-                        }
-                    }
-                }
+                out!("{}", crate::prompt::request(&r));
             }
         }
         WorkflowCmd::Approve { id } => decided(kernel, id, RequestDecision::Approve, me).await?,
@@ -129,24 +104,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
                 return super::print_json(&list).map(|_| true);
             }
             for i in list {
-                outln!(
-                    "#{:<4} {:<10} {:<28} {:<8} authority {}  requests {:?}  cert {}  args sha256:{}{}",
-                    i.id,
-                    inline(&i.step),
-                    inline(&i.tool),
-                    i.decision,
-                    inline(&i.authority),
-                    i.requests,
-                    i.certificate
-                        .as_deref()
-                        .map(|c| &c[..8.min(c.len())])
-                        .unwrap_or("-"),
-                    &i.args_digest[..12],
-                    i.reason
-                        .as_deref()
-                        .map(|r| format!("  ({})", inline(r)))
-                        .unwrap_or_default()
-                );
+                outln!("{}", crate::prompt::invocation(&i));
             }
         }
     }
@@ -162,27 +120,6 @@ async fn decided(kernel: &Kernel, id: i64, d: RequestDecision, me: &str) -> anyh
     };
     outln!("{verb} request #{id}");
     print_run(&s, false)
-}
-
-/// A constraint as the approver reads it.
-fn describe(c: &serde_json::Value) -> String {
-    let stored = serde_json::json!({ "T:t": { "x": c } }).to_string();
-    let text = crate::grants::allowed_from_stored(&stored)
-        .ok()
-        .and_then(|l| match l.into_iter().next() {
-            Some((_, crate::grants::ToolRule::Inputs(mut i))) if !i.is_empty() => {
-                let (_, r) = i.remove(0);
-                Some(format!(
-                    "{}{}",
-                    r.constraint.describe(),
-                    if r.optional { " (optional)" } else { "" }
-                ))
-            }
-            _ => None,
-        })
-        .unwrap_or_else(|| c.to_string());
-    // Not `inline`: the approver must see brackets and quotes exactly.
-    crate::prompt::excerpt(&text, 300)
 }
 
 fn print_run(s: &RunSummary, json: bool) -> anyhow::Result<()> {

@@ -123,8 +123,27 @@ enum Access {
     ReadOnly,
 }
 
+/// Where the tracker tells of new issues, like a real service's webhook
+/// setting: a URL and the secret it signs each delivery with.
+#[derive(Clone, Debug)]
+struct Webhook {
+    url: String,
+    secret: String,
+}
+
+/// One webhook delivery the tracker attempted.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// The delivery's body, as signed and sent.
+    pub body: String,
+    /// What the receiver answered; `None` when it could not be reached.
+    pub status: Option<u16>,
+}
+
 /// Everything the server thread and the test thread both see.
 struct Shared {
+    webhook: Mutex<Option<Webhook>>,
+    deliveries: Mutex<Vec<Delivery>>,
     tokens: HashMap<String, Access>,
     /// Whether a write's `Idempotency-Key` is honoured (the default).
     honours_keys: bool,
@@ -225,6 +244,31 @@ impl Tracker {
         }
     }
 
+    /// From now on, deliver `{"event": "issueOpened", "delivery": N,
+    /// "issue": {...}}` to `url` (plain http, loopback) whenever an issue
+    /// is created, signed as `X-Gatehouse-Signature: sha256=HEX` (the
+    /// HMAC-SHA256 of the body keyed with `secret`), as a service's webhook
+    /// setting would. Each delivery runs beside the create's answer.
+    pub fn set_webhook(&self, url: &str, secret: &str) {
+        *self
+            .shared
+            .webhook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Webhook {
+            url: url.to_owned(),
+            secret: secret.to_owned(),
+        });
+    }
+
+    /// Every webhook delivery attempted so far, in order.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.shared
+            .deliveries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Blocks the calling thread (no async needed) until at least `n`
     /// requests have been received or `timeout` has passed; returns whether
     /// `n` was reached. Lets a test wait for a gatekeeper that works in the
@@ -308,6 +352,8 @@ impl TrackerBuilder {
             }
         }
         let shared = Arc::new(Shared {
+            webhook: Mutex::new(None),
+            deliveries: Mutex::new(Vec::new()),
             tokens: self.tokens,
             honours_keys: !self.ignore_keys,
             state: Mutex::new(world),
@@ -439,6 +485,21 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             world.keys.insert(key, (fingerprint, answer.clone()));
         }
         world.writes.push(received);
+        // A created issue is told of to the webhook, if one is set.
+        if parts.method == Method::POST
+            && parts.uri.path().trim_end_matches('/') == "/issues"
+            && answer.status() == StatusCode::CREATED
+            && let Some(issue) = world.issues.values().next_back().cloned()
+        {
+            let hook = shared
+                .webhook
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(hook) = hook {
+                tokio::spawn(deliver(Arc::clone(&shared), hook, issue));
+            }
+        }
         (fault, answer)
     };
 
@@ -504,6 +565,72 @@ impl IntoResponse for Answer {
         )
             .into_response()
     }
+}
+
+/// Deliver one `issueOpened` event to `hook`, signed with its secret, and
+/// log the attempt. Plain HTTP/1.1 over a loopback socket: the tracker is a
+/// stand-in for a service and needs no client library beyond hyper.
+async fn deliver(shared: Arc<Shared>, hook: Webhook, issue: Issue) {
+    use hmac::{Hmac, Mac as _};
+    let n = shared
+        .deliveries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .len()
+        + 1;
+    let body =
+        serde_json::json!({ "event": "issueOpened", "delivery": n, "issue": issue }).to_string();
+    let signature = match Hmac::<sha2::Sha256>::new_from_slice(hook.secret.as_bytes()) {
+        Ok(mut mac) => {
+            mac.update(body.as_bytes());
+            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+        }
+        Err(_) => String::new(),
+    };
+    let status = post(&hook.url, &body, &signature).await.ok();
+    shared
+        .deliveries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Delivery { body, status });
+}
+
+/// POST `body` to the plain-http `url` with the signature header; the
+/// answer's status.
+async fn post(url: &str, body: &str, signature: &str) -> Result<u16, String> {
+    use hyper_util::rt::TokioIo;
+    let uri: Uri = url.parse().map_err(|e| format!("{e}"))?;
+    let authority = uri.authority().ok_or("no host")?.clone();
+    let port = authority.port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((authority.host(), port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    let request = axum::http::Request::post(path)
+        .header(header::HOST, authority.as_str())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("x-gatehouse-signature", signature)
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body.to_owned(),
+        )))
+        .map_err(|e| e.to_string())?;
+    let answered = tokio::time::timeout(Duration::from_secs(30), sender.send_request(request))
+        .await
+        .map_err(|_| "no answer in time".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let status = answered.status().as_u16();
+    drop(answered);
+    driver.abort();
+    Ok(status)
 }
 
 #[derive(Deserialize)]

@@ -497,9 +497,9 @@ fn insert_action(
     conn.prepare_cached(
         "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
            classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
-           account, logical_key, created_at, reverts)
+           account, logical_key, created_at, reverts, hook)
          VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
-           ?15, ?16, ?17, ?18)",
+           ?15, ?16, ?17, ?18, ?19)",
     )?
     .execute(params![
         a.chat,
@@ -519,7 +519,8 @@ fn insert_action(
         a.facts.account,
         logical_key,
         now_ms(),
-        reverts
+        reverts,
+        a.principal.hook()
     ])?;
     Ok(conn.last_insert_rowid())
 }

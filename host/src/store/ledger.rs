@@ -53,6 +53,8 @@ pub struct LedgerEntry {
     /// The account a read ran under (`user/label`; none: the gatekeeper's own).
     pub account: Option<String>,
     pub action_ref: Option<i64>,
+    /// The hook whose turn made this entry (SPEC L1).
+    pub hook: Option<i64>,
     pub created_at: i64,
     pub decided_at: Option<i64>,
     pub finished_at: Option<i64>,
@@ -73,6 +75,8 @@ pub struct LedgerFilter {
     pub auto_approved: bool,
     /// Observations made by this gadget (L2).
     pub observed_by: Option<String>,
+    /// This hook's entry and everything its turns wrote (L1).
+    pub hook: Option<i64>,
 }
 
 impl Store {
@@ -93,14 +97,15 @@ impl Store {
                         l.gadget, d.gatekeeper, d.tool, l.classified_by, l.trust,
                         COALESCE(l.state, d.outcome, 'applying'), COALESCE(l.auto_approved, 0),
                         d.by, l.retryable, l.error, l.note, NULL, NULL,
-                        COALESCE(l.created_at, d.at), d.at, l.finished_at, l.account
+                        COALESCE(l.created_at, d.at), d.at, l.finished_at, l.account, l.hook
                  FROM decisions d LEFT JOIN ledger l ON l.id = d.action
                  WHERE d.by = ?1 AND d.decision = 'approved'
                    AND (?2 IS NULL OR d.chat = ?2)
                    AND (?3 IS NULL OR d.chat IN (SELECT value FROM json_each(?3)))
+                   AND (?4 IS NULL OR l.hook = ?4)
                  ORDER BY d.action, d.id",
             )?;
-            let rows = st.query_map(params![person, f.chat, chats], entry_from_row)?;
+            let rows = st.query_map(params![person, f.chat, chats, f.hook], entry_from_row)?;
             let mut out: Vec<LedgerEntry> = rows.collect::<Result<_, _>>()?;
             out.dedup_by_key(|e| e.id);
             return Ok(out);
@@ -108,7 +113,7 @@ impl Store {
         let mut st = conn.prepare_cached(
             "SELECT id, chat, kind, caller, person, gadget, gatekeeper, tool, classified_by, trust,
                     state, auto_approved, resolved_by, retryable, error, note, sources, action_ref,
-                    created_at, decided_at, finished_at, account
+                    created_at, decided_at, finished_at, account, hook
              FROM ledger
              WHERE (?1 IS NULL OR chat = ?1)
                AND (?2 IS NULL OR chat IN (SELECT value FROM json_each(?2)))
@@ -116,6 +121,7 @@ impl Store {
                AND (?4 = 0 OR (kind = 'observation' AND classified_by = 'server-annotation'))
                AND (?5 = 0 OR auto_approved = 1)
                AND (?6 IS NULL OR (kind = 'observation' AND gadget = ?6))
+               AND (?7 IS NULL OR (kind = 'hook' AND id = ?7) OR hook = ?7)
              ORDER BY id",
         )?;
         let rows = st.query_map(
@@ -125,7 +131,8 @@ impl Store {
                 f.kind,
                 f.server_claims as i64,
                 f.auto_approved as i64,
-                f.observed_by
+                f.observed_by,
+                f.hook
             ],
             entry_from_row,
         )?;
@@ -158,6 +165,7 @@ fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerEntry> {
         decided_at: r.get(19)?,
         finished_at: r.get(20)?,
         account: r.get(21)?,
+        hook: r.get(22)?,
     })
 }
 
@@ -193,8 +201,8 @@ pub(crate) fn observe_in(
     }
     tx.prepare_cached(
         "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
-           trust, sources, account, action_ref, result_bytes, created_at)
-         VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+           trust, sources, account, action_ref, result_bytes, created_at, hook)
+         VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         o.chat,
@@ -209,7 +217,8 @@ pub(crate) fn observe_in(
         o.account,
         o.action_ref,
         o.result_bytes as i64,
-        now_ms()
+        now_ms(),
+        o.principal.hook()
     ])?;
     let id = tx.last_insert_rowid();
     if let Some(a) = &o.audit {
@@ -221,4 +230,71 @@ pub(crate) fn observe_in(
     }
     tx.commit()?;
     Ok(super::Observed::Recorded(id))
+}
+
+impl Store {
+    /// What the live view watches, chat by chat: fingerprints of the chat's
+    /// open actions and of its workflow runs and requests. A fingerprint
+    /// changes when anything a person's inbox or requests page shows
+    /// changes; it names nothing but the chat.
+    pub fn live_fingerprints(
+        &self,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, (u64, u64)>> {
+        use std::hash::{Hash as _, Hasher as _};
+        let conn = self.lock();
+        let mut inbox: std::collections::BTreeMap<
+            String,
+            std::collections::hash_map::DefaultHasher,
+        > = Default::default();
+        let mut st = conn.prepare_cached(
+            "SELECT chat, id, state, COALESCE(note, '') FROM ledger
+             WHERE kind = 'action' AND state IN ('pending', 'applying') ORDER BY id",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        for row in rows {
+            let (chat, id, state, note) = row?;
+            let h = inbox.entry(chat).or_default();
+            (id, state, note).hash(h);
+        }
+        let mut requests: std::collections::BTreeMap<
+            String,
+            std::collections::hash_map::DefaultHasher,
+        > = Default::default();
+        let mut st = conn.prepare_cached(
+            "SELECT w.chat, 'run', w.id, w.state, w.updated_at FROM workflow_runs w
+             UNION ALL
+             SELECT w.chat, 'request', a.id, a.state, COALESCE(a.decided_at, a.created_at)
+               FROM approval_requests a JOIN workflow_runs w ON w.id = a.run
+             ORDER BY 1, 2, 3",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        })?;
+        for row in rows {
+            let (chat, what, id, state, at) = row?;
+            let h = requests.entry(chat).or_default();
+            (what, id, state, at).hash(h);
+        }
+        let mut out = std::collections::BTreeMap::new();
+        for (chat, h) in inbox {
+            out.entry(chat).or_insert((0, 0)).0 = h.finish();
+        }
+        for (chat, h) in requests {
+            out.entry(chat).or_insert((0, 0)).1 = h.finish();
+        }
+        Ok(out)
+    }
 }

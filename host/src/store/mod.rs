@@ -16,7 +16,9 @@
 mod actions;
 mod deployment;
 pub mod dispatch;
+mod hooks;
 mod ledger;
+mod notices;
 mod registry;
 mod rules;
 mod sessions;
@@ -28,8 +30,10 @@ pub use actions::{
     args_digest, validate_args,
 };
 pub use dispatch::{Facts, Resolved, Unresolved};
+pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub(crate) use ledger::observe_in;
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
+pub use notices::NoticeTarget;
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
@@ -437,6 +441,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("migrations/V2__principals.sql")),
     (3, include_str!("migrations/V3__hostile_input.sql")),
     (4, include_str!("migrations/V4__revert_expiry_once.sql")),
+    (5, include_str!("migrations/V5__hooks_notices.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

@@ -37,11 +37,11 @@ impl ApiError {
         }
     }
 
-    fn bad(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
-    fn not_found(message: impl Into<String>) -> ApiError {
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
 
@@ -85,7 +85,7 @@ where
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 pub(crate) fn routes() -> Routes {
     Routes::new()
@@ -109,6 +109,42 @@ pub(crate) fn routes() -> Routes {
         .add(Method::GET, "/api/ledger", get(ledger))
         .add(Method::GET, "/api/rules", get(rules))
         .add(Method::POST, "/api/rules", post(rule_add))
+        .add(Method::GET, "/api/events", get(super::events::stream))
+        .add(
+            Method::GET,
+            "/api/workflow/requests",
+            get(super::requests::list),
+        )
+        .add(
+            Method::POST,
+            "/api/workflow/requests/{id}/approve",
+            post(super::requests::approve),
+        )
+        .add(
+            Method::POST,
+            "/api/workflow/requests/{id}/reject",
+            post(super::requests::reject),
+        )
+        .add(
+            Method::POST,
+            "/api/workflow/requests/{id}/withdraw",
+            post(super::requests::withdraw),
+        )
+        .add(
+            Method::POST,
+            "/api/workflow/requests/{id}/resubmit",
+            post(super::requests::resubmit),
+        )
+        .add(
+            Method::GET,
+            "/api/workflow/runs/{id}",
+            get(super::requests::run),
+        )
+        .add(
+            Method::GET,
+            "/api/workflow/runs/{id}/invocations",
+            get(super::requests::invocations),
+        )
 }
 
 // ----- sessions -----
@@ -209,7 +245,7 @@ fn action_view(shown: Shown) -> ActionView {
 
 /// A kernel refusal that means "not yours to see" becomes a 404 worded
 /// like a missing thing; anything else is an error.
-fn refused(e: anyhow::Error) -> ApiError {
+pub(crate) fn refused(e: anyhow::Error) -> ApiError {
     match e.downcast_ref::<Refusal>() {
         Some(Refusal::NoSuchChat(chat)) => no_chat(chat),
         Some(r) => ApiError::new(StatusCode::FORBIDDEN, r.to_string()),
@@ -300,7 +336,7 @@ async fn action_get(
 
 /// The result of one decision, as the page shows it next to the action.
 #[derive(Serialize)]
-struct DecisionView {
+pub(crate) struct DecisionView {
     id: i64,
     /// `approve` or `reject`: what was asked.
     decision: &'static str,
@@ -315,7 +351,7 @@ struct DecisionView {
     line: String,
 }
 
-fn decision_view(d: &Decision, verb: &'static str) -> DecisionView {
+pub(crate) fn decision_view(d: &Decision, verb: &'static str) -> DecisionView {
     let (id, outcome, retryable) = match d {
         Decision::Applied { id, .. } => (*id, "applied", None),
         Decision::Failed { id, retryable, .. } => (*id, "failed", Some(*retryable)),
@@ -712,6 +748,7 @@ struct LedgerQuery {
     server_claims: Option<bool>,
     auto_approved: Option<bool>,
     observed_by: Option<String>,
+    hook: Option<i64>,
 }
 
 fn nonempty(s: Option<String>) -> Option<String> {
@@ -728,8 +765,9 @@ async fn ledger(
     if let Some(k) = &kind
         && k != "action"
         && k != "observation"
+        && k != "hook"
     {
-        return Err(ApiError::bad("kind must be action or observation"));
+        return Err(ApiError::bad("kind must be action, observation or hook"));
     }
     let f = LedgerFilter {
         chat: nonempty(q.chat),
@@ -738,6 +776,7 @@ async fn ledger(
         server_claims: q.server_claims.unwrap_or(false),
         auto_approved: q.auto_approved.unwrap_or(false),
         observed_by: nonempty(q.observed_by),
+        hook: q.hook,
         ..LedgerFilter::default()
     };
     Ok(Json(filtered_ledger(&st, p.user, f).await?))

@@ -60,6 +60,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/signin", get(shell))
         .route("/ledger", get(shell))
         .route("/rules", get(shell))
+        .route("/workflows", get(shell))
         .route("/chats/{chat}", get(shell))
         .route("/assets/app.js", get(script))
         .route("/assets/app.css", get(style))

@@ -26,6 +26,9 @@
 
 mod api;
 mod assets;
+mod events;
+mod hooks;
+mod requests;
 mod session;
 
 use crate::kernel::Kernel;
@@ -62,6 +65,14 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// How long stopping waits for requests and decisions in flight.
     pub grace: Duration,
+    /// The notification batch window (`serve --notify-every`).
+    pub notify_every: Duration,
+    /// Hook turns (deliveries and schedules) that run at once; a delivery
+    /// beyond them is answered 503, to be retried.
+    pub hook_turns: usize,
+    /// How often the live view, the schedules and the notices look for
+    /// what changed.
+    pub tick: Duration,
 }
 
 impl Default for Config {
@@ -74,6 +85,9 @@ impl Default for Config {
             // Generous: a batch decision sends one action after another,
             // each within the gatekeeper deadline.
             grace: Duration::from_secs(120),
+            notify_every: crate::notify::DEFAULT_WINDOW,
+            hook_turns: 4,
+            tick: Duration::from_millis(500),
         }
     }
 }
@@ -89,6 +103,15 @@ pub(crate) struct AppState {
     /// Decisions in flight: each holds a read guard; stopping takes the
     /// write guard, so it waits for all of them.
     pub decisions: Arc<tokio::sync::RwLock<()>>,
+    /// Hook turns that may run at once (deliveries and schedules).
+    pub hook_turns: Arc<tokio::sync::Semaphore>,
+    /// What changed, chat by chat, for the live view (`/api/events`).
+    pub changes: tokio::sync::broadcast::Sender<events::Change>,
+    /// Live-view streams that may be open at once (each holds a connection).
+    pub streams: Arc<tokio::sync::Semaphore>,
+    /// Set when the server stops: live-view streams end, so that stopping
+    /// never waits for them.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AppState {
@@ -117,6 +140,9 @@ pub struct Server {
     addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The live view's watcher, the schedules and the notices.
+    background: Vec<tokio::task::JoinHandle<()>>,
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Server {
@@ -132,6 +158,7 @@ impl Server {
     /// Stop accepting, let requests and decisions in flight finish
     /// (bounded by [`Config::grace`]), then return.
     pub async fn stop(mut self) {
+        let _ = self.stopping.send(true);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -139,6 +166,13 @@ impl Server {
             && let Err(e) = task.await
         {
             tracing::warn!(error = %e, "the web server task stopped unexpectedly");
+        }
+        // The loops beside the server finish what they started (a hook
+        // turn, a notice) and stop.
+        for t in std::mem::take(&mut self.background) {
+            if let Err(e) = t.await {
+                tracing::warn!(error = %e, "a background task of the server stopped unexpectedly");
+            }
         }
     }
 
@@ -163,6 +197,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let _ = self.stopping.send(true);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -182,12 +217,25 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
         })?;
     let addr = listener.local_addr()?;
     let decisions = Arc::new(tokio::sync::RwLock::new(()));
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let (changes, _) = tokio::sync::broadcast::channel(256);
     let state = AppState {
         kernel,
         session_ttl_ms: i64::try_from(config.session_ttl.as_millis()).unwrap_or(i64::MAX),
         port: addr.port(),
         decisions: decisions.clone(),
+        hook_turns: Arc::new(tokio::sync::Semaphore::new(config.hook_turns.max(1))),
+        changes,
+        streams: Arc::new(tokio::sync::Semaphore::new(
+            (config.max_connections / 2).max(1),
+        )),
+        stopping,
     };
+    let background = vec![
+        tokio::spawn(events::watch(state.clone(), config.tick)),
+        tokio::spawn(hooks::schedules(state.clone(), config.tick)),
+        tokio::spawn(notices(state.clone(), config.notify_every, config.tick)),
+    ];
     let app = app(state);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(serve(listener, app, config, decisions, rx));
@@ -195,7 +243,25 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
         addr,
         shutdown: Some(tx),
         task: Some(task),
+        background,
+        stopping: stopping_tx,
     })
+}
+
+/// Send the notices that are due (SPEC: "`serve` notifies the people who
+/// may decide"), every tick, until the server stops. The kernel decides
+/// who is told of what ([`Kernel::notify_pass`]).
+async fn notices(state: AppState, window: Duration, tick: Duration) {
+    let mut stopping = state.stopping.clone();
+    loop {
+        if let Err(e) = state.kernel.notify_pass(window).await {
+            tracing::warn!(error = %format!("{e:#}"), "a notification pass failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(tick.max(Duration::from_millis(100))) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 /// The accept loop: at most `max_connections` at once, each HTTP/1 with a
@@ -300,6 +366,7 @@ fn app(state: AppState) -> Router {
     let api = api::routes().router;
     Router::new()
         .merge(api)
+        .merge(hooks::routes())
         .merge(assets::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

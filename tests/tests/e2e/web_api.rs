@@ -874,6 +874,11 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
     ] {
         assert!(!js.text.contains(forbidden), "app.js uses {forbidden}");
     }
+    // The live view is a server-sent events stream: the page never polls.
+    assert!(js.text.contains("new EventSource(\"/api/events\")"));
+    for polling in ["setInterval", "setTimeout"] {
+        assert!(!js.text.contains(polling), "app.js polls with {polling}");
+    }
     let css = api.get("/assets/app.css").await;
     assert!(
         css.headers["content-type"]

@@ -542,3 +542,144 @@ async fn web_browser_reverts_an_applied_action_from_its_card() {
     let _ = c.close().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn web_browser_decides_a_workflow_request_with_the_clis_allowed_calls() {
+    use gatehouse::demo::cloud::Cloud;
+    let driver = Driver::start();
+    let w = World::new();
+    w.install("script");
+    let cloud = Cloud::builder()
+        .token("cloud-token-9d1e")
+        .start()
+        .expect("cloud starts");
+    let k = &w.kernel;
+    k.put_secret("cloud-token", "cloud-token-9d1e").unwrap();
+    let bytes = std::fs::read(gatehouse_e2e::guest("cloud")).expect("guest built");
+    k.add_gatekeeper(
+        "cloud",
+        &bytes,
+        Trust::Byo,
+        vec![cloud.host()],
+        Some("cloud-token".into()),
+        Vec::new(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    for p in ["alice", "bob"] {
+        k.add_user(p).unwrap();
+    }
+    let script = |steps: Value| json!({ "steps": steps }).to_string();
+    let design = json!({
+        "name": "launch",
+        "services": {"CLOUD": "cloud"},
+        "steps": [
+            {"id": "ask", "gadget": "script", "input": script(json!([{"request": {
+                "allowed": {"CLOUD:launchInstance": {
+                    "type": {"in": ["small", "medium"]},
+                    "region": {"eq": "eu-1"}
+                }},
+                "reason": "launch one small web server in eu-1"
+            }}]))},
+            {"id": "launch", "gadget": "script", "tools": ["CLOUD:launchInstance"],
+             "input": script(json!([{"certcall": {"key": "CLOUD", "tool": "launchInstance",
+                 "args": {"type": "small", "region": "eu-1"}}}]))}
+        ],
+        "edges": [["ask", "launch"]]
+    });
+    k.publish_workflow(design.to_string().as_bytes(), "alice")
+        .unwrap();
+    let s = k
+        .start_workflow("launch", None, "alice", &[])
+        .await
+        .unwrap();
+    assert_eq!(s.state, "waiting");
+    let run = s.run;
+    let chat = k.inspect().workflow_run(run).unwrap().unwrap().chat;
+    // bob sees the run's chat (a verified collaborator) but may not decide.
+    k.share(&chat, "bob", "alice", false).unwrap();
+    let opened = k
+        .open_chat(&chat, "bob", &gatehouse::sharing::OpenRequest::default())
+        .await
+        .unwrap();
+    assert!(
+        !matches!(opened, gatehouse::sharing::OpenOutcome::Refused { .. }),
+        "bob's open"
+    );
+    assert!(cloud.writes().is_empty());
+
+    let server = serve(&w).await;
+    // bob: the request is shown, with no approve button; the API refuses him.
+    let c = browser(&driver).await;
+    sign_in(&c, &w, &server.url(), "bob").await;
+    c.goto(&format!("{}/workflows", server.url()))
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "the request",
+        "return document.querySelectorAll('li.request pre.request-text').length === 1",
+    )
+    .await;
+    let buttons = text(
+        &c,
+        "return String(document.querySelectorAll('li.request button').length)",
+    )
+    .await;
+    assert_eq!(buttons, "0", "bob may not decide: no buttons");
+    let bob = crate::web_api::Api::signed_in(&w, &server.url(), "bob").await;
+    let a = bob
+        .post("/api/workflow/requests/1/approve", json!({}))
+        .await;
+    assert_eq!(a.status, 403, "{}", a.text);
+    assert!(a.error().contains("may see chat"), "{}", a.text);
+    assert!(cloud.writes().is_empty());
+    let _ = c.close().await;
+
+    // alice: the allowed-calls list on the page is the CLI's, exactly.
+    let c = browser(&driver).await;
+    sign_in(&c, &w, &server.url(), "alice").await;
+    c.goto(&format!("{}/workflows", server.url()))
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "the approve button",
+        "return document.querySelector('li.request button.approve') !== null",
+    )
+    .await;
+    let shown = text(
+        &c,
+        "return document.querySelector('li.request pre.request-text').textContent",
+    )
+    .await;
+    let cli = w.cli(&["workflow", "requests", "--run", &run.to_string()]);
+    assert!(cli.status.success(), "{}", gatehouse_e2e::stderr(&cli));
+    assert_eq!(shown, gatehouse_e2e::stdout(&cli));
+    assert!(shown.contains("type = one of [small, medium]"), "{shown}");
+    // Approving there lets the gated step continue: the launch is sent.
+    c.find(Locator::Css("li.request button.approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "the run done",
+        "return document.getElementById('request-status').textContent.includes('is done')",
+    )
+    .await;
+    assert_eq!(cloud.writes().len(), 1, "{:?}", cloud.writes());
+    wait_for(&c, "the invocations", "return document.querySelector('pre.invocations') !== null && document.querySelector('pre.invocations').textContent.includes('allowed')").await;
+    let audit = text(
+        &c,
+        "return document.querySelector('pre.invocations').textContent",
+    )
+    .await;
+    assert!(audit.contains("authority alice"), "{audit}");
+    screenshot(&c, "workflow-decided").await;
+    let _ = c.close().await;
+    server.stop().await;
+}

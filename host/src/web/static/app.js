@@ -8,9 +8,47 @@
 // sanitised prompt (the same text `gatehouse show` prints).
 "use strict";
 
-const POLL_MS = 2000;
 let csrf = "";
 let me = "";
+
+// ----- the live view -----
+
+// One server-sent events stream per page (`GET /api/events`): the server
+// says which chat changed, and the page fetches what it shows again. No
+// polling. `onChange(change)` gets `{chat, inbox, requests}`; a `resync`
+// (missed changes) or a reconnect gets `{resync: true}`.
+let live = null;
+function liveView(onChange) {
+  if (live) live.close();
+  const es = new EventSource("/api/events");
+  live = es;
+  let opened = false;
+  es.addEventListener("ready", () => {
+    // A reconnect may have missed changes: reload once.
+    if (opened) onChange({ resync: true });
+    opened = true;
+  });
+  es.addEventListener("change", (ev) => {
+    let c = null;
+    try {
+      c = JSON.parse(ev.data);
+    } catch (_) {
+      c = { resync: true };
+    }
+    onChange(c);
+  });
+  es.addEventListener("resync", () => onChange({ resync: true }));
+  es.addEventListener("signed-out", () => {
+    es.close();
+    // The next request says why (session expired, signed out).
+    onChange({ resync: true });
+  });
+  es.addEventListener("error", () => {
+    // Closed for good (refused): the API says why. Otherwise the browser
+    // reconnects by itself.
+    if (es.readyState === EventSource.CLOSED) onChange({ resync: true });
+  });
+}
 
 // ----- small DOM helpers (text only) -----
 
@@ -304,10 +342,11 @@ async function inboxView(main) {
     await refresh();
   });
   if (await refresh()) {
-    // Live update: new actions appear without a reload.
-    const timer = setInterval(async () => {
-      if (!(await refresh())) clearInterval(timer);
-    }, POLL_MS);
+    // Live update over server-sent events: new actions appear without a
+    // reload, and nothing polls.
+    liveView((c) => {
+      if (c.resync || c.inbox) refresh();
+    });
   }
 }
 
@@ -449,6 +488,91 @@ async function rulesView(main) {
   await load();
 }
 
+// ----- workflow requests -----
+
+// Approval requests with their allowed-calls lists, shown as the kernel's
+// text (exactly what `gatehouse workflow requests` prints), and the
+// decisions the kernel says this person may take; each run's steps and
+// invocations ("who allowed this call, on what grounds").
+async function workflowsView(main) {
+  clear(main);
+  const list = el("ul", { id: "requests" });
+  const runs = el("div", { id: "runs" });
+  const status = el("p", { id: "request-status", class: "result" });
+  main.append(
+    el("h1", { text: "Workflow approvals" }),
+    el("p", { class: "hint", text: "An approval covers its step and every later step up to the next request. Calls are checked against the allowed-calls list before anything reaches a gatekeeper; nothing else will be permitted." }),
+    status, list, el("h2", { text: "Runs" }), runs);
+  const decide = async (id, verb) => {
+    status.textContent = "Deciding…";
+    try {
+      const r = await api("POST", `/api/workflow/requests/${id}/${verb}`, {});
+      status.textContent = `request #${id}: ${verb} done; run ${r.run.run} is ${r.run.state}.`;
+      showError("");
+    } catch (e) {
+      status.textContent = "";
+      failed(e);
+    }
+    await load();
+  };
+  const load = async () => {
+    let requests;
+    try {
+      requests = await api("GET", "/api/workflow/requests");
+    } catch (e) {
+      failed(e);
+      return false;
+    }
+    clear(list);
+    if (requests.length === 0) list.append(el("li", { class: "empty", text: "No approval requests." }));
+    const runIds = [];
+    for (const r of requests) {
+      const q = r.request;
+      if (!runIds.includes(q.run)) runIds.push(q.run);
+      const buttons = el("div", { class: "request-actions" });
+      const add = (ok, verb, label) => {
+        if (!ok) return;
+        const b = el("button", { type: "button", class: verb, text: label });
+        b.addEventListener("click", () => {
+          b.disabled = true;
+          decide(q.id, verb);
+        });
+        buttons.append(b);
+      };
+      add(r.may_approve, "approve", "Approve");
+      add(r.may_reject, "reject", "Reject");
+      add(r.may_withdraw, "withdraw", "Withdraw approval");
+      add(r.may_resubmit, "resubmit", "Re-submit");
+      list.append(el("li", { class: "request " + q.state, dataset: { id: String(q.id), run: String(q.run) } },
+        el("pre", { class: "request-text", text: r.text }), buttons));
+    }
+    clear(runs);
+    for (const run of runIds) {
+      const box = el("section", { class: "run", dataset: { run: String(run) } });
+      runs.append(box);
+      try {
+        const s = await api("GET", `/api/workflow/runs/${run}`);
+        box.append(el("h3", { text: `Run ${s.run}: ${s.state}` }));
+        box.append(el("ul", { class: "steps" }, ...s.steps.map((x) =>
+          el("li", { class: "step " + x.status, text: `${x.step}: ${x.status}${x.note ? " (" + x.note + ")" : ""}` }))));
+        const inv = await api("GET", `/api/workflow/runs/${run}/invocations`);
+        box.append(el("h4", { text: "Invocations: who allowed each call, on what grounds (argument digests only)" }));
+        box.append(inv.length === 0
+          ? el("p", { class: "empty", text: "No calls yet." })
+          : el("pre", { class: "invocations", text: inv.map((i) => i.line).join("\n") }));
+      } catch (e) {
+        failed(e);
+      }
+    }
+    return true;
+  };
+  if (await load()) {
+    liveView((c) => {
+      if (c.resync || c.requests) load();
+    });
+  }
+}
+
 // ----- frame -----
 
 async function frame() {
@@ -491,6 +615,7 @@ async function start() {
   }
   if (path === "/ledger") return ledgerView(main);
   if (path === "/rules") return rulesView(main);
+  if (path === "/workflows") return workflowsView(main);
   if (path.startsWith("/chats/")) return chatView(main, decodeURIComponent(path.slice("/chats/".length)));
   return inboxView(main);
 }

@@ -1,0 +1,189 @@
+//! The `hook` and `hooks` commands' words. Every rule is the kernel's
+//! (`crate::hooks`, through the one authorization rule).
+
+use crate::kernel::Kernel;
+use crate::prompt::inline;
+use clap::Subcommand;
+
+#[derive(Subcommand, Debug)]
+pub enum HookCmd {
+    /// Bind a gatekeeper's trigger to a gadget in a chat. The hook is
+    /// disabled until a person who may decide in the chat enables it. For a
+    /// webhook, its URL and signing secret are printed once.
+    Add {
+        chat: String,
+        /// The gatekeeper (introduced into the chat) that declares the trigger.
+        #[arg(long)]
+        gatekeeper: String,
+        /// The trigger's name, as the gatekeeper declares it.
+        #[arg(long)]
+        trigger: String,
+        /// The gadget each firing runs; its input is the event.
+        #[arg(long)]
+        gadget: String,
+        /// A schedule's period in seconds (default: the trigger's own).
+        #[arg(long, value_name = "SECONDS")]
+        every: Option<u32>,
+        /// The inbox's address for the printed URL (default: the running
+        /// `serve`'s, else http://127.0.0.1:8337).
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a hook as the person enabling it sees it, with its firings.
+    Show {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Enable a hook (it is shown first): its turns run for you, with your
+    /// accounts, and every write they stage waits for a decision.
+    Enable {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Disable a hook: nothing fires until it is enabled again.
+    Disable {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn execute(
+    kernel: &Kernel,
+    cmd: HookCmd,
+    me: &str,
+    inbox: impl FnOnce(Option<String>) -> String,
+) -> anyhow::Result<bool> {
+    match cmd {
+        HookCmd::Add {
+            chat,
+            gatekeeper,
+            trigger,
+            gadget,
+            every,
+            url,
+            json,
+        } => {
+            let added = kernel
+                .add_hook(me, &chat, &gatekeeper, &trigger, &gadget, every)
+                .await?;
+            let address = added.path.as_ref().map(|p| format!("{}{p}", inbox(url)));
+            if json {
+                let mut v = serde_json::to_value(&added)?;
+                v["url"] = serde_json::json!(address);
+                return super::print_json(&v).map(|_| true);
+            }
+            let h = &added.hook;
+            outln!(
+                "added hook {} in chat {}: {}:{} runs gadget {} (disabled until a person who may decide in {} enables it: `gatehouse hook enable {}`)",
+                h.id,
+                inline(&h.chat),
+                inline(&h.gatekeeper),
+                inline(&h.trigger),
+                inline(&h.gadget),
+                inline(&h.chat),
+                h.id
+            );
+            if let (Some(address), Some(secret)) = (address, &added.secret) {
+                outln!("webhook URL (shown once): {address}");
+                outln!("signing secret (shown once): {secret}");
+                outln!(
+                    "deliveries must carry X-Gatehouse-Signature: sha256=HEX, the HMAC-SHA256 of the raw body keyed with the secret"
+                );
+            }
+            if let Some(s) = h.every_secs {
+                outln!("it fires every {s} s while `gatehouse serve` runs, once enabled");
+            }
+        }
+        HookCmd::Show { id, json } => {
+            let Some(shown) = kernel.hook_shown(me, id).await? else {
+                anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
+            };
+            if json {
+                return super::print_json(&shown).map(|_| true);
+            }
+            out!("{}", shown.prompt);
+            for f in &shown.firings {
+                outln!(
+                    "  firing {} ({}) for {}: {}{}",
+                    f.id,
+                    f.cause,
+                    inline(&f.person),
+                    f.outcome,
+                    f.note
+                        .as_deref()
+                        .map(|n| format!(": {}", crate::prompt::excerpt(n, 200)))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        HookCmd::Enable { id, json } => {
+            // Shown first, exactly as `hook show` prints it (SPEC H1, R1).
+            let Some(shown) = kernel.hook_shown(me, id).await? else {
+                anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
+            };
+            if !json {
+                out!("{}", shown.prompt);
+            }
+            let h = kernel.set_hook_enabled(me, id, true).await?;
+            if json {
+                return super::print_json(&h).map(|_| true);
+            }
+            outln!(
+                "enabled hook {}: its turns run as hook {} in {} for {}",
+                h.id,
+                h.id,
+                inline(&h.chat),
+                inline(me)
+            );
+        }
+        HookCmd::Disable { id, json } => {
+            let h = kernel.set_hook_enabled(me, id, false).await?;
+            if json {
+                return super::print_json(&h).map(|_| true);
+            }
+            outln!(
+                "disabled hook {}: nothing fires until it is enabled again",
+                h.id
+            );
+        }
+    }
+    Ok(true)
+}
+
+/// `gatehouse hooks`: one line per hook.
+pub async fn list(kernel: &Kernel, me: &str, chat: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let hooks = kernel.hooks(me, chat).await?;
+    if json {
+        return super::print_json(&hooks);
+    }
+    if hooks.is_empty() {
+        outln!(
+            "no hooks (add one with `gatehouse hook add CHAT --gatekeeper G --trigger T --gadget GADGET`)"
+        );
+    }
+    for h in hooks {
+        outln!(
+            "hook {:<4} {:<12} {}:{} -> {}  {}  {}  fired {}",
+            h.id,
+            inline(&h.chat),
+            inline(&h.gatekeeper),
+            inline(&h.trigger),
+            inline(&h.gadget),
+            match h.every_secs {
+                Some(s) => format!("every {s} s"),
+                None => "webhook".to_owned(),
+            },
+            match (&h.enabled, &h.enabled_by) {
+                (true, Some(p)) => format!("enabled by {}", inline(p)),
+                _ => "disabled".to_owned(),
+            },
+            h.firings
+        );
+    }
+    Ok(())
+}
