@@ -18,6 +18,7 @@ mod introductions;
 mod languages;
 mod lockdown;
 mod mcp;
+mod mcp_serve;
 mod model;
 mod pending_visibility;
 mod sandbox;
