@@ -26,7 +26,8 @@ use crate::classify;
 use crate::kernel::{ActionStatus, CallError, CallOutcome, Kernel, PendingAction};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -392,8 +393,12 @@ fn service_result(result: &str) -> CallToolResult {
     let value: Option<Value> = serde_json::from_str(result).ok();
     if let Some(v) = &value
         && v.get("content").is_some_and(Value::is_array)
-        && let Ok(r) = serde_json::from_value::<CallToolResult>(v.clone())
+        && let Ok(mut r) = serde_json::from_value::<CallToolResult>(v.clone())
     {
+        // A result of an older protocol has no `resultType`; this one is
+        // complete, and a current client needs to be told so (the SDK
+        // drops the field again for a client of an older version).
+        r.result_type = Some(ResultType::COMPLETE);
         return r;
     }
     let mut r = CallToolResult::success(vec![ContentBlock::text(result)]);
