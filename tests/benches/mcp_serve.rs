@@ -48,32 +48,35 @@ fn main() {
         .introduce("bench", "svc", "SVC", None, "alice")
         .expect("introduce");
 
-    let direct = json!({"http": {"url": server.url(), "token": TOKEN}});
-    let step = json!({
-        "direct": direct,
-        "gated_call": {"call": "SVC__get_item", "arguments": {"id": 1}},
-        "direct_call": {"call": "get_item", "arguments": {"id": 1}},
-        "rounds": rounds,
-        "calls": calls,
-    });
+    // The client negotiates per connection: `legacy` is the initialize
+    // handshake (protocol 2025-11-25, what the `mcp` gatekeeper speaks to
+    // the server), `auto` the SDK's default (2026-07-28 where offered).
+    // Both connections of a row use the same mode.
+    let step = |mode: &str| {
+        json!({"bench": {
+            "direct": {"http": {"url": server.url(), "token": TOKEN}, "mode": mode},
+            "gated_call": {"call": "SVC__get_item", "arguments": {"id": 1}},
+            "direct_call": {"call": "get_item", "arguments": {"id": 1}},
+            "rounds": rounds,
+            "calls": calls,
+        }})
+    };
     let mut rows = Vec::new();
-
     let serve = McpHttpServe::start(w.home(), "bench", "alice");
-    let mut c = McpClient::http(&serve.url, Some(&serve.token)).expect("the client connects");
-    rows.push(measure(
-        "read over HTTP",
-        &c.step(&json!({ "bench": step })),
-    ));
-    drop(c);
+    for mode in ["legacy", "auto"] {
+        let connect = json!({"http": {"url": serve.url, "token": serve.token}, "mode": mode});
+        let mut c = McpClient::connect(&connect).expect("the client connects");
+        let what = format!("read over HTTP, {mode} ({})", c.protocol);
+        rows.push(measure(&what, &c.step(&step(mode))));
+    }
     drop(serve);
 
     let log = w.home().join("mcp-serve.stderr");
-    let mut c = McpClient::connect(&stdio_connect(w.home(), "bench", "alice", &log))
-        .expect("the client connects over stdio");
-    rows.push(measure(
-        "read over stdio (direct: HTTP)",
-        &c.step(&json!({ "bench": step })),
-    ));
+    let mut connect = stdio_connect(w.home(), "bench", "alice", &log);
+    connect["mode"] = json!("legacy");
+    let mut c = McpClient::connect(&connect).expect("the client connects over stdio");
+    let what = format!("read over stdio, legacy ({}; direct: HTTP)", c.protocol);
+    rows.push(measure(&what, &c.step(&step("legacy"))));
     drop(c);
 
     let reads = w
