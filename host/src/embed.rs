@@ -29,7 +29,7 @@ pub mod gadget {
 /// it, with egress limited to `Reach`.
 pub mod gatekeeper {
     pub use crate::runtime::gatekeeper::{
-        Called, Fault, GatekeeperPre, GatekeeperState, Reach, Sent, Witness, call, instantiate_fresh,
-        wit,
+        Called, Fault, GatekeeperPre, GatekeeperState, Reach, Sent, Witness, call,
+        instantiate_fresh, wit,
     };
 }

@@ -801,7 +801,12 @@ impl Kernel {
         let mut out = Vec::new();
         for key in self.env(turn).await? {
             if let Ok(binding) = self.resolve(turn, &key).await? {
-                out.extend(binding.granted_tools().into_iter().map(|t| (key.clone(), t)));
+                out.extend(
+                    binding
+                        .granted_tools()
+                        .into_iter()
+                        .map(|t| (key.clone(), t)),
+                );
             }
         }
         Ok(out)

@@ -26,8 +26,8 @@ use crate::classify;
 use crate::kernel::{ActionStatus, CallError, CallOutcome, Kernel, PendingAction};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
-    Tool,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -253,7 +253,10 @@ pub async fn start_http(gate: Gate, addr: SocketAddr) -> anyhow::Result<HttpServ
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
-    anyhow::ensure!(addr.ip().is_loopback(), "the MCP surface listens only on loopback");
+    anyhow::ensure!(
+        addr.ip().is_loopback(),
+        "the MCP surface listens only on loopback"
+    );
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot listen on {addr}: {e} (is another server using it? port 0 picks a free one)"
@@ -335,7 +338,9 @@ fn offered(key: &str, tool: &classify::Tool) -> Result<Tool, String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
     if !valid {
-        return Err("its name is not a valid MCP tool name (1-128 letters, digits, '_', '-', '.')".into());
+        return Err(
+            "its name is not a valid MCP tool name (1-128 letters, digits, '_', '-', '.')".into(),
+        );
     }
     if name.split_once(SEPARATOR) != Some((key, tool.name.as_str())) {
         return Err(format!(
@@ -449,7 +454,9 @@ fn polled(id: u64, status: ActionStatus) -> CallToolResult {
     match status {
         ActionStatus::Pending => state(
             "pending",
-            format!("action #{id} is still pending: nobody has decided it yet, and nothing has been sent. Poll again later."),
+            format!(
+                "action #{id} is still pending: nobody has decided it yet, and nothing has been sent. Poll again later."
+            ),
             false,
             json!({"sent": false}),
         ),
@@ -468,7 +475,9 @@ fn polled(id: u64, status: ActionStatus) -> CallToolResult {
             r.content = content;
             r
         }
-        ActionStatus::Rejected(m) => state("rejected", format!("action #{id}: {m}"), true, json!({})),
+        ActionStatus::Rejected(m) => {
+            state("rejected", format!("action #{id}: {m}"), true, json!({}))
+        }
         ActionStatus::Expired(m) => state("expired", format!("action #{id}: {m}"), true, json!({})),
         ActionStatus::Failed { message, retryable } => state(
             "failed",
@@ -530,7 +539,10 @@ mod tests {
         assert!(offered("A_", &entry("x")).is_err(), "A___x splits as A, _x");
         assert!(offered("A__B", &entry("x")).is_err());
         assert!(offered("SVC", &entry("evil\nApprove? [y/N]")).is_err());
-        assert!(!POLL_TOOL.contains(SEPARATOR), "no offered tool can take its name");
+        assert!(
+            !POLL_TOOL.contains(SEPARATOR),
+            "no offered tool can take its name"
+        );
     }
 
     #[test]

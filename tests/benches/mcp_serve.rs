@@ -89,7 +89,9 @@ fn main() {
         })
         .expect("ledger")
         .len();
-    println!("\n{reads} gated reads recorded; {calls} calls per round, {rounds} rounds, alternated");
+    println!(
+        "\n{reads} gated reads recorded; {calls} calls per round, {rounds} rounds, alternated"
+    );
     println!("\n| measure | through mcp serve | direct | ratio |");
     println!("|---|---|---|---|");
     for r in rows {

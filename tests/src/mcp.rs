@@ -3,11 +3,15 @@
 //! installed by `tools/langs/setup.sh` into the project's venv), serving
 //! Streamable HTTP on an ephemeral loopback port. See the script for its
 //! tools and its fault switches.
+//!
+//! And the other direction: the same SDK's client (`tests/mcp/client.py`,
+//! [`McpClient`]) driving `gatehouse mcp serve` over stdio or HTTP
+//! ([`McpHttpServe`]), as an agent would.
 
 use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::path::Path;
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -193,9 +197,9 @@ impl McpClient {
     }
 
     fn next(&mut self) -> Value {
-        self.answers
-            .recv_timeout(STEP_TIMEOUT)
-            .unwrap_or_else(|_| json!({"error": "the MCP client answered nothing (it exited or hung)"}))
+        self.answers.recv_timeout(STEP_TIMEOUT).unwrap_or_else(
+            |_| json!({"error": "the MCP client answered nothing (it exited or hung)"}),
+        )
     }
 
     /// One step (see tests/mcp/client.py); its answer.
@@ -268,13 +272,16 @@ pub struct McpHttpServe {
 
 impl McpHttpServe {
     pub fn start(home: &Path, chat: &str, person: &str) -> McpHttpServe {
-        let mut child = crate::cli_command(home, &["mcp", "serve", "--chat", chat, "--http", "127.0.0.1:0"])
-            .env("GATEHOUSE_USER", person)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("gatehouse mcp serve starts");
+        let mut child = crate::cli_command(
+            home,
+            &["mcp", "serve", "--chat", chat, "--http", "127.0.0.1:0"],
+        )
+        .env("GATEHOUSE_USER", person)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gatehouse mcp serve starts");
         let mut lines = BufReader::new(child.stdout.take().expect("its stdout")).lines();
         let (mut url, mut token) = (None, None);
         while url.is_none() || token.is_none() {
@@ -322,14 +329,29 @@ impl Drop for McpHttpServe {
 
 /// One raw HTTP/1.1 request to `authority` (`127.0.0.1:PORT`): the status
 /// code and the body.
-pub fn raw_http(authority: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+pub fn raw_http(
+    authority: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(authority).expect("the server answers");
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .expect("a timeout");
+    // `host` may be given, to send another one than the address.
+    let host = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or(authority, |(_, v)| *v);
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-length: {}\r\nconnection: close\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\nconnection: close\r\n",
         body.len()
     );
+    let headers: Vec<_> = headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("host"))
+        .collect();
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -28,7 +28,10 @@ pub async fn execute(kernel: &Kernel, cmd: McpCmd, me: &str) -> anyhow::Result<b
         McpCmd::Serve { chat, http } => {
             // Check the address before anything else: a usage mistake
             // never opens a chat.
-            let addr = http.as_deref().map(mcp_serve::parse_http_addr).transpose()?;
+            let addr = http
+                .as_deref()
+                .map(mcp_serve::parse_http_addr)
+                .transpose()?;
             let gate = Gate::open(kernel.clone(), &chat, me).await?;
             match addr {
                 None => {
@@ -55,11 +58,7 @@ pub async fn execute(kernel: &Kernel, cmd: McpCmd, me: &str) -> anyhow::Result<b
                             "serving chat {chat} over MCP at {} (Ctrl-C stops)",
                             server.url()
                         );
-                        let _ = writeln!(
-                            out,
-                            "bearer token (shown once): {}",
-                            server.token()
-                        );
+                        let _ = writeln!(out, "bearer token (shown once): {}", server.token());
                         let _ = out.flush();
                     }
                     let failed = tokio::select! {

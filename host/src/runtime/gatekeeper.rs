@@ -729,8 +729,8 @@ pub async fn describe(
     settings: Vec<(String, String)>,
 ) -> anyhow::Result<Manifest> {
     use crate::store::{
-        MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES, MAX_TOOLS,
-        MAX_TRIGGERS,
+        MAX_DESCRIPTION_BYTES, MAX_MANIFEST_BYTES, MAX_SCHEMA_BYTES, MAX_TOOL_NAME_BYTES,
+        MAX_TOOLS, MAX_TRIGGERS,
     };
     let scrub = Scrub::new(reach.credential.as_deref());
     let called = with_instance(pre, limits, name, reach, move |store, gk| {

@@ -83,7 +83,10 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
             );
         }
     }
-    assert_eq!(tool(&tools, "ISSUES__getIssue")["annotations"]["readOnlyHint"], true);
+    assert_eq!(
+        tool(&tools, "ISSUES__getIssue")["annotations"]["readOnlyHint"],
+        true
+    );
     assert_eq!(
         tool(&tools, "ISSUES__createIssue")["annotations"],
         json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false})
@@ -92,7 +95,10 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
     // A read runs at once, and is recorded under the external principal.
     let read = c.call("ISSUES__getIssue", json!({"id": 1}));
     assert!(!is_error(&read), "{read}");
-    assert!(text(&read).contains("Login page shows a blank screen"), "{read}");
+    assert!(
+        text(&read).contains("Login page shows a blank screen"),
+        "{read}"
+    );
     assert_eq!(read["structuredContent"]["id"], 1, "{read}");
     let log = w
         .kernel
@@ -105,7 +111,10 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
         .unwrap();
     let seen = log.last().expect("the read is recorded");
     assert_eq!(seen.caller, "external agent in work, acting for alice");
-    assert_eq!((seen.person.as_str(), seen.gadget.as_deref()), ("alice", None));
+    assert_eq!(
+        (seen.person.as_str(), seen.gadget.as_deref()),
+        ("alice", None)
+    );
     assert_eq!(seen.tool.as_deref(), Some("getIssue"));
 
     // A write answers pending at once, not as an error; nothing was sent.
@@ -146,7 +155,10 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
     // Polling returns the service's answer; asking again sends nothing.
     let applied = poll(c, id);
     assert!(!is_error(&applied), "{applied}");
-    assert_eq!(applied["structuredContent"]["state"], "applied", "{applied}");
+    assert_eq!(
+        applied["structuredContent"]["state"], "applied",
+        "{applied}"
+    );
     assert!(text(&applied).contains("Filed by an agent"), "{applied}");
     let _ = w.cli(&["approve", &id.to_string()]);
     assert_eq!(w.tracker.writes().len(), 1, "sent once");
@@ -218,6 +230,23 @@ async fn an_mcp_client_over_http_needs_the_bearer_token() {
         &init,
     );
     assert_eq!(status, 200, "{body}");
+    // With the token, but addressed by another name (DNS rebinding) or
+    // from a browser page: refused too.
+    let port = serve.authority().rsplit(':').next().unwrap().to_owned();
+    let rebound = format!("attacker.example:{port}");
+    for extra in [
+        ("host", rebound.as_str()),
+        ("origin", "http://attacker.example"),
+    ] {
+        let (status, body) = raw_http(
+            &serve.authority(),
+            "POST",
+            "/mcp",
+            &[accept, json_body, ("authorization", &right), extra],
+            &init,
+        );
+        assert!((400..500).contains(&status), "{extra:?}: {status} {body}");
+    }
     // The SDK's client with a wrong token does not get in either.
     let refused = McpClient::http(&serve.url, Some("not-the-token")).err();
     assert!(refused.is_some(), "a wrong token opens no session");
@@ -228,7 +257,10 @@ async fn an_mcp_client_over_http_needs_the_bearer_token() {
     the_round_of_an_agent(&w, &mut c);
     drop(c);
     let status = serve.stop();
-    assert!(status.success(), "SIGTERM stops the server cleanly: {status:?}");
+    assert!(
+        status.success(),
+        "SIGTERM stops the server cleanly: {status:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -275,7 +307,12 @@ async fn stdout_carries_only_json_rpc() {
     assert!(status.success(), "{status:?}");
     assert!(rx.try_recv().is_err(), "nothing else on stdout");
     assert!(lines.iter().all(|m| m["jsonrpc"] == "2.0"), "{lines:?}");
-    let answer = |id: i64| lines.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("{lines:?}"));
+    let answer = |id: i64| {
+        lines
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("{lines:?}"))
+    };
     assert!(answer(2)["result"]["tools"].is_array(), "{lines:?}");
     assert_eq!(answer(3)["result"]["isError"], false, "{lines:?}");
     assert!(
@@ -286,7 +323,12 @@ async fn stdout_carries_only_json_rpc() {
     );
     assert_eq!(w.kernel.inspect().pending(None).unwrap().len(), 1);
     let mut logs = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
     assert!(!logs.is_empty(), "the debug log went to stderr");
 }
 
@@ -345,7 +387,12 @@ async fn a_latched_chat_refuses_outbound_calls_through_mcp_exactly_as_through_a_
     let gadget = w
         .script(
             "work",
-            Value::Array(calls.iter().map(|(k, t, a)| call(k, t, a.clone())).collect()),
+            Value::Array(
+                calls
+                    .iter()
+                    .map(|(k, t, a)| call(k, t, a.clone()))
+                    .collect(),
+            ),
         )
         .await;
     for (i, (key, tool, args)) in calls.iter().enumerate() {
@@ -356,7 +403,10 @@ async fn a_latched_chat_refuses_outbound_calls_through_mcp_exactly_as_through_a_
         assert_eq!(error["message"], gadget[i]["error"]["message"], "{tool}");
         assert!(text(&through_mcp).contains("locked down"), "{through_mcp}");
     }
-    assert!(k.inspect().pending(None).unwrap().is_empty(), "nothing staged");
+    assert!(
+        k.inspect().pending(None).unwrap().is_empty(),
+        "nothing staged"
+    );
     assert_eq!(w.tracker.requests().len(), requests, "nothing left");
     drop(warehouse);
 }
@@ -427,7 +477,10 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
         .unwrap()
         .pop()
         .unwrap();
-    assert_eq!(last.caller, "external agent in salary-board, acting for bob");
+    assert_eq!(
+        last.caller,
+        "external agent in salary-board, acting for bob"
+    );
     assert_eq!(last.account.as_deref(), Some("bob/analyst"));
 
     // Removed, bob's open session loses the chat at the next request.
@@ -551,7 +604,10 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(server.calls_of("delete_item"), 1);
     let applied = poll(&mut c, id);
-    assert_eq!(applied["structuredContent"]["state"], "applied", "{applied}");
+    assert_eq!(
+        applied["structuredContent"]["state"], "applied",
+        "{applied}"
+    );
     assert!(text(&applied).contains("deleted 7"), "{applied}");
     assert_eq!(
         applied["structuredContent"]["result"]["structuredContent"]["result"],
