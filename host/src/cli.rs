@@ -5,6 +5,7 @@
 //! module only words them as one line on stderr with exit code 1.
 
 mod hooks;
+mod mcp;
 mod sharing;
 mod workflow;
 
@@ -298,6 +299,9 @@ enum Command {
     /// Sign-in links for the web inbox.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Gatehouse as an MCP server: a chat's tools for any MCP client.
+    #[command(subcommand)]
+    Mcp(mcp::McpCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -474,14 +478,19 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(execute(cli)) {
+    let code = match rt.block_on(execute(cli)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             errln!("error: {}", crate::prompt::one_line(&format!("{e:#}")));
             ExitCode::from(1)
         }
-    }
+    };
+    // Every command has settled its work by now (`Kernel::settle`). What
+    // may remain is a read of a terminal's stdin (`mcp serve` stopped by
+    // Ctrl-C), which would otherwise hold the exit until a line is typed.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 fn user(cli_user: &Option<String>) -> String {
@@ -925,6 +934,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
                 None => outln!("{name} gets no notices"),
             }
         }
+        Command::Mcp(cmd) => return mcp::execute(kernel, cmd, &me).await,
         Command::User(UserCmd::Add { name }) => {
             if kernel.add_user(&name)? {
                 outln!("added {name}");
@@ -1270,12 +1280,15 @@ async fn decide(
 
 #[cfg(test)]
 mod surfaces {
-    /// Every source file of a surface (the CLI, the web inbox, the demo).
+    /// Every source file of a surface (the CLI, the web inbox, the MCP
+    /// server, the demo).
     const SURFACES: &[(&str, &str)] = &[
         ("cli.rs", include_str!("cli.rs")),
         ("cli/hooks.rs", include_str!("cli/hooks.rs")),
         ("cli/sharing.rs", include_str!("cli/sharing.rs")),
         ("cli/workflow.rs", include_str!("cli/workflow.rs")),
+        ("cli/mcp.rs", include_str!("cli/mcp.rs")),
+        ("mcp_serve.rs", include_str!("mcp_serve.rs")),
         ("web/mod.rs", include_str!("web/mod.rs")),
         ("web/api.rs", include_str!("web/api.rs")),
         ("web/session.rs", include_str!("web/session.rs")),

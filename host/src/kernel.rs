@@ -793,6 +793,58 @@ impl Kernel {
         Ok(report)
     }
 
+    // ----- external agents (MCP clients, SPEC M2) -----
+
+    /// A turn of an external agent in `chat`, acting for `person`: no
+    /// gadget, the principal `external agent in CHAT, acting for PERSON`.
+    /// Admitted exactly as a person's own turn is ([`Kernel::run_as`]): the
+    /// owner passes; a collaborator is re-verified now, with the accounts
+    /// they chose when they last opened the chat; anyone else, and a chat
+    /// that does not exist, get the same "no such chat" answer (W2).
+    /// A surface asks for one before every request it serves, so that a
+    /// person who lost the chat loses it at the next request.
+    pub async fn external_turn(&self, chat: &str, person: &str) -> anyhow::Result<Turn> {
+        let c = chat.to_owned();
+        let exists = self.store().run(move |s| Ok(s.chat(&c)?.is_some())).await?;
+        if !exists {
+            bail!(crate::access::Refusal::NoSuchChat(chat.to_owned()));
+        }
+        self.verify_runner(chat, person).await?;
+        Ok(Turn {
+            gadget: None,
+            chat: chat.to_owned(),
+            principal: Principal::External {
+                chat: chat.to_owned(),
+                person: person.to_owned(),
+            },
+            harness: Harness::Plain,
+            awaited: Arc::default(),
+            step: None,
+        })
+    }
+
+    /// The tools introduced into the turn's chat that its introductions
+    /// grant, as `(key, tool)` in introduction then manifest order, with
+    /// the manifest entries as stored (annotations unchanged). A key whose
+    /// gatekeeper was removed offers nothing.
+    pub async fn introduced_tools(
+        &self,
+        turn: &Turn,
+    ) -> anyhow::Result<Vec<(String, classify::Tool)>> {
+        let mut out = Vec::new();
+        for key in self.env(turn).await? {
+            if let Ok(binding) = self.resolve(turn, &key).await? {
+                out.extend(
+                    binding
+                        .granted_tools()
+                        .into_iter()
+                        .map(|t| (key.clone(), t)),
+                );
+            }
+        }
+        Ok(out)
+    }
+
     // ----- the gadget-facing calls -----
 
     pub(crate) async fn env(&self, turn: &Turn) -> anyhow::Result<Vec<String>> {

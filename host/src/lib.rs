@@ -23,7 +23,8 @@
 //! - [`blueprint`]: a gadget as a file another person installs (B);
 //! - [`scaffold`]: starter projects for gadget authors (`gatehouse new`);
 //! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
-//!   (`gatehouse serve`); [`demo`]: the guided tour.
+//!   (`gatehouse serve`); [`mcp_serve`]: a chat's tools for any MCP client
+//!   (`gatehouse mcp serve`); [`demo`]: the guided tour.
 
 #[macro_use]
 mod console;
@@ -44,6 +45,7 @@ pub mod inbox;
 pub mod inspect;
 pub mod kernel;
 pub mod notify;
+pub mod mcp_serve;
 pub mod observations;
 pub mod overseer;
 pub mod principal;

@@ -264,6 +264,19 @@ async fn notices(state: AppState, window: Duration, tick: Duration) {
     }
 }
 
+/// Serve `app` on `listener` with the inbox's connection handling (the cap,
+/// header timeout and graceful stop of [`Config`]) until `stop` fires: the
+/// MCP surface's HTTP transport (`crate::mcp_serve`) listens this way too.
+pub(crate) async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    config: Config,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    let in_flight = Arc::new(tokio::sync::RwLock::new(()));
+    serve(listener, app, config, in_flight, stop).await
+}
+
 /// The accept loop: at most `max_connections` at once, each HTTP/1 with a
 /// header-read timeout; on `stop`, stop accepting, finish what is in flight.
 async fn serve(

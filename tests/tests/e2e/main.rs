@@ -21,6 +21,7 @@ mod introductions;
 mod languages;
 mod lockdown;
 mod mcp;
+mod mcp_serve;
 mod model;
 mod notices;
 mod pending_visibility;
