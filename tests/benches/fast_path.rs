@@ -19,12 +19,12 @@
 //! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run).
 
-use gatehouse::kernel::{CallOutcome, Turn};
-use gatehouse::store::Trust;
-use gatehouse::{Kernel, Limits, Principal};
 use gatehouse::embed::gadget::instantiate_fresh as gadget_instance;
 use gatehouse::embed::gatekeeper::instantiate_fresh as gatekeeper_instance;
 use gatehouse::embed::{Role, Runtime};
+use gatehouse::kernel::{CallOutcome, Turn};
+use gatehouse::store::Trust;
+use gatehouse::{Kernel, Limits, Principal};
 use gatehouse_e2e::bare::{Bare, BareGatekeeper, unmediated_call};
 use gatehouse_e2e::{World, cli_command, guest, langs};
 use serde_json::json;
@@ -91,7 +91,11 @@ fn main() {
     table.ratio("read, one from the host", k, b, "≤ 1.5×", 1.5);
     // The peer, run before and after in the same session; its faster run
     // is the bar (the comparison that favours the peer).
-    if let Some(extism) = peer_before.into_iter().chain(extism_peer(rounds)).reduce(f64::min) {
+    if let Some(extism) = peer_before
+        .into_iter()
+        .chain(extism_peer(rounds))
+        .reduce(f64::min)
+    {
         table.ratio(
             "read vs an Extism plugin → host → plugin round trip",
             k,
@@ -507,8 +511,10 @@ fn cached_load(rounds: usize, path: &Path) -> (f64, f64) {
         let t = Instant::now();
         // SAFETY: written by `precompile_component` of an engine with the
         // same configuration, a moment ago, in a directory only we use.
-        let c = unsafe { wasmtime::component::Component::deserialize_file(runtime.engine(), &artifact) }
-            .expect("deserialised");
+        let c = unsafe {
+            wasmtime::component::Component::deserialize_file(runtime.engine(), &artifact)
+        }
+        .expect("deserialised");
         bare.push(t.elapsed());
         drop(c);
     }
@@ -537,7 +543,11 @@ fn startup(quick: bool) -> ((f64, u64), (f64, u64)) {
             .output()
             .expect("gatehouse runs");
         let took = t.elapsed();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         took
     };
     // Warm the page cache for both, as a machine that just used them has.

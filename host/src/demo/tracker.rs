@@ -488,7 +488,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         // A created issue is told of to the webhook, if one is set.
         if parts.method == Method::POST
             && parts.uri.path().trim_end_matches('/') == "/issues"
-            && answer.status() == StatusCode::CREATED
+            && answer.status == StatusCode::CREATED
             && let Some(issue) = world.issues.values().next_back().cloned()
         {
             let hook = shared
