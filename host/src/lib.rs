@@ -1,7 +1,7 @@
 //! Gatehouse: a host for sandboxed WebAssembly gadgets whose writes to the
 //! outside world wait, durably, for a person's decision.
 //!
-//! One module per concept of SPEC.md:
+//! One module per concept of the rules in `docs/rules.md`:
 //! - [`principal`]: who is acting, and whose credential a call uses (C5);
 //! - [`access`]: who may do what, the one authorization rule (W);
 //! - `runtime`: engine, sandbox limits, compiled-component cache (X); the

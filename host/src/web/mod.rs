@@ -248,8 +248,8 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
     })
 }
 
-/// Send the notices that are due (SPEC: "`serve` notifies the people who
-/// may decide"), every tick, until the server stops. The kernel decides
+/// Send the notices that are due (docs/operations.md, "Notifications"),
+/// every tick, until the server stops. The kernel decides
 /// who is told of what ([`Kernel::notify_pass`]).
 async fn notices(state: AppState, window: Duration, tick: Duration) {
     let mut stopping = state.stopping.clone();

@@ -58,6 +58,7 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
             "ISSUES__searchIssues",
             "ISSUES__createIssue",
             "ISSUES__addLabel",
+            "ISSUES__removeLabel",
             "gatehouse_action_result"
         ]
     );
