@@ -269,9 +269,10 @@ fn main() {
     let turn_full = Turn::new("script", "bench", Principal::person("bench"));
     let empty = world(&rt, "bench");
     let (mut in_full, mut in_empty) = (Vec::new(), Vec::new());
+    // Every stage lands in chat `bench` of each world: stay under its cap.
     let (k, b) = alternate(
         rounds,
-        10,
+        45 / rounds,
         || in_full.push(stage(&rt, &full.kernel, &turn_full)),
         || in_empty.push(stage(&rt, &empty.kernel, &turn_full)),
     );
