@@ -3,7 +3,7 @@
 //! CSRF tokens, idle and trickling connections, and every error status the
 //! API can give documented.
 
-use crate::web_api::{Api, PATIENCE, people_world, serve, stage_labels};
+use crate::web_api::{Api, PATIENCE, chat_path, people_world, serve, stage_labels};
 use gatehouse::demo::tracker::Fault;
 use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::store::{ActionState, Trust};
@@ -163,7 +163,7 @@ async fn opening_a_chat_that_is_not_yours_answers_like_no_such_chat() {
 
     let server = serve(&w).await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
-    let existing = bob.post("/api/chats/work/open", json!({})).await;
+    let existing = bob.post(&chat_path("work", "open"), json!({})).await;
     let missing = bob.post("/api/chats/nowork/open", json!({})).await;
     assert_eq!(existing.status, 404, "{}", existing.text);
     assert_eq!(missing.status, existing.status);
@@ -175,7 +175,7 @@ async fn opening_a_chat_that_is_not_yours_answers_like_no_such_chat() {
     assert!(!existing.text.contains("locked"), "{}", existing.text);
     // A made-up share link changes nothing.
     let linked = bob
-        .post("/api/chats/work/open", json!({"link": "0123abcd"}))
+        .post(&chat_path("work", "open"), json!({"link": "0123abcd"}))
         .await;
     assert_eq!(linked.text, existing.text);
     // Nor does asking the same of the GET routes.

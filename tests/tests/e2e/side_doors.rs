@@ -6,7 +6,7 @@
 //! credential is `TOKEN`); Bob and Carol are other people, Mallory a
 //! stranger.
 
-use crate::web_api::{Api, serve};
+use crate::web_api::{Api, chat_path, serve};
 use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::overseer::Decision;
 use gatehouse::sharing::OpenRequest;
@@ -314,7 +314,7 @@ async fn nothing(api: &Api, id: i64) {
     for path in [
         format!("/api/actions/{id}"),
         "/api/chats/work".to_owned(),
-        "/api/chats/work/observations".to_owned(),
+        chat_path("work", "observations"),
         "/api/ledger?chat=work".to_owned(),
     ] {
         let a = api.send("GET", &path, None, &[]).await;

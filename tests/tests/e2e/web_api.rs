@@ -18,6 +18,11 @@ use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
+/// The API path of `what` under chat `chat`: `/api/chats/CHAT/WHAT`.
+pub(crate) fn chat_path(chat: &str, what: &str) -> String {
+    format!("/api/chats/{chat}/{what}")
+}
+
 /// Generous: the machine is small and shared.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -660,7 +665,7 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     let server = serve(&w).await;
     let api = Api::signed_in(&w, &server.url(), "alice").await;
 
-    let obs = api.get("/api/chats/work/observations").await.json();
+    let obs = api.get(&chat_path("work", "observations")).await.json();
     let obs = obs.as_array().unwrap();
     assert_eq!(obs.len(), 1, "{obs:?}");
     assert_eq!(obs[0]["caller"], "alice");
