@@ -50,6 +50,35 @@ function liveView(onChange) {
   });
 }
 
+// A view's reload, one at a time: a live-view change that arrives while a
+// reload is still awaiting the API runs one more reload after it, instead of
+// a second one interleaving with the first (two interleaved reloads would
+// each clear and fill the same list).
+function oneAtATime(reload) {
+  let running = null;
+  let again = false;
+  const run = async () => {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      let ok;
+      do {
+        again = false;
+        ok = await reload();
+      } while (again);
+      return ok;
+    })();
+    try {
+      return await running;
+    } finally {
+      running = null;
+    }
+  };
+  return run;
+}
+
 // ----- small DOM helpers (text only) -----
 
 function el(tag, props, ...children) {
@@ -182,7 +211,7 @@ function card(a) {
   const prompt = el("pre", { class: "prompt", text: a.prompt });
   const node = el("li", { class: "action", dataset: { id: String(a.id) } },
     el("label", { class: "pick" }, `#${a.id} `, choice), prompt, result);
-  c = { action: a, node, choice, result, decided: null };
+  c = { action: a, node, choice, result, decided: null, submitting: false };
   cards.set(a.id, c);
   return c;
 }
@@ -252,10 +281,12 @@ function renderInbox(list, inbox) {
       add(a);
     }
   }
-  // Decided here: keep them, with their results, until the page reloads.
+  // Decided here (or being decided by a batch in flight, whose live-view
+  // refresh can arrive before the batch's answer): keep them, with their
+  // results, until the page reloads.
   for (const [id, c] of cards) {
     if (seen.has(id)) continue;
-    if (c.decided) add(c.action);
+    if (c.decided || c.submitting) add(c.action);
     else cards.delete(id); // decided elsewhere (another person, the CLI)
   }
   const latched = new Set(inbox.latched_chats);
@@ -296,7 +327,7 @@ async function inboxView(main) {
     list
   );
   let inbox = { groups: [], latched_chats: [] };
-  const refresh = async () => {
+  const refresh = oneAtATime(async () => {
     try {
       inbox = await api("GET", "/api/inbox");
       latchedBanners(inbox.latched_chats);
@@ -306,7 +337,7 @@ async function inboxView(main) {
       return false;
     }
     return true;
-  };
+  });
   const mark = (verb) => {
     for (const c of cards.values()) if (!c.decided) c.choice.value = verb;
   };
@@ -325,6 +356,7 @@ async function inboxView(main) {
     };
     submit.disabled = true;
     status.textContent = "Deciding…";
+    for (const c of open) c.submitting = true;
     try {
       const r = await api("POST", "/api/decisions", body);
       for (const res of r.results) {
@@ -337,6 +369,7 @@ async function inboxView(main) {
       status.textContent = "";
       failed(e);
     } finally {
+      for (const c of open) c.submitting = false;
       submit.disabled = false;
     }
     await refresh();
@@ -515,7 +548,7 @@ async function workflowsView(main) {
     }
     await load();
   };
-  const load = async () => {
+  const load = oneAtATime(async () => {
     let requests;
     try {
       requests = await api("GET", "/api/workflow/requests");
@@ -565,7 +598,7 @@ async function workflowsView(main) {
       }
     }
     return true;
-  };
+  });
   if (await load()) {
     liveView((c) => {
       if (c.resync || c.requests) load();
