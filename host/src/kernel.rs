@@ -1306,22 +1306,9 @@ pub(crate) fn invocation_for(binding: &Binding, tool: &str, args: String) -> gkw
 /// refuses the write too (fail closed); no schema is ever fetched from the
 /// network or a file (the validator is built without resolvers).
 pub(crate) fn check_schema(schema: &str, args: &str) -> Result<(), String> {
-    let schema: serde_json::Value = match serde_json::from_str(schema) {
-        Ok(s) => s,
-        Err(e) => {
-            return Err(format!(
-                "the tool's input schema is not JSON ({e}); ask the operator to fix or refresh the gatekeeper"
-            ));
-        }
-    };
+    let validator = validator_for(schema)?;
     let args: serde_json::Value =
         serde_json::from_str(args).map_err(|e| format!("the arguments are not JSON: {e}"))?;
-    let validator = jsonschema::validator_for(&schema).map_err(|e| {
-        format!(
-            "the tool's input schema is not a usable JSON Schema ({}); ask the operator to fix or refresh the gatekeeper",
-            crate::prompt::excerpt(&e.to_string(), 200)
-        )
-    })?;
     match validator.iter_errors(&args).next() {
         None => Ok(()),
         Some(e) => {
@@ -1337,6 +1324,44 @@ pub(crate) fn check_schema(schema: &str, args: &str) -> Result<(), String> {
             ))
         }
     }
+}
+
+/// How many compiled input schemas [`validator_for`] keeps. A schema is
+/// compiled once and reused by every stage of its tool (issue 17: compiling
+/// it on every stage was a large part of a stage's cost); past this many
+/// distinct schemas the cache starts again, so a gatekeeper with a huge
+/// manifest costs memory only for the tools actually called.
+const CACHED_VALIDATORS: usize = 1024;
+
+/// The compiled validator of `schema` (its text, as the manifest stores
+/// it), or the one-line reason it is unusable. Both outcomes are cached:
+/// compiling is a pure function of the text, so a refreshed manifest with
+/// a changed schema is simply another key.
+fn validator_for(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
+    type Compiled = Result<Arc<jsonschema::Validator>, String>;
+    static CACHE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Compiled>>> =
+        std::sync::LazyLock::new(Default::default);
+    let cache = || CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(hit) = cache().get(schema) {
+        return hit.clone();
+    }
+    let compiled: Compiled = match serde_json::from_str::<serde_json::Value>(schema) {
+        Err(e) => Err(format!(
+            "the tool's input schema is not JSON ({e}); ask the operator to fix or refresh the gatekeeper"
+        )),
+        Ok(value) => jsonschema::validator_for(&value).map(Arc::new).map_err(|e| {
+            format!(
+                "the tool's input schema is not a usable JSON Schema ({}); ask the operator to fix or refresh the gatekeeper",
+                crate::prompt::excerpt(&e.to_string(), 200)
+            )
+        }),
+    };
+    let mut cache = cache();
+    if cache.len() >= CACHED_VALIDATORS {
+        cache.clear();
+    }
+    cache.insert(schema.to_owned(), compiled.clone());
+    compiled
 }
 
 /// Where a call through `binding` may reach, and with which credential.
