@@ -934,10 +934,14 @@ impl Kernel {
         match class.kind {
             Kind::Read => self.read(turn, &binding, tool, args, None).await,
             Kind::Action => {
+                let auto_approvable = class.auto_approvable;
                 let outcome = self.stage(turn, &binding, tool, args, class).await?;
                 if let Ok(CallOutcome::Pending(p)) = &outcome {
                     // Auto-approval runs beside the gadget, never in its way (A1).
-                    self.drain_in_background(&turn.chat);
+                    if auto_approvable {
+                        let tag = format!("{}:{tool}", binding.gatekeeper().name);
+                        self.drain_if_covered(&turn.chat, tag);
+                    }
                     match turn.harness {
                         Harness::Naive => return Ok(Ok(CallOutcome::Done("{}".into()))),
                         Harness::Honest if p.await_decision => turn
@@ -1339,8 +1343,9 @@ const CACHED_VALIDATORS: usize = 1024;
 /// a changed schema is simply another key.
 fn validator_for(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
     type Compiled = Result<Arc<jsonschema::Validator>, String>;
-    static CACHE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Compiled>>> =
-        std::sync::LazyLock::new(Default::default);
+    static CACHE: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<String, Compiled>>,
+    > = std::sync::LazyLock::new(Default::default);
     let cache = || CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(hit) = cache().get(schema) {
         return hit.clone();

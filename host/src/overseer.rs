@@ -406,6 +406,34 @@ impl Kernel {
         });
     }
 
+    /// After a stage in `chat` of an action tagged `tag` that key one
+    /// allows: drain the chat, beside the gadget, if some rule might cover
+    /// the tag there (key two). Only the new action can have become
+    /// drainable by its own stage: every earlier one was drained when it
+    /// was staged or when the rule or tier that would cover it appeared
+    /// (each of those drains every chat). So when no rule names the tag,
+    /// the drain, which takes the writer connection, is skipped: that
+    /// keeps it out of the way of staging. The check runs after the stage
+    /// committed, so a rule added meanwhile drains the action itself.
+    pub(crate) fn drain_if_covered(&self, chat: &str, tag: String) {
+        let k = self.clone();
+        let chat = chat.to_owned();
+        self.spawn_background(async move {
+            let (c, t) = (chat.clone(), tag);
+            let covered = k
+                .store()
+                .read_now(move |conn| crate::store::rules::may_cover(conn, &t, &c))
+                .await;
+            let drained = match covered {
+                Ok(false) => Ok(Vec::new()),
+                Ok(true) | Err(_) => k.drain_scope(DrainScope::chat(&chat)).await,
+            };
+            if let Err(e) = drained {
+                tracing::warn!(error = %format!("{e:#}"), "auto-approval drain failed");
+            }
+        });
+    }
+
     /// Apply every pending action both keys allow (U1-U4), in every chat,
     /// then resume the agent runs whose awaited actions are all applied
     /// (V3). For a change that can affect any chat (a new rule, a trust

@@ -18,6 +18,9 @@
 //!
 //! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run).
+//! `FAST_PATH_PROFILE=read|stage|turn` runs only that kernel loop, many
+//! times and without a baseline, for a profiler
+//! (`valgrind --tool=callgrind target/release/deps/fast_path-*`).
 
 use gatehouse::embed::gadget::instantiate_fresh as gadget_instance;
 use gatehouse::embed::gatekeeper::instantiate_fresh as gatekeeper_instance;
@@ -45,6 +48,10 @@ fn main() {
     let bare = Bare::new("script", "rogue", Limits::default());
     let baseline_db = BareDb::new();
     let turn = Turn::new("script", "bench", Principal::person("bench"));
+    if let Ok(what) = std::env::var("FAST_PATH_PROFILE") {
+        profile(&rt, &w, &turn, &what);
+        return;
+    }
 
     // Read: a turn of 50, and one call from the host.
     let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
@@ -299,6 +306,61 @@ fn main() {
     );
 
     table.print();
+}
+
+/// One kernel loop under a profiler: `read` (host calls of `echo`),
+/// `stage` (writes, rejected in batches to stay under the cap) or `turn`
+/// (one gadget turn of 1 read + 3 writes).
+fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
+    let n: usize = std::env::var("FAST_PATH_N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2000);
+    match what {
+        "read" => {
+            for _ in 0..n {
+                let out = rt
+                    .block_on(w.kernel.call(turn, "ROGUE", "echo", r#"{"n":1}"#.into()))
+                    .expect("read");
+                assert!(matches!(out, Ok(CallOutcome::Done(_))), "{out:?}");
+            }
+        }
+        "stage" => {
+            let mut ids = Vec::new();
+            for _ in 0..n {
+                ids.push(stage(rt, &w.kernel, turn));
+                if ids.len() == 40 {
+                    reject(rt, &w.kernel, &ids);
+                    ids.clear();
+                }
+            }
+            reject(rt, &w.kernel, &ids);
+        }
+        "turn" => {
+            let mixed = json!({ "steps": [
+                {"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}},
+                {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+                {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+                {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+            ]})
+            .to_string();
+            for _ in 0..n {
+                let report = rt
+                    .block_on(w.kernel.run("script", "bench", &mixed))
+                    .expect("turn");
+                let out: serde_json::Value =
+                    serde_json::from_str(report.output.as_deref().expect("turn ok")).expect("json");
+                let ids: Vec<i64> = out
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.pointer("/pending/action_id").and_then(|i| i.as_i64()))
+                    .collect();
+                reject(rt, &w.kernel, &ids);
+            }
+        }
+        other => panic!("FAST_PATH_PROFILE={other}: say read, stage or turn"),
+    }
 }
 
 /// A world with `script` installed and `rogue` introduced as ROGUE in

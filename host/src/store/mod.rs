@@ -20,7 +20,7 @@ mod hooks;
 mod ledger;
 mod notices;
 mod registry;
-mod rules;
+pub(crate) mod rules;
 mod sessions;
 mod sharing;
 pub mod workflows;

@@ -17,6 +17,22 @@ pub struct Rule {
     pub enabled_at: i64,
 }
 
+/// Whether some rule might auto-approve an action tagged `tag` in `chat`
+/// (key two only; the claim checks both keys again). On any connection,
+/// readers included: the question changes nothing.
+pub(crate) fn may_cover(
+    conn: &rusqlite::Connection,
+    tag: &str,
+    chat: &str,
+) -> anyhow::Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM rules WHERE tag = ?1 AND (chat = ?2 OR (chat IS NULL
+               AND person = (SELECT owner FROM chats WHERE name = ?2))))",
+        )?
+        .query_row(params![tag, chat], |r| r.get(0))?)
+}
+
 /// A harness run (SPEC V2, V3).
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentRun {
