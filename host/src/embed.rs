@@ -22,11 +22,11 @@ pub use crate::runtime::nesting::check as check_nesting;
 /// kernel's `Kernel::view`).
 pub mod gadget {
     pub use crate::runtime::gadget::gatehouse::os::{kernel, types, workflow};
-    pub use crate::runtime::view::{Answer, KernelView};
     pub use crate::runtime::gadget::{
         CertificateHandle, Gadget, GadgetPre, GadgetState, ServiceHandle, TurnReport,
         instantiate_fresh,
     };
+    pub use crate::runtime::view::{Answer, KernelView};
 }
 
 /// The gatekeeper side: a sandboxed gatekeeper instance and one call into

@@ -12,9 +12,9 @@ use crate::classify::{self, Kind};
 use crate::home::Home;
 use crate::principal::{Credential, Principal};
 use crate::runtime::gadget::TurnReport;
+use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
 use crate::runtime::view::{Answer, KernelView};
-use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 use crate::runtime::{Limits, Role, Runtime};
 use crate::store::{
     Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
@@ -1420,14 +1420,8 @@ fn check_host(h: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `n` bytes from the operating system's generator, hex-encoded: process
-/// tokens and share links.
-pub(crate) fn random_hex(n: usize) -> anyhow::Result<String> {
-    let mut bytes = vec![0u8; n];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| anyhow::anyhow!("the system's random generator failed: {e}"))?;
-    Ok(hex::encode(bytes))
-}
+// Kept reachable here for the surfaces that mint tokens through the kernel.
+pub(crate) use crate::entropy::random_hex;
 
 #[cfg(test)]
 mod tests {

@@ -7,8 +7,8 @@
 //! ([`super::view::KernelView`]); what a call *does* is decided by the
 //! kernel behind it, which this module never names.
 
-use super::{Limiter, Limits, explain_trap};
 use super::view::{self as kernel, KernelView};
+use super::{Limiter, Limits, explain_trap};
 use wasmtime::Store;
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -232,11 +232,7 @@ impl wit::Host for GadgetState {
         if let Some(refusal) = self.charge() {
             return Ok(Err(wit::CallError::Refused(refusal)));
         }
-        let status = self
-            .kernel
-            .action_result(action_id)
-            .await
-            .map_err(host)?;
+        let status = self.kernel.action_result(action_id).await.map_err(host)?;
         Ok(status
             .map(|s| match s {
                 kernel::ActionStatus::Pending => wit::ActionStatus::Pending,
@@ -293,11 +289,7 @@ impl wit::HostService for GadgetState {
             return Ok(Err(wit::CallError::Refused(refusal)));
         }
         let key = self.table.get(&this)?.key.clone();
-        let outcome = self
-            .kernel
-            .call(&key, &tool, args)
-            .await
-            .map_err(host)?;
+        let outcome = self.kernel.call(&key, &tool, args).await.map_err(host)?;
         Ok(outcome.map(to_wit_outcome).map_err(to_wit_error))
     }
 
