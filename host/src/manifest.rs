@@ -45,7 +45,8 @@ pub struct Tool {
 pub struct Manifest {
     pub tools: Vec<Tool>,
     pub simulates: bool,
-    pub observers: String,
+    /// How the gatekeeper answers for observers (SPEC S4).
+    pub observers: ObserverStrategy,
     /// What can start a turn without a person (hooks bind them).
     #[serde(default)]
     pub triggers: Vec<Trigger>,
@@ -143,6 +144,60 @@ impl Annotations {
     }
 }
 
+/// How a gatekeeper answers for a shared chat's observers (SPEC S4, WIT
+/// `observer-strategy`). Stored as its WIT name (`refuse`, `access-check`,
+/// `track-reads`, `no-check`), the text manifests have always held; any
+/// other stored text (an older or damaged manifest) reads as `Refuse`, the
+/// fail-closed answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "&'static str")]
+pub enum ObserverStrategy {
+    /// Results are never shared with observers: a shared chat is refused.
+    #[default]
+    Refuse,
+    /// The gatekeeper checks each observer's own access to what was read.
+    AccessCheck,
+    /// The gatekeeper predicts, from the sources it tracked, who may see it.
+    TrackReads,
+    /// Everyone in the chat may see every result: no check is needed.
+    NoCheck,
+}
+
+impl ObserverStrategy {
+    /// The stored (and WIT) name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObserverStrategy::Refuse => "refuse",
+            ObserverStrategy::AccessCheck => "access-check",
+            ObserverStrategy::TrackReads => "track-reads",
+            ObserverStrategy::NoCheck => "no-check",
+        }
+    }
+}
+
+impl From<String> for ObserverStrategy {
+    fn from(s: String) -> ObserverStrategy {
+        match s.as_str() {
+            "access-check" => ObserverStrategy::AccessCheck,
+            "track-reads" => ObserverStrategy::TrackReads,
+            "no-check" => ObserverStrategy::NoCheck,
+            _ => ObserverStrategy::Refuse,
+        }
+    }
+}
+
+impl From<ObserverStrategy> for &'static str {
+    fn from(s: ObserverStrategy) -> &'static str {
+        s.as_str()
+    }
+}
+
+impl fmt::Display for ObserverStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A gatekeeper's trust tier (SPEC K3), read at each use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -175,6 +230,36 @@ impl FromStr for Trust {
             "byo" => Ok(Trust::Byo),
             "vetted" => Ok(Trust::Vetted),
             other => bail!("unknown trust tier {other:?}; use byo or vetted"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observer_strategies_keep_their_stored_text_and_unknown_text_fails_closed() {
+        for s in [
+            ObserverStrategy::Refuse,
+            ObserverStrategy::AccessCheck,
+            ObserverStrategy::TrackReads,
+            ObserverStrategy::NoCheck,
+        ] {
+            let json = serde_json::to_string(&s).expect("serialises");
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+            assert_eq!(
+                serde_json::from_str::<ObserverStrategy>(&json).ok(),
+                Some(s)
+            );
+        }
+        let old: Manifest =
+            serde_json::from_str(r#"{"tools":[],"simulates":false,"observers":"no-check"}"#)
+                .expect("a stored manifest reads");
+        assert_eq!(old.observers, ObserverStrategy::NoCheck);
+        for odd in ["", "NO-CHECK", "everyone"] {
+            let s: ObserverStrategy = serde_json::from_str(&format!("{odd:?}")).expect("reads");
+            assert_eq!(s, ObserverStrategy::Refuse, "{odd:?}");
         }
     }
 }
