@@ -17,13 +17,16 @@ pub use crate::runtime::{Limits, Role, Runtime};
 pub use crate::runtime::nesting::check as check_nesting;
 
 /// The gadget side: the `step` world (a gadget, plus workflows) as bindgen
-/// generated it, and the host types of its resources.
+/// generated it, the host types of its resources, and the narrow view of a
+/// kernel a sandbox is given (an embedder supplies its own, or the
+/// kernel's `Kernel::view`).
 pub mod gadget {
     pub use crate::runtime::gadget::gatehouse::os::{kernel, types, workflow};
     pub use crate::runtime::gadget::{
         CertificateHandle, Gadget, GadgetPre, GadgetState, ServiceHandle, TurnReport,
         instantiate_fresh,
     };
+    pub use crate::runtime::view::{Answer, KernelView};
 }
 
 /// The gatekeeper side: a sandboxed gatekeeper instance and one call into

@@ -13,6 +13,8 @@ use crate::home::Home;
 use crate::principal::{Credential, Principal};
 use crate::runtime::gadget::TurnReport;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
+pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
+use crate::runtime::view::{Answer, KernelView};
 use crate::runtime::{Limits, Role, Runtime};
 use crate::store::{
     Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
@@ -107,43 +109,6 @@ impl Turn {
     }
 }
 
-/// Why a gadget's call was refused. Mirrors the WIT `call-error`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CallError {
-    UnknownKey {
-        key: String,
-        known: Vec<String>,
-    },
-    NotGranted {
-        key: String,
-        tool: String,
-        allowed: Vec<String>,
-    },
-    InvalidArgs(String),
-    Refused(String),
-    Service(String),
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::UnknownKey { key, known } => write!(
-                f,
-                "no service {key:?} is introduced to this chat; introduced: [{}]",
-                known.join(", ")
-            ),
-            CallError::NotGranted { key, tool, allowed } => write!(
-                f,
-                "tool {tool:?} is not granted to {key}; allowed: [{}]",
-                allowed.join(", ")
-            ),
-            CallError::InvalidArgs(m) | CallError::Refused(m) | CallError::Service(m) => {
-                f.write_str(m)
-            }
-        }
-    }
-}
-
 impl From<Unresolved> for CallError {
     fn from(u: Unresolved) -> CallError {
         match u {
@@ -153,30 +118,6 @@ impl From<Unresolved> for CallError {
             )),
         }
     }
-}
-
-/// A staged action, as the gadget learns of it.
-#[derive(Clone, Debug)]
-pub struct PendingAction {
-    pub action_id: u64,
-    pub message: String,
-    pub await_decision: bool,
-    pub provisional: Option<String>,
-}
-
-#[derive(Clone, Debug)]
-pub enum CallOutcome {
-    Done(String),
-    Pending(PendingAction),
-}
-
-#[derive(Clone, Debug)]
-pub enum ActionStatus {
-    Pending,
-    Rejected(String),
-    Failed { message: String, retryable: bool },
-    Applied(String),
-    Expired(String),
 }
 
 /// An introduction resolved for a turn, with the chat's pending actions at
@@ -777,8 +718,7 @@ impl Kernel {
         let report = crate::runtime::gadget::run(
             &pre,
             &self.inner.runtime.limits,
-            self.clone(),
-            turn,
+            Box::new(self.view(turn)),
             input,
         )
         .await;
@@ -1281,6 +1221,90 @@ impl Kernel {
     }
 }
 
+/// One turn of a gadget, as its sandbox sees the kernel: the kernel and
+/// the turn it serves, behind the runtime's [`KernelView`]. Every method is
+/// the kernel's own call path with the turn filled in, so a gadget reaches
+/// nothing the kernel's rules do not pass.
+pub struct TurnView {
+    kernel: Kernel,
+    turn: Turn,
+}
+
+impl Kernel {
+    /// The view a gadget's sandbox gets of this kernel for `turn`.
+    /// Public so that benchmarks instantiate sandboxes exactly as turns do.
+    pub fn view(&self, turn: Turn) -> TurnView {
+        TurnView {
+            kernel: self.clone(),
+            turn,
+        }
+    }
+}
+
+impl KernelView for TurnView {
+    fn gadget(&self) -> Option<&str> {
+        self.turn.gadget.as_deref()
+    }
+
+    fn env(&self) -> Answer<'_, Vec<String>> {
+        Box::pin(self.kernel.env(&self.turn))
+    }
+
+    fn open<'a>(&'a self, key: &'a str) -> Answer<'a, Result<(), CallError>> {
+        Box::pin(async move { Ok(self.kernel.resolve(&self.turn, key).await?.map(drop)) })
+    }
+
+    fn tools<'a>(&'a self, key: &'a str) -> Answer<'a, Vec<classify::Tool>> {
+        Box::pin(async move {
+            Ok(match self.kernel.resolve(&self.turn, key).await? {
+                Ok(b) => b.granted_tools(),
+                Err(_) => Vec::new(),
+            })
+        })
+    }
+
+    fn action_result(&self, id: u64) -> Answer<'_, Result<ActionStatus, CallError>> {
+        Box::pin(self.kernel.action_result(&self.turn, id))
+    }
+
+    fn call<'a>(
+        &'a self,
+        key: &'a str,
+        tool: &'a str,
+        args: String,
+    ) -> Answer<'a, Result<CallOutcome, CallError>> {
+        Box::pin(self.kernel.call(&self.turn, key, tool, args))
+    }
+
+    fn take_certificate(&self) -> Option<(String, crate::grants::Claims)> {
+        self.turn.take_certificate()
+    }
+
+    fn request_approval<'a>(
+        &'a self,
+        allowed_calls: &'a str,
+        reason: &'a str,
+    ) -> Answer<'a, Result<u64, String>> {
+        Box::pin(
+            self.kernel
+                .request_approval(&self.turn, allowed_calls, reason),
+        )
+    }
+
+    fn certified_call<'a>(
+        &'a self,
+        token: &'a str,
+        key: &'a str,
+        tool: &'a str,
+        args: String,
+    ) -> Answer<'a, Result<CallOutcome, CallError>> {
+        Box::pin(
+            self.kernel
+                .certified_call(&self.turn, token, key, tool, args),
+        )
+    }
+}
+
 /// The invocation a gatekeeper call is given for `binding`: the settings,
 /// the account it runs under, and the overlay of pending actions.
 pub(crate) fn invocation_for(binding: &Binding, tool: &str, args: String) -> gkwit::Invocation {
@@ -1426,14 +1450,8 @@ fn check_host(h: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `n` bytes from the operating system's generator, hex-encoded: process
-/// tokens and share links.
-pub(crate) fn random_hex(n: usize) -> anyhow::Result<String> {
-    let mut bytes = vec![0u8; n];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| anyhow::anyhow!("the system's random generator failed: {e}"))?;
-    Ok(hex::encode(bytes))
-}
+// Kept reachable here for the surfaces that mint tokens through the kernel.
+pub(crate) use crate::entropy::random_hex;
 
 #[cfg(test)]
 mod tests {

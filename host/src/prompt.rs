@@ -600,6 +600,42 @@ pub fn render(a: &Action, description: Option<&str>) -> String {
     out
 }
 
+// Worded here, the one renderer: a tool name is the component's word, and
+// what a changed annotation now means is `classify`'s verdict, said for people.
+impl crate::manifest::ToolChange {
+    /// One line for the operator; tool names are the component's words,
+    /// shown through the sanitiser (SPEC R1). `trust` is the instance's
+    /// tier, to say what a changed annotation now means.
+    pub fn line(&self, trust: crate::manifest::Trust) -> String {
+        use crate::classify::{Kind, classify};
+        use crate::manifest::{Annotations, ToolChange};
+        let name = |n: &str| inline(n);
+        match self {
+            ToolChange::Added(t) => format!("added tool {}", name(t)),
+            ToolChange::Removed(t) => format!("removed tool {}", name(t)),
+            ToolChange::Annotations { tool, from, to } => {
+                let kind = |a: &Annotations| match classify(a, trust).kind {
+                    Kind::Read => "a read",
+                    Kind::Action => "an action",
+                };
+                let class = if kind(to) == kind(from) {
+                    format!("still {}", kind(to))
+                } else {
+                    format!("now {} (was {})", kind(to), kind(from))
+                };
+                format!(
+                    "tool {}: annotations changed from {} to {}; it is {class}",
+                    name(tool),
+                    from.hints(),
+                    to.hints(),
+                )
+            }
+            ToolChange::Schema(t) => format!("tool {}: input schema changed", name(t)),
+            ToolChange::Description(t) => format!("tool {}: description changed", name(t)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

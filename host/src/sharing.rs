@@ -19,26 +19,9 @@ use anyhow::bail;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 
-/// How a gatekeeper answers for observers (SPEC S4), as its manifest says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Strategy {
-    Refuse,
-    AccessCheck,
-    TrackReads,
-    NoCheck,
-}
-
-impl Strategy {
-    /// Unknown strategies are treated as `refuse` (fail closed).
-    fn of(g: &GatekeeperRecord) -> Strategy {
-        match g.manifest.observers.as_str() {
-            "no-check" => Strategy::NoCheck,
-            "access-check" => Strategy::AccessCheck,
-            "track-reads" => Strategy::TrackReads,
-            _ => Strategy::Refuse,
-        }
-    }
-}
+// How a gatekeeper answers for observers (SPEC S4), as its manifest says;
+// the manifest reads unknown text as `Refuse` (fail closed).
+use crate::manifest::ObserverStrategy as Strategy;
 
 /// What the opener brings: a share link, and the accounts they choose per
 /// gatekeeper (by label; the default account where none is chosen).
@@ -421,7 +404,7 @@ impl Kernel {
         account: Option<(Account, String)>,
         sources: Vec<gkwit::Source>,
     ) -> Result<gkwit::ObserverVerdict, String> {
-        if Strategy::of(g) == Strategy::NoCheck {
+        if g.manifest.observers == Strategy::NoCheck {
             return Ok(gkwit::ObserverVerdict {
                 denials: Vec::new(),
                 scope: None,
@@ -457,7 +440,7 @@ impl Kernel {
         invocation: &gkwit::Invocation,
         collaborators: &[String],
     ) -> anyhow::Result<Option<String>> {
-        let strategy = Strategy::of(g);
+        let strategy = g.manifest.observers;
         let others: Vec<&String> = collaborators
             .iter()
             .filter(|c| c.as_str() != turn.person())

@@ -138,8 +138,7 @@ fn main() {
             rt.block_on(gadget_instance(
                 &script,
                 &bare.limits,
-                w.kernel.clone(),
-                turn.clone(),
+                Box::new(w.kernel.view(turn.clone())),
             ))
             .expect("a gadget instance")
         },

@@ -3,11 +3,12 @@
 //! A gadget's imports are the kernel interface and WASI without authority
 //! (SPEC C1): no preopened directory, an empty environment, sockets and name
 //! lookup denied, stdout/stderr captured for the kernel's log. This module
-//! only translates between the WIT types and the kernel; what a call *does*
-//! is decided in `crate::kernel`.
+//! only translates between the WIT types and the kernel's view
+//! ([`super::view::KernelView`]); what a call *does* is decided by the
+//! kernel behind it, which this module never names.
 
+use super::view::{self as kernel, KernelView};
 use super::{Limiter, Limits, explain_trap};
-use crate::kernel::{self, Kernel, Turn};
 use wasmtime::Store;
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -61,8 +62,8 @@ pub struct GadgetState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: Limiter,
-    kernel: Kernel,
-    turn: Turn,
+    /// The kernel, as this turn sees it.
+    kernel: Box<dyn KernelView>,
     /// Kernel calls made in this turn, against `budget` (`Limits::turn_calls`).
     calls: u32,
     budget: u32,
@@ -111,12 +112,11 @@ pub struct TurnReport {
 pub async fn run(
     pre: &GadgetPre<GadgetState>,
     limits: &Limits,
-    kernel: Kernel,
-    turn: Turn,
+    kernel: Box<dyn KernelView>,
     input: &str,
 ) -> TurnReport {
-    let who = format!("gadget {:?}", turn.gadget.as_deref().unwrap_or("(none)"));
-    let (mut store, stdout, stderr) = sandbox(pre, limits, kernel, turn);
+    let who = format!("gadget {:?}", kernel.gadget().unwrap_or("(none)"));
+    let (mut store, stdout, stderr) = sandbox(pre, limits, kernel);
     let deadline = limits.gadget_deadline;
     let result = tokio::time::timeout(deadline, async {
         let gadget = pre.instantiate_async(&mut store).await?;
@@ -149,8 +149,7 @@ pub async fn run(
 fn sandbox(
     pre: &GadgetPre<GadgetState>,
     limits: &Limits,
-    kernel: Kernel,
-    turn: Turn,
+    kernel: Box<dyn KernelView>,
 ) -> (Store<GadgetState>, MemoryOutputPipe, MemoryOutputPipe) {
     let stdout = MemoryOutputPipe::new(limits.output_bytes);
     let stderr = MemoryOutputPipe::new(limits.output_bytes);
@@ -163,7 +162,6 @@ fn sandbox(
         table: ResourceTable::new(),
         limiter: Limiter::new(limits),
         kernel,
-        turn,
         calls: 0,
         budget: limits.turn_calls,
     };
@@ -180,10 +178,9 @@ fn sandbox(
 pub async fn instantiate_fresh(
     pre: &GadgetPre<GadgetState>,
     limits: &Limits,
-    kernel: Kernel,
-    turn: Turn,
+    kernel: Box<dyn KernelView>,
 ) -> wasmtime::Result<()> {
-    let (mut store, _, _) = sandbox(pre, limits, kernel, turn);
+    let (mut store, _, _) = sandbox(pre, limits, kernel);
     pre.instantiate_async(&mut store).await.map(drop)
 }
 
@@ -212,7 +209,7 @@ impl wit::Host for GadgetState {
         if let Some(refusal) = self.charge() {
             return Err(wasmtime::Error::msg(refusal));
         }
-        self.kernel.env(&self.turn).await.map_err(host)
+        self.kernel.env().await.map_err(host)
     }
 
     async fn open(
@@ -222,8 +219,8 @@ impl wit::Host for GadgetState {
         if let Some(refusal) = self.charge() {
             return Ok(Err(wit::CallError::Refused(refusal)));
         }
-        match self.kernel.resolve(&self.turn, &key).await.map_err(host)? {
-            Ok(_) => Ok(Ok(self.table.push(ServiceHandle { key })?)),
+        match self.kernel.open(&key).await.map_err(host)? {
+            Ok(()) => Ok(Ok(self.table.push(ServiceHandle { key })?)),
             Err(e) => Ok(Err(to_wit_error(e))),
         }
     }
@@ -235,11 +232,7 @@ impl wit::Host for GadgetState {
         if let Some(refusal) = self.charge() {
             return Ok(Err(wit::CallError::Refused(refusal)));
         }
-        let status = self
-            .kernel
-            .action_result(&self.turn, action_id)
-            .await
-            .map_err(host)?;
+        let status = self.kernel.action_result(action_id).await.map_err(host)?;
         Ok(status
             .map(|s| match s {
                 kernel::ActionStatus::Pending => wit::ActionStatus::Pending,
@@ -267,10 +260,7 @@ impl wit::HostService for GadgetState {
             return Err(wasmtime::Error::msg(refusal));
         }
         let key = self.table.get(&this)?.key.clone();
-        let tools = match self.kernel.resolve(&self.turn, &key).await.map_err(host)? {
-            Ok(b) => b.granted_tools(),
-            Err(_) => Vec::new(),
-        };
+        let tools = self.kernel.tools(&key).await.map_err(host)?;
         Ok(tools
             .into_iter()
             .map(|t| witt::ToolInfo {
@@ -299,11 +289,7 @@ impl wit::HostService for GadgetState {
             return Ok(Err(wit::CallError::Refused(refusal)));
         }
         let key = self.table.get(&this)?.key.clone();
-        let outcome = self
-            .kernel
-            .call(&self.turn, &key, &tool, args)
-            .await
-            .map_err(host)?;
+        let outcome = self.kernel.call(&key, &tool, args).await.map_err(host)?;
         Ok(outcome.map(to_wit_outcome).map_err(to_wit_error))
     }
 
@@ -329,7 +315,7 @@ fn to_wit_outcome(o: kernel::CallOutcome) -> wit::Outcome {
 
 impl witw::Host for GadgetState {
     async fn step_certificate(&mut self) -> wasmtime::Result<Option<Resource<CertificateHandle>>> {
-        let Some((token, claims)) = self.turn.take_certificate() else {
+        let Some((token, claims)) = self.kernel.take_certificate() else {
             return Ok(None);
         };
         Ok(Some(self.table.push(CertificateHandle { token, claims })?))
@@ -344,7 +330,7 @@ impl witw::Host for GadgetState {
             return Ok(Err(refusal));
         }
         self.kernel
-            .request_approval(&self.turn, &allowed_calls, &reason)
+            .request_approval(&allowed_calls, &reason)
             .await
             .map_err(host)
     }
@@ -389,7 +375,7 @@ impl witw::HostCertificate for GadgetState {
         let key = self.table.get(&svc)?.key.clone();
         let outcome = self
             .kernel
-            .certified_call(&self.turn, &token, &key, &tool, args)
+            .certified_call(&token, &key, &tool, args)
             .await
             .map_err(host)?;
         Ok(outcome.map(to_wit_outcome).map_err(to_wit_error))

@@ -17,7 +17,7 @@
 //! May not touch the store or decide policy: it runs one call and reports.
 
 use super::{Limiter, Limits, explain_trap};
-use crate::classify::{Annotations, Manifest, Tool, Trigger, TriggerKind};
+use crate::manifest::{Annotations, Manifest, ObserverStrategy, Tool, Trigger, TriggerKind};
 use http::HeaderValue;
 use std::sync::{Arc, Mutex};
 use wasmtime::Store;
@@ -861,15 +861,15 @@ pub async fn describe(
         });
     }
     let observers = match m.observers {
-        wit::ObserverStrategy::Refuse => "refuse",
-        wit::ObserverStrategy::AccessCheck => "access-check",
-        wit::ObserverStrategy::TrackReads => "track-reads",
-        wit::ObserverStrategy::NoCheck => "no-check",
+        wit::ObserverStrategy::Refuse => ObserverStrategy::Refuse,
+        wit::ObserverStrategy::AccessCheck => ObserverStrategy::AccessCheck,
+        wit::ObserverStrategy::TrackReads => ObserverStrategy::TrackReads,
+        wit::ObserverStrategy::NoCheck => ObserverStrategy::NoCheck,
     };
     Ok(Manifest {
         tools,
         simulates: m.simulates,
-        observers: observers.into(),
+        observers,
         triggers,
     })
 }

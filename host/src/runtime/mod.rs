@@ -2,12 +2,14 @@
 //!
 //! Owns how components are compiled, cached, validated and instantiated, and
 //! the limits every store runs under (SPEC X1-X3). It may not decide policy:
-//! what a gadget's kernel calls *do* is the kernel's business
-//! (`crate::kernel`); this module only wires them in.
+//! what a gadget's kernel calls *do* is the kernel's business, reached only
+//! through the narrow [`view::KernelView`] the kernel implements; this
+//! module only wires them in and never imports the kernel.
 
 pub mod gadget;
 pub mod gatekeeper;
 pub mod nesting;
+pub mod view;
 
 use anyhow::{Context as _, bail};
 use sha2::{Digest as _, Sha256};

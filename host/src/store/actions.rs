@@ -18,9 +18,8 @@ use super::{
     DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, RETAINED_FINISHED,
     Store, now_ms,
 };
-use crate::access::Need;
+use crate::access::{Need, Refusal};
 use crate::principal::{Credential, Principal};
-use crate::revert::RevertRefusal;
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -1368,4 +1367,55 @@ fn record_outcome(conn: &Connection, id: i64, outcome: &str) -> rusqlite::Result
     )?
     .execute(params![id, outcome])?;
     Ok(())
+}
+
+/// Why a revert was not staged. Nothing was stored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RevertRefusal {
+    /// Also what a person who may not see the action's chat is told.
+    #[error(
+        "no action #{0} that you may see (it may not exist, may have been pruned, or belongs to a chat you may not see)"
+    )]
+    NotFound(i64),
+    #[error("#{id} cannot be reverted by you: {refusal}")]
+    Forbidden { id: i64, refusal: Refusal },
+    #[error("{}", not_applied(.id, .state))]
+    NotApplied { id: i64, state: ActionState },
+    #[error("#{id} ({tag}) cannot be reverted: its gatekeeper declares no tool that undoes it")]
+    NotRevertible { id: i64, tag: String },
+    #[error(
+        "#{id} already has a revert, #{revert} ({state}); it is never staged twice (`gatehouse show {revert}`)"
+    )]
+    AlreadyReverted {
+        id: i64,
+        revert: i64,
+        state: ActionState,
+    },
+    #[error("#{id} cannot be reverted: {reason}")]
+    CannotRevert { id: i64, reason: String },
+}
+
+fn not_applied(id: &i64, state: &ActionState) -> String {
+    match state {
+        ActionState::Pending => format!(
+            "#{id} cannot be reverted: it is still pending, so nothing was sent; reject it instead (`gatehouse reject {id}`)"
+        ),
+        ActionState::Applying => format!(
+            "#{id} cannot be reverted yet: it is being applied right now; revert it once it is applied"
+        ),
+        ActionState::Rejected => {
+            format!(
+                "#{id} cannot be reverted: it was rejected and never sent, so there is nothing to undo"
+            )
+        }
+        ActionState::Expired => {
+            format!(
+                "#{id} cannot be reverted: it expired and was never sent, so there is nothing to undo"
+            )
+        }
+        ActionState::Failed => format!(
+            "#{id} cannot be reverted: it failed, so what it changed is unknown; only an applied action can be reverted (check the service and undo it there if needed)"
+        ),
+        ActionState::Applied => format!("#{id} is applied"),
+    }
 }

@@ -22,7 +22,7 @@ impl Store {
         if let Some(v) = read(&conn)? {
             return Ok(v);
         }
-        let fresh = crate::kernel::random_hex(32)?;
+        let fresh = crate::entropy::random_hex(32)?;
         conn.execute(
             "INSERT OR IGNORE INTO deployment_secrets (name, value, created_at) VALUES (?1, ?2, ?3)",
             params![name, fresh, now_ms()],

@@ -26,8 +26,8 @@ mod sharing;
 pub mod workflows;
 
 pub use actions::{
-    Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, StageError, Staged,
-    args_digest, validate_args,
+    Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, RevertRefusal,
+    StageError, Staged, args_digest, validate_args,
 };
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};

@@ -2,20 +2,19 @@
 //! introductions. Plain records; the rules about them live in the kernel.
 
 use super::{Store, now_ms};
+pub use crate::manifest::Trust;
 use anyhow::{Context as _, bail};
 use rusqlite::{OptionalExtension as _, params};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::Digest as _;
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Parsed manifests by the SHA-256 of their stored text. Content-addressed,
 /// so one cache serves every store in the process; bounded, since a
 /// process sees few distinct manifests.
-fn manifest_cache() -> &'static Mutex<HashMap<String, Arc<crate::classify::Manifest>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<crate::classify::Manifest>>>> =
+fn manifest_cache() -> &'static Mutex<HashMap<String, Arc<crate::manifest::Manifest>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<crate::manifest::Manifest>>>> =
         OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
@@ -73,7 +72,7 @@ pub(crate) fn gatekeeper_in(
             let text: String = conn
                 .prepare_cached("SELECT manifest FROM gatekeepers WHERE name = ?1")?
                 .query_row([&name], |r| r.get(0))?;
-            let m: Arc<crate::classify::Manifest> =
+            let m: Arc<crate::manifest::Manifest> =
                 Arc::new(serde_json::from_str(&text).with_context(|| {
                     format!("the stored manifest of gatekeeper {name:?} is unreadable")
                 })?);
@@ -151,42 +150,6 @@ pub(crate) fn chat_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result
         .optional()?)
 }
 
-/// A gatekeeper's trust tier (SPEC K3), read at each use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Trust {
-    /// A user brought it: its annotations are believed for reads only.
-    Byo,
-    /// An operator vouched for it: its actions may be auto-approved.
-    Vetted,
-}
-
-impl Trust {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trust::Byo => "byo",
-            Trust::Vetted => "vetted",
-        }
-    }
-}
-
-impl fmt::Display for Trust {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Trust {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Trust> {
-        match s {
-            "byo" => Ok(Trust::Byo),
-            "vetted" => Ok(Trust::Vetted),
-            other => bail!("unknown trust tier {other:?}; use byo or vetted"),
-        }
-    }
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct GadgetRecord {
     pub name: String,
@@ -207,7 +170,7 @@ pub struct GatekeeperRecord {
     pub settings: Vec<(String, String)>,
     /// Parsed once per distinct manifest and shared: a manifest may list
     /// thousands of tools, and every call consults it.
-    pub manifest: Arc<crate::classify::Manifest>,
+    pub manifest: Arc<crate::manifest::Manifest>,
     pub added_at: i64,
 }
 

@@ -1,0 +1,265 @@
+//! What a gatekeeper says about itself, and the operator's word on it.
+//!
+//! The manifest (tools with their annotations, triggers, whether it
+//! simulates, its observer strategy) as read at `gatekeeper add` and
+//! stored, and the trust tier an operator gives the instance. Plain data
+//! that both `classify` (which alone reads annotations to decide) and
+//! `store` (which keeps them) depend on, so that neither has to import the
+//! other. This module may not decide anything about a call: verdicts are
+//! `classify`'s.
+
+use anyhow::bail;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A gatekeeper's MCP-style hints for one tool, as it declared them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
+    pub open_world: Option<bool>,
+}
+
+/// One tool of a gatekeeper, as stored when the operator added it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: String,
+    pub annotations: Annotations,
+    /// The tool of the same gatekeeper that undoes this one (WIT
+    /// `reverted-by`). Not an annotation: it never bears on read vs
+    /// action, nor on either auto-approval key (SPEC H2).
+    #[serde(default)]
+    pub reverted_by: Option<String>,
+    /// The service honours the kernel's idempotency key for this tool.
+    #[serde(default)]
+    pub honours_idempotency_key: bool,
+}
+
+/// A gatekeeper's self-description, read at `gatekeeper add` and again at
+/// `gatekeeper refresh`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub tools: Vec<Tool>,
+    pub simulates: bool,
+    /// How the gatekeeper answers for observers (SPEC S4).
+    pub observers: ObserverStrategy,
+    /// What can start a turn without a person (hooks bind them).
+    #[serde(default)]
+    pub triggers: Vec<Trigger>,
+}
+
+/// A gatekeeper's trigger: something that can start a gadget's turn
+/// (WIT `trigger`), as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    pub name: String,
+    pub description: String,
+    pub kind: TriggerKind,
+}
+
+/// How a trigger fires (WIT `trigger-kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TriggerKind {
+    /// A service event delivered to the hook's webhook URL.
+    Webhook,
+    /// Every `seconds` while `serve` runs.
+    Schedule { seconds: u32 },
+}
+
+impl Manifest {
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// What changed from this manifest to `new`, tool by tool, in `new`'s
+    /// order then removed tools (`gatekeeper refresh`).
+    pub fn changes(&self, new: &Manifest) -> Vec<ToolChange> {
+        let mut out = Vec::new();
+        for t in &new.tools {
+            match self.tool(&t.name) {
+                None => out.push(ToolChange::Added(t.name.clone())),
+                Some(old) => {
+                    if old.annotations != t.annotations {
+                        out.push(ToolChange::Annotations {
+                            tool: t.name.clone(),
+                            from: old.annotations.clone(),
+                            to: t.annotations.clone(),
+                        });
+                    }
+                    if old.input_schema != t.input_schema {
+                        out.push(ToolChange::Schema(t.name.clone()));
+                    }
+                    if old.description != t.description {
+                        out.push(ToolChange::Description(t.name.clone()));
+                    }
+                }
+            }
+        }
+        for t in &self.tools {
+            if new.tool(&t.name).is_none() {
+                out.push(ToolChange::Removed(t.name.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// One difference between two manifests of a gatekeeper instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChange {
+    Added(String),
+    Removed(String),
+    Annotations {
+        tool: String,
+        from: Annotations,
+        to: Annotations,
+    },
+    Schema(String),
+    Description(String),
+}
+
+impl Annotations {
+    /// The hints as MCP names them, for people: `readOnlyHint=true, ...`,
+    /// or `no hints`.
+    pub fn hints(&self) -> String {
+        let parts: Vec<String> = [
+            ("readOnlyHint", self.read_only),
+            ("destructiveHint", self.destructive),
+            ("idempotentHint", self.idempotent),
+            ("openWorldHint", self.open_world),
+        ]
+        .iter()
+        .filter_map(|(n, v)| v.map(|v| format!("{n}={v}")))
+        .collect();
+        if parts.is_empty() {
+            "no hints".into()
+        } else {
+            format!("[{}]", parts.join(", "))
+        }
+    }
+}
+
+/// How a gatekeeper answers for a shared chat's observers (SPEC S4, WIT
+/// `observer-strategy`). Stored as its WIT name (`refuse`, `access-check`,
+/// `track-reads`, `no-check`), the text manifests have always held; any
+/// other stored text (an older or damaged manifest) reads as `Refuse`, the
+/// fail-closed answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "&'static str")]
+pub enum ObserverStrategy {
+    /// Results are never shared with observers: a shared chat is refused.
+    #[default]
+    Refuse,
+    /// The gatekeeper checks each observer's own access to what was read.
+    AccessCheck,
+    /// The gatekeeper predicts, from the sources it tracked, who may see it.
+    TrackReads,
+    /// Everyone in the chat may see every result: no check is needed.
+    NoCheck,
+}
+
+impl ObserverStrategy {
+    /// The stored (and WIT) name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObserverStrategy::Refuse => "refuse",
+            ObserverStrategy::AccessCheck => "access-check",
+            ObserverStrategy::TrackReads => "track-reads",
+            ObserverStrategy::NoCheck => "no-check",
+        }
+    }
+}
+
+impl From<String> for ObserverStrategy {
+    fn from(s: String) -> ObserverStrategy {
+        match s.as_str() {
+            "access-check" => ObserverStrategy::AccessCheck,
+            "track-reads" => ObserverStrategy::TrackReads,
+            "no-check" => ObserverStrategy::NoCheck,
+            _ => ObserverStrategy::Refuse,
+        }
+    }
+}
+
+impl From<ObserverStrategy> for &'static str {
+    fn from(s: ObserverStrategy) -> &'static str {
+        s.as_str()
+    }
+}
+
+impl fmt::Display for ObserverStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A gatekeeper's trust tier (SPEC K3), read at each use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// A user brought it: its annotations are believed for reads only.
+    Byo,
+    /// An operator vouched for it: its actions may be auto-approved.
+    Vetted,
+}
+
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Byo => "byo",
+            Trust::Vetted => "vetted",
+        }
+    }
+}
+
+impl fmt::Display for Trust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Trust {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Trust> {
+        match s {
+            "byo" => Ok(Trust::Byo),
+            "vetted" => Ok(Trust::Vetted),
+            other => bail!("unknown trust tier {other:?}; use byo or vetted"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observer_strategies_keep_their_stored_text_and_unknown_text_fails_closed() {
+        for s in [
+            ObserverStrategy::Refuse,
+            ObserverStrategy::AccessCheck,
+            ObserverStrategy::TrackReads,
+            ObserverStrategy::NoCheck,
+        ] {
+            let json = serde_json::to_string(&s).expect("serialises");
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+            assert_eq!(
+                serde_json::from_str::<ObserverStrategy>(&json).ok(),
+                Some(s)
+            );
+        }
+        let old: Manifest =
+            serde_json::from_str(r#"{"tools":[],"simulates":false,"observers":"no-check"}"#)
+                .expect("a stored manifest reads");
+        assert_eq!(old.observers, ObserverStrategy::NoCheck);
+        for odd in ["", "NO-CHECK", "everyone"] {
+            let s: ObserverStrategy = serde_json::from_str(&format!("{odd:?}")).expect("reads");
+            assert_eq!(s, ObserverStrategy::Refuse, "{odd:?}");
+        }
+    }
+}
