@@ -311,11 +311,10 @@ mod tests {
 
     use super::*;
     use crate::service::SHUTDOWN_GRACE;
-    use crate::service::testing::{head, response};
+    use crate::service::testing::response;
     use serde_json::json;
-    use std::io::Write;
     use std::net::TcpStream;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     fn call(
         c: &Cloud,
@@ -324,18 +323,7 @@ mod tests {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (u16, Value) {
-        let mut stream = TcpStream::connect(c.addr()).expect("connect");
-        let mut head = head(&c.host(), method, path, token);
-        let body = body.unwrap_or_default();
-        if method != "GET" || !body.is_empty() {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).expect("write head");
-        stream.write_all(body.as_bytes()).expect("write body");
+        let mut stream = crate::service::testing::send(c.addr(), method, path, token, body);
         let (status, body) = response(&mut stream);
         (status, serde_json::from_str(&body).expect("JSON body"))
     }

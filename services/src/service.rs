@@ -92,9 +92,9 @@ impl<S> Shared<S> {
 /// `1 MiB`, `64 KiB`: a body cap as a person reads it.
 fn size(bytes: usize) -> String {
     const MIB: usize = 1024 * 1024;
-    if bytes >= MIB && bytes % MIB == 0 {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
-    } else if bytes >= 1024 && bytes % 1024 == 0 {
+    } else if bytes >= 1024 && bytes.is_multiple_of(1024) {
         format!("{} KiB", bytes / 1024)
     } else {
         format!("{bytes} bytes")
@@ -474,6 +474,32 @@ pub(crate) mod testing {
             head.push_str(&format!("Authorization: Bearer {token}\r\n"));
         }
         head
+    }
+
+    /// Sends a request with an optional JSON `body` to the service at
+    /// `addr` (a bearer `token` if given) and returns the open stream,
+    /// for [`response`].
+    pub(crate) fn send(
+        addr: std::net::SocketAddr,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> TcpStream {
+        use std::io::Write as _;
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        let mut head = head(&addr.to_string(), method, path, token);
+        let body = body.unwrap_or("");
+        if !body.is_empty() || method != "GET" {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).expect("write head");
+        stream.write_all(body.as_bytes()).expect("write body");
+        stream
     }
 
     /// Reads the whole response from `stream` (within 10 s) as (status, body).

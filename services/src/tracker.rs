@@ -709,19 +709,7 @@ mod tests {
         token: Option<&str>,
         body: Option<&str>,
     ) -> TcpStream {
-        let mut stream = TcpStream::connect(t.addr()).expect("connect");
-        let mut head = head(&t.host(), method, path, token);
-        let body = body.unwrap_or("");
-        if !body.is_empty() || method != "GET" {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).expect("write head");
-        stream.write_all(body.as_bytes()).expect("write body");
-        stream
+        crate::service::testing::send(t.addr(), method, path, token, body)
     }
 
     fn json(body: &str) -> serde_json::Value {

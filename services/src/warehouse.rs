@@ -317,7 +317,7 @@ mod tests {
     use crate::service::testing::{head, response};
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     fn call(w: &Warehouse, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
         let mut stream = TcpStream::connect(w.addr()).expect("connect");
