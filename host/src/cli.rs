@@ -253,7 +253,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Workflow(cmd) => workflow::execute(kernel, cmd, me).await,
         Command::Hook(cmd) => {
             let inbox = |url: Option<String>| web::inbox_address(kernel, url);
-            hooks::execute(kernel, cmd, me, inbox).await
+            hooks::execute(kernel, cmd, me, inbox).await.map(|()| true)
         }
         Command::Hooks { chat, json } => hooks::list(kernel, me, chat.as_deref(), json)
             .await
