@@ -33,21 +33,27 @@ macro_rules! err {
     ($($arg:tt)*) => { $crate::console::stderr_text(format_args!($($arg)*)) };
 }
 
+/// Writes one line to stdout, dropping it if stdout is closed; what
+/// `outln!` expands to. Public for the `gatehouse` binary's other parts
+/// (the demo), which print the same way.
 pub fn stdout_line(args: Arguments<'_>) {
     let mut o = std::io::stdout().lock();
     let _ = o.write_fmt(args).and_then(|()| o.write_all(b"\n"));
 }
 
+/// Writes text to stdout and flushes it, dropping it if stdout is closed.
 pub fn stdout_text(args: Arguments<'_>) {
     let mut o = std::io::stdout().lock();
     let _ = o.write_fmt(args).and_then(|()| o.flush());
 }
 
+/// Writes one line to stderr, dropping it if stderr is closed.
 pub fn stderr_line(args: Arguments<'_>) {
     let mut e = std::io::stderr().lock();
     let _ = e.write_fmt(args).and_then(|()| e.write_all(b"\n"));
 }
 
+/// Writes text to stderr and flushes it, dropping it if stderr is closed.
 pub fn stderr_text(args: Arguments<'_>) {
     let mut e = std::io::stderr().lock();
     let _ = e.write_fmt(args).and_then(|()| e.flush());

@@ -24,15 +24,17 @@
 //! - [`scaffold`]: starter projects for gadget authors (`gatehouse new`);
 //! - [`cli`]: the `gatehouse` command; [`web`]: the web inbox and JSON API
 //!   (`gatehouse serve`); [`mcp_serve`]: a chat's tools for any MCP client
-//!   (`gatehouse mcp serve`); [`demo`]: the guided tour.
+//!   (`gatehouse mcp serve`); [`console`]: lines on a terminal that may be
+//!   a closed pipe. The guided tour (`gatehouse demo`) and the loopback
+//!   services it runs against are not part of this library: they are the
+//!   crates `gatehouse-demo` and `gatehouse-services`.
 
 #[macro_use]
-mod console;
+pub mod console;
 pub mod access;
 pub mod blueprint;
 pub mod classify;
 pub mod cli;
-pub mod demo;
 pub mod embed;
 pub mod entropy;
 pub mod expiry;

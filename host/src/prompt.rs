@@ -348,42 +348,79 @@ impl serde_json::ser::Formatter for VisibleJson<'_> {
     }
 }
 
-/// One ledger entry as one line, the same in the terminal's `log` and the
-/// web inbox: every name through [`inline`], so that no field can break
-/// the line or carry markup.
-pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
-    let what = format!(
-        "{}:{}",
-        e.gatekeeper.as_deref().map(inline).unwrap_or_default(),
-        e.tool.as_deref().map(inline).unwrap_or_default()
-    );
+/// One ledger entry's fields as a person sees them, in the terminal's
+/// `log` and in the web inbox alike: every field a gadget, a gatekeeper or
+/// a person named through [`inline`], so that none can break a line or
+/// carry markup. The one place that decides how a ledger entry is shown:
+/// [`ledger_line`] is these fields on one line, and the web's ledger table
+/// shows them as they are.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LedgerShown {
+    /// The chat.
+    pub chat: String,
+    /// `action`, `observation` or `hook`.
+    pub kind: String,
+    /// `gatekeeper:tool`.
+    pub what: String,
+    /// Who called (a gadget, or a person for a hook).
+    pub caller: String,
+    /// An action's state; `observed` for an entry without one.
+    pub state: String,
+    /// Who decided (an action), or enabled (a hook).
+    pub resolved_by: Option<String>,
+    /// Who classified an observed read (the gatekeeper's trust).
+    pub classified_by: Option<String>,
+    /// The status column of [`ledger_line`]: state, decider, auto.
+    pub status: String,
+}
+
+/// The shown fields of one ledger entry ([`LedgerShown`]).
+pub fn ledger_shown(e: &crate::store::LedgerEntry) -> LedgerShown {
+    let resolved_by = e.resolved_by.as_deref().map(inline);
+    let classified_by = e.classified_by.as_deref().map(inline);
     let status = match e.kind.as_str() {
         "action" => format!(
             "{}{}{}",
             inline(e.state.as_deref().unwrap_or("")),
-            e.resolved_by
+            resolved_by
                 .as_deref()
-                .map(|b| format!(" by {}", inline(b)))
+                .map(|b| format!(" by {b}"))
                 .unwrap_or_default(),
             if e.auto_approved { " (auto)" } else { "" }
         ),
-        "hook" => match e.resolved_by.as_deref() {
-            Some(p) => format!("hook, enabled by {}", inline(p)),
+        "hook" => match &resolved_by {
+            Some(p) => format!("hook, enabled by {p}"),
             None => "hook, never enabled".to_owned(),
         },
-        _ => format!(
-            "observed ({})",
-            inline(e.classified_by.as_deref().unwrap_or(""))
-        ),
+        _ => format!("observed ({})", classified_by.as_deref().unwrap_or("")),
     };
+    LedgerShown {
+        chat: inline(&e.chat),
+        kind: inline(&e.kind),
+        what: format!(
+            "{}:{}",
+            e.gatekeeper.as_deref().map(inline).unwrap_or_default(),
+            e.tool.as_deref().map(inline).unwrap_or_default()
+        ),
+        caller: inline(&e.caller),
+        state: e
+            .state
+            .as_deref()
+            .map(inline)
+            .unwrap_or_else(|| "observed".to_owned()),
+        resolved_by,
+        classified_by,
+        status,
+    }
+}
+
+/// One ledger entry as one line, the same in the terminal's `log` and the
+/// web inbox: its [`ledger_shown`] fields.
+pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
+    let s = ledger_shown(e);
     format!(
         "#{:<5} {:<12} {:<11} {:<32} {:<20} {}",
-        e.id,
-        inline(&e.chat),
-        inline(&e.kind),
-        what,
-        inline(&e.caller),
-        status
+        e.id, s.chat, s.kind, s.what, s.caller, s.status
     )
 }
 

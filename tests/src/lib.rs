@@ -5,9 +5,9 @@
 //! the real components built from `gadgets/` and `gatekeepers/` by the host's
 //! build script. Nothing here stands in for the thing under test.
 
-use gatehouse::demo::tracker::Tracker;
 use gatehouse::store::Trust;
 use gatehouse::{Home, Kernel, Limits};
+use gatehouse_services::tracker::Tracker;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

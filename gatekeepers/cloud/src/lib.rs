@@ -1,4 +1,4 @@
-//! `cloud`: the gatekeeper of the demo cloud (`host/src/demo/cloud.rs`). It
+//! `cloud`: the gatekeeper of the demo cloud (`services/src/cloud.rs`). It
 //! lists instances, launches one and tags one over `wasi:http`; the kernel
 //! adds the credential and limits where its requests may go.
 //!

@@ -1,5 +1,5 @@
 //! `warehouse`: the gatekeeper of the demo data warehouse
-//! (`host/src/demo/warehouse.rs`). It lists tables and reads one table over
+//! (`services/src/warehouse.rs`). It lists tables and reads one table over
 //! `wasi:http`, reporting each table it read as a source (`table:<name>`,
 //! flagged `restricted` when the warehouse says the data is owner-only), so
 //! the kernel can record observations, latch a chat that read restricted

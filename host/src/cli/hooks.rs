@@ -57,7 +57,7 @@ pub async fn execute(
     cmd: HookCmd,
     me: &str,
     inbox: impl FnOnce(Option<String>) -> String,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<()> {
     match cmd {
         HookCmd::Add {
             chat,
@@ -75,115 +75,124 @@ pub async fn execute(
             if json {
                 let mut v = serde_json::to_value(&added)?;
                 v["url"] = serde_json::json!(address);
-                return super::print_json(&v).map(|_| true);
+                return super::print_json(&v);
             }
-            let h = &added.hook;
-            outln!(
-                "added hook {} in chat {}: {}:{} runs gadget {} (disabled until a person who may decide in {} enables it: `gatehouse hook enable {}`)",
-                h.id,
-                inline(&h.chat),
-                inline(&h.gatekeeper),
-                inline(&h.trigger),
-                inline(&h.gadget),
-                inline(&h.chat),
-                h.id
-            );
-            if let (Some(address), Some(secret)) = (address, &added.secret) {
-                outln!("webhook URL (shown once): {address}");
-                outln!("signing secret (shown once): {secret}");
-                outln!(
-                    "deliveries must carry X-Gatehouse-Signature: sha256=HEX, the HMAC-SHA256 of the raw body keyed with the secret"
-                );
-            }
-            if let Some(s) = h.every_secs {
-                outln!("it fires every {s} s while `gatehouse serve` runs, once enabled");
-            }
+            print_added(&added, address);
         }
-        HookCmd::Show { id, json } => {
-            let Some(shown) = kernel.hook_shown(me, id).await? else {
-                anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
-            };
-            if json {
-                return super::print_json(&shown).map(|_| true);
-            }
-            out!("{}", shown.prompt);
-            for f in &shown.firings {
-                outln!(
-                    "  firing {} ({}) for {}: {}{}",
-                    f.id,
-                    f.cause,
-                    inline(&f.person),
-                    f.outcome,
-                    f.note
-                        .as_deref()
-                        .map(|n| format!(": {}", crate::prompt::excerpt(n, 200)))
-                        .unwrap_or_default()
-                );
-            }
-        }
-        HookCmd::Enable { id, json } => {
-            // Shown first, exactly as `hook show` prints it (SPEC H1, R1).
-            let Some(shown) = kernel.hook_shown(me, id).await? else {
-                anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
-            };
-            if !json {
-                out!("{}", shown.prompt);
-            }
-            let h = kernel.set_hook_enabled(me, id, true).await?;
-            if json {
-                return super::print_json(&h).map(|_| true);
-            }
-            outln!(
-                "enabled hook {}: its turns run as hook {} in {} for {}",
-                h.id,
-                h.id,
-                inline(&h.chat),
-                inline(me)
-            );
-        }
+        HookCmd::Show { id, json } => show(kernel, me, id, json).await?,
+        HookCmd::Enable { id, json } => enable(kernel, me, id, json).await?,
         HookCmd::Disable { id, json } => {
             let h = kernel.set_hook_enabled(me, id, false).await?;
-            if json {
-                return super::print_json(&h).map(|_| true);
-            }
-            outln!(
-                "disabled hook {}: nothing fires until it is enabled again",
-                h.id
-            );
+            super::print_record(&h, json, |h| {
+                outln!(
+                    "disabled hook {}: nothing fires until it is enabled again",
+                    h.id
+                )
+            })?;
         }
     }
-    Ok(true)
+    Ok(())
+}
+
+/// `hook add`'s text: the hook, and a webhook's URL and secret, once.
+fn print_added(added: &crate::hooks::AddedHook, address: Option<String>) {
+    let h = &added.hook;
+    outln!(
+        "added hook {} in chat {}: {}:{} runs gadget {} (disabled until a person who may decide in {} enables it: `gatehouse hook enable {}`)",
+        h.id,
+        inline(&h.chat),
+        inline(&h.gatekeeper),
+        inline(&h.trigger),
+        inline(&h.gadget),
+        inline(&h.chat),
+        h.id
+    );
+    if let (Some(address), Some(secret)) = (address, &added.secret) {
+        outln!("webhook URL (shown once): {address}");
+        outln!("signing secret (shown once): {secret}");
+        outln!(
+            "deliveries must carry X-Gatehouse-Signature: sha256=HEX, the HMAC-SHA256 of the raw body keyed with the secret"
+        );
+    }
+    if let Some(s) = h.every_secs {
+        outln!("it fires every {s} s while `gatehouse serve` runs, once enabled");
+    }
+}
+
+async fn show(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<()> {
+    let Some(shown) = kernel.hook_shown(me, id).await? else {
+        anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
+    };
+    if json {
+        return super::print_json(&shown);
+    }
+    out!("{}", shown.prompt);
+    for f in &shown.firings {
+        outln!(
+            "  firing {} ({}) for {}: {}{}",
+            f.id,
+            f.cause,
+            inline(&f.person),
+            f.outcome,
+            f.note
+                .as_deref()
+                .map(|n| format!(": {}", crate::prompt::excerpt(n, 200)))
+                .unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+async fn enable(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<()> {
+    // Shown first, exactly as `hook show` prints it (SPEC H1, R1).
+    let Some(shown) = kernel.hook_shown(me, id).await? else {
+        anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
+    };
+    if !json {
+        out!("{}", shown.prompt);
+    }
+    let h = kernel.set_hook_enabled(me, id, true).await?;
+    super::print_record(&h, json, |h| {
+        outln!(
+            "enabled hook {}: its turns run as hook {} in {} for {}",
+            h.id,
+            h.id,
+            inline(&h.chat),
+            inline(me)
+        )
+    })
 }
 
 /// `gatehouse hooks`: one line per hook.
 pub async fn list(kernel: &Kernel, me: &str, chat: Option<&str>, json: bool) -> anyhow::Result<()> {
     let hooks = kernel.hooks(me, chat).await?;
-    if json {
-        return super::print_json(&hooks);
-    }
-    if hooks.is_empty() {
-        outln!(
-            "no hooks (add one with `gatehouse hook add CHAT --gatekeeper G --trigger T --gadget GADGET`)"
-        );
-    }
-    for h in hooks {
-        outln!(
-            "hook {:<4} {:<12} {}:{} -> {}  {}  {}  fired {}",
-            h.id,
-            inline(&h.chat),
-            inline(&h.gatekeeper),
-            inline(&h.trigger),
-            inline(&h.gadget),
-            match h.every_secs {
-                Some(s) => format!("every {s} s"),
-                None => "webhook".to_owned(),
-            },
-            match (&h.enabled, &h.enabled_by) {
-                (true, Some(p)) => format!("enabled by {}", inline(p)),
-                _ => "disabled".to_owned(),
-            },
-            h.firings
-        );
-    }
-    Ok(())
+    super::print_record(&hooks, json, |hooks| {
+        if hooks.is_empty() {
+            outln!(
+                "no hooks (add one with `gatehouse hook add CHAT --gatekeeper G --trigger T --gadget GADGET`)"
+            );
+        }
+        hooks.iter().for_each(listed)
+    })
+}
+
+/// One hook of `gatehouse hooks`.
+fn listed(h: &crate::store::Hook) {
+    outln!(
+        "hook {:<4} {:<12} {}:{} -> {}  {}  {}  fired {}",
+        h.id,
+        inline(&h.chat),
+        inline(&h.gatekeeper),
+        inline(&h.trigger),
+        inline(&h.gadget),
+        match h.every_secs {
+            Some(s) => format!("every {s} s"),
+            None => "webhook".to_owned(),
+        },
+        match (&h.enabled, &h.enabled_by) {
+            (true, Some(p)) => format!("enabled by {}", inline(p)),
+            _ => "disabled".to_owned(),
+        },
+        h.firings
+    );
 }

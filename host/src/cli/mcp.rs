@@ -38,7 +38,7 @@ pub async fn execute(kernel: &Kernel, cmd: McpCmd, me: &str) -> anyhow::Result<b
                     tracing::info!(chat = %chat, person = %me, "serving MCP over stdio");
                     let stop = async {
                         tokio::select! {
-                            _ = super::shutdown_signal() => {}
+                            _ = super::web::shutdown_signal() => {}
                             _ = kernel.state_vanished() => tracing::warn!(
                                 "the state database was removed or replaced; the MCP server stops"
                             ),
@@ -63,7 +63,7 @@ pub async fn execute(kernel: &Kernel, cmd: McpCmd, me: &str) -> anyhow::Result<b
                     }
                     let failed = tokio::select! {
                         r = server.finished() => Some(r),
-                        _ = super::shutdown_signal() => None,
+                        _ = super::web::shutdown_signal() => None,
                         _ = kernel.state_vanished() => Some(Err(anyhow::anyhow!(
                             "the state database {} was removed or replaced while serving; the MCP server stopped",
                             kernel.state_path().display()

@@ -87,12 +87,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
         WorkflowCmd::Resume { run, json } => print_run(&kernel.resume_run(me, run).await?, json)?,
         WorkflowCmd::Requests { run, json } => {
             let list = kernel.requests_for(me, run)?;
-            if json {
-                return super::print_json(&list).map(|_| true);
-            }
-            for r in list {
-                out!("{}", crate::prompt::request(&r));
-            }
+            super::print_records(&list, json, |r| out!("{}", crate::prompt::request(r)))?;
         }
         WorkflowCmd::Approve { id } => decided(kernel, id, RequestDecision::Approve, me).await?,
         WorkflowCmd::Reject { id } => decided(kernel, id, RequestDecision::Reject, me).await?,
@@ -100,12 +95,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
         WorkflowCmd::Resubmit { id } => print_run(&kernel.resubmit(id, me).await?, false)?,
         WorkflowCmd::Invocations { run, json } => {
             let list = kernel.invocations_for(me, run)?;
-            if json {
-                return super::print_json(&list).map(|_| true);
-            }
-            for i in list {
-                outln!("{}", crate::prompt::invocation(&i));
-            }
+            super::print_records(&list, json, |i| outln!("{}", crate::prompt::invocation(i)))?;
         }
     }
     Ok(true)

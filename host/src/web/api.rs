@@ -682,38 +682,16 @@ struct EntryView {
     #[serde(flatten)]
     entry: LedgerEntry,
     summary: String,
-    /// The attacker-writable fields through the sanitiser, for display.
-    shown: EntryShown,
-}
-
-#[derive(Serialize)]
-struct EntryShown {
-    chat: String,
-    /// `gatekeeper:tool`.
-    what: String,
-    caller: String,
-    resolved_by: Option<String>,
+    /// The entry as a person sees it: the same fields, through the same
+    /// sanitiser, as the terminal's `log` (`prompt::ledger_shown`).
+    shown: prompt::LedgerShown,
 }
 
 fn entry_view(e: LedgerEntry) -> EntryView {
-    let what = format!(
-        "{}:{}",
-        e.gatekeeper
-            .as_deref()
-            .map(prompt::inline)
-            .unwrap_or_default(),
-        e.tool.as_deref().map(prompt::inline).unwrap_or_default()
-    );
-    let shown = EntryShown {
-        chat: prompt::inline(&e.chat),
-        what,
-        caller: prompt::inline(&e.caller),
-        resolved_by: e.resolved_by.as_deref().map(prompt::inline),
-    };
     EntryView {
         summary: prompt::ledger_line(&e),
+        shown: prompt::ledger_shown(&e),
         entry: e,
-        shown,
     }
 }
 

@@ -1,11 +1,11 @@
 //! SPEC P1-P4: claim before send, failure classes, recovery; at most once.
 
-use gatehouse::demo::tracker::Fault;
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
     World, call, cli_command, keys_ignored, pending_id, stderr, stdout, wait_until,
 };
+use gatehouse_services::tracker::Fault;
 use serde_json::json;
 use std::time::Duration;
 

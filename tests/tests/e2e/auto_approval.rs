@@ -2,10 +2,10 @@
 //! gatekeeper, single-flight, and stops at the first action that needs a
 //! person or fails.
 
-use gatehouse::demo::tracker::Fault;
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, LedgerFilter, Trust};
 use gatehouse_e2e::{World, call, pending_id};
+use gatehouse_services::tracker::Fault;
 use serde_json::json;
 
 fn state(w: &World, id: i64) -> ActionState {

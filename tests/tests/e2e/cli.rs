@@ -203,3 +203,33 @@ fn errors_are_one_line_with_exit_code_1_and_usage_errors_exit_2() {
     let o = w.cli(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Issue 14: `gatehouse log --json | head -1` must not panic when the
+/// reader has gone. The reading end of stdout is closed before the command
+/// writes, so every line it prints meets a closed pipe; it still finishes
+/// its work and exits 0, with nothing on stderr.
+#[test]
+fn a_closed_pipe_on_stdout_stops_the_printing_not_the_command() {
+    let w = World::new();
+    ok(&w, &["chat", "new", "work"]);
+    ok(&w, &["user", "add", "bob"]);
+    for args in [
+        vec!["log", "--json"],
+        vec!["log"],
+        vec!["chats", "--json"],
+        vec!["chats"],
+        vec!["users"],
+    ] {
+        let mut child = cli_command(w.home(), &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // `| head -1` that read nothing: the pipe is closed at once.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -12,11 +12,11 @@
 //! application would make a second issue, so counting issues by title
 //! counts applications.
 
-use gatehouse::demo::tracker::{Fault, Received};
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
     World, call, cli_command, keys_ignored, pending_id, stderr, stdout, wait_until,
 };
+use gatehouse_services::tracker::{Fault, Received};
 use serde_json::{Value, json};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

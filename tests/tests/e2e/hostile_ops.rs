@@ -3,11 +3,11 @@
 //! disk, processes killed while starting, closed pipes, and numbers no
 //! float can hold. Real processes on a real home throughout.
 
-use gatehouse::demo::tracker::Fault;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
     World, call, cli_command, guest, keys_ignored, pending_id, signal, stderr, stdout,
 };
+use gatehouse_services::tracker::Fault;
 use serde_json::json;
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;

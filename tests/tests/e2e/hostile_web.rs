@@ -4,11 +4,11 @@
 //! API can give documented.
 
 use crate::web_api::{Api, PATIENCE, chat_path, people_world, serve, stage_labels};
-use gatehouse::demo::tracker::Fault;
-use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse::web;
 use gatehouse_e2e::{World, call, cli_command, signal};
+use gatehouse_services::tracker::Fault;
+use gatehouse_services::warehouse::Warehouse;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use std::io::{BufRead as _, BufReader};

@@ -2,9 +2,9 @@
 //! a latched chat submits nothing, auto-approves nothing and fetches
 //! nothing outbound; other chats are unaffected.
 
-use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::store::{ActionState, LedgerFilter, Trust};
 use gatehouse_e2e::{World, call, pending_id};
+use gatehouse_services::warehouse::Warehouse;
 use serde_json::json;
 
 const OWNER: &str = "wh-owner-2b71";

@@ -335,7 +335,7 @@ async fn stdout_carries_only_json_rpc() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_latched_chat_refuses_outbound_calls_through_mcp_exactly_as_through_a_gadget() {
-    use gatehouse::demo::warehouse::Warehouse;
+    use gatehouse_services::warehouse::Warehouse;
     let w = World::standard(Trust::Vetted).await;
     let warehouse = Warehouse::builder()
         .account("wh-owner-9d3a", &["*"])

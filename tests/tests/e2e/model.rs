@@ -51,14 +51,14 @@
 //! sequence, printed with what each operation did.
 
 use crate::web_api::{Api, serve};
-use gatehouse::demo::cloud::Cloud;
-use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::overseer::Decision;
 use gatehouse::sharing::{OpenOutcome, OpenRequest};
 use gatehouse::store::Trust;
 use gatehouse::workflow::RequestDecision;
 use gatehouse::{Home, Kernel};
 use gatehouse_e2e::{TOKEN, World, call, cli_command, keys_ignored, stderr, test_limits};
+use gatehouse_services::cloud::Cloud;
+use gatehouse_services::warehouse::Warehouse;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use serde_json::{Value, json};

@@ -180,7 +180,7 @@ async fn reverting_what_was_not_applied_or_cannot_be_undone_is_refused_in_one_li
         Decision::Applied { .. }
     ));
     w.tracker
-        .inject(gatehouse::demo::tracker::Fault::Status(500), 1);
+        .inject(gatehouse_services::tracker::Fault::Status(500), 1);
     assert!(matches!(
         w.kernel.approve(failing, "alice").await.unwrap(),
         Decision::Failed {

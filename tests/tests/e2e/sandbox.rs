@@ -3,11 +3,11 @@
 //! host carries on serving everyone else.
 
 use gatehouse::Limits;
-use gatehouse::demo::tracker::Tracker;
 use gatehouse::store::Trust;
 use gatehouse_e2e::{
     TOKEN, World, call, limits_with_deadlines, stderr, stdout, test_limits, wait_until,
 };
+use gatehouse_services::tracker::Tracker;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

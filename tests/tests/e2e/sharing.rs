@@ -3,10 +3,10 @@
 //! tables. Alice owns a "salary board" chat; Bob and Carol are collaborators
 //! with their own accounts.
 
-use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::sharing::{OpenOutcome, OpenRequest};
 use gatehouse::store::{LedgerFilter, Trust};
 use gatehouse_e2e::{World, call, cli_command, stderr, stdout};
+use gatehouse_services::warehouse::Warehouse;
 use serde_json::{Value, json};
 use std::io::Write as _;
 use std::process::{Output, Stdio};

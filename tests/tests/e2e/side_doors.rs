@@ -7,11 +7,11 @@
 //! stranger.
 
 use crate::web_api::{Api, chat_path, serve};
-use gatehouse::demo::warehouse::Warehouse;
 use gatehouse::overseer::Decision;
 use gatehouse::sharing::OpenRequest;
 use gatehouse::store::{LedgerFilter, Trust};
 use gatehouse_e2e::{TOKEN, World, call, cli_command, pending_id, stderr, stdout};
+use gatehouse_services::warehouse::Warehouse;
 use serde_json::json;
 
 const BOB_TOKEN: &str = "tok-bob-5e1c-own-account";

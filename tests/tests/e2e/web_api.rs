@@ -487,7 +487,7 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn web_batch_with_an_action_claimed_by_the_cli_at_the_same_time_sends_it_once() {
-    use gatehouse::demo::tracker::Fault;
+    use gatehouse_services::tracker::Fault;
     let w = people_world(Trust::Byo).await;
     let ids = stage_labels(&w, "work", &["x", "y", "z"]).await;
     let server = serve(&w).await;
@@ -597,7 +597,7 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
     // The first write the tracker sees fails with a 500: the world may have
     // changed, so that one is failed and not retryable (P2); the rest go on.
     w.tracker
-        .inject(gatehouse::demo::tracker::Fault::Status(500), 1);
+        .inject(gatehouse_services::tracker::Fault::Status(500), 1);
     let a = api
         .post(
             "/api/decisions",

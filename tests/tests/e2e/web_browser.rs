@@ -208,7 +208,7 @@ async fn web_browser_signs_in_and_decides_three_actions_in_one_batch() {
     // already reach the live view: the page must still show each result
     // next to its action (a refresh mid-batch once dropped those cards).
     w.tracker.inject(
-        gatehouse::demo::tracker::Fault::Slow(Duration::from_secs(1)),
+        gatehouse_services::tracker::Fault::Slow(Duration::from_secs(1)),
         2,
     );
     for (id, verb) in [(ids[0], "approve"), (ids[1], "reject"), (ids[2], "approve")] {
@@ -552,7 +552,7 @@ async fn web_browser_reverts_an_applied_action_from_its_card() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn web_browser_decides_a_workflow_request_with_the_clis_allowed_calls() {
-    use gatehouse::demo::cloud::Cloud;
+    use gatehouse_services::cloud::Cloud;
     let driver = Driver::start();
     let w = World::new();
     w.install("script");

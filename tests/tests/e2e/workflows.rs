@@ -2,11 +2,11 @@
 //! gatekeeper and a loopback cloud service. Steps are the `script` gadget
 //! (world `step`): it asks for approvals and calls under its certificate.
 
-use gatehouse::demo::cloud::Cloud;
 use gatehouse::grants::{Authority, CertRefusal, Claims};
 use gatehouse::store::Trust;
 use gatehouse::workflow::{RequestDecision, RunSummary};
 use gatehouse_e2e::{World, cli_command, stderr, stdout};
+use gatehouse_services::cloud::Cloud;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "cloud-token-9d1e";
@@ -522,7 +522,7 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
 async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
     let Fixture { w, cloud } = fixture().await;
     let k = &w.kernel;
-    let warehouse = gatehouse::demo::warehouse::Warehouse::builder()
+    let warehouse = gatehouse_services::warehouse::Warehouse::builder()
         .account("wh-owner-1", &["*"])
         .start()
         .expect("warehouse starts");

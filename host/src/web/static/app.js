@@ -400,13 +400,13 @@ function entryTable(entries) {
   const rows = entries.map((e) => el("tr", { class: "entry", dataset: { id: String(e.id) } },
     el("td", { text: String(e.id) }),
     el("td", { text: e.shown.chat }),
-    el("td", { text: e.kind }),
+    el("td", { text: e.shown.kind }),
     el("td", { text: e.shown.what }),
     el("td", { text: e.shown.caller }),
-    el("td", { text: e.state || "observed" }),
+    el("td", { text: e.shown.state }),
     el("td", { text: e.shown.resolved_by || "" }),
     el("td", { text: e.auto_approved ? "yes" : "" }),
-    el("td", { text: e.classified_by || "" })));
+    el("td", { text: e.shown.classified_by || "" })));
   return el("table", { class: "ledger" }, el("thead", {}, head), el("tbody", {}, ...rows));
 }
 

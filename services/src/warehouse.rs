@@ -1,11 +1,11 @@
-//! The demo data warehouse: a small, read-only, in-memory HTTP service that
-//! Gatehouse ships so that tests of observations, the restricted-data latch
+//! The data warehouse: a small, read-only, in-memory HTTP service that
+//! the demo and the tests use so that tests of observations, the restricted-data latch
 //! (O1-O4) and observers of shared chats (S1-S5) have a real service whose
 //! accounts may read different tables.
 //!
-//! What this module owns: one loopback HTTP server per [`Warehouse`], its
-//! thread and tokio runtime, its fixed tables, its accounts (a bearer token
-//! and the tables it may read) and the log of every request it received.
+//! What this module owns: the warehouse's fixed tables and its accounts (a
+//! bearer token and the tables it may read); the server, its thread and its
+//! request log are the shared [`Service`] skeleton's.
 //! Like the issue tracker next to it, it is reached through real sockets and
 //! a real HTTP stack, so a gatekeeper test against it exercises the real
 //! outbound path, credential injection included.
@@ -15,26 +15,26 @@
 //! may read is decided by the builder, so a test can model an owner who may
 //! read everything and a collaborator who may not read payroll.
 //!
-//! What it may not touch: nothing of the kernel. It imports nothing from the
-//! rest of the crate but the loopback server it shares with the tracker
-//! (`serve`, whose [`Received`] record it re-exports), and the kernel must
-//! never depend on it to make a decision.
+//! What it may not touch: nothing of the kernel. It imports nothing but the
+//! skeleton it shares with the other services (`service`, whose
+//! [`Received`] record it re-exports), and the kernel must never depend on
+//! it to make a decision.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
-use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-pub use super::serve::Received;
-use super::serve::{self, RequestLog, Server, error};
+pub use crate::service::Received;
+use crate::service::{self, Service, error};
+
+/// What the warehouse's handler sees: its state and the request log.
+type Shared = service::Shared<WarehouseState>;
 
 /// Largest request body the warehouse reads (it never needs one). Anything
 /// bigger is answered 413 and logged with an empty body.
@@ -113,69 +113,22 @@ pub struct WarehouseBuilder {
     owner_only: Option<BTreeSet<String>>,
 }
 
-/// A running warehouse on `127.0.0.1` (ephemeral port).
-///
-/// The server runs on its own thread with its own tokio runtime, so it works
-/// the same from a plain `#[test]`, from inside `#[tokio::test]` and from the
-/// CLI. It stops when dropped or via [`Warehouse::shutdown`].
-pub struct Warehouse {
-    shared: Arc<Shared>,
-    server: Server,
-}
+/// A running warehouse on `127.0.0.1` (ephemeral port); see [`Service`]
+/// for what every service does.
+pub type Warehouse = Service<WarehouseState>;
 
-/// Everything the server thread and the test thread both see.
-struct Shared {
+/// The warehouse's own state, which the server thread and the test thread
+/// both see (opaque: reached through [`Warehouse`]'s methods).
+pub struct WarehouseState {
     accounts: HashMap<String, Grant>,
     tables: Vec<Table>,
-    requests: RequestLog,
 }
 
-impl Warehouse {
+impl Service<WarehouseState> {
     /// Starts configuring a warehouse. No account exists until one is added,
     /// so a warehouse never answers anonymous requests by accident.
     pub fn builder() -> WarehouseBuilder {
         WarehouseBuilder::default()
-    }
-
-    /// The socket the warehouse listens on (always `127.0.0.1`).
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// `"127.0.0.1:PORT"`: the form an allow-list of hosts needs.
-    pub fn host(&self) -> String {
-        self.server.host()
-    }
-
-    /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// Every request received so far, in arrival order, including those
-    /// refused (401, 403, 404, 405, 413): tests need to see what was
-    /// attempted, for example that an access check sent no data request.
-    pub fn requests(&self) -> Vec<Received> {
-        self.shared.requests.all()
-    }
-
-    /// Blocks the calling thread until at least `n` requests have been
-    /// received or `timeout` has passed; returns whether `n` was reached.
-    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
-        self.shared.requests.wait_for(n, timeout)
-    }
-
-    /// Stops the server and waits for its thread; same as dropping it.
-    pub fn shutdown(self) {
-        drop(self);
-    }
-}
-
-impl std::fmt::Debug for Warehouse {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Warehouse")
-            .field("addr", &self.addr())
-            .finish_non_exhaustive()
     }
 }
 
@@ -220,25 +173,20 @@ impl WarehouseBuilder {
                 t.restricted = owner_only.contains(t.name);
             }
         }
-        let shared = Arc::new(Shared {
+        let state = WarehouseState {
             accounts: self.accounts,
             tables,
-            requests: RequestLog::default(),
-        });
-        let app = Router::new()
-            .fallback(handle)
-            .with_state(Arc::clone(&shared));
+        };
         // Nothing parks: shutdown only waits for open connections.
-        let server = Server::start("warehouse", app, std::future::pending())?;
-        Ok(Warehouse { shared, server })
+        Service::start("Warehouse", state, handle, |_| std::future::pending())
     }
 }
 
-impl Shared {
+impl WarehouseState {
     /// The grant of the account named by the `Authorization` header: only
     /// the `Bearer` scheme (case-insensitive) with a known, non-empty token.
     fn account(&self, authorization: Option<&str>) -> Option<&Grant> {
-        self.accounts.get(serve::bearer(authorization)?)
+        self.accounts.get(service::bearer(authorization)?)
     }
 
     fn table(&self, name: &str) -> Option<&Table> {
@@ -308,15 +256,12 @@ impl Shared {
 /// The single handler: every request, matched or not, is logged and
 /// authenticated the same way before it is routed.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let (parts, bytes, received) = serve::receive(request, MAX_BODY, &shared.requests).await;
-    if bytes.is_none() {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request body unreadable or larger than 64 KiB",
-        );
-    }
+    let (parts, _, received) = match shared.receive(request, MAX_BODY).await {
+        Ok(received) => received,
+        Err(too_large) => return too_large,
+    };
     let Some(grant) = shared.account(received.authorization.as_deref()) else {
-        return serve::unauthorized();
+        return service::unauthorized();
     };
     if parts.method != Method::GET {
         let mut response = error(
@@ -368,11 +313,11 @@ mod tests {
     //! `std::net::TcpStream`, like the tracker's tests.
 
     use super::*;
-    use crate::demo::serve::SHUTDOWN_GRACE;
-    use crate::demo::serve::testing::{head, response};
+    use crate::service::SHUTDOWN_GRACE;
+    use crate::service::testing::{head, response};
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     fn call(w: &Warehouse, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
         let mut stream = TcpStream::connect(w.addr()).expect("connect");

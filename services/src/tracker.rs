@@ -1,11 +1,11 @@
-//! The demo issue tracker: a small, in-memory HTTP service that Gatehouse
-//! ships so that the `demo` command and the end-to-end tests have a real
-//! "outside world" for a WASM gatekeeper to talk to.
+//! The issue tracker: a small, in-memory HTTP service so that the `demo`
+//! command and the end-to-end tests have a real "outside world" for a WASM
+//! gatekeeper to talk to.
 //!
-//! What this module owns: one loopback HTTP server per [`Tracker`], its
-//! thread and tokio runtime, its in-memory issues, the log of every request
-//! it received, the idempotency keys it honours, and the faults a test
-//! asked it to simulate.
+//! What this module owns: the tracker's in-memory issues, its tokens, the
+//! idempotency keys it honours, its webhook, and the faults a test asked it
+//! to simulate; the server, its thread and its request log are the shared
+//! [`Service`] skeleton's.
 //!
 //! The API: `GET /issues`, `GET /issues/{id}`, `GET /search?q=`,
 //! `POST /issues`, `POST /issues/{id}/labels`, `DELETE
@@ -19,29 +19,30 @@
 //! same sockets and HTTP stack it would use against a real tracker, so a test
 //! that passes against it has exercised the real outbound path.
 //!
-//! What it may not touch: nothing of the kernel. It imports nothing from the
-//! rest of the crate but the loopback server it shares with the warehouse
-//! (`serve`; no policy, no approval queue, no store, no runtime for
-//! gadgets) and the kernel must never depend on it to make a decision. It is
+//! What it may not touch: nothing of the kernel. It imports nothing but the
+//! skeleton it shares with the other services (`service`; no policy, no
+//! approval queue, no store, no runtime for gadgets) and the kernel must
+//! never depend on it to make a decision. It is
 //! a stand-in for a third-party service and has to stay on the far side of
 //! the boundary the host enforces; if it could reach into the kernel, tests
 //! against it would prove nothing about that boundary.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::{Query, Request, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-pub use super::serve::Received;
-use super::serve::{self, RequestLog, Server, error};
+pub use crate::service::Received;
+use crate::service::{self, Service, error, lock};
+
+/// What the tracker's handler sees: its state and the request log.
+type Shared = service::Shared<TrackerState>;
 
 /// Largest request body the tracker reads. Anything bigger is answered 413
 /// (and still logged, with an empty body), so a runaway client cannot make a
@@ -104,17 +105,11 @@ pub struct TrackerBuilder {
     ignore_keys: bool,
 }
 
-/// A running tracker on `127.0.0.1` (ephemeral port).
-///
-/// The server runs on its own thread with its own tokio runtime, so it works
-/// the same from a plain `#[test]`, from inside `#[tokio::test]`, and from
-/// the `demo` command, and a blocked client or test thread cannot starve it.
-/// It stops when dropped, or explicitly via [`Tracker::shutdown`]; either way
-/// the port is released and any connection it holds open is closed.
-pub struct Tracker {
-    shared: Arc<Shared>,
-    server: Server,
-}
+/// A running tracker on `127.0.0.1` (ephemeral port); see [`Service`] for
+/// what every service does. Its [`Service::shutdown`] never hangs for
+/// longer than a short grace period, even with connections parked by
+/// [`Fault::LandThenHang`].
+pub type Tracker = Service<TrackerState>;
 
 /// What a token is allowed to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,15 +135,15 @@ pub struct Delivery {
     pub status: Option<u16>,
 }
 
-/// Everything the server thread and the test thread both see.
-struct Shared {
+/// The tracker's own state, which the server thread and the test thread
+/// both see (opaque: reached through [`Tracker`]'s methods).
+pub struct TrackerState {
     webhook: Mutex<Option<Webhook>>,
     deliveries: Mutex<Vec<Delivery>>,
     tokens: HashMap<String, Access>,
     /// Whether a write's `Idempotency-Key` is honoured (the default).
     honours_keys: bool,
     state: Mutex<World>,
-    requests: RequestLog,
     /// Handlers currently running, not counting ones parked by
     /// `LandThenHang`; shutdown waits for these to drain.
     in_flight: AtomicUsize,
@@ -172,35 +167,11 @@ struct World {
     faults: VecDeque<(Fault, u32)>,
 }
 
-impl Tracker {
+impl Service<TrackerState> {
     /// Starts configuring a tracker. No tokens are accepted until some are
     /// added, so a tracker never answers anonymous requests by accident.
     pub fn builder() -> TrackerBuilder {
         TrackerBuilder::default()
-    }
-
-    /// The socket the tracker listens on (always `127.0.0.1`, never a
-    /// public interface, since it holds test credentials).
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// `"127.0.0.1:PORT"`: the form an allow-list of hosts or a `Host`
-    /// header needs.
-    pub fn host(&self) -> String {
-        self.server.host()
-    }
-
-    /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// Every request received so far, in arrival order, including those
-    /// refused by authentication, by the body cap or by an injected fault:
-    /// tests need to see what was attempted, not only what succeeded.
-    pub fn requests(&self) -> Vec<Received> {
-        self.shared.requests.all()
     }
 
     /// The non-GET requests that got past authentication and were handed to
@@ -212,25 +183,25 @@ impl Tracker {
     /// [`Tracker::issues`] for the resulting state). This is the list to
     /// count when asserting "the write happened exactly once".
     pub fn writes(&self) -> Vec<Received> {
-        self.shared.lock().writes.clone()
+        self.state().lock().writes.clone()
     }
 
     /// The current issues, in ascending id order.
     pub fn issues(&self) -> Vec<Issue> {
-        self.shared.lock().issues.values().cloned().collect()
+        self.state().lock().issues.values().cloned().collect()
     }
 
     /// The writes that carried an `Idempotency-Key` already seen, in
     /// order: answered with the first answer, applied no second time.
     /// Each is also in [`Tracker::requests`], never in [`Tracker::writes`].
     pub fn replays(&self) -> Vec<Received> {
-        self.shared.lock().replays.clone()
+        self.state().lock().replays.clone()
     }
 
     /// Deletes issue `id` as someone else at the service would (the world
     /// moving on under a pending action); whether it existed.
     pub fn delete_issue(&self, id: u64) -> bool {
-        self.shared.lock().issues.remove(&id).is_some()
+        self.state().lock().issues.remove(&id).is_some()
     }
 
     /// Makes the next `times` authorised write requests (any method but GET)
@@ -240,7 +211,7 @@ impl Tracker {
     /// in call order; `times == 0` does nothing.
     pub fn inject(&self, fault: Fault, times: u32) {
         if times > 0 {
-            self.shared.lock().faults.push_back((fault, times));
+            self.state().lock().faults.push_back((fault, times));
         }
     }
 
@@ -250,11 +221,7 @@ impl Tracker {
     /// HMAC-SHA256 of the body keyed with `secret`), as a service's webhook
     /// setting would. Each delivery runs beside the create's answer.
     pub fn set_webhook(&self, url: &str, secret: &str) {
-        *self
-            .shared
-            .webhook
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Webhook {
+        *lock(&self.state().webhook) = Some(Webhook {
             url: url.to_owned(),
             secret: secret.to_owned(),
         });
@@ -262,35 +229,7 @@ impl Tracker {
 
     /// Every webhook delivery attempted so far, in order.
     pub fn deliveries(&self) -> Vec<Delivery> {
-        self.shared
-            .deliveries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Blocks the calling thread (no async needed) until at least `n`
-    /// requests have been received or `timeout` has passed; returns whether
-    /// `n` was reached. Lets a test wait for a gatekeeper that works in the
-    /// background without sleeping for a guessed duration.
-    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
-        self.shared.requests.wait_for(n, timeout)
-    }
-
-    /// Stops the server and waits for its thread. Same as dropping the
-    /// tracker; exists so that a test can say it on purpose. Never hangs
-    /// for longer than a short grace period, even with connections parked
-    /// by [`Fault::LandThenHang`].
-    pub fn shutdown(self) {
-        drop(self);
-    }
-}
-
-impl std::fmt::Debug for Tracker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracker")
-            .field("addr", &self.addr())
-            .finish_non_exhaustive()
+        lock(&self.state().deliveries).clone()
     }
 }
 
@@ -351,38 +290,32 @@ impl TrackerBuilder {
                 }
             }
         }
-        let shared = Arc::new(Shared {
+        let state = TrackerState {
             webhook: Mutex::new(None),
             deliveries: Mutex::new(Vec::new()),
             tokens: self.tokens,
             honours_keys: !self.ignore_keys,
             state: Mutex::new(world),
-            requests: RequestLog::default(),
             in_flight: AtomicUsize::new(0),
             hanging: AtomicUsize::new(0),
-        });
-
-        let app = Router::new()
-            .fallback(handle)
-            .with_state(Arc::clone(&shared));
-        // Graceful shutdown finishes once every connection is done, which a
-        // connection parked by LandThenHang never is. So also stop once
-        // nothing but parked handlers remain (plus a moment to flush the
-        // last answers); the server's runtime then closes the parked ones.
-        let counters = Arc::clone(&shared);
-        let only_parked_left = async move {
-            loop {
-                if counters.hanging.load(Ordering::SeqCst) > 0
-                    && counters.in_flight.load(Ordering::SeqCst) == 0
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
         };
-        let server = Server::start("tracker", app, only_parked_left)?;
-        Ok(Tracker { shared, server })
+        Service::start("Tracker", state, handle, only_parked_left)
+    }
+}
+
+/// At shutdown: graceful shutdown finishes once every connection is done,
+/// which a connection parked by LandThenHang never is. So also stop once
+/// nothing but parked handlers remain (plus a moment to flush the last
+/// answers); the server's runtime then closes the parked ones.
+async fn only_parked_left(counters: Arc<Shared>) {
+    loop {
+        if counters.hanging.load(Ordering::SeqCst) > 0
+            && counters.in_flight.load(Ordering::SeqCst) == 0
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -404,18 +337,16 @@ impl Drop for Counted<'_> {
     }
 }
 
-impl Shared {
-    /// Locks the state. A poisoned lock only means some thread panicked
-    /// while holding it; the data is still the best record of what
-    /// happened, and a test fixture must keep answering.
+impl TrackerState {
+    /// Locks the state (see [`lock`]).
     fn lock(&self) -> MutexGuard<'_, World> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// What the `Authorization` header grants, if anything. Only the
     /// `Bearer` scheme (case-insensitive) with a known, non-empty token.
     fn access(&self, authorization: Option<&str>) -> Option<Access> {
-        self.tokens.get(serve::bearer(authorization)?).copied()
+        self.tokens.get(service::bearer(authorization)?).copied()
     }
 }
 
@@ -424,16 +355,13 @@ impl Shared {
 /// same way.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let busy = Counted::new(&shared.in_flight);
-    let (parts, bytes, received) = serve::receive(request, MAX_BODY, &shared.requests).await;
-    let Some(bytes) = bytes else {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request body unreadable or larger than 1 MiB",
-        );
+    let (parts, bytes, received) = match shared.receive(request, MAX_BODY).await {
+        Ok(received) => received,
+        Err(too_large) => return too_large,
     };
     let is_write = parts.method != Method::GET;
     match shared.access(received.authorization.as_deref()) {
-        None => return serve::unauthorized(),
+        None => return service::unauthorized(),
         Some(Access::ReadOnly) if is_write => {
             return error(StatusCode::FORBIDDEN, "this token may only read");
         }
@@ -491,11 +419,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             && answer.status == StatusCode::CREATED
             && let Some(issue) = world.issues.values().next_back().cloned()
         {
-            let hook = shared
-                .webhook
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let hook = lock(&shared.webhook).clone();
             if let Some(hook) = hook {
                 tokio::spawn(deliver(Arc::clone(&shared), hook, issue));
             }
@@ -572,12 +496,7 @@ impl IntoResponse for Answer {
 /// stand-in for a service and needs no client library beyond hyper.
 async fn deliver(shared: Arc<Shared>, hook: Webhook, issue: Issue) {
     use hmac::{Hmac, Mac as _};
-    let n = shared
-        .deliveries
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .len()
-        + 1;
+    let n = lock(&shared.deliveries).len() + 1;
     let body =
         serde_json::json!({ "event": "issueOpened", "delivery": n, "issue": issue }).to_string();
     let signature = match Hmac::<sha2::Sha256>::new_from_slice(hook.secret.as_bytes()) {
@@ -588,11 +507,7 @@ async fn deliver(shared: Arc<Shared>, hook: Webhook, issue: Issue) {
         Err(_) => String::new(),
     };
     let status = post(&hook.url, &body, &signature).await.ok();
-    shared
-        .deliveries
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Delivery { body, status });
+    lock(&shared.deliveries).push(Delivery { body, status });
 }
 
 /// POST `body` to the plain-http `url` with the signature header; the
@@ -770,8 +685,8 @@ mod tests {
     //! double as proof that the tracker works from plain `#[test]`s.
 
     use super::*;
-    use crate::demo::serve::SHUTDOWN_GRACE;
-    use crate::demo::serve::testing::{head, parse, response};
+    use crate::service::SHUTDOWN_GRACE;
+    use crate::service::testing::{head, parse, response};
     use std::io::{Read, Write};
     use std::net::TcpStream;
     use std::time::Instant;
@@ -794,19 +709,7 @@ mod tests {
         token: Option<&str>,
         body: Option<&str>,
     ) -> TcpStream {
-        let mut stream = TcpStream::connect(t.addr()).expect("connect");
-        let mut head = head(&t.host(), method, path, token);
-        let body = body.unwrap_or("");
-        if !body.is_empty() || method != "GET" {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).expect("write head");
-        stream.write_all(body.as_bytes()).expect("write body");
-        stream
+        crate::service::testing::send(t.addr(), method, path, token, body)
     }
 
     fn json(body: &str) -> serde_json::Value {

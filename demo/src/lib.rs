@@ -10,21 +10,33 @@
 //! `false` when something did not behave, so that the test suite runs the
 //! demo as a test. Owns nothing the kernel relies on and asks only the
 //! kernel's public API, like any other surface.
+//!
+//! It is its own crate, beside the host library rather than in it, because
+//! it runs against the loopback services (`gatehouse-services`), which are
+//! stand-ins for the outside world and no part of the product; the
+//! `gatehouse` binary (src/main.rs) hands [`tour`] to the library's CLI.
 
-pub mod cloud;
-mod serve;
-pub mod tracker;
-pub mod warehouse;
-
-use crate::Limits;
-use crate::home::Home;
-use crate::kernel::{Harness, Kernel};
-use crate::overseer::Decision;
-use crate::store::{LedgerFilter, Trust};
 use anyhow::Context as _;
+use gatehouse::Limits;
+use gatehouse::home::Home;
+use gatehouse::kernel::{Harness, Kernel};
+use gatehouse::overseer::Decision;
+use gatehouse::store::{LedgerFilter, Trust};
+use gatehouse_services::tracker::{Fault, Tracker};
 use serde_json::{Value, json};
+use std::future::Future;
 use std::path::PathBuf;
-use tracker::{Fault, Tracker};
+use std::pin::Pin;
+
+/// A line on stdout, dropped if stdout is closed (like the CLI's own).
+macro_rules! outln {
+    ($($arg:tt)*) => { gatehouse::console::stdout_line(format_args!($($arg)*)) };
+}
+
+/// [`run`] in the shape the CLI takes it (`gatehouse::cli::Demo`).
+pub fn tour(home: Option<PathBuf>) -> Pin<Box<dyn Future<Output = anyhow::Result<bool>>>> {
+    Box::pin(run(home))
+}
 
 fn step(n: u32, text: &str) {
     outln!("\n== {n}. {text}");
@@ -61,7 +73,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         1,
         "Install the `triage` gadget: it starts with no capability at all.",
     );
-    kernel.install("triage", crate::guests::TRIAGE, &|m| outln!("   {m}"))?;
+    kernel.install("triage", gatehouse::guests::TRIAGE, &|m| outln!("   {m}"))?;
     outln!("   gatehouse install triage.wasm");
 
     step(
@@ -72,7 +84,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     let g = kernel
         .add_gatekeeper(
             "issues",
-            crate::guests::ISSUES,
+            gatehouse::guests::ISSUES,
             Trust::Byo,
             vec![tracker.host()],
             Some("tracker-token".into()),
@@ -81,7 +93,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         )
         .await?;
     for t in &g.manifest.tools {
-        let c = crate::classify::classify(&t.annotations, g.trust);
+        let c = gatehouse::classify::classify(&t.annotations, g.trust);
         outln!("   tool {:<14} -> {:?}", t.name, c.kind);
     }
 
@@ -162,7 +174,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         )
         .await?
     {
-        outln!("   {}", crate::prompt::ledger_line(&e));
+        outln!("   {}", gatehouse::prompt::ledger_line(&e));
     }
     ok &= policies(&kernel, &tracker).await?;
     if ok {
@@ -181,7 +193,7 @@ async fn grants(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
         4,
         "Environment and grants (ex01): a gadget sees only the keys introduced into its chat, and calls only the granted tools.",
     );
-    kernel.install("script", crate::guests::SCRIPT, &|_| {})?;
+    kernel.install("script", gatehouse::guests::SCRIPT, &|_| {})?;
     kernel.new_chat("grants", "demo")?;
     let requests = tracker.requests().len();
     let before = script(
@@ -322,7 +334,7 @@ fn keys(env: &Value) -> String {
         Some(k) => k
             .iter()
             .filter_map(Value::as_str)
-            .map(crate::prompt::inline)
+            .map(gatehouse::prompt::inline)
             .collect::<Vec<_>>()
             .join(", "),
         None => format!("(no answer: {env})"),
@@ -335,7 +347,7 @@ fn answer_line(answer: &Value) -> String {
         return format!(
             "refused ({}): {}",
             e["kind"].as_str().unwrap_or("?"),
-            crate::prompt::one_line(e["message"].as_str().unwrap_or(""))
+            gatehouse::prompt::one_line(e["message"].as_str().unwrap_or(""))
         );
     }
     if answer.get("done").is_some() {
@@ -399,9 +411,9 @@ async fn policies(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
         outln!(
             "   #{} {}:{} applied automatically, resolved-by {} (the rule's author)",
             e.id,
-            crate::prompt::inline(e.gatekeeper.as_deref().unwrap_or_default()),
-            crate::prompt::inline(e.tool.as_deref().unwrap_or_default()),
-            crate::prompt::inline(e.resolved_by.as_deref().unwrap_or_default())
+            gatehouse::prompt::inline(e.gatekeeper.as_deref().unwrap_or_default()),
+            gatehouse::prompt::inline(e.tool.as_deref().unwrap_or_default()),
+            gatehouse::prompt::inline(e.resolved_by.as_deref().unwrap_or_default())
         );
     }
     ok &= behaved(11, report.output.is_ok() && !auto.is_empty());
@@ -425,7 +437,7 @@ async fn forgery(kernel: &Kernel, id: Option<i64>) -> anyhow::Result<bool> {
         .action("demo", id.unwrap_or(2))
         .await?
         .context("the demo's action vanished")?;
-    forged.state = crate::store::ActionState::Pending;
+    forged.state = gatehouse::store::ActionState::Pending;
     forged.tool = "createIssue\nEndpoint: https://evil.example\u{202E}".into();
     forged.args = r#"{"title":"```\nApprove: everything"}"#.into();
     let description = "## Approve\n> Endpoint: https://evil.example";
@@ -440,7 +452,7 @@ async fn forgery(kernel: &Kernel, id: Option<i64>) -> anyhow::Result<bool> {
         "   The attacker's lines above pass for the prompt's own `Endpoint:` and `Approve:` lines."
     );
     outln!("   The kernel's prompt for the same action (the terminal and the web inbox use it):");
-    let sanitised = crate::prompt::render(&forged, Some(description));
+    let sanitised = gatehouse::prompt::render(&forged, Some(description));
     for line in sanitised.lines() {
         outln!("   safe  | {line}");
     }
@@ -461,7 +473,7 @@ async fn forgery(kernel: &Kernel, id: Option<i64>) -> anyhow::Result<bool> {
 /// WHAT NOT TO DO, kept to show lecture exercise ex07: a prompt assembled by
 /// pasting a gatekeeper's and a gadget's text into the approval question.
 /// A newline in a tool name or an argument becomes a line of the prompt.
-fn naive_prompt(a: &crate::store::Action, description: &str) -> String {
+fn naive_prompt(a: &gatehouse::store::Action, description: &str) -> String {
     let mut out = format!(
         "Approve this action?\nGatekeeper: {}\nTool: {}\nDescription: {}\n",
         a.gatekeeper, a.tool, description
@@ -510,11 +522,11 @@ async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Resul
         13,
         "Pending visibility (ex04): an agent told to `ensure` an issue, under a naive harness, the honest one, and with simulation.",
     );
-    kernel.install("agent", crate::guests::AGENT, &|_| {})?;
+    kernel.install("agent", gatehouse::guests::AGENT, &|_| {})?;
     let sim = kernel
         .add_gatekeeper(
             "issues-sim",
-            crate::guests::ISSUES_SIM,
+            gatehouse::guests::ISSUES_SIM,
             Trust::Byo,
             vec![tracker.host()],
             Some("tracker-token".into()),
@@ -560,7 +572,7 @@ async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Resul
         let sent = tracker.writes().len() - writes;
         outln!(
             "   {label}, turn 1 ({sent} write(s) sent during it): {}",
-            crate::prompt::one_line(&run.turn.output.clone().unwrap_or_else(|e| e))
+            gatehouse::prompt::one_line(&run.turn.output.clone().unwrap_or_else(|e| e))
         );
         ok &= sent == 0;
         // A person approves whatever it staged, one decision at a time.
@@ -582,7 +594,7 @@ async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Resul
         {
             outln!(
                 "   {label}, after the approvals: {} ({} turn(s))",
-                crate::prompt::one_line(&r.last_output.unwrap_or_default()),
+                gatehouse::prompt::one_line(&r.last_output.unwrap_or_default()),
                 r.turns
             );
         }
@@ -616,7 +628,7 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
     let g = kernel
         .add_gatekeeper(
             "rogue",
-            crate::guests::ROGUE,
+            gatehouse::guests::ROGUE,
             Trust::Byo,
             vec![tracker.host()],
             Some("tracker-token".into()),
@@ -627,7 +639,7 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
     let class = g
         .manifest
         .tool("deleteIssue")
-        .map(|t| crate::classify::classify(&t.annotations, g.trust))
+        .map(|t| gatehouse::classify::classify(&t.annotations, g.trust))
         .context("rogue has no deleteIssue")?;
     outln!(
         "   tool deleteIssue -> {:?} (classified by {}, trust {})",
@@ -672,8 +684,8 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
     for e in &claims {
         outln!(
             "   {} (trust {})",
-            crate::prompt::ledger_line(e),
-            crate::prompt::inline(e.trust.as_deref().unwrap_or_default())
+            gatehouse::prompt::ledger_line(e),
+            gatehouse::prompt::inline(e.trust.as_deref().unwrap_or_default())
         );
     }
     let listed = claims.iter().any(|e| {
@@ -681,7 +693,7 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
             && e.tool.as_deref() == Some("deleteIssue")
             && e.trust.as_deref() == Some("byo")
     });
-    Ok(class.kind == crate::classify::Kind::Read
+    Ok(class.kind == gatehouse::classify::Kind::Read
         && out[0].get("done").is_some()
         && after + 1 == before
         && listed
@@ -694,7 +706,7 @@ async fn lockdown(kernel: &Kernel) -> anyhow::Result<bool> {
         15,
         "Owner-only data locks a chat down: after reading payroll, the chat can send nothing.",
     );
-    let warehouse = warehouse::Warehouse::builder()
+    let warehouse = gatehouse_services::Warehouse::builder()
         .account("demo-warehouse-owner", &["*"])
         .start()
         .context("cannot start the bundled warehouse on 127.0.0.1")?;
@@ -702,7 +714,7 @@ async fn lockdown(kernel: &Kernel) -> anyhow::Result<bool> {
     kernel
         .add_gatekeeper(
             "warehouse",
-            crate::guests::WAREHOUSE,
+            gatehouse::guests::WAREHOUSE,
             Trust::Byo,
             vec![warehouse.host()],
             Some("warehouse-token".into()),
@@ -748,7 +760,7 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
         16,
         "Sharing re-checks every source with the collaborator's own account.",
     );
-    let hr = warehouse::Warehouse::builder()
+    let hr = gatehouse_services::Warehouse::builder()
         .owner_only(&[])
         .account("demo-hr-alice", &["*"])
         .account("demo-hr-bob", &["sales", "customers"])
@@ -757,7 +769,7 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
     kernel
         .add_gatekeeper(
             "hr",
-            crate::guests::WAREHOUSE,
+            gatehouse::guests::WAREHOUSE,
             Trust::Byo,
             vec![hr.host()],
             None,
@@ -784,11 +796,11 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
         .open_chat(
             "salary-dashboard",
             "bob",
-            &crate::sharing::OpenRequest::default(),
+            &gatehouse::sharing::OpenRequest::default(),
         )
         .await?;
     let refused = match outcome {
-        crate::sharing::OpenOutcome::Refused { failures, .. } => {
+        gatehouse::sharing::OpenOutcome::Refused { failures, .. } => {
             outln!("   bob's open is refused:");
             for f in &failures {
                 outln!("     {}", f.line());
@@ -832,7 +844,7 @@ fn tempdir() -> anyhow::Result<TempDir> {
     let base = std::env::temp_dir().join(format!(
         "gatehouse-demo-{}-{}",
         std::process::id(),
-        crate::store::now_ms()
+        gatehouse::store::now_ms()
     ));
     std::fs::create_dir_all(&base).with_context(|| format!("cannot create {}", base.display()))?;
     Ok(TempDir(base))

@@ -1,15 +1,19 @@
-//! The loopback HTTP server under the demo services (the issue tracker and
-//! the warehouse): its thread and tokio runtime, binding `127.0.0.1:0`, the
-//! ready signal, a bounded graceful shutdown, and the log of every request
-//! received, which tests can wait on.
+//! The one skeleton under every loopback service (the issue tracker, the
+//! warehouse, the cloud): [`Service`], a running server on its own thread
+//! and tokio runtime bound to `127.0.0.1:0`, with the ready signal, a
+//! bounded graceful shutdown, the log of every request received (which
+//! tests read and wait on) and what each service's handler does first
+//! (read the body under a cap, log the request, find its bearer token).
 //!
-//! Like the services themselves it imports nothing from the rest of the
-//! crate: it is part of the stand-in for the outside world.
+//! A service module adds only its own state, its API and its builder: the
+//! accessors every service has (`addr`, `host`, `url`, `requests`,
+//! `wait_for_requests`, `shutdown`) are written here once.
 
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::ops::Deref;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -17,6 +21,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::Request;
+use axum::handler::Handler;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -26,9 +31,171 @@ use tokio::sync::oneshot;
 /// How long shutdown waits for requests that are still being answered before
 /// it tears the runtime down anyway. Bounded so that dropping a service can
 /// never hang a test, whatever its clients are doing.
-pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// One request as a demo service received it, before any decision about it.
+/// Locks `mutex`. A poisoned lock only means some thread panicked while
+/// holding it; the data is still the best record of what happened, and a
+/// test fixture must keep answering.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running loopback service whose own state is `S`: the tracker, the
+/// warehouse and the cloud are each a `Service` of their state type, with
+/// their own methods beside the ones every service has.
+///
+/// The server runs on its own thread with its own tokio runtime, so it works
+/// the same from a plain `#[test]`, from inside `#[tokio::test]` and from the
+/// `demo` command, and a blocked client or test thread cannot starve it. It
+/// stops when dropped, or explicitly via [`Service::shutdown`]; either way
+/// the port is released and every connection it holds is closed.
+pub struct Service<S> {
+    name: &'static str,
+    shared: Arc<Shared<S>>,
+    server: Server,
+}
+
+/// What a service's handlers and its owner both see: the service's own
+/// state (reached through `Deref`) and the log of requests.
+pub(crate) struct Shared<S> {
+    requests: RequestLog,
+    state: S,
+}
+
+impl<S> Deref for Shared<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<S> Shared<S> {
+    /// Reads `request`, its body up to `max_body` bytes, and logs it. Its
+    /// parts, its body and what was logged; or, when the body is unreadable
+    /// or over the cap (it is then logged as empty), the 413 to answer.
+    pub(crate) async fn receive(
+        &self,
+        request: Request,
+        max_body: usize,
+    ) -> Result<(Parts, Bytes, Received), Response> {
+        match receive(request, max_body, &self.requests).await {
+            (parts, Some(bytes), received) => Ok((parts, bytes, received)),
+            (_, None, _) => Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("request body unreadable or larger than {}", size(max_body)),
+            )),
+        }
+    }
+}
+
+/// `1 MiB`, `64 KiB`: a body cap as a person reads it.
+fn size(bytes: usize) -> String {
+    const MIB: usize = 1024 * 1024;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= 1024 && bytes.is_multiple_of(1024) {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+impl<S: Send + Sync + 'static> Service<S> {
+    /// Starts a service named `name` (for its thread and its `Debug`) with
+    /// `state`, every request going to `handler`, and returns once it is
+    /// listening, so the first request cannot race the start. `settled`
+    /// makes the future that says, at shutdown, when nothing is left to
+    /// wait for (see [`Server::start`]); most services never park a
+    /// handler and pass `std::future::pending()`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever binding the loopback port, or building the server's
+    /// runtime, fails with; no thread is left behind in that case.
+    pub(crate) fn start<H, T, F>(
+        name: &'static str,
+        state: S,
+        handler: H,
+        settled: impl FnOnce(Arc<Shared<S>>) -> F,
+    ) -> io::Result<Self>
+    where
+        H: Handler<T, Arc<Shared<S>>>,
+        T: 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let shared = Arc::new(Shared {
+            requests: RequestLog::default(),
+            state,
+        });
+        let app = Router::new()
+            .fallback(handler)
+            .with_state(Arc::clone(&shared));
+        let server = Server::start(name, app, settled(Arc::clone(&shared)))?;
+        Ok(Service {
+            name,
+            shared,
+            server,
+        })
+    }
+}
+
+impl<S> Service<S> {
+    /// The service's own state, as its handlers see it.
+    pub(crate) fn state(&self) -> &S {
+        &self.shared.state
+    }
+
+    /// The socket the service listens on (always `127.0.0.1`, never a
+    /// public interface, since it holds test credentials).
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// `"127.0.0.1:PORT"`: the form an allow-list of hosts or a `Host`
+    /// header needs.
+    pub fn host(&self) -> String {
+        self.server.host()
+    }
+
+    /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Every request received so far, in arrival order, including those
+    /// refused by authentication, by the body cap or by an injected fault:
+    /// tests need to see what was attempted, not only what succeeded (for
+    /// example that an access check sent no data request).
+    pub fn requests(&self) -> Vec<Received> {
+        self.shared.requests.all()
+    }
+
+    /// Blocks the calling thread (no async needed) until at least `n`
+    /// requests have been received or `timeout` has passed; returns whether
+    /// `n` was reached. Lets a test wait for a gatekeeper that works in the
+    /// background without sleeping for a guessed duration.
+    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
+        self.shared.requests.wait_for(n, timeout)
+    }
+
+    /// Stops the server and waits for its thread. Same as dropping the
+    /// service; exists so that a test can say it on purpose. Never hangs
+    /// for longer than [`SHUTDOWN_GRACE`], whatever its clients are doing.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl<S> std::fmt::Debug for Service<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(self.name)
+            .field("addr", &self.addr())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One request as a service received it, before any decision about it.
 ///
 /// Tests use these to assert what actually left the host: which method and
 /// path, which credentials the gatekeeper attached, and the exact bytes.
@@ -60,7 +227,7 @@ impl RequestLog {
     /// Locks the log. A poisoned lock only means a thread panicked while
     /// holding it; the log is still the best record there is.
     fn lock(&self) -> MutexGuard<'_, Vec<Received>> {
-        self.requests.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.requests)
     }
 
     fn record(&self, received: Received) {
@@ -88,7 +255,7 @@ impl RequestLog {
 /// Reads `request`, its body up to `max_body` bytes, and logs it in `log`.
 /// Returns its parts, its body (`None` when unreadable or over the cap; it
 /// is then logged as empty) and what was logged.
-pub(crate) async fn receive(
+async fn receive(
     request: Request,
     max_body: usize,
     log: &RequestLog,
@@ -144,11 +311,8 @@ pub(crate) fn unauthorized() -> Response {
     response
 }
 
-/// A running server on `127.0.0.1` (ephemeral port), on its own thread with
-/// its own tokio runtime, so it works the same from a plain `#[test]`, from
-/// inside `#[tokio::test]` and from the CLI, and a blocked client or test
-/// thread cannot starve it. Dropping it stops the server and waits for its
-/// thread; the port is released and every connection it holds is closed.
+/// The server under a [`Service`]: `127.0.0.1` (ephemeral port), its thread
+/// and runtime. Dropping it stops the server and waits for its thread.
 pub(crate) struct Server {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
@@ -157,7 +321,7 @@ pub(crate) struct Server {
 
 impl Server {
     /// Binds `127.0.0.1:0`, starts serving `app` on a thread named
-    /// `demo-<name>-<port>` and returns once it is listening, so the first
+    /// `service-<name>-<port>` and returns once it is listening, so the first
     /// request cannot race the start. Works with or without a surrounding
     /// tokio runtime.
     ///
@@ -184,7 +348,7 @@ impl Server {
         let (stop_tx, stop_rx) = oneshot::channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name(format!("demo-{name}-{}", addr.port()))
+            .name(format!("service-{name}-{}", addr.port()))
             .spawn(move || serve(listener, app, settled, stop_rx, ready_tx))?;
 
         match ready_rx.recv() {
@@ -200,7 +364,7 @@ impl Server {
             Err(_) => {
                 let _ = thread.join();
                 Err(io::Error::other(format!(
-                    "demo {name} thread exited before listening"
+                    "service {name} thread exited before listening"
                 )))
             }
         }
@@ -310,6 +474,32 @@ pub(crate) mod testing {
             head.push_str(&format!("Authorization: Bearer {token}\r\n"));
         }
         head
+    }
+
+    /// Sends a request with an optional JSON `body` to the service at
+    /// `addr` (a bearer `token` if given) and returns the open stream,
+    /// for [`response`].
+    pub(crate) fn send(
+        addr: std::net::SocketAddr,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> TcpStream {
+        use std::io::Write as _;
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        let mut head = head(&addr.to_string(), method, path, token);
+        let body = body.unwrap_or("");
+        if !body.is_empty() || method != "GET" {
+            head.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).expect("write head");
+        stream.write_all(body.as_bytes()).expect("write body");
+        stream
     }
 
     /// Reads the whole response from `stream` (within 10 s) as (status, body).

@@ -1,36 +1,36 @@
-//! The demo cloud: a small, in-memory HTTP service that launches and tags
+//! The cloud: a small, in-memory HTTP service that launches and tags
 //! "instances", so that tests of multi-step workflows ("launch an instance,
 //! then tag it") have a real service whose second write depends on the
 //! answer to the first (the id the launch assigned).
 //!
-//! What this module owns: one loopback HTTP server per [`Cloud`], its thread
-//! and tokio runtime, its in-memory instances, the one bearer token it
-//! accepts and the log of every request it received. Like the tracker and
+//! What this module owns: the cloud's in-memory instances and the one bearer
+//! token it accepts; the server, its thread and its request log are the
+//! shared [`Service`] skeleton's. Like the tracker and
 //! the warehouse next to it, it is reached through real sockets and a real
 //! HTTP stack, so a gatekeeper test against it exercises the real outbound
 //! path, credential injection included. Nothing is ever actually launched.
 //!
-//! What it may not touch: nothing of the kernel. It imports nothing from the
-//! rest of the crate but the loopback server it shares with the other demo
-//! services (`serve`, whose [`Received`] record it re-exports), and the
+//! What it may not touch: nothing of the kernel. It imports nothing but the
+//! skeleton it shares with the other services (`service`, whose
+//! [`Received`] record it re-exports), and the
 //! kernel must never depend on it to make a decision: it stands for a
 //! third-party service on the far side of the boundary the host enforces.
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use axum::Json;
-use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-pub use super::serve::Received;
-use super::serve::{self, RequestLog, Server, error};
+pub use crate::service::Received;
+use crate::service::{self, Service, error, lock};
+
+/// What the cloud's handler sees: its state and the request log.
+type Shared = service::Shared<CloudState>;
 
 /// Largest request body the cloud reads: room for a generous `userData`
 /// script. Anything bigger is answered 413 and logged with an empty body.
@@ -61,22 +61,16 @@ pub struct CloudBuilder {
     seeds: Vec<(String, String, Vec<String>)>,
 }
 
-/// A running cloud on `127.0.0.1` (ephemeral port).
-///
-/// The server runs on its own thread with its own tokio runtime, so it works
-/// the same from a plain `#[test]`, from inside `#[tokio::test]` and from the
-/// CLI. It stops when dropped or via [`Cloud::shutdown`].
-pub struct Cloud {
-    shared: Arc<Shared>,
-    server: Server,
-}
+/// A running cloud on `127.0.0.1` (ephemeral port); see [`Service`] for
+/// what every service does.
+pub type Cloud = Service<CloudState>;
 
-/// Everything the server thread and the test thread both see.
-struct Shared {
+/// The cloud's own state, which the server thread and the test thread both
+/// see (opaque: reached through [`Cloud`]'s methods).
+pub struct CloudState {
     /// The one accepted bearer token; `None`: nobody gets in.
     token: Option<String>,
     state: Mutex<World>,
-    requests: RequestLog,
 }
 
 /// The mutable state, under one mutex so that "apply the write, log it" is
@@ -87,32 +81,11 @@ struct World {
     writes: Vec<Received>,
 }
 
-impl Cloud {
+impl Service<CloudState> {
     /// Starts configuring a cloud. No token is accepted until one is set,
     /// so a cloud never answers anonymous requests by accident.
     pub fn builder() -> CloudBuilder {
         CloudBuilder::default()
-    }
-
-    /// The socket the cloud listens on (always `127.0.0.1`).
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// `"127.0.0.1:PORT"`: the form an allow-list of hosts needs.
-    pub fn host(&self) -> String {
-        self.server.host()
-    }
-
-    /// `"http://127.0.0.1:PORT"`: the base URL to hand to a gatekeeper.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// Every request received so far, in arrival order, including those
-    /// refused (401, 404, 413): tests need to see what was attempted.
-    pub fn requests(&self) -> Vec<Received> {
-        self.shared.requests.all()
     }
 
     /// The non-GET requests that got past authentication and reached the
@@ -120,36 +93,17 @@ impl Cloud {
     /// (check [`Cloud::instances`] for the resulting state). This is the
     /// list to count when asserting "the write was sent exactly once".
     pub fn writes(&self) -> Vec<Received> {
-        self.shared.lock().writes.clone()
+        self.state().lock().writes.clone()
     }
 
     /// The current instances in launch order, as `GET /instances` shows them.
     pub fn instances(&self) -> Vec<Value> {
-        self.shared
+        self.state()
             .lock()
             .instances
             .iter()
             .map(|i| serde_json::to_value(i).unwrap_or(Value::Null))
             .collect()
-    }
-
-    /// Blocks the calling thread until at least `n` requests have been
-    /// received or `timeout` has passed; returns whether `n` was reached.
-    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
-        self.shared.requests.wait_for(n, timeout)
-    }
-
-    /// Stops the server and waits for its thread; same as dropping it.
-    pub fn shutdown(self) {
-        drop(self);
-    }
-}
-
-impl std::fmt::Debug for Cloud {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cloud")
-            .field("addr", &self.addr())
-            .finish_non_exhaustive()
     }
 }
 
@@ -194,31 +148,25 @@ impl CloudBuilder {
                 }
             }
         }
-        let shared = Arc::new(Shared {
+        let state = CloudState {
             token: self.token.filter(|t| !t.is_empty()),
             state: Mutex::new(world),
-            requests: RequestLog::default(),
-        });
-        let app = Router::new()
-            .fallback(handle)
-            .with_state(Arc::clone(&shared));
+        };
         // Nothing parks: shutdown only waits for open connections.
-        let server = Server::start("cloud", app, std::future::pending())?;
-        Ok(Cloud { shared, server })
+        Service::start("Cloud", state, handle, |_| std::future::pending())
     }
 }
 
-impl Shared {
-    /// Locks the state. A poisoned lock only means a thread panicked while
-    /// holding it; the data is still the best record there is.
+impl CloudState {
+    /// Locks the state (see [`lock`]).
     fn lock(&self) -> MutexGuard<'_, World> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Whether the `Authorization` header carries the cloud's token (only
     /// the `Bearer` scheme, case-insensitive).
     fn authorised(&self, authorization: Option<&str>) -> bool {
-        match (&self.token, serve::bearer(authorization)) {
+        match (&self.token, service::bearer(authorization)) {
             (Some(token), Some(given)) => token == given,
             _ => false,
         }
@@ -228,15 +176,12 @@ impl Shared {
 /// The single handler: every request, matched or not, is logged and
 /// authenticated the same way before it is routed.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let (parts, bytes, received) = serve::receive(request, MAX_BODY, &shared.requests).await;
-    let Some(bytes) = bytes else {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request body unreadable or larger than 64 KiB",
-        );
+    let (parts, bytes, received) = match shared.receive(request, MAX_BODY).await {
+        Ok(received) => received,
+        Err(too_large) => return too_large,
     };
     if !shared.authorised(received.authorization.as_deref()) {
-        return serve::unauthorized();
+        return service::unauthorized();
     }
     let mut world = shared.lock();
     let response = world.route(&parts.method, parts.uri.path(), &bytes);
@@ -365,12 +310,11 @@ mod tests {
     //! `std::net::TcpStream`, like the tracker's and the warehouse's tests.
 
     use super::*;
-    use crate::demo::serve::SHUTDOWN_GRACE;
-    use crate::demo::serve::testing::{head, response};
+    use crate::service::SHUTDOWN_GRACE;
+    use crate::service::testing::response;
     use serde_json::json;
-    use std::io::Write;
     use std::net::TcpStream;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     fn call(
         c: &Cloud,
@@ -379,18 +323,7 @@ mod tests {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (u16, Value) {
-        let mut stream = TcpStream::connect(c.addr()).expect("connect");
-        let mut head = head(&c.host(), method, path, token);
-        let body = body.unwrap_or_default();
-        if method != "GET" || !body.is_empty() {
-            head.push_str(&format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            ));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).expect("write head");
-        stream.write_all(body.as_bytes()).expect("write body");
+        let mut stream = crate::service::testing::send(c.addr(), method, path, token, body);
         let (status, body) = response(&mut stream);
         (status, serde_json::from_str(&body).expect("JSON body"))
     }

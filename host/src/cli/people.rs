@@ -1,0 +1,139 @@
+//! The people's commands: adding a person, their settings (where notices
+//! go), listing them, and their own accounts at a gatekeeper's service.
+//! Words only: who may change whose settings is the kernel's rule, and a
+//! credential is read from stdin straight into the kernel, never printed.
+
+use super::print_records;
+use crate::kernel::Kernel;
+use anyhow::{Context as _, bail};
+use clap::Subcommand;
+use std::io::Read as _;
+
+#[derive(Subcommand, Debug)]
+pub(super) enum Command {
+    /// People: add someone who can own, share and open chats.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// List people.
+    Users {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A person's own accounts at a gatekeeper's service.
+    #[command(subcommand)]
+    Account(AccountCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum UserCmd {
+    /// Add a person.
+    Add { name: String },
+    /// Change a person's settings (yourself only).
+    Set {
+        name: String,
+        /// Where `serve` tells you that actions wait for you: a
+        /// Slack-compatible webhook (https, or http to loopback).
+        #[arg(long, value_name = "URL", conflicts_with = "no_notify")]
+        notify_url: Option<String>,
+        /// Stop notices.
+        #[arg(long)]
+        no_notify: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum AccountCmd {
+    /// Connect USER's account at GATEKEEPER; the credential is read from stdin.
+    Connect {
+        user: String,
+        gatekeeper: String,
+        /// A label for the account (default: the person's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Make it the person's default account at that gatekeeper.
+        #[arg(long)]
+        default: bool,
+    },
+    /// List accounts (never their credentials).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(super) fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result<bool> {
+    match cmd {
+        Command::User(UserCmd::Add { name }) => {
+            if kernel.add_user(&name)? {
+                outln!("added {name}");
+            } else {
+                outln!("{name} was already known");
+            }
+        }
+        Command::User(UserCmd::Set {
+            name,
+            notify_url,
+            no_notify,
+        }) => set_notices(kernel, me, &name, notify_url, no_notify)?,
+        Command::Users { json } => print_records(&kernel.users()?, json, |u| outln!("{u}"))?,
+        Command::Account(AccountCmd::Connect {
+            user,
+            gatekeeper,
+            name,
+            default,
+        }) => connect(kernel, &user, &gatekeeper, name, default)?,
+        Command::Account(AccountCmd::List { json }) => {
+            print_records(&kernel.accounts(None)?, json, |a| {
+                outln!(
+                    "{:<24} at {}{}",
+                    a.id(),
+                    a.gatekeeper,
+                    if a.is_default { "  (default)" } else { "" }
+                )
+            })?
+        }
+    }
+    Ok(true)
+}
+
+fn set_notices(
+    kernel: &Kernel,
+    me: &str,
+    name: &str,
+    notify_url: Option<String>,
+    no_notify: bool,
+) -> anyhow::Result<()> {
+    if notify_url.is_none() && !no_notify {
+        bail!("nothing to set: give --notify-url URL or --no-notify");
+    }
+    kernel.set_notify_url(me, name, notify_url.as_deref())?;
+    match notify_url {
+        Some(u) => outln!(
+            "{name}'s notices go to {u}: one message per batch when actions wait for {name}'s decision"
+        ),
+        None => outln!("{name} gets no notices"),
+    }
+    Ok(())
+}
+
+fn connect(
+    kernel: &Kernel,
+    user: &str,
+    gatekeeper: &str,
+    name: Option<String>,
+    default: bool,
+) -> anyhow::Result<()> {
+    let mut credential = String::new();
+    std::io::stdin()
+        .read_to_string(&mut credential)
+        .context("cannot read the credential from stdin")?;
+    let label = name.unwrap_or_else(|| user.to_owned());
+    let a = kernel.connect_account(user, gatekeeper, &label, &credential, default)?;
+    outln!(
+        "connected account {} at {}{}",
+        a.id(),
+        a.gatekeeper,
+        if a.is_default { " (default)" } else { "" }
+    );
+    Ok(())
+}
