@@ -11,14 +11,14 @@
 use crate::kernel::{Harness, Kernel, Turn};
 use crate::principal::Principal;
 use crate::runtime::gadget::TurnReport;
-use crate::store::ActionState;
+use crate::store::{ActionState, AgentRunState};
 use serde::Serialize;
 
 /// What one harness turn did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
     pub run: i64,
-    pub state: String,
+    pub state: AgentRunState,
     pub awaited: Vec<i64>,
     pub turn: TurnReport,
 }
@@ -101,18 +101,19 @@ impl Kernel {
             Ok(o) => o.clone(),
             Err(e) => format!("error: {e}"),
         };
+        // The turn ended awaiting nothing (done) or awaiting decisions.
+        let state = if awaited.is_empty() {
+            AgentRunState::Done
+        } else {
+            AgentRunState::Waiting
+        };
         let a = awaited.clone();
         self.store()
-            .run(move |s| s.save_run(run, &a, &output))
+            .run(move |s| s.save_run(run, state, &a, &output))
             .await?;
         Ok(RunReport {
             run,
-            state: if awaited.is_empty() {
-                "done"
-            } else {
-                "waiting"
-            }
-            .into(),
+            state,
             awaited,
             turn: report,
         })

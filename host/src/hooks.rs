@@ -20,7 +20,7 @@ use crate::access::Need;
 use crate::classify::TriggerKind;
 use crate::kernel::{Kernel, Turn, check_name, random_hex};
 use crate::principal::Principal;
-use crate::store::{FiringRefusal, Hook, NewHook, secret_digest};
+use crate::store::{FiringOutcome, FiringRefusal, Hook, HookKind, NewHook, secret_digest};
 use anyhow::{Context as _, bail};
 use hmac::{Hmac, Mac as _};
 use serde::Serialize;
@@ -94,7 +94,7 @@ pub struct FiringReport {
     pub hook: i64,
     pub firing: i64,
     /// `done` or `failed`.
-    pub outcome: String,
+    pub outcome: FiringOutcome,
 }
 
 /// Whether `signature` (`sha256=HEX`) is the HMAC-SHA256 of `body` under
@@ -327,7 +327,8 @@ impl Kernel {
             Err(_) => serde_json::Value::String(String::from_utf8_lossy(&body).into_owned()),
         };
         let body_digest = hex::encode(<Sha256 as sha2::Digest>::digest(&body));
-        self.begin(hook, "webhook", event, Some(body_digest)).await
+        self.begin(hook, HookKind::Webhook, event, Some(body_digest))
+            .await
     }
 
     /// Fire every schedule that is due now, one turn each (SPEC H1: a
@@ -342,7 +343,7 @@ impl Kernel {
         let mut out = Vec::new();
         for hook in due {
             let event = serde_json::json!({ "scheduled_at": now });
-            if let Ok(firing) = self.begin(hook, "schedule", event, None).await? {
+            if let Ok(firing) = self.begin(hook, HookKind::Schedule, event, None).await? {
                 out.push(self.run_firing(firing).await?);
             }
         }
@@ -356,7 +357,7 @@ impl Kernel {
     async fn begin(
         &self,
         hook: Hook,
-        cause: &'static str,
+        cause: HookKind,
         event: serde_json::Value,
         body_digest: Option<String>,
     ) -> anyhow::Result<Result<Firing, DeliveryRefusal>> {
@@ -382,8 +383,8 @@ impl Kernel {
                         .triggers
                         .iter()
                         .any(|t| t.name == h.trigger && matches!(
-                            (t.kind, h.kind.as_str()),
-                            (TriggerKind::Webhook, "webhook") | (TriggerKind::Schedule { .. }, "schedule")
+                            (t.kind, h.kind),
+                            (TriggerKind::Webhook, HookKind::Webhook) | (TriggerKind::Schedule { .. }, HookKind::Schedule)
                         ))
                 });
                 if !declared {
@@ -458,10 +459,13 @@ impl Kernel {
         .await;
         let (outcome, note) = match ran {
             Ok(report) => match report.output {
-                Ok(o) => ("done", crate::prompt::excerpt(&o, 2000)),
-                Err(e) => ("failed", crate::prompt::excerpt(&e, 2000)),
+                Ok(o) => (FiringOutcome::Done, crate::prompt::excerpt(&o, 2000)),
+                Err(e) => (FiringOutcome::Failed, crate::prompt::excerpt(&e, 2000)),
             },
-            Err(e) => ("failed", crate::prompt::excerpt(&format!("{e:#}"), 2000)),
+            Err(e) => (
+                FiringOutcome::Failed,
+                crate::prompt::excerpt(&format!("{e:#}"), 2000),
+            ),
         };
         self.store()
             .run(move |s| s.finish_firing(firing, outcome, Some(&note)))
@@ -469,7 +473,7 @@ impl Kernel {
         Ok(FiringReport {
             hook: id,
             firing,
-            outcome: outcome.to_owned(),
+            outcome,
         })
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::access::{Access, Need, Refusal};
 use crate::kernel::Kernel;
-use crate::store::{Action, Chat, LedgerEntry, LedgerFilter};
+use crate::store::{Action, Chat, LedgerEntry, LedgerFilter, LedgerKind};
 use serde::Serialize;
 
 /// An action with its approval prompt: the one rendering every surface
@@ -225,7 +225,7 @@ impl Kernel {
             person,
             LedgerFilter {
                 chat: Some(chat.to_owned()),
-                kind: Some("observation".into()),
+                kind: Some(LedgerKind::Observation),
                 ..LedgerFilter::default()
             },
         )

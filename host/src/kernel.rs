@@ -24,90 +24,7 @@ use anyhow::{Context as _, bail};
 use std::fs::File;
 use std::sync::Arc;
 
-/// How the kernel treats a turn's pending writes (SPEC V).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Harness {
-    /// A plain turn: the gadget sees `pending` and decides for itself.
-    #[default]
-    Plain,
-    /// The kernel's agent harness: an action that awaits a decision ends the
-    /// turn; the run resumes when every awaited action is applied (V2, V3).
-    Honest,
-    /// What V2 warns against, kept to demonstrate it: pending writes are
-    /// hidden from the gadget (answered as if done). Never the default.
-    Naive,
-}
-
-/// Who is calling, from where (SPEC C5), and the turn's harness state.
-#[derive(Clone, Debug)]
-pub struct Turn {
-    /// The gadget running the turn; `None` for a caller without one (an
-    /// external agent over MCP).
-    pub gadget: Option<String>,
-    pub chat: String,
-    /// Who is acting; calls run under the accounts of the person it acts
-    /// for, and what it stages is sent with that person's account.
-    pub principal: Principal,
-    pub harness: Harness,
-    /// Actions of this turn that await a decision (honest harness).
-    pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
-    /// Set when the turn is a workflow step (SPEC G).
-    pub step: Option<StepContext>,
-}
-
-/// A workflow step's side of a turn (SPEC G).
-#[derive(Clone, Debug)]
-pub struct StepContext {
-    pub run: i64,
-    pub step: String,
-    /// The certificate issued for this attempt, until the gadget takes it.
-    pub certificate: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
-    /// Set when a call was refused by the gate: the step waits for a decision.
-    pub gated: Arc<std::sync::atomic::AtomicBool>,
-    /// The certificate whose signature was verified in this attempt.
-    pub verified: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
-    /// How many times each `(tool, args digest)` was called in this
-    /// attempt: with the run and step, the logical identity of a call
-    /// across re-runs (SPEC G8).
-    pub calls: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
-}
-
-impl Turn {
-    /// A turn of `gadget` in `chat` for `principal`.
-    pub fn new(gadget: &str, chat: &str, principal: Principal) -> Turn {
-        Turn {
-            gadget: Some(gadget.to_owned()),
-            chat: chat.to_owned(),
-            principal,
-            harness: Harness::Plain,
-            awaited: Arc::default(),
-            step: None,
-        }
-    }
-
-    /// The person the turn acts for.
-    pub fn person(&self) -> &str {
-        self.principal.acting_for()
-    }
-
-    /// The step's certificate, handed over once (SPEC G3).
-    pub fn take_certificate(&self) -> Option<(String, crate::grants::Claims)> {
-        self.step.as_ref().and_then(|s| {
-            s.certificate
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-        })
-    }
-
-    /// The actions this turn ended on.
-    pub fn awaited(&self) -> Vec<i64> {
-        self.awaited
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
+pub use crate::turn::{Harness, StepContext, Turn};
 
 impl From<Unresolved> for CallError {
     fn from(u: Unresolved) -> CallError {
@@ -159,15 +76,48 @@ struct Inner {
     /// Names this process in claims; see [`Kernel::open`].
     owner: String,
     _liveness: File,
-    /// Single flight for auto-approval drains (see `overseer`).
+    /// Single flight for auto-approval drains (see `crate::overseer`).
     drain_gate: tokio::sync::Mutex<()>,
-    drain_wanted: std::sync::Mutex<crate::overseer::DrainScope>,
+    drain_wanted: std::sync::Mutex<DrainScope>,
     /// Work started beside a gadget (drains); awaited by [`Kernel::settle`].
     background: std::sync::Mutex<tokio::task::JoinSet<()>>,
     /// The certificate authority, opened on first use (SPEC G3).
     authority: std::sync::OnceLock<Arc<crate::grants::Authority>>,
     /// The deployment secret idempotency keys are derived from.
     idempotency_secret: String,
+}
+
+/// What an auto-approval drain must look at: every chat, or some. Kernel
+/// state (the wanted scope lives in [`Kernel`] beside the drain's single
+/// flight gate); the overseer's drain widens and takes it.
+#[derive(Debug, Default)]
+pub(crate) enum DrainScope {
+    #[default]
+    Nothing,
+    Chats(std::collections::BTreeSet<String>),
+    All,
+}
+
+impl DrainScope {
+    pub(crate) fn chat(chat: &str) -> DrainScope {
+        DrainScope::Chats([chat.to_owned()].into())
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        matches!(self, DrainScope::Nothing)
+    }
+
+    /// Widen this request by `other`.
+    pub(crate) fn add(&mut self, other: DrainScope) {
+        *self = match (std::mem::take(self), other) {
+            (DrainScope::All, _) | (_, DrainScope::All) => DrainScope::All,
+            (DrainScope::Nothing, o) | (o, DrainScope::Nothing) => o,
+            (DrainScope::Chats(mut a), DrainScope::Chats(b)) => {
+                a.extend(b);
+                DrainScope::Chats(a)
+            }
+        };
+    }
 }
 
 impl Drop for Inner {
@@ -364,7 +314,7 @@ impl Kernel {
         &self.inner.drain_gate
     }
 
-    pub(crate) fn drain_wanted(&self) -> &std::sync::Mutex<crate::overseer::DrainScope> {
+    pub(crate) fn drain_wanted(&self) -> &std::sync::Mutex<DrainScope> {
         &self.inner.drain_wanted
     }
 
@@ -1022,7 +972,16 @@ impl Kernel {
         };
         // Record first; hand over only if the record was made (O1).
         let account = binding.resolved.credential.account();
-        match crate::observations::record_read(self, turn, &g, tool, account, audit, &output).await
+        match crate::observations::record_read(
+            self.store(),
+            turn,
+            &g,
+            tool,
+            account,
+            audit,
+            &output,
+        )
+        .await
         {
             Ok(Observed::Recorded(_)) => Ok(Ok(CallOutcome::Done(output.result))),
             Ok(Observed::RestrictedInSharedChat) => Ok(Err(CallError::Refused(format!(
@@ -1170,7 +1129,9 @@ impl Kernel {
             sources: Vec::new(),
         };
         let account = binding.resolved.credential.account();
-        match crate::observations::record_simulation(self, turn, &g, tool, account, &output).await {
+        match crate::observations::record_simulation(self.store(), turn, &g, tool, account, &output)
+            .await
+        {
             Ok(Observed::Recorded(_)) => Ok(Some(output.result)),
             Ok(Observed::RestrictedInSharedChat) | Err(_) => Ok(None),
         }
@@ -1208,7 +1169,7 @@ impl Kernel {
             },
             S::Applied => {
                 let result = a.result.clone().unwrap_or_else(|| "null".into());
-                match crate::observations::record_handover(self, turn, &a, &result).await {
+                match crate::observations::record_handover(self.store(), turn, &a, &result).await {
                     Ok(()) => ActionStatus::Applied(result),
                     Err(e) => {
                         return Ok(Err(CallError::Refused(format!(

@@ -8,6 +8,7 @@
 //!   part an embedder may use is [`embed`];
 //! - [`classify`]: read vs action, the one trust boundary (K);
 //! - [`kernel`]: the call path: introductions, grants, reads, staging (C, A);
+//!   [`turn`]: who is calling, from where, in which harness (C5, V);
 //! - [`store`]: the durable action store and ledger (A, P, L);
 //! - [`overseer`]: decisions, the one send path, auto-approval (P, U);
 //! - [`idempotency`]: the key every send of an action carries (P6);
@@ -62,6 +63,7 @@ pub mod scaffold;
 pub mod sharing;
 pub mod signin;
 pub mod store;
+pub mod turn;
 pub mod web;
 pub mod workflow;
 

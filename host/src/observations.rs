@@ -2,16 +2,18 @@
 //! (SPEC O1), with what it touched (S1). A source marked `restricted` latches
 //! the chat in the same transaction (O2, O3).
 //!
-//! Owns the shape of an observation record; may not call gatekeepers.
+//! Owns the shape of an observation record; may not call gatekeepers, and
+//! writes only through the store (the kernel hands it the store, never
+//! itself).
 
-use crate::kernel::{Kernel, Turn};
 use crate::runtime::gatekeeper::wit;
-use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Trust};
+use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Store, Trust};
+use crate::turn::Turn;
 
 /// Record a read's observation. `Ok(Observed::Recorded)` means the data may
 /// be handed over; anything else means it may not.
-pub async fn record_read(
-    kernel: &Kernel,
+pub(crate) async fn record_read(
+    store: &Store,
     turn: &Turn,
     g: &GatekeeperRecord,
     tool: &str,
@@ -20,7 +22,7 @@ pub async fn record_read(
     output: &wit::Output,
 ) -> anyhow::Result<Observed> {
     record(
-        kernel,
+        store,
         turn,
         g,
         tool,
@@ -36,20 +38,20 @@ pub async fn record_read(
 /// handed over: a simulation reads the service, but on the gatekeeper's
 /// word about an action, not under a read-only annotation, so it carries
 /// its own label.
-pub async fn record_simulation(
-    kernel: &Kernel,
+pub(crate) async fn record_simulation(
+    store: &Store,
     turn: &Turn,
     g: &GatekeeperRecord,
     tool: &str,
     account: Option<String>,
     output: &wit::Output,
 ) -> anyhow::Result<Observed> {
-    record(kernel, turn, g, tool, "simulation", account, None, output).await
+    record(store, turn, g, tool, "simulation", account, None, output).await
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn record(
-    kernel: &Kernel,
+    store: &Store,
     turn: &Turn,
     g: &GatekeeperRecord,
     tool: &str,
@@ -111,8 +113,7 @@ async fn record(
         audit,
     };
     // Right here when the database is free (the read path's one commit).
-    kernel
-        .store()
+    store
         .run_now(move |c| crate::store::observe_in(c, &o))
         .await
 }
@@ -120,8 +121,8 @@ async fn record(
 /// Record that an applied action's result was handed to the gadget (A4):
 /// once per action and caller, however often the gadget polls (the store
 /// keeps the first record).
-pub async fn record_handover(
-    kernel: &Kernel,
+pub(crate) async fn record_handover(
+    store: &Store,
     turn: &Turn,
     a: &Action,
     result: &str,
@@ -140,6 +141,6 @@ pub async fn record_handover(
         result_bytes: result.len(),
         audit: None,
     };
-    kernel.store().run(move |s| s.observe(&o)).await?;
+    store.run(move |s| s.observe(&o)).await?;
     Ok(())
 }

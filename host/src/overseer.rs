@@ -13,7 +13,7 @@
 //! gatekeeper's word alone. May not stage actions; asks `classify` for key
 //! one and `access` for who may decide.
 
-use crate::kernel::{Kernel, settings_for};
+use crate::kernel::{DrainScope, Kernel, settings_for};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit};
 use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule};
 use serde::Serialize;
@@ -569,37 +569,6 @@ impl Kernel {
                 s.rules_covering(&tag, &chat, &c.owner)
             })
             .await
-    }
-}
-
-/// What a drain must look at: every chat, or some.
-#[derive(Debug, Default)]
-pub(crate) enum DrainScope {
-    #[default]
-    Nothing,
-    Chats(std::collections::BTreeSet<String>),
-    All,
-}
-
-impl DrainScope {
-    fn chat(chat: &str) -> DrainScope {
-        DrainScope::Chats([chat.to_owned()].into())
-    }
-
-    fn is_empty(&self) -> bool {
-        matches!(self, DrainScope::Nothing)
-    }
-
-    /// Widen this request by `other`.
-    fn add(&mut self, other: DrainScope) {
-        *self = match (std::mem::take(self), other) {
-            (DrainScope::All, _) | (_, DrainScope::All) => DrainScope::All,
-            (DrainScope::Nothing, o) | (o, DrainScope::Nothing) => o,
-            (DrainScope::Chats(mut a), DrainScope::Chats(b)) => {
-                a.extend(b);
-                DrainScope::Chats(a)
-            }
-        };
     }
 }
 

@@ -15,7 +15,7 @@
 //! So no attacker text can start a line that looks like a kernel field. It
 //! may not decide anything; it only renders.
 
-use crate::store::Action;
+use crate::store::{Action, LedgerKind};
 
 pub const NAME_CAP: usize = 120;
 pub const DESCRIPTION_CAP: usize = 600;
@@ -378,8 +378,8 @@ pub struct LedgerShown {
 pub fn ledger_shown(e: &crate::store::LedgerEntry) -> LedgerShown {
     let resolved_by = e.resolved_by.as_deref().map(inline);
     let classified_by = e.classified_by.as_deref().map(inline);
-    let status = match e.kind.as_str() {
-        "action" => format!(
+    let status = match e.kind {
+        LedgerKind::Action => format!(
             "{}{}{}",
             inline(e.state.as_deref().unwrap_or("")),
             resolved_by
@@ -388,15 +388,17 @@ pub fn ledger_shown(e: &crate::store::LedgerEntry) -> LedgerShown {
                 .unwrap_or_default(),
             if e.auto_approved { " (auto)" } else { "" }
         ),
-        "hook" => match &resolved_by {
+        LedgerKind::Hook => match &resolved_by {
             Some(p) => format!("hook, enabled by {p}"),
             None => "hook, never enabled".to_owned(),
         },
-        _ => format!("observed ({})", classified_by.as_deref().unwrap_or("")),
+        LedgerKind::Observation => {
+            format!("observed ({})", classified_by.as_deref().unwrap_or(""))
+        }
     };
     LedgerShown {
         chat: inline(&e.chat),
-        kind: inline(&e.kind),
+        kind: inline(e.kind.as_str()),
         what: format!(
             "{}:{}",
             e.gatekeeper.as_deref().map(inline).unwrap_or_default(),
@@ -500,7 +502,7 @@ pub fn request(r: &crate::store::workflows::RequestRecord) -> String {
         r.id,
         r.run,
         inline(&r.step),
-        inline(&r.state),
+        inline(r.state.as_str()),
         r.decided_by
             .as_deref()
             .map(|b| format!(" by {}", inline(b)))

@@ -15,8 +15,13 @@ use crate::grants::{self, CertRefusal, Claims, ToolRule};
 use crate::kernel::{CallError, CallOutcome, Kernel, StepContext, Turn, check_name, random_hex};
 use crate::overseer::Decision;
 use crate::principal::Principal;
-use crate::store::workflows::{AuditRow, NewInvocation, NewStep, RequestRecord, StepRecord};
-use crate::store::{ClaimBy, Facts, NewAction, StageError, Staged};
+use crate::store::workflows::{
+    AuditRow, NewCertificate, NewInvocation, NewStep, RequestRecord, StepRecord,
+};
+use crate::store::{
+    ClaimBy, Facts, InvocationDecision, NewAction, RequestState, RunState, StageError, Staged,
+    StepStatus,
+};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -53,7 +58,7 @@ pub struct DesignStep {
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
     pub run: i64,
-    pub state: String,
+    pub state: RunState,
     pub steps: Vec<StepRecord>,
     pub requests: Vec<RequestRecord>,
     /// The answers of the steps run by this call, in order (never stored:
@@ -109,7 +114,7 @@ fn coverage<'a>(
         }
         if let Some(r) = requests
             .iter()
-            .filter(|r| r.step == s && r.state != "replaced")
+            .filter(|r| r.step == s && r.state != RequestState::Replaced)
             .max_by_key(|r| r.id)
         {
             if !out.iter().any(|o| o.id == r.id) {
@@ -139,6 +144,27 @@ fn forward(steps: &[StepRecord], step: &str) -> Vec<String> {
         i += 1;
     }
     out
+}
+
+/// Whether a request in `state` covers its steps' calls: only an approved
+/// one does (an unknown stored state reads as rejected, SPEC G2).
+fn covers(state: RequestState) -> bool {
+    match state {
+        RequestState::Approved => true,
+        RequestState::Pending
+        | RequestState::Rejected
+        | RequestState::Withdrawn
+        | RequestState::Replaced => false,
+    }
+}
+
+/// Whether a request in `state` may be re-submitted: a rejected or
+/// withdrawn one, so that no step stays stuck (G2).
+fn may_resubmit(state: RequestState) -> bool {
+    match state {
+        RequestState::Rejected | RequestState::Withdrawn => true,
+        RequestState::Pending | RequestState::Approved | RequestState::Replaced => false,
+    }
 }
 
 fn approvers(cover: &[&RequestRecord]) -> String {
@@ -338,28 +364,30 @@ impl Kernel {
             let Some(record) = record else {
                 bail!("no workflow run {run}");
             };
-            if record.state == "done" || record.state == "failed" {
-                break;
+            match record.state {
+                RunState::Done | RunState::Failed => break,
+                RunState::Running | RunState::Waiting => {}
             }
             let next = steps.iter().find(|s| {
-                let preds_done = s
-                    .preds
-                    .iter()
-                    .all(|p| steps.iter().any(|x| &x.step == p && x.status == "done"));
+                let preds_done = s.preds.iter().all(|p| {
+                    steps
+                        .iter()
+                        .any(|x| &x.step == p && x.status == StepStatus::Done)
+                });
                 let cover = coverage(&steps, &requests, &s.step);
-                match s.status.as_str() {
-                    "pending" => preds_done,
-                    "gated" => preds_done && cover.iter().all(|r| r.state == "approved"),
-                    _ => false,
+                match s.status {
+                    StepStatus::Pending => preds_done,
+                    StepStatus::Gated => preds_done && cover.iter().all(|r| covers(r.state)),
+                    StepStatus::Done | StepStatus::Failed => false,
                 }
             });
             let Some(step) = next.cloned() else {
-                let state = if steps.iter().all(|s| s.status == "done") {
-                    "done"
-                } else if steps.iter().any(|s| s.status == "failed") {
-                    "failed"
+                let state = if steps.iter().all(|s| s.status == StepStatus::Done) {
+                    RunState::Done
+                } else if steps.iter().any(|s| s.status == StepStatus::Failed) {
+                    RunState::Failed
                 } else {
-                    "waiting"
+                    RunState::Waiting
                 };
                 self.store()
                     .run(move |s| s.set_run_state(run, state))
@@ -367,7 +395,7 @@ impl Kernel {
                 break;
             };
             self.store()
-                .run(move |s| s.set_run_state(run, "running"))
+                .run(move |s| s.set_run_state(run, RunState::Running))
                 .await?;
             let cover = coverage(&steps, &requests, &step.step);
             let output = self
@@ -448,10 +476,10 @@ impl Kernel {
             };
             out.push(ShownRequest {
                 text: crate::prompt::request(&r),
-                may_approve: may && r.state == "pending",
-                may_reject: may && r.state == "pending",
-                may_withdraw: may && r.state == "approved",
-                may_resubmit: may && (r.state == "rejected" || r.state == "withdrawn"),
+                may_approve: may && r.state == RequestState::Pending,
+                may_reject: may && r.state == RequestState::Pending,
+                may_withdraw: may && r.state == RequestState::Approved,
+                may_resubmit: may && may_resubmit(r.state),
                 request: r,
             });
         }
@@ -513,7 +541,7 @@ impl Kernel {
         let now = crate::store::now_ms();
         let authority = if cover.is_empty() {
             initiator.to_owned()
-        } else if cover.iter().all(|r| r.state == "approved") {
+        } else if cover.iter().all(|r| covers(r.state)) {
             approvers(cover)
         } else {
             format!("(awaiting request #{})", cover[0].id)
@@ -533,7 +561,15 @@ impl Kernel {
         self.store()
             .run(move |s| {
                 s.revoke_certificates(r, &st)?;
-                s.put_certificate(&c)
+                s.put_certificate(&NewCertificate {
+                    serial: &c.serial,
+                    run: c.run,
+                    step: &c.step,
+                    authority: &c.authority,
+                    tools: &c.tools,
+                    issued_at: c.issued_at,
+                    expires_at: c.expires_at,
+                })
             })
             .await?;
         let context = StepContext {
@@ -559,11 +595,11 @@ impl Kernel {
         let gated = context.gated.load(Ordering::SeqCst);
         let (status, note) = match (&output, gated) {
             (_, true) => (
-                "gated",
+                StepStatus::Gated,
                 Some("waits for a decision on the approval covering it".to_owned()),
             ),
-            (Ok(_), false) => ("done", None),
-            (Err(e), false) => ("failed", Some(crate::runtime::one_line(e))),
+            (Ok(_), false) => (StepStatus::Done, None),
+            (Err(e), false) => (StepStatus::Failed, Some(crate::runtime::one_line(e))),
         };
         // The step has ended (for now): its certificate dies with it (G6).
         let (r, st) = (step.run, step.step.clone());
@@ -635,9 +671,9 @@ impl Kernel {
         }
         self.require(&chat, by, crate::access::Need::DecideRequests)?;
         let (from, to) = match decision {
-            RequestDecision::Approve => ("pending", "approved"),
-            RequestDecision::Reject => ("pending", "rejected"),
-            RequestDecision::Withdraw => ("approved", "withdrawn"),
+            RequestDecision::Approve => (RequestState::Pending, RequestState::Approved),
+            RequestDecision::Reject => (RequestState::Pending, RequestState::Rejected),
+            RequestDecision::Withdraw => (RequestState::Approved, RequestState::Withdrawn),
         };
         if !self.store().decide_request(id, from, to, by)? {
             bail!("request #{id} is {}, not {from}; nothing changed", r.state);
@@ -661,15 +697,15 @@ impl Kernel {
             bail!("no approval request #{id}");
         }
         access.require(crate::access::Need::DecideRequests, &chat, by)?;
-        if r.state != "rejected" && r.state != "withdrawn" {
+        if !may_resubmit(r.state) {
             bail!(
                 "request #{id} is {}; only a rejected or withdrawn request is re-submitted",
                 r.state
             );
         }
         self.store()
-            .set_step_status(r.run, &r.step, "pending", None, false)?;
-        self.store().set_run_state(r.run, "running")?;
+            .set_step_status(r.run, &r.step, StepStatus::Pending, None, false)?;
+        self.store().set_run_state(r.run, RunState::Running)?;
         self.advance(r.run).await
     }
 
@@ -882,7 +918,7 @@ impl Kernel {
         Ok(match a.state {
             S::Applied => {
                 let result = a.result.clone().unwrap_or_else(|| "null".into());
-                crate::observations::record_handover(self, turn, &a, &result).await?;
+                crate::observations::record_handover(self.store(), turn, &a, &result).await?;
                 Ok(CallOutcome::Done(result))
             }
             S::Failed => Err(CallError::Service(format!(
@@ -1003,7 +1039,7 @@ fn decide_call(
     let row = |cert: Option<&str>,
                requests: &[i64],
                authority: &str,
-               decision: &str,
+               decision: InvocationDecision,
                input: Option<&str>,
                reason: Option<&str>|
      -> anyhow::Result<i64> {
@@ -1027,7 +1063,14 @@ fn decide_call(
                 input: Option<&str>,
                 reason: String,
                 gated: bool| {
-        row(cert, ids, authority, "denied", input, Some(&reason))?;
+        row(
+            cert,
+            ids,
+            authority,
+            InvocationDecision::Denied,
+            input,
+            Some(&reason),
+        )?;
         Ok(CallDecision::Denied { reason, gated })
     };
     let claims = match signed {
@@ -1078,13 +1121,13 @@ fn decide_call(
             serial,
             &ids,
             &initiator,
-            "allowed",
+            InvocationDecision::Allowed,
             None,
             Some("not covered by an approval: normal rules"),
         )?;
         return Ok(CallDecision::Uncovered);
     }
-    if let Some(r) = cover.iter().find(|r| r.state != "approved") {
+    if let Some(r) = cover.iter().find(|r| !covers(r.state)) {
         return deny(
             serial,
             &ids,

@@ -84,7 +84,7 @@ fn main() {
         .inspect()
         .ledger(&gatehouse::store::LedgerFilter {
             chat: Some("bench".into()),
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .expect("ledger")

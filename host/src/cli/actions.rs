@@ -8,7 +8,7 @@ use super::{print_json, print_record, print_records};
 use crate::kernel::Kernel;
 use crate::overseer::Decision;
 use crate::prompt::{excerpt, inline};
-use crate::store::LedgerFilter;
+use crate::store::{LedgerFilter, LedgerKind};
 use anyhow::bail;
 use clap::Subcommand;
 
@@ -204,17 +204,14 @@ async fn decide(
 
 async fn log(kernel: &Kernel, me: &str, args: LogArgs) -> anyhow::Result<()> {
     let kind = if args.observations {
-        Some("observation".to_owned())
+        Some(LedgerKind::Observation)
     } else {
-        args.kind
+        match args.kind.as_deref().map(LedgerKind::from_word) {
+            None => None,
+            Some(Some(kind)) => Some(kind),
+            Some(None) => bail!("--kind must be action, observation or hook"),
+        }
     };
-    if let Some(k) = &kind
-        && k != "action"
-        && k != "observation"
-        && k != "hook"
-    {
-        bail!("--kind must be action, observation or hook");
-    }
     let filter = LedgerFilter {
         chat: args.chat,
         kind,

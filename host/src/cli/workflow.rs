@@ -3,6 +3,7 @@
 
 use crate::kernel::Kernel;
 use crate::prompt::inline;
+use crate::store::RequestState;
 use crate::workflow::{RequestDecision, RunSummary};
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -133,7 +134,11 @@ fn print_run(s: &RunSummary, json: bool) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
     }
-    for r in s.requests.iter().filter(|r| r.state == "pending") {
+    for r in s
+        .requests
+        .iter()
+        .filter(|r| r.state == RequestState::Pending)
+    {
         outln!(
             "  request #{} from step {} awaits a decision: `gatehouse workflow requests --run {}`",
             r.id,

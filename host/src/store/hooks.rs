@@ -8,6 +8,7 @@
 //! conditional UPDATE, so two `serve` processes never both fire it. Records
 //! only: when a hook fires and what its turn may do is `crate::hooks`.
 
+use super::words::{FiringOutcome, HookKind};
 use super::{Store, now_ms};
 use crate::access::{Need, Refusal};
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
@@ -22,7 +23,7 @@ pub struct Hook {
     pub trigger: String,
     pub gadget: String,
     /// `webhook` or `schedule`.
-    pub kind: String,
+    pub kind: HookKind,
     /// A schedule's period.
     pub every_secs: Option<i64>,
     pub enabled: bool,
@@ -56,8 +57,9 @@ pub struct NewHook {
 pub struct Firing {
     pub id: i64,
     pub hook: i64,
-    pub cause: String,
-    pub outcome: String,
+    /// The kind of hook that fired (a delivery or its schedule).
+    pub cause: HookKind,
+    pub outcome: FiringOutcome,
     pub note: Option<String>,
     pub person: String,
     pub fired_at: i64,
@@ -133,8 +135,8 @@ impl Store {
         )?;
         let id = tx.last_insert_rowid();
         let (kind, digest, secret) = match &h.webhook {
-            Some((d, s)) => ("webhook", Some(d.as_str()), Some(s.as_str())),
-            None => ("schedule", None, None),
+            Some((d, s)) => (HookKind::Webhook, Some(d.as_str()), Some(s.as_str())),
+            None => (HookKind::Schedule, None, None),
         };
         tx.execute(
             "INSERT INTO hooks (id, chat, gatekeeper, trigger, gadget, kind, every_secs,
@@ -249,7 +251,7 @@ impl Store {
     pub fn begin_firing(
         &self,
         hook: i64,
-        cause: &str,
+        cause: HookKind,
         person: &str,
         body_digest: Option<&str>,
         owner: &str,
@@ -287,7 +289,7 @@ impl Store {
     pub fn finish_firing(
         &self,
         firing: i64,
-        outcome: &str,
+        outcome: FiringOutcome,
         note: Option<&str>,
     ) -> anyhow::Result<()> {
         let note = note.map(|n| super::cut(n, 3500, "note"));
@@ -303,7 +305,7 @@ impl Store {
     pub fn refused_firing(
         &self,
         hook: i64,
-        cause: &str,
+        cause: HookKind,
         person: &str,
         note: &str,
     ) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
+use super::words::LedgerKind;
 use super::{Store, now_ms};
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
@@ -32,7 +33,7 @@ pub struct NewObservation {
 pub struct LedgerEntry {
     pub id: i64,
     pub chat: String,
-    pub kind: String,
+    pub kind: LedgerKind,
     /// The principal, as people read it (SPEC C5).
     pub caller: String,
     /// The person the principal acted for.
@@ -66,7 +67,7 @@ pub struct LedgerFilter {
     pub chat: Option<String>,
     /// Only these chats (the ones the asking person may see); `None`: all.
     pub chats: Option<Vec<String>>,
-    pub kind: Option<String>,
+    pub kind: Option<LedgerKind>,
     /// Actions this person approved (SPEC L2), from the decision history,
     /// which outlives pruned payloads.
     pub approved_by: Option<String>,

@@ -23,6 +23,7 @@ mod registry;
 pub(crate) mod rules;
 mod sessions;
 mod sharing;
+pub mod words;
 pub mod workflows;
 
 pub use actions::{
@@ -38,6 +39,10 @@ pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
 pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
+pub use words::{
+    AgentRunState, FiringOutcome, HookKind, InvocationDecision, LedgerKind, RequestState, RunState,
+    StepStatus,
+};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};
@@ -103,6 +108,31 @@ pub fn cut(text: &str, max: usize, what: &str) -> String {
         text.len()
     )
 }
+
+/// What `PRAGMA quick_check` found in a damaged database. The findings are
+/// SQLite's own words about the file, kept as found: the store renders no
+/// terminal text, and whoever prints the error makes it one safe line (the
+/// CLI does so for every error).
+#[derive(Debug)]
+pub struct Damaged {
+    /// The database file checked.
+    pub path: PathBuf,
+    /// Up to five findings of the check, none of them `ok`.
+    pub findings: Vec<String>,
+}
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the state database {} is damaged ({}); move it aside or restore a backup, then retry",
+            self.path.display(),
+            self.findings.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for Damaged {}
 
 /// A handle on the state database, cheap to clone. Crate-private: only the
 /// kernel holds one, and surfaces reach the state only through the kernel
@@ -237,8 +267,8 @@ impl Store {
         })
     }
 
-    /// Check every page of the database (`PRAGMA quick_check`); an error
-    /// that says what to do when it is damaged.
+    /// Check every page of the database (`PRAGMA quick_check`); a
+    /// [`Damaged`] error that says what to do when it is damaged.
     pub fn check_integrity(&self) -> anyhow::Result<()> {
         let conn = self.lock();
         let mut st = conn.prepare("PRAGMA quick_check(5)")?;
@@ -247,11 +277,11 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| open_error(&self.path, e, system_error(&conn)))?;
         if found.iter().any(|f| f != "ok") {
-            anyhow::bail!(
-                "the state database {} is damaged ({}); move it aside or restore a backup, then retry",
-                self.path.display(),
-                crate::prompt::terminal_line(&found.join("; "))
-            );
+            return Err(Damaged {
+                path: self.path.clone(),
+                findings: found,
+            }
+            .into());
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! Auto-approval rules (key two) and agent runs, as stored.
 
+use super::words::AgentRunState;
 use super::{Store, now_ms};
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
@@ -40,7 +41,7 @@ pub struct AgentRun {
     pub chat: String,
     pub gadget: String,
     pub task: String,
-    pub state: String,
+    pub state: AgentRunState,
     pub awaited: Vec<i64>,
     pub turns: i64,
     pub last_output: Option<String>,
@@ -155,13 +156,15 @@ impl Store {
         Ok(conn.last_insert_rowid())
     }
 
-    /// Record a run after a turn: waiting on `awaited`, or done.
-    pub fn save_run(&self, id: i64, awaited: &[i64], output: &str) -> anyhow::Result<()> {
-        let state = if awaited.is_empty() {
-            "done"
-        } else {
-            "waiting"
-        };
+    /// Record a run after a turn: `state` (the harness decides it: waiting
+    /// on `awaited`, or done).
+    pub fn save_run(
+        &self,
+        id: i64,
+        state: AgentRunState,
+        awaited: &[i64],
+        output: &str,
+    ) -> anyhow::Result<()> {
         let awaited = serde_json::to_string(awaited)?;
         // A turn may answer megabytes; the run keeps a capped copy (A5).
         let output = super::cut(output, super::MAX_OUTPUT_BYTES, "output");

@@ -4,6 +4,7 @@
 //! version, a step's tool set, a requested list) unchangeable even by a
 //! hand edit. Decisions live in `crate::workflow`.
 
+use super::words::{InvocationDecision, RequestState, RunState, StepStatus};
 use super::{Store, now_ms};
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
@@ -15,7 +16,7 @@ pub struct RunRecord {
     pub version: i64,
     pub initiator: String,
     pub chat: String,
-    pub state: String,
+    pub state: RunState,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -28,7 +29,7 @@ pub struct StepRecord {
     pub input: String,
     pub tools: Vec<String>,
     pub preds: Vec<String>,
-    pub status: String,
+    pub status: StepStatus,
     pub attempts: i64,
     pub note: Option<String>,
 }
@@ -49,7 +50,7 @@ pub struct RequestRecord {
     pub step: String,
     pub allowed: serde_json::Value,
     pub reason: String,
-    pub state: String,
+    pub state: RequestState,
     pub decided_by: Option<String>,
 }
 
@@ -63,7 +64,7 @@ pub struct Invocation {
     pub authority: String,
     pub tool: String,
     pub args_digest: String,
-    pub decision: String,
+    pub decision: InvocationDecision,
     /// The ledger action an allowed covered call was sent as (its claim,
     /// state and outcome live there: one send path, SPEC P7).
     pub action: Option<i64>,
@@ -98,7 +99,7 @@ impl AuditRow {
             authority: &self.authority,
             tool: &self.tool,
             args_digest: &self.args_digest,
-            decision: "allowed",
+            decision: InvocationDecision::Allowed,
             action: None,
             failed_input: None,
             reason: self.reason.as_deref(),
@@ -142,10 +143,27 @@ pub struct NewInvocation<'a> {
     pub authority: &'a str,
     pub tool: &'a str,
     pub args_digest: &'a str,
-    pub decision: &'a str,
+    pub decision: InvocationDecision,
     pub action: Option<i64>,
     pub failed_input: Option<&'a str>,
     pub reason: Option<&'a str>,
+}
+
+/// A certificate as the store records it: what revocation and audit need
+/// of an issued certificate, not the signed claims themselves (those are
+/// `crate::grants`' shape; the store keeps its own row type).
+pub struct NewCertificate<'a> {
+    /// Unique per certificate; revocation is by serial.
+    pub serial: &'a str,
+    /// The run and step it was issued for.
+    pub run: i64,
+    pub step: &'a str,
+    /// Who it speaks for: the approver(s), else the run's initiator.
+    pub authority: &'a str,
+    /// The `KEY:tool` entries it covers.
+    pub tools: &'a [String],
+    pub issued_at: i64,
+    pub expires_at: i64,
 }
 
 fn json_list<T: serde::de::DeserializeOwned>(s: String) -> Vec<T> {
@@ -284,7 +302,7 @@ impl Store {
             .optional()?)
     }
 
-    pub fn set_run_state(&self, run: i64, state: &str) -> anyhow::Result<()> {
+    pub fn set_run_state(&self, run: i64, state: RunState) -> anyhow::Result<()> {
         self.lock().execute(
             "UPDATE workflow_runs SET state = ?2, updated_at = ?3 WHERE id = ?1",
             params![run, state, now_ms()],
@@ -305,7 +323,7 @@ impl Store {
         &self,
         run: i64,
         step: &str,
-        status: &str,
+        status: StepStatus,
         note: Option<&str>,
         attempted: bool,
     ) -> anyhow::Result<()> {
@@ -381,7 +399,13 @@ impl Store {
     }
 
     /// Move a request from `from` to `to`; false if it was not in `from`.
-    pub fn decide_request(&self, id: i64, from: &str, to: &str, by: &str) -> anyhow::Result<bool> {
+    pub fn decide_request(
+        &self,
+        id: i64,
+        from: RequestState,
+        to: RequestState,
+        by: &str,
+    ) -> anyhow::Result<bool> {
         let n = self.lock().execute(
             "UPDATE approval_requests SET state = ?3, decided_by = ?4, decided_at = ?5
              WHERE id = ?1 AND state = ?2",
@@ -390,7 +414,9 @@ impl Store {
         Ok(n == 1)
     }
 
-    pub fn put_certificate(&self, c: &crate::grants::Claims) -> anyhow::Result<()> {
+    /// Record a certificate issued for a step (its serial names it for
+    /// revocation, SPEC G3).
+    pub fn put_certificate(&self, c: &NewCertificate<'_>) -> anyhow::Result<()> {
         self.lock().execute(
             "INSERT INTO certificates (serial, run, step, authority, tools, issued_at, expires_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -399,7 +425,7 @@ impl Store {
                 c.run,
                 c.step,
                 c.authority,
-                serde_json::to_string(&c.tools)?,
+                serde_json::to_string(c.tools)?,
                 c.issued_at,
                 c.expires_at
             ],

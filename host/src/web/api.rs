@@ -12,7 +12,7 @@ use crate::access::Refusal;
 use crate::inbox::Shown;
 use crate::overseer::Decision;
 use crate::prompt;
-use crate::store::{LedgerEntry, LedgerFilter};
+use crate::store::{LedgerEntry, LedgerFilter, LedgerKind};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{Method, StatusCode};
@@ -711,7 +711,7 @@ async fn chat_observations(
 ) -> ApiResult<Json<Vec<EntryView>>> {
     let f = LedgerFilter {
         chat: Some(chat),
-        kind: Some("observation".into()),
+        kind: Some(LedgerKind::Observation),
         ..LedgerFilter::default()
     };
     Ok(Json(filtered_ledger(&st, p.user, f).await?))
@@ -739,14 +739,11 @@ async fn ledger(
     q: Result<Query<LedgerQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<EntryView>>> {
     let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
-    let kind = nonempty(q.kind);
-    if let Some(k) = &kind
-        && k != "action"
-        && k != "observation"
-        && k != "hook"
-    {
-        return Err(ApiError::bad("kind must be action, observation or hook"));
-    }
+    let kind = match nonempty(q.kind).as_deref().map(LedgerKind::from_word) {
+        None => None,
+        Some(Some(kind)) => Some(kind),
+        Some(None) => return Err(ApiError::bad("kind must be action, observation or hook")),
+    };
     let f = LedgerFilter {
         chat: nonempty(q.chat),
         kind,

@@ -87,13 +87,13 @@ fn run_view(s: &RunSummary) -> RunView {
     use crate::prompt::inline;
     RunView {
         run: s.run,
-        state: s.state.clone(),
+        state: s.state.to_string(),
         steps: s
             .steps
             .iter()
             .map(|x| StepView {
                 step: inline(&x.step),
-                status: x.status.clone(),
+                status: x.status.to_string(),
                 tools: x.tools.iter().map(|t| inline(t)).collect(),
                 note: x.note.as_deref().map(inline),
             })

@@ -81,7 +81,7 @@ async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
         .kernel
         .inspect()
         .ledger(&LedgerFilter {
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .unwrap();

@@ -113,7 +113,7 @@ async fn a_blueprint_holds_code_and_requirements_only_and_runs_for_its_importer(
         .inspect()
         .ledger(&LedgerFilter {
             chat: Some("bobs-board".into()),
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .unwrap();

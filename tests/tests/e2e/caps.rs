@@ -30,7 +30,7 @@ fn actions(w: &World) -> Vec<LedgerEntry> {
     w.kernel
         .inspect()
         .ledger(&LedgerFilter {
-            kind: Some("action".into()),
+            kind: Some(gatehouse::store::LedgerKind::Action),
             ..Default::default()
         })
         .unwrap_or_else(|e| panic!("reading the ledger failed: {e:#}"))

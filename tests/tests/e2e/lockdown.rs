@@ -91,7 +91,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
         .inspect()
         .ledger(&LedgerFilter {
             chat: Some("work".into()),
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .unwrap();

@@ -106,7 +106,7 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
         .inspect()
         .ledger(&LedgerFilter {
             chat: Some("work".into()),
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .unwrap();
@@ -472,7 +472,7 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
         .inspect()
         .ledger(&LedgerFilter {
             chat: Some(chat.into()),
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .unwrap()

@@ -62,7 +62,7 @@ fn action_rows(w: &World) -> usize {
     w.kernel
         .inspect()
         .ledger(&LedgerFilter {
-            kind: Some("action".into()),
+            kind: Some(gatehouse::store::LedgerKind::Action),
             ..LedgerFilter::default()
         })
         .unwrap()

@@ -235,7 +235,7 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
         .inspect()
         .ledger(&LedgerFilter {
             chat: Some(CHAT.into()),
-            kind: Some("observation".into()),
+            kind: Some(gatehouse::store::LedgerKind::Observation),
             ..Default::default()
         })
         .unwrap();

@@ -89,7 +89,7 @@ fn status(s: &RunSummary, step: &str) -> String {
     s.steps
         .iter()
         .find(|x| x.step == step)
-        .map(|x| x.status.clone())
+        .map(|x| x.status.to_string())
         .unwrap_or_default()
 }
 
