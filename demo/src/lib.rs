@@ -54,12 +54,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
         }
     };
     let token = "demo-token-7f3a";
-    let tracker = Tracker::builder()
-        .token(token)
-        .issue("Login page shows a blank screen", &["bug"])
-        .issue("Export to CSV drops the header row", &[])
-        .start()
-        .context("cannot start the bundled issue tracker on 127.0.0.1")?;
+    let tracker = start_tracker(token)?;
     outln!("Gatehouse demo. State: {}", root.display());
     outln!(
         "A small issue tracker is listening on {} (it stands for the outside world).",
@@ -69,6 +64,33 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     let limits = Limits::from_env()?;
     let deadline = limits.gatekeeper_deadline;
     let kernel = Kernel::open(Home::at(&root), limits)?;
+    set_up(&kernel, &tracker, token).await?;
+    let mut ok = behaved(4, grants(&kernel, &tracker).await?);
+    ok &= stage_and_decide(&kernel, &tracker).await?;
+    ok &= behaved(9, failures(&kernel, &tracker, deadline).await?);
+    show_ledger(&kernel).await?;
+    ok &= policies(&kernel, &tracker).await?;
+    if ok {
+        outln!("\nDone. Every write waited for a decision; the gadget never did.");
+    } else {
+        outln!("\nDone, but some step did not behave as described (marked `!!` above).");
+    }
+    Ok(ok)
+}
+
+/// The bundled issue tracker with its two starting issues, on 127.0.0.1.
+fn start_tracker(token: &str) -> anyhow::Result<Tracker> {
+    Tracker::builder()
+        .token(token)
+        .issue("Login page shows a blank screen", &["bug"])
+        .issue("Export to CSV drops the header row", &[])
+        .start()
+        .context("cannot start the bundled issue tracker on 127.0.0.1")
+}
+
+/// Steps 1-3: install the gadget, add the gatekeeper (showing how each of
+/// its tools is classified), and introduce it into chat `work`.
+async fn set_up(kernel: &Kernel, tracker: &Tracker, token: &str) -> anyhow::Result<()> {
     step(
         1,
         "Install the `triage` gadget: it starts with no capability at all.",
@@ -103,9 +125,13 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     );
     kernel.new_chat("work", "demo")?;
     kernel.introduce("work", "issues", "ISSUES", None, "demo")?;
+    Ok(())
+}
 
-    let mut ok = behaved(4, grants(&kernel, &tracker).await?);
-
+/// Steps 5-8: run the gadget (its writes are staged), show what awaits a
+/// decision, approve one and reject the other, and approve again to see
+/// that nothing is sent twice. Answers whether every step behaved.
+async fn stage_and_decide(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
     step(
         5,
         "Run the gadget. Its read runs at once; its two writes are staged and answered `pending`.",
@@ -131,6 +157,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     }
     let pending: Vec<_> = shown.into_iter().map(|s| s.action).collect();
 
+    let mut ok = true;
     step(7, "Approve the first, reject the second.");
     if let Some(first) = pending.first() {
         let d = kernel.approve(first.id, "demo").await?;
@@ -160,9 +187,11 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
             matches!(d, Decision::AlreadyApplied { .. }) && tracker.writes().len() == 1,
         );
     }
+    Ok(ok)
+}
 
-    ok &= behaved(9, failures(&kernel, &tracker, deadline).await?);
-
+/// Step 10: the ledger of chat `work`, line by line.
+async fn show_ledger(kernel: &Kernel) -> anyhow::Result<()> {
     step(10, "The ledger of chat `work`:");
     for e in kernel
         .ledger(
@@ -176,13 +205,7 @@ pub async fn run(home: Option<PathBuf>) -> anyhow::Result<bool> {
     {
         outln!("   {}", gatehouse::prompt::ledger_line(&e));
     }
-    ok &= policies(&kernel, &tracker).await?;
-    if ok {
-        outln!("\nDone. Every write waited for a decision; the gadget never did.");
-    } else {
-        outln!("\nDone, but some step did not behave as described (marked `!!` above).");
-    }
-    Ok(ok)
+    Ok(())
 }
 
 /// Step 4, lecture exercise ex01 (SPEC C2, C3): a gadget's environment is
@@ -553,53 +576,19 @@ async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Resul
             Harness::Honest,
         ),
     ] {
-        kernel.new_chat(chat, "demo")?;
-        kernel.introduce(
-            chat,
-            gatekeeper,
-            "ISSUES",
-            Some(vec![
-                "listIssues".into(),
-                "createIssue".into(),
-                "addLabel".into(),
-            ]),
-            "demo",
-        )?;
-        let writes = tracker.writes().len();
-        let run = kernel
-            .agent("agent", chat, &format!("ensure {title} | ci"), harness)
-            .await?;
-        let sent = tracker.writes().len() - writes;
-        outln!(
-            "   {label}, turn 1 ({sent} write(s) sent during it): {}",
-            gatehouse::prompt::one_line(&run.turn.output.clone().unwrap_or_else(|e| e))
-        );
-        ok &= sent == 0;
-        // A person approves whatever it staged, one decision at a time.
-        for _ in 0..8 {
-            kernel.settle().await;
-            let Some(a) = kernel.pending("demo", Some(chat)).await?.into_iter().next() else {
-                break;
-            };
-            let d = kernel.approve(a.id, "demo").await?;
-            outln!("   {label}: {}", d.line());
-            ok &= d.ok();
-        }
-        kernel.settle().await;
-        if let Some(r) = kernel
-            .agent_runs("demo")
-            .await?
-            .into_iter()
-            .find(|r| r.id == run.run)
-        {
-            outln!(
-                "   {label}, after the approvals: {} ({} turn(s))",
-                gatehouse::prompt::one_line(&r.last_output.unwrap_or_default()),
-                r.turns
-            );
-        }
-        let n = created(tracker, title);
-        outln!("   {label}: createIssue reached the tracker {n} time(s)");
+        let (behaved, n) = ensure_issue(
+            kernel,
+            tracker,
+            AgentCase {
+                label,
+                chat,
+                gatekeeper,
+                title,
+                harness,
+            },
+        )
+        .await?;
+        ok &= behaved;
         counts.push((label, n));
     }
     outln!(
@@ -614,6 +603,88 @@ async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Resul
         "   Hiding the pending write made the agent write twice; waiting for the decision or simulating it did not."
     );
     ok &= counts == [("naive", 2), ("honest", 1), ("simulated", 1)];
+    Ok(ok)
+}
+
+/// One agent of step 13: who it runs as, where, and under which harness.
+struct AgentCase<'a> {
+    label: &'a str,
+    chat: &'a str,
+    gatekeeper: &'a str,
+    title: &'a str,
+    harness: Harness,
+}
+
+/// Run one agent of step 13 on `ensure TITLE`, approve what it staged,
+/// and count how often its createIssue reached the tracker. Answers
+/// whether it behaved (nothing sent during its turn, every approval
+/// applied) and that count.
+async fn ensure_issue(
+    kernel: &Kernel,
+    tracker: &Tracker,
+    case: AgentCase<'_>,
+) -> anyhow::Result<(bool, usize)> {
+    let AgentCase {
+        label,
+        chat,
+        gatekeeper,
+        title,
+        harness,
+    } = case;
+    kernel.new_chat(chat, "demo")?;
+    kernel.introduce(
+        chat,
+        gatekeeper,
+        "ISSUES",
+        Some(vec![
+            "listIssues".into(),
+            "createIssue".into(),
+            "addLabel".into(),
+        ]),
+        "demo",
+    )?;
+    let writes = tracker.writes().len();
+    let run = kernel
+        .agent("agent", chat, &format!("ensure {title} | ci"), harness)
+        .await?;
+    let sent = tracker.writes().len() - writes;
+    outln!(
+        "   {label}, turn 1 ({sent} write(s) sent during it): {}",
+        gatehouse::prompt::one_line(&run.turn.output.clone().unwrap_or_else(|e| e))
+    );
+    let mut ok = sent == 0;
+    ok &= approve_staged(kernel, label, chat).await?;
+    kernel.settle().await;
+    if let Some(r) = kernel
+        .agent_runs("demo")
+        .await?
+        .into_iter()
+        .find(|r| r.id == run.run)
+    {
+        outln!(
+            "   {label}, after the approvals: {} ({} turn(s))",
+            gatehouse::prompt::one_line(&r.last_output.unwrap_or_default()),
+            r.turns
+        );
+    }
+    let n = created(tracker, title);
+    outln!("   {label}: createIssue reached the tracker {n} time(s)");
+    Ok((ok, n))
+}
+
+/// A person approves whatever an agent staged in `chat`, one decision at
+/// a time (at most eight). Answers whether every decision applied.
+async fn approve_staged(kernel: &Kernel, label: &str, chat: &str) -> anyhow::Result<bool> {
+    let mut ok = true;
+    for _ in 0..8 {
+        kernel.settle().await;
+        let Some(a) = kernel.pending("demo", Some(chat)).await?.into_iter().next() else {
+            break;
+        };
+        let d = kernel.approve(a.id, "demo").await?;
+        outln!("   {label}: {}", d.line());
+        ok &= d.ok();
+    }
     Ok(ok)
 }
 
@@ -668,6 +739,17 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         answer_line(&out[0])
     );
     outln!("   the tracker had {before} issue(s), now {after}: a write performed as a read (K5).");
+    let listed = server_claims_audit(kernel).await?;
+    Ok(class.kind == gatehouse::classify::Kind::Read
+        && out[0].get("done").is_some()
+        && after + 1 == before
+        && listed
+        && kernel.pending("demo", Some("lying")).await?.is_empty())
+}
+
+/// Step 14's audit: the calls of chat `lying` that ran on a server's own
+/// read-only claim. Answers whether rogue's deleteIssue is listed there.
+async fn server_claims_audit(kernel: &Kernel) -> anyhow::Result<bool> {
     outln!(
         "   The audit of calls that ran on a server's own read-only claim (`gatehouse log --server-claims --chat lying`):"
     );
@@ -688,16 +770,11 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
             gatehouse::prompt::inline(e.trust.as_deref().unwrap_or_default())
         );
     }
-    let listed = claims.iter().any(|e| {
+    Ok(claims.iter().any(|e| {
         e.gatekeeper.as_deref() == Some("rogue")
             && e.tool.as_deref() == Some("deleteIssue")
             && e.trust.as_deref() == Some("byo")
-    });
-    Ok(class.kind == gatehouse::classify::Kind::Read
-        && out[0].get("done").is_some()
-        && after + 1 == before
-        && listed
-        && kernel.pending("demo", Some("lying")).await?.is_empty())
+    }))
 }
 
 /// Step 15 (SPEC O3): owner-only data latches a chat.
