@@ -28,10 +28,12 @@ pub struct Turn {
     /// The gadget running the turn; `None` for a caller without one (an
     /// external agent over MCP).
     pub gadget: Option<String>,
+    /// The chat the turn runs in: its introductions are all it can reach.
     pub chat: String,
     /// Who is acting; calls run under the accounts of the person it acts
     /// for, and what it stages is sent with that person's account.
     pub principal: Principal,
+    /// How its pending writes are treated (SPEC V).
     pub harness: Harness,
     /// Actions of this turn that await a decision (honest harness).
     pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
@@ -42,7 +44,9 @@ pub struct Turn {
 /// A workflow step's side of a turn (SPEC G).
 #[derive(Clone, Debug)]
 pub struct StepContext {
+    /// The workflow run the step belongs to.
     pub run: i64,
+    /// The step's name in the run's design.
     pub step: String,
     /// The certificate issued for this attempt, until the gadget takes it.
     pub certificate: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,

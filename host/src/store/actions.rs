@@ -14,6 +14,7 @@
 
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
+use super::words::{DecisionOutcome, Verdict};
 use super::{
     DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, RETAINED_FINISHED,
     Store, now_ms,
@@ -191,11 +192,11 @@ pub enum ClaimBy {
 }
 
 impl ClaimBy {
-    fn decision(&self) -> &'static str {
+    fn decision(&self) -> Verdict {
         match self {
-            ClaimBy::Person(_) => "approved",
-            ClaimBy::Rule { .. } => "auto-approved",
-            ClaimBy::Workflow { .. } => "workflow-approved",
+            ClaimBy::Person(_) => Verdict::Approved,
+            ClaimBy::Rule { .. } => Verdict::AutoApproved,
+            ClaimBy::Workflow { .. } => Verdict::WorkflowApproved,
         }
     }
 
@@ -891,7 +892,7 @@ impl Store {
                  WHERE id = ?1 AND state = 'applying'",
                 params![id, now_ms()],
             )?;
-            record_outcome(&conn, id, "applied")?;
+            record_outcome(&conn, id, DecisionOutcome::Applied)?;
         }
         let stored = if result.len() > MAX_RESULT_BYTES {
             serde_json::json!({
@@ -936,7 +937,7 @@ impl Store {
                  WHERE id = ?1 AND state = 'applying'",
                 params![id, message, retryable as i64, now_ms()],
             )?;
-            record_outcome(&conn, id, "failed")?;
+            record_outcome(&conn, id, DecisionOutcome::Failed)?;
         }
         self.prune_of(id)?;
         Ok(())
@@ -974,7 +975,13 @@ impl Store {
              WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
             params![id, by, now],
         )?;
-        record_decision(&tx, &a, "rejected", by, Some("rejected"))?;
+        record_decision(
+            &tx,
+            &a,
+            Verdict::Rejected,
+            by,
+            Some(DecisionOutcome::Rejected),
+        )?;
         tx.commit()?;
         drop(conn);
         self.prune_of(id)?;
@@ -1052,7 +1059,7 @@ impl Store {
                     params![id, owner, now_ms()],
                 )?;
                 if n == 1 {
-                    record_outcome(&tx, id, "failed")?;
+                    record_outcome(&tx, id, DecisionOutcome::Failed)?;
                     tx.commit()?;
                     out.failed.push(id);
                 }
@@ -1338,9 +1345,9 @@ fn auto_refusal(
 fn record_decision(
     conn: &Connection,
     a: &Action,
-    decision: &str,
+    decision: Verdict,
     by: &str,
-    outcome: Option<&str>,
+    outcome: Option<DecisionOutcome>,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO decisions (action, chat, gatekeeper, tool, decision, by, args_digest, outcome, at)
@@ -1360,7 +1367,7 @@ fn record_decision(
     Ok(())
 }
 
-fn record_outcome(conn: &Connection, id: i64, outcome: &str) -> rusqlite::Result<()> {
+fn record_outcome(conn: &Connection, id: i64, outcome: DecisionOutcome) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE decisions SET outcome = ?2
          WHERE id = (SELECT max(id) FROM decisions WHERE action = ?1) AND outcome IS NULL",

@@ -40,8 +40,8 @@ pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
 pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 pub use words::{
-    AgentRunState, FiringOutcome, HookKind, InvocationDecision, LedgerKind, RequestState, RunState,
-    StepStatus,
+    AgentRunState, DecisionOutcome, FiringOutcome, HookKind, InvocationDecision, LedgerKind,
+    RequestState, RunState, StepStatus, Verdict,
 };
 
 use anyhow::Context as _;

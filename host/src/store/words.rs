@@ -243,6 +243,41 @@ stored_words! {
     unknown reads as Denied;
 }
 
+stored_words! {
+    /// Who (or what) decided an action, as the decision history keeps it
+    /// (SPEC L2: it outlives pruned payloads).
+    ///
+    /// An unknown word reads as `Rejected`: a decision the kernel cannot
+    /// read never counts as an approval.
+    pub enum Verdict in "decisions"."decision" {
+        /// A person approved it.
+        Approved = "approved",
+        /// A person rejected it.
+        Rejected = "rejected",
+        /// A rule approved it (both keys, SPEC U1).
+        AutoApproved = "auto-approved",
+        /// A workflow's approvals covered it (SPEC G).
+        WorkflowApproved = "workflow-approved",
+    }
+    unknown reads as Rejected;
+}
+
+stored_words! {
+    /// How a decided action ended, as the decision history keeps it.
+    ///
+    /// An unknown word reads as `Failed`: an outcome the kernel cannot read
+    /// is never shown as applied.
+    pub enum DecisionOutcome in "decisions"."outcome" {
+        /// Sent, and the service applied it.
+        Applied = "applied",
+        /// Sent (or claimed), and it failed.
+        Failed = "failed",
+        /// Never sent: rejected.
+        Rejected = "rejected",
+    }
+    unknown reads as Failed;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +333,11 @@ mod tests {
                 words(LedgerKind::ALL, LedgerKind::as_str),
             ),
             (HookKind::CHECKED, words(HookKind::ALL, HookKind::as_str)),
+            (Verdict::CHECKED, words(Verdict::ALL, Verdict::as_str)),
+            (
+                DecisionOutcome::CHECKED,
+                words(DecisionOutcome::ALL, DecisionOutcome::as_str),
+            ),
             (
                 InvocationDecision::CHECKED,
                 words(InvocationDecision::ALL, InvocationDecision::as_str),
@@ -360,6 +400,17 @@ mod tests {
         for v in FiringOutcome::ALL {
             assert_eq!(FiringOutcome::from_stored(v.as_str()), *v);
         }
+        for v in Verdict::ALL {
+            assert_eq!(Verdict::from_stored(v.as_str()), *v);
+        }
+        for v in DecisionOutcome::ALL {
+            assert_eq!(DecisionOutcome::from_stored(v.as_str()), *v);
+        }
+        assert_eq!(Verdict::from_stored("approve"), Verdict::Rejected);
+        assert_eq!(
+            DecisionOutcome::from_stored("sent"),
+            DecisionOutcome::Failed
+        );
         for v in InvocationDecision::ALL {
             assert_eq!(InvocationDecision::from_stored(v.as_str()), *v);
         }

@@ -155,14 +155,17 @@ pub struct NewInvocation<'a> {
 pub struct NewCertificate<'a> {
     /// Unique per certificate; revocation is by serial.
     pub serial: &'a str,
-    /// The run and step it was issued for.
+    /// The run it was issued for.
     pub run: i64,
+    /// The step of that run it was issued for.
     pub step: &'a str,
     /// Who it speaks for: the approver(s), else the run's initiator.
     pub authority: &'a str,
     /// The `KEY:tool` entries it covers.
     pub tools: &'a [String],
+    /// When it was issued, in milliseconds since the epoch.
     pub issued_at: i64,
+    /// When it stops being accepted, in milliseconds since the epoch.
     pub expires_at: i64,
 }
 
