@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The host library's module graph: for each top-level module of host/src, the
+other top-level modules it names in non-test code (`crate::x`, `use crate::{x, ..}`,
+`super::x` from a top-level file, the re-exports of lib.rs, the console's print
+macros), then any cycle among them. Exits 1 when there is a cycle.
+
+Usage: python3 tools/module_graph.py [host/src]"""
+import os, re, sys
+here = os.path.dirname(os.path.abspath(__file__))
+root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "host", "src")
+mods = set()
+for f in os.listdir(root):
+    if f.endswith(".rs") and f not in ("lib.rs", "main.rs"): mods.add(f[:-3])
+    elif os.path.isdir(os.path.join(root, f)): mods.add(f)
+
+def strip_tests(src):
+    # drop `#[cfg(test)] mod x { ... }` blocks and `#[cfg(test)]` single items, and comments
+    out, i = [], 0
+    src = re.sub(r"//[^\n]*", "", src)
+    while True:
+        m = re.search(r"#\[cfg\(test\)\]\s*", src[i:])
+        if not m: out.append(src[i:]); break
+        s = i + m.start(); out.append(src[i:s]); j = i + m.end()
+        # skip the item: up to matching brace or semicolon
+        depth = 0
+        while j < len(src):
+            c = src[j]
+            if c == "{": depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0: j += 1; break
+            elif c == ";" and depth == 0: j += 1; break
+            j += 1
+        i = j
+    return "".join(out)
+
+def names(src):
+    found = set()
+    for m in re.finditer(r"\bcrate::(\{[^}]*\}|\w+)", src):
+        g = m.group(1)
+        if g.startswith("{"):
+            for part in re.split(r"[,\s]+", g[1:-1]):
+                p = part.split("::")[0].strip()
+                if p: found.add(p)
+        else: found.add(g)
+    return found
+
+# lib.rs re-exports: crate::Kernel names the kernel module, and so on
+REEXPORTS = {}
+for m in re.finditer(r"pub use (\w+)::(?:\w+::)*(\w+);", open(os.path.join(root, "lib.rs")).read()):
+    REEXPORTS[m.group(2)] = m.group(1)
+graph = {m: set() for m in mods}
+for dirpath, _, files in os.walk(root):
+    for f in files:
+        if not f.endswith(".rs"): continue
+        path = os.path.join(dirpath, f)
+        rel = os.path.relpath(path, root)
+        parts = rel.split(os.sep)
+        top = parts[0][:-3] if len(parts) == 1 else parts[0]
+        if top in ("lib", "main") or (len(parts) > 1 and parts[-1] == "tests.rs"): continue
+        src = strip_tests(open(path).read())
+        used = names(src)
+        # super:: from a top-level file names lib's items (a module);
+        if len(parts) == 1:
+            for m in re.finditer(r"\bsuper::(\w+)", src): used.add(m.group(1))
+        used = {REEXPORTS.get(u, u) for u in used}
+        if top != "console" and re.search(r"\b(outln|out|errln|err)!\(", src): used.add("console")
+        for u in used:
+            if u in mods and u != top: graph[top].add(u)
+        # macros from console (`#[macro_use]`) count as naming console
+
+for m in sorted(graph): print(f"{m} -> {', '.join(sorted(graph[m])) or '(none)'}")
+# cycles: SCCs (Tarjan)
+idx, low, on, st, sccs, n = {}, {}, set(), [], [], [0]
+def visit(v):
+    idx[v] = low[v] = n[0]; n[0] += 1; st.append(v); on.add(v)
+    for w in graph[v]:
+        if w not in idx: visit(w); low[v] = min(low[v], low[w])
+        elif w in on: low[v] = min(low[v], idx[w])
+    if low[v] == idx[v]:
+        c = []
+        while True:
+            w = st.pop(); on.discard(w); c.append(w)
+            if w == v: break
+        if len(c) > 1: sccs.append(sorted(c))
+sys.setrecursionlimit(10000)
+for v in sorted(graph):
+    if v not in idx: visit(v)
+print("cycles (strongly connected groups):", sccs if sccs else "none")
+for c in sccs:
+    cs = set(c)
+    for a in c:
+        for b in sorted(graph[a] & cs): print(f"  {a} -> {b}")
+sys.exit(1 if sccs else 0)
