@@ -40,7 +40,7 @@ use std::process::ExitCode;
     long_about = "Gadgets reach the outside world only through gatekeepers introduced into a chat. \
 Reads run at once; writes are staged and answered `pending`, and nothing is sent until a person approves."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
     #[arg(long, global = true, env = "GATEHOUSE_HOME")]
     home: Option<PathBuf>,
@@ -208,7 +208,7 @@ fn read_component(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Run a parsed command. `Ok(false)` means "refused": exit code 1.
-pub async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
+pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
     if let Command::Demo = cli.command {
         return demo(cli.home).await;
     }
