@@ -143,7 +143,7 @@ impl Credential {
 }
 
 /// What [`choose_credential`] decides from.
-pub struct CredentialFacts<'a> {
+pub(crate) struct CredentialFacts<'a> {
     pub person: &'a str,
     pub gatekeeper: &'a str,
     /// The person owns the chat.
@@ -162,7 +162,7 @@ pub struct CredentialFacts<'a> {
 /// the chat's owner only, the gatekeeper's operator credential; else none
 /// if the gatekeeper needs none; else the call is refused, so that a
 /// collaborator's write can never go out under the owner's credential.
-pub fn choose_credential(f: CredentialFacts<'_>) -> Credential {
+pub(crate) fn choose_credential(f: CredentialFacts<'_>) -> Credential {
     if let Some((id, secret)) = f.own {
         return Credential::Account { id, secret };
     }
