@@ -29,6 +29,7 @@ wasmtime::component::bindgen!({
 
 /// The generated world's name as the rest of the host knows it.
 pub type Gadget = Step;
+/// A gadget component linked and ready to instantiate, once per turn.
 pub type GadgetPre<T> = StepPre<T>;
 
 use self::gatehouse::os::kernel as wit;
@@ -48,10 +49,13 @@ pub struct ServiceHandle {
 }
 
 impl ServiceHandle {
+    /// A handle naming the introduction under `key`, for an embedder's own
+    /// `open` (the kernel makes its handles itself, after checking the key).
     pub fn new(key: impl Into<String>) -> ServiceHandle {
         ServiceHandle { key: key.into() }
     }
 
+    /// The key the handle names (such as `ISSUES`).
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -104,7 +108,10 @@ pub fn linker(engine: &wasmtime::Engine) -> anyhow::Result<Linker<GadgetState>> 
 pub struct TurnReport {
     /// The gadget's answer, or why the turn failed.
     pub output: Result<String, String>,
+    /// What the gadget wrote to stdout, captured and capped
+    /// ([`Limits::output_bytes`](crate::Limits::output_bytes)), never printed by the host.
     pub stdout: String,
+    /// What the gadget wrote to stderr, captured and capped likewise.
     pub stderr: String,
 }
 

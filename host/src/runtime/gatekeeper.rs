@@ -56,6 +56,7 @@ pub enum Sent {
 /// Everything a gatekeeper tried to send during one call.
 #[derive(Clone, Debug, Default)]
 pub struct Witness {
+    /// Each request the gatekeeper attempted, in order.
     pub sent: Vec<Sent>,
 }
 
@@ -351,7 +352,11 @@ pub fn powerless_wasi() -> wasmtime_wasi::WasiCtxBuilder {
 
 /// Where and as whom a gatekeeper call may reach out.
 pub struct Reach {
+    /// The `host:port`s its operator allowed (`--allow-host`); any other
+    /// request is refused before dispatch.
     pub allowed_hosts: Vec<String>,
+    /// The secret the kernel injects as `Authorization`, chosen from the
+    /// principal ([`crate::principal`]); the component never sees it.
     pub credential: Option<String>,
     /// The one allowed host the credential is sent to (SPEC C4).
     pub credential_host: Option<String>,
@@ -387,7 +392,9 @@ pub enum Fault {
 
 /// The outcome of one gatekeeper call, with what the kernel saw leave.
 pub struct Called<T> {
+    /// The gatekeeper's answer, or why it gave none.
     pub outcome: Result<T, Fault>,
+    /// What the kernel saw leave during the call, whatever the outcome.
     pub witness: Witness,
 }
 
