@@ -44,10 +44,13 @@ pub struct Turn {
     /// The gadget running the turn; `None` for a caller without one (an
     /// external agent over MCP).
     pub gadget: Option<String>,
+    /// The chat whose introductions the turn may call and whose ledger it
+    /// writes.
     pub chat: String,
     /// Who is acting; calls run under the accounts of the person it acts
     /// for, and what it stages is sent with that person's account.
     pub principal: Principal,
+    /// How pending writes are shown to the gadget (SPEC V2, V3).
     pub harness: Harness,
     /// Actions of this turn that await a decision (honest harness).
     pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
@@ -58,7 +61,9 @@ pub struct Turn {
 /// A workflow step's side of a turn (SPEC G).
 #[derive(Clone, Debug)]
 pub struct StepContext {
+    /// The workflow run.
     pub run: i64,
+    /// The step of the run this turn runs.
     pub step: String,
     /// The certificate issued for this attempt, until the gadget takes it.
     pub certificate: Arc<std::sync::Mutex<Option<(String, crate::grants::Claims)>>>,
@@ -124,11 +129,15 @@ impl From<Unresolved> for CallError {
 /// its gatekeeper when that gatekeeper simulates (the overlay, SPEC V1).
 #[derive(Clone, Debug)]
 pub struct Binding {
+    /// The introduction, its gatekeeper and credential for the turn's person.
     pub resolved: Resolved,
+    /// The chat's pending actions at a simulating gatekeeper, laid over its
+    /// reads (SPEC V1); empty otherwise.
     pub overlay: Vec<Action>,
 }
 
 impl Binding {
+    /// The gatekeeper instance the key names.
     pub fn gatekeeper(&self) -> &GatekeeperRecord {
         &self.resolved.gatekeeper
     }
@@ -333,6 +342,7 @@ impl Kernel {
         crate::inspect::Inspect::new(&self.inner.store)
     }
 
+    /// The state directory this kernel runs on.
     pub fn home(&self) -> &Home {
         &self.inner.home
     }
@@ -613,6 +623,9 @@ impl Kernel {
             .await
     }
 
+    /// Create chat `name`, owned by `owner`: empty, with no services until
+    /// its owner introduces some. The name is checked like any name a person
+    /// types.
     pub fn new_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
         check_name(name, "chat")?;
         self.inner.store.create_chat(name, owner)

@@ -111,6 +111,7 @@ impl Decision {
 /// What enabling a rule did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RuleReport {
+    /// The `gatekeeper:tool` tag the rule covers (A6).
     pub tag: String,
     /// The person the rule belongs to.
     pub person: String,
