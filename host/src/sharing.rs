@@ -76,6 +76,7 @@ pub enum OpenOutcome {
     Owner,
     /// Every observed source was re-verified; these observers are stored.
     Admitted {
+        /// The opener's bindings, one per gatekeeper of the chat.
         observers: Vec<Observer>,
         /// How many distinct observed sources were checked.
         checked: usize,
@@ -83,7 +84,9 @@ pub enum OpenOutcome {
     /// Refused; nothing was stored. `alternatives` lists, per failing
     /// gatekeeper, the opener's other accounts to choose from.
     Refused {
+        /// Every source that failed, with why.
         failures: Vec<ObserverFailure>,
+        /// Gatekeeper name → labels of the opener's other accounts there.
         alternatives: BTreeMap<String, Vec<String>>,
     },
 }
