@@ -29,7 +29,8 @@ pub enum ClassifiedBy {
 }
 
 impl ClassifiedBy {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The name the ledger records (`server-annotation`, `default`).
+    pub fn as_str(self) -> &'static str {
         match self {
             ClassifiedBy::ServerAnnotation => "server-annotation",
             ClassifiedBy::Default => "default",
