@@ -40,24 +40,19 @@ pub mod cli;
 pub mod embed;
 pub mod entropy;
 pub mod expiry;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod grants;
 pub mod guests;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod harness;
 pub mod home;
 pub mod hooks;
 pub mod idempotency;
 pub mod inbox;
 pub mod inspect;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod kernel;
 pub mod manifest;
 pub mod mcp_serve;
 pub mod notify;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod observations;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod overseer;
 pub mod principal;
 pub mod prompt;
@@ -68,10 +63,8 @@ pub(crate) mod runtime;
 pub mod scaffold;
 pub mod sharing;
 pub mod signin;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod store;
 pub mod web;
-#[allow(missing_docs)] // documented after the kernel helper's issue-14 work lands
 pub mod workflow;
 
 pub use home::Home;
