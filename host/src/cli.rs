@@ -1,15 +1,15 @@
 //! The `gatehouse` command line: the shell over the kernel.
 //!
 //! Parses, calls the kernel, prints. Every command that prints records has
-//! `--json`, and prints through [`print_record`] / [`print_records`]. It
+//! `--json`, and prints through `print_record` / `print_records`. It
 //! holds no policy: refusals come from the kernel, and this module only
 //! words them as one line on stderr with exit code 1.
 //!
-//! One module per noun: [`actions`] (pending, show, approve, reject,
-//! revert, log, rules), [`chats`] (install, gadgets, chat, introduce, run,
-//! agent, runs), [`gatekeepers`] (gatekeeper, secret), [`people`] (user,
-//! account), [`sharing`] (share, open, collaborators, blueprints),
-//! [`workflow`], [`hooks`], [`web`] (serve, token), [`mcp`]; `demo` is
+//! One module per noun: `actions` (pending, show, approve, reject,
+//! revert, log, rules), `chats` (install, gadgets, chat, introduce, run,
+//! agent, runs), `gatekeepers` (gatekeeper, secret), `people` (user,
+//! account), `sharing` (share, open, collaborators, blueprints),
+//! `workflow`, `hooks`, `web` (serve, token), `mcp`; `demo` is
 //! handed in by the binary ([`Demo`]).
 
 mod actions;

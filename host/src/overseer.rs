@@ -4,7 +4,7 @@
 //! Owns what happens after a decision: the claim (made only by the store's
 //! claim transaction, which applies the one authorization rule, the latch
 //! and the revalidation of P7), the one function that sends a claimed
-//! action ([`Kernel::send`]) and records its outcome with the failure class
+//! action (`Kernel::send`) and records its outcome with the failure class
 //! of P2, and the drain that applies what both keys allow (U1-U4). Every
 //! sender (a person's approval from any surface, the drain, a covered
 //! workflow call) goes through `send`. The retry class is decided from what

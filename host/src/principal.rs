@@ -7,7 +7,7 @@
 //! label is what people read in the ledger and the approval prompt.
 //!
 //! Owns the vocabulary and the one choice of credential
-//! ([`choose_credential`], a pure function of facts the store reads in the
+//! (`choose_credential`, a pure function of facts the store reads in the
 //! caller's transaction); who may do what is `crate::access`.
 
 use serde::Serialize;

@@ -56,7 +56,7 @@ pub enum Sent {
     NoAnswer,
     /// An MCP session's set-up (`initialize`, `notifications/initialized`,
     /// `tools/list`, `ping`), answered with this 2xx status: the protocol
-    /// gives none of these an effect on the service (see [`mcp_setup`]).
+    /// gives none of these an effect on the service (see `mcp_setup`).
     Setup(u16),
 }
 
@@ -602,7 +602,7 @@ where
     Called { outcome, witness }
 }
 
-/// Call a tool. The output and any error are scrubbed (see [`Scrub`]).
+/// Call a tool. The output and any error are scrubbed (see `Scrub`).
 pub async fn call(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,

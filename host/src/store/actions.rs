@@ -275,7 +275,7 @@ impl ClaimBy {
 ///
 /// Only the store makes one, and it is neither `Clone` nor `Copy`: one
 /// claim, one send. Two kinds exist: a decision's claim (the claim
-/// transaction), and a *resumed* one, made only by [`Store::recover`] for
+/// transaction), and a *resumed* one, made only by `Store::recover` for
 /// an interrupted send of a tool whose service honours the kernel's
 /// idempotency key: the same action, re-sent under the same key.
 pub struct Claim {
@@ -1177,7 +1177,7 @@ impl Store {
     }
 }
 
-/// What [`Store::recover`] did with the claims of dead processes.
+/// What `Store::recover` did with the claims of dead processes.
 #[derive(Default)]
 pub struct Recovered {
     /// Failed, not retryable: their requests may have reached the service.

@@ -104,7 +104,7 @@ pub enum ShareRefusal {
     BadLink(String),
 }
 
-/// What happened to an observation handed to [`Store::observe`].
+/// What happened to an observation handed to `Store::observe`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observed {
     /// Recorded (and the chat latched if a source was restricted).
