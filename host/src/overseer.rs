@@ -48,7 +48,8 @@ pub enum Decision {
     Refused {
         /// The action.
         id: i64,
-        /// The claim's refusal, in one line.
+        /// Why, in one line: the claim's refusal, or the state the ledger
+        /// recorded instead of this process's own outcome.
         reason: String,
     },
     /// No such action, as far as the decider may know: it does not exist,

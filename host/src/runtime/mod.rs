@@ -43,7 +43,7 @@ pub struct Limits {
     pub tables: usize,
     /// Elements per table (X2).
     pub table_elements: usize,
-    /// Core instances per store (X2).
+    /// Instances per store (X2); in the pool, core instances per component.
     pub instances: usize,
     /// Captured stdout/stderr per turn.
     pub output_bytes: usize,
