@@ -28,7 +28,10 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "standing", rename_all = "kebab-case")]
 pub enum Standing {
+    /// Created the chat: sees, decides and shares it, lockdown or not.
     Owner,
+    /// Invited by the owner (`gatehouse share`); what they may do depends
+    /// on re-verification and on what the owner granted.
     Collaborator {
         /// Passed re-verification (S2) and nothing failed since.
         verified: bool,
@@ -61,7 +64,7 @@ impl Access {
         Access::of(Standing::Stranger, false)
     }
 
-    pub fn standing(&self) -> Standing {
+    pub(crate) fn standing(&self) -> Standing {
         self.standing
     }
 
@@ -128,15 +131,21 @@ impl Access {
 /// What a surface asks for, to word a refusal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
+    /// See the chat's inbox, ledger, observations and prompts.
     See,
+    /// Approve or reject the chat's actions.
     Decide,
+    /// Share the chat or change who may decide in it.
     Share,
+    /// Enable an auto-approval rule that applies in the chat (key two).
     EnableRule,
     /// Add, enable or disable a hook in the chat.
     Hooks,
     /// Introduce services into the chat.
     Manage,
+    /// See a workflow run's approval requests and its audit.
     SeeRequests,
+    /// Approve, reject or withdraw a workflow run's approval requests.
     DecideRequests,
 }
 
@@ -181,16 +190,31 @@ impl Access {
 /// that does not exist: a person may not learn a chat exists by asking.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// The person may not see the chat (or it does not exist: the two are
+    /// told apart by nobody but the store). Carries the chat's name as asked.
     #[error("no chat named {0:?}; `gatehouse chats` lists the chats you may see")]
     NoSuchChat(String),
+    /// The person sees the chat but the owner has not let them decide.
     #[error(
         "{person} may see chat {chat:?} but not decide in it; its owner can grant it with `gatehouse share {chat} --with {person} --may-decide`"
     )]
-    MayNotDecide { chat: String, person: String },
+    MayNotDecide {
+        /// The chat's name.
+        chat: String,
+        /// The refused person.
+        person: String,
+    },
+    /// Sharing, granting decisions and introducing services are the
+    /// owner's alone, even for a collaborator who may decide.
     #[error(
         "only the owner of chat {chat:?} may share it, change who may decide, or introduce services; {person} is a collaborator"
     )]
-    OwnerOnly { chat: String, person: String },
+    OwnerOnly {
+        /// The chat's name.
+        chat: String,
+        /// The refused person (a collaborator).
+        person: String,
+    },
 }
 
 #[cfg(test)]

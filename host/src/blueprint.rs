@@ -23,7 +23,7 @@ const FORMAT: &str = "gatehouse-blueprint/1";
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Blueprint {
+pub(crate) struct Blueprint {
     pub format: String,
     pub gadget: BlueprintGadget,
     pub requirements: Vec<Requirement>,
@@ -31,7 +31,7 @@ pub struct Blueprint {
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BlueprintGadget {
+pub(crate) struct BlueprintGadget {
     /// The gadget's name, a suggestion for the importer.
     pub name: String,
     pub sha256: String,
@@ -42,7 +42,7 @@ pub struct BlueprintGadget {
 /// One key the gadget needs introduced.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
-pub struct Requirement {
+pub(crate) struct Requirement {
     pub key: String,
     /// The service kind: which gatekeeper component, and its tools.
     pub gatekeeper_sha256: String,
@@ -54,15 +54,23 @@ pub struct Requirement {
 /// What an import did, key by key.
 #[derive(Clone, Debug, Serialize)]
 pub struct Imported {
+    /// The name the gadget was installed under (the blueprint's suggestion
+    /// unless the importer chose another).
     pub gadget: String,
+    /// The new chat created for the importer, where each key was introduced.
     pub chat: String,
+    /// The importer, who owns the new chat; calls run under their accounts.
     pub owner: String,
+    /// One entry per requirement, in the blueprint's order.
     pub bound: Vec<Bound>,
 }
 
+/// How one required key was satisfied on import.
 #[derive(Clone, Debug, Serialize)]
 pub struct Bound {
+    /// The key the gadget calls, as the blueprint names it.
     pub key: String,
+    /// The importer's gatekeeper instance introduced under that key.
     pub gatekeeper: String,
     /// The importer's account used there, if they connected one.
     pub account: Option<String>,

@@ -29,6 +29,7 @@ pub enum ClassifiedBy {
 }
 
 impl ClassifiedBy {
+    /// The name the ledger records (`server-annotation`, `default`).
     pub fn as_str(self) -> &'static str {
         match self {
             ClassifiedBy::ServerAnnotation => "server-annotation",
@@ -40,6 +41,7 @@ impl ClassifiedBy {
 /// The verdict for one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Classification {
+    /// Read (run now, observe) or action (stage, wait for a decision).
     pub kind: Kind,
     /// Key one of two for auto-approval (SPEC K3); key two is a person's rule.
     pub auto_approvable: bool,
@@ -48,6 +50,7 @@ pub struct Classification {
     /// A locked-down chat refuses such reads (SPEC O3), so the safe default
     /// is "outbound".
     pub outbound: bool,
+    /// Whose word the verdict rests on; recorded on the ledger (K4).
     pub classified_by: ClassifiedBy,
 }
 

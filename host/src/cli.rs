@@ -1,15 +1,15 @@
 //! The `gatehouse` command line: the shell over the kernel.
 //!
 //! Parses, calls the kernel, prints. Every command that prints records has
-//! `--json`, and prints through [`print_record`] / [`print_records`]. It
+//! `--json`, and prints through `print_record` / `print_records`. It
 //! holds no policy: refusals come from the kernel, and this module only
 //! words them as one line on stderr with exit code 1.
 //!
-//! One module per noun: [`actions`] (pending, show, approve, reject,
-//! revert, log, rules), [`chats`] (install, gadgets, chat, introduce, run,
-//! agent, runs), [`gatekeepers`] (gatekeeper, secret), [`people`] (user,
-//! account), [`sharing`] (share, open, collaborators, blueprints),
-//! [`workflow`], [`hooks`], [`web`] (serve, token), [`mcp`]; `demo` is
+//! One module per noun: `actions` (pending, show, approve, reject,
+//! revert, log, rules), `chats` (install, gadgets, chat, introduce, run,
+//! agent, runs), `gatekeepers` (gatekeeper, secret), `people` (user,
+//! account), `sharing` (share, open, collaborators, blueprints),
+//! `workflow`, `hooks`, `web` (serve, token), `mcp`; `demo` is
 //! handed in by the binary ([`Demo`]).
 
 mod actions;
@@ -40,7 +40,7 @@ use std::process::ExitCode;
     long_about = "Gadgets reach the outside world only through gatekeepers introduced into a chat. \
 Reads run at once; writes are staged and answered `pending`, and nothing is sent until a person approves."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
     #[arg(long, global = true, env = "GATEHOUSE_HOME")]
     home: Option<PathBuf>,
@@ -208,7 +208,7 @@ fn read_component(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Run a parsed command. `Ok(false)` means "refused": exit code 1.
-pub async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
+pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
     if let Command::Demo = cli.command {
         return demo(cli.home).await;
     }

@@ -27,15 +27,21 @@ use std::path::PathBuf;
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
+    /// The deployment that issued it (derived from its CA key): a certificate
+    /// of another deployment is foreign here.
     pub tenant: String,
+    /// The workflow run it was issued to.
     pub run: i64,
+    /// The step of that run; a certificate works only inside it.
     pub step: String,
     /// The approver(s) of the requests covering the step, else the run's
     /// initiator.
     pub authority: String,
     /// `KEY:tool` entries, fixed from the published design at run start.
     pub tools: Vec<String>,
+    /// When it was issued, in ms since the epoch.
     pub issued_at: i64,
+    /// When it stops working: certificates are short-lived.
     pub expires_at: i64,
     /// Unique per certificate; revocation is by serial.
     pub serial: String,
@@ -44,16 +50,32 @@ pub struct Claims {
 /// Why a certificate was refused. Each says what failed, never more.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CertRefusal {
+    /// Not a token this kernel could have written.
     #[error("the certificate is malformed")]
     Malformed,
+    /// Its signature is not this deployment's CA's.
     #[error("the certificate was not issued by this deployment's certificate authority")]
     Foreign,
+    /// Issued to another run.
     #[error("the certificate was issued for run {got}, not run {want}")]
-    WrongRun { got: i64, want: i64 },
+    WrongRun {
+        /// The run it names.
+        got: i64,
+        /// The run presenting it.
+        want: i64,
+    },
+    /// Issued to another step of the run.
     #[error("the certificate was issued for step {got:?}, not step {want:?}")]
-    WrongStep { got: String, want: String },
+    WrongStep {
+        /// The step it names.
+        got: String,
+        /// The step presenting it.
+        want: String,
+    },
+    /// Past its expiry.
     #[error("the certificate expired")]
     Expired,
+    /// Revoked by serial: its step finished or was restarted.
     #[error("the certificate was revoked (its step has finished or was restarted)")]
     Revoked,
 }
@@ -101,6 +123,7 @@ impl Authority {
         }
     }
 
+    /// This deployment's tenant name, bound into every certificate it issues.
     pub fn tenant(&self) -> &str {
         &self.tenant
     }
@@ -216,16 +239,22 @@ fn create_key(dir: &std::path::Path, path: &PathBuf) -> anyhow::Result<SigningKe
 /// One input's agreed values.
 #[derive(Clone, Debug)]
 pub enum Constraint {
+    /// Exactly this value (`{"eq": V}`).
     Eq(Value),
+    /// One of these values (`{"in": [..]}`).
     In(Vec<Value>),
+    /// A number within `[min, max]`, both included (`{"range": [min, max]}`).
     Range(f64, f64),
+    /// A string the anchored pattern matches in full (`{"pattern": "..."}`).
     Pattern(regex::Regex),
 }
 
 /// An input's constraint and whether it may be omitted.
 #[derive(Clone, Debug)]
 pub struct InputRule {
+    /// The values agreed for the input.
     pub constraint: Constraint,
+    /// The call may leave the input out.
     pub optional: bool,
 }
 
@@ -233,7 +262,9 @@ pub struct InputRule {
 /// only), or exactly these inputs.
 #[derive(Clone, Debug)]
 pub enum ToolRule {
+    /// Any input: added by the kernel for read-only tools only.
     AnyInput,
+    /// Exactly these inputs, each with its rule; any other input is refused.
     Inputs(Vec<(String, InputRule)>),
 }
 
@@ -259,7 +290,10 @@ impl PartialEq for Constraint {
 /// the value given (SPEC G7).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Misfit {
+    /// The input at fault (its name); `None` when the tool itself is not in
+    /// the list.
     pub input: Option<String>,
+    /// What failed and the agreed range.
     pub reason: String,
 }
 

@@ -17,9 +17,13 @@ use serde::Serialize;
 /// What one harness turn did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunReport {
+    /// The agent run's id (`gatehouse runs`).
     pub run: i64,
+    /// Where the run is now: `waiting` (for `awaited`) or `done`.
     pub state: AgentRunState,
+    /// The actions the turn ended on; the run resumes once all are applied.
     pub awaited: Vec<i64>,
+    /// What the turn answered and printed.
     pub turn: TurnReport,
 }
 

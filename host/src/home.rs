@@ -7,12 +7,17 @@
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
+/// The state directory of one deployment: the database, the component
+/// cache, the certificate authority and the liveness files of the kernel
+/// processes sharing it. A value, not a handle: it opens nothing.
 #[derive(Clone, Debug)]
 pub struct Home {
     root: PathBuf,
 }
 
 impl Home {
+    /// The home at `root`, as given (`--home`, or a test's temporary
+    /// directory); nothing is created until [`Home::create`].
     pub fn at(root: impl Into<PathBuf>) -> Home {
         Home { root: root.into() }
     }
@@ -45,11 +50,11 @@ impl Home {
         Ok(())
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn database(&self) -> PathBuf {
+    pub(crate) fn database(&self) -> PathBuf {
         self.root.join("gatehouse.db")
     }
 
@@ -82,7 +87,7 @@ impl Home {
         self.root.join("run")
     }
 
-    pub fn liveness(&self, owner: &str) -> PathBuf {
+    pub(crate) fn liveness(&self, owner: &str) -> PathBuf {
         self.run_dir().join(format!("{owner}.lock"))
     }
 }

@@ -35,17 +35,21 @@ pub const MAX_DELIVERY_BYTES: usize = 64 * 1024;
 pub const SIGNATURE_HEADER: &str = "x-gatehouse-signature";
 
 /// The shortest and longest schedule period, in seconds.
-pub const MIN_EVERY_SECS: u32 = 1;
-pub const MAX_EVERY_SECS: u32 = 365 * 24 * 60 * 60;
+pub(crate) const MIN_EVERY_SECS: u32 = 1;
+/// A year: a longer period is more likely a mistake than a schedule.
+pub(crate) const MAX_EVERY_SECS: u32 = 365 * 24 * 60 * 60;
 
 /// What `hook add` made: the hook, and for a webhook its URL path and
 /// signing secret, which are shown this once and never again (only the
 /// token's digest is stored).
 #[derive(Clone, Debug, Serialize)]
 pub struct AddedHook {
+    /// The hook as stored: disabled until a person who may decide enables it.
     pub hook: Hook,
     /// `/hooks/TOKEN` on `serve`'s address.
     pub path: Option<String>,
+    /// The webhook's signing secret (see [`SIGNATURE_HEADER`]); `None` for a
+    /// schedule.
     pub secret: Option<String>,
 }
 
@@ -53,36 +57,56 @@ pub struct AddedHook {
 /// what its firings did.
 #[derive(Clone, Debug, Serialize)]
 pub struct ShownHook {
+    /// The hook as stored.
     pub hook: Hook,
+    /// The hook's prompt: what enabling it lets its turns do, and for whom,
+    /// through the same sanitiser as an action's prompt.
     pub prompt: String,
+    /// Its firings so far, oldest first, with how each ended.
     pub firings: Vec<crate::store::Firing>,
 }
 
 /// Why a delivery ran nothing. Each says what to do.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DeliveryRefusal {
+    /// The URL's token matches no hook (or the hook was removed).
     #[error("no hook has this URL; `gatehouse hooks` lists hooks, and `hook add` prints a new URL")]
     NoSuchHook,
+    /// The signature header is absent or is not the body's HMAC under the
+    /// hook's secret.
     #[error(
         "the delivery's signature is missing or wrong: send X-Gatehouse-Signature: sha256=HEX, the HMAC-SHA256 of the raw body keyed with the hook's secret; nothing ran"
     )]
     BadSignature,
+    /// The body is over [`MAX_DELIVERY_BYTES`].
     #[error("the delivery is over {MAX_DELIVERY_BYTES} bytes; nothing ran")]
     TooLarge,
+    /// The hook (its id) exists but nobody has enabled it, or it was disabled.
     #[error(
         "hook {0} is disabled; a person who may decide in its chat enables it (`gatehouse hook enable {0}`); nothing ran"
     )]
     Disabled(i64),
+    /// The same body reached this hook before: a delivery fires once.
     #[error("this exact delivery was received before; a delivery starts one turn; nothing ran")]
     Replayed,
+    /// The hook may no longer run as enabled: the person who enabled it lost
+    /// the right to decide (the hook is then disabled), or its gatekeeper no
+    /// longer declares the trigger. The refusal is recorded as a firing.
     #[error("hook {hook} ran nothing: {reason}")]
-    Refused { hook: i64, reason: String },
+    Refused {
+        /// The hook's id.
+        hook: i64,
+        /// What changed since it was enabled.
+        reason: String,
+    },
 }
 
 /// A firing recorded and ready to run: [`Kernel::run_firing`] runs its turn.
 #[derive(Clone, Debug)]
 pub struct Firing {
+    /// The hook that fired.
     pub hook: Hook,
+    /// The firing's id in the hook's firing record.
     pub firing: i64,
     person: String,
     input: String,
@@ -91,7 +115,9 @@ pub struct Firing {
 /// How a hook's turn ended.
 #[derive(Clone, Debug, Serialize)]
 pub struct FiringReport {
+    /// The hook's id.
     pub hook: i64,
+    /// The firing's id.
     pub firing: i64,
     /// `done` or `failed`.
     pub outcome: FiringOutcome,

@@ -16,7 +16,10 @@ use serde::Serialize;
 /// shows (SPEC R3).
 #[derive(Clone, Debug, Serialize)]
 pub struct Shown {
+    /// The action as stored: state, arguments, principal, decision.
     pub action: Action,
+    /// The approval prompt ([`crate::prompt::render`]): sanitised and capped,
+    /// so attacker-chosen text cannot pass for the kernel's own.
     pub prompt: String,
     /// Whether the viewer may stage a revert of it now (SPEC H2): it is
     /// applied, its gatekeeper declares a tool that undoes it, no revert of
@@ -55,8 +58,12 @@ fn show(s: &crate::store::Store, a: Action, person: &str) -> anyhow::Result<Show
 /// A chat as its visitor sees it in a list.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatSummary {
+    /// The chat's name.
     pub name: String,
+    /// The person who created the chat.
     pub owner: String,
+    /// Whether the restricted-data latch closed it (SPEC O3): locked down,
+    /// the owner's alone, and no outbound reads.
     pub latched: bool,
     /// Actions awaiting a decision.
     pub pending: usize,

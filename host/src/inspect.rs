@@ -23,6 +23,7 @@ impl<'a> Inspect<'a> {
         Inspect { store }
     }
 
+    /// One action by id, in whatever chat and state it is.
     pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
         self.store.action(id)
     }
@@ -35,22 +36,27 @@ impl<'a> Inspect<'a> {
         }
     }
 
+    /// A chat's record (owner, latch, expiry), whoever owns it.
     pub fn chat(&self, name: &str) -> anyhow::Result<Option<Chat>> {
         self.store.chat(name)
     }
 
+    /// An installed gadget's record (name and component digest).
     pub fn gadget(&self, name: &str) -> anyhow::Result<Option<GadgetRecord>> {
         self.store.gadget(name)
     }
 
+    /// A gatekeeper instance's record: manifest, trust tier, allowed hosts.
     pub fn gatekeeper(&self, name: &str) -> anyhow::Result<Option<Arc<GatekeeperRecord>>> {
         self.store.gatekeeper(name)
     }
 
+    /// The collaborators a chat was shared with, verified or not.
     pub fn collaborators(&self, chat: &str) -> anyhow::Result<Vec<Collaborator>> {
         self.store.collaborators(chat)
     }
 
+    /// The observers of a chat: who re-verified which source, with what result.
     pub fn observers(&self, chat: &str) -> anyhow::Result<Vec<Observer>> {
         self.store.observers(chat)
     }
@@ -60,34 +66,45 @@ impl<'a> Inspect<'a> {
         self.store.observed_sources(chat)
     }
 
+    /// Ledger entries matching `filter`, across every chat unless the filter
+    /// names one.
     pub fn ledger(&self, filter: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
         self.store.ledger(filter)
     }
 
+    /// Every auto-approval rule (key two), of every person.
     pub fn rules(&self) -> anyhow::Result<Vec<Rule>> {
         self.store.rules()
     }
 
+    /// Connected accounts of one person, or of everyone (labels only: the
+    /// credentials stay in the kernel's secret store).
     pub fn accounts(&self, person: Option<&str>) -> anyhow::Result<Vec<Account>> {
         self.store.accounts(person)
     }
 
+    /// One agent-harness run: its state and the actions it waits on.
     pub fn agent_run(&self, id: i64) -> anyhow::Result<Option<AgentRun>> {
         self.store.run_record(id)
     }
 
+    /// One workflow run's record.
     pub fn workflow_run(&self, run: i64) -> anyhow::Result<Option<RunRecord>> {
         self.store.workflow_run(run)
     }
 
+    /// The steps a workflow run has taken, in order.
     pub fn run_steps(&self, run: i64) -> anyhow::Result<Vec<StepRecord>> {
         self.store.run_steps(run)
     }
 
+    /// Workflow approval requests of one run, or of every run.
     pub fn requests(&self, run: Option<i64>) -> anyhow::Result<Vec<RequestRecord>> {
         self.store.requests(run)
     }
 
+    /// Every call a workflow run made under a step certificate, with who
+    /// allowed it (argument digests only).
     pub fn invocations(&self, run: i64) -> anyhow::Result<Vec<Invocation>> {
         self.store.invocations(run)
     }

@@ -41,11 +41,15 @@ impl From<Unresolved> for CallError {
 /// its gatekeeper when that gatekeeper simulates (the overlay, SPEC V1).
 #[derive(Clone, Debug)]
 pub struct Binding {
+    /// The introduction, its gatekeeper and credential for the turn's person.
     pub resolved: Resolved,
+    /// The chat's pending actions at a simulating gatekeeper, laid over its
+    /// reads (SPEC V1); empty otherwise.
     pub overlay: Vec<Action>,
 }
 
 impl Binding {
+    /// The gatekeeper instance the key names.
     pub fn gatekeeper(&self) -> &GatekeeperRecord {
         &self.resolved.gatekeeper
     }
@@ -283,6 +287,7 @@ impl Kernel {
         crate::inspect::Inspect::new(&self.inner.store)
     }
 
+    /// The state directory this kernel runs on.
     pub fn home(&self) -> &Home {
         &self.inner.home
     }
@@ -563,6 +568,9 @@ impl Kernel {
             .await
     }
 
+    /// Create chat `name`, owned by `owner`: empty, with no services until
+    /// its owner introduces some. The name is checked like any name a person
+    /// types.
     pub fn new_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
         check_name(name, "chat")?;
         self.inner.store.create_chat(name, owner)

@@ -30,6 +30,8 @@
 //!   services it runs against are not part of this library: they are the
 //!   crates `gatehouse-demo` and `gatehouse-services`.
 
+#![deny(missing_docs)]
+
 #[macro_use]
 pub mod console;
 pub mod access;

@@ -16,18 +16,28 @@ use std::str::FromStr;
 /// A gatekeeper's MCP-style hints for one tool, as it declared them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Annotations {
+    /// `readOnlyHint`: exactly `true` makes the tool a read (K2).
     pub read_only: Option<bool>,
+    /// `destructiveHint`: exactly `false` is one condition of auto-approval (K3).
     pub destructive: Option<bool>,
+    /// `idempotentHint`: exactly `true` is one condition of auto-approval (K3).
     pub idempotent: Option<bool>,
+    /// `openWorldHint`: anything but exactly `false` counts as outbound, which
+    /// a locked-down chat refuses (O3).
     pub open_world: Option<bool>,
 }
 
 /// One tool of a gatekeeper, as stored when the operator added it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tool {
+    /// The tool's name, as a gadget calls it through its key.
     pub name: String,
+    /// The gatekeeper's description (attacker text: quoted in prompts only).
     pub description: String,
+    /// The JSON Schema of its arguments, as text; arguments are checked
+    /// against it before staging.
     pub input_schema: String,
+    /// The hints [`crate::classify::classify`] judges the tool by.
     pub annotations: Annotations,
     /// The tool of the same gatekeeper that undoes this one (WIT
     /// `reverted-by`). Not an annotation: it never bears on read vs
@@ -43,7 +53,11 @@ pub struct Tool {
 /// `gatekeeper refresh`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// Every tool the gatekeeper offers, in its declared order.
     pub tools: Vec<Tool>,
+    /// The gatekeeper simulates its actions (SPEC V1): a staged action is
+    /// answered with a simulated result, and its reads lay pending actions
+    /// over the real data, so the gadget sees a consistent world.
     pub simulates: bool,
     /// How the gatekeeper answers for observers (SPEC S4).
     pub observers: ObserverStrategy,
@@ -56,8 +70,11 @@ pub struct Manifest {
 /// (WIT `trigger`), as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Trigger {
+    /// The trigger's name, which `hook add --trigger` binds.
     pub name: String,
+    /// The gatekeeper's description of it (attacker text, shown sanitised).
     pub description: String,
+    /// How it fires.
     pub kind: TriggerKind,
 }
 
@@ -68,10 +85,15 @@ pub enum TriggerKind {
     /// A service event delivered to the hook's webhook URL.
     Webhook,
     /// Every `seconds` while `serve` runs.
-    Schedule { seconds: u32 },
+    Schedule {
+        /// The period the gatekeeper declares, in seconds; `hook add
+        /// --every` may set another for one hook.
+        seconds: u32,
+    },
 }
 
 impl Manifest {
+    /// The tool called `name`, if the gatekeeper offers it.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
     }
@@ -112,14 +134,22 @@ impl Manifest {
 /// One difference between two manifests of a gatekeeper instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToolChange {
+    /// A tool the new manifest offers and the old did not.
     Added(String),
+    /// A tool the old manifest offered and the new does not.
     Removed(String),
+    /// A tool's hints changed: its classification may have changed too.
     Annotations {
+        /// The tool's name.
         tool: String,
+        /// The hints before.
         from: Annotations,
+        /// The hints now.
         to: Annotations,
     },
+    /// A tool's input schema changed.
     Schema(String),
+    /// A tool's description changed (what its approval prompts quote).
     Description(String),
 }
 
@@ -209,6 +239,7 @@ pub enum Trust {
 }
 
 impl Trust {
+    /// The stored name (`byo`, `vetted`), as `--trust` takes it.
     pub fn as_str(self) -> &'static str {
         match self {
             Trust::Byo => "byo",

@@ -34,7 +34,10 @@ const POST_TIMEOUT: Duration = Duration::from_secs(10);
 /// One notice sent.
 #[derive(Clone, Debug, Serialize)]
 pub struct NoticeSent {
+    /// The person told, at the notification URL they set.
     pub user: String,
+    /// The actions the notice named: each now counted as told, so the next
+    /// batch does not repeat it.
     pub actions: Vec<i64>,
     /// The HTTP status the URL answered.
     pub status: u16,

@@ -4,7 +4,7 @@
 //! Owns what happens after a decision: the claim (made only by the store's
 //! claim transaction, which applies the one authorization rule, the latch
 //! and the revalidation of P7), the one function that sends a claimed
-//! action ([`Kernel::send`]) and records its outcome with the failure class
+//! action (`Kernel::send`) and records its outcome with the failure class
 //! of P2, and the drain that applies what both keys allow (U1-U4). Every
 //! sender (a person's approval from any surface, the drain, a covered
 //! workflow call) goes through `send`. The retry class is decided from what
@@ -23,26 +23,55 @@ use serde::Serialize;
 #[serde(tag = "outcome", rename_all = "kebab-case")]
 pub enum Decision {
     /// Sent and applied; the service's answer.
-    Applied { id: i64, result: String },
+    Applied {
+        /// The action.
+        id: i64,
+        /// What the service answered (a note instead if over the cap).
+        result: String,
+    },
     /// Sent (or tried) and failed.
     Failed {
+        /// The action.
         id: i64,
+        /// Why, as the gatekeeper or the kernel said it.
         message: String,
+        /// It provably had no effect, so a new decision may send it again
+        /// (SPEC P2).
         retryable: bool,
     },
     /// Rejected: it will never be sent.
-    Rejected { id: i64 },
+    Rejected {
+        /// The action.
+        id: i64,
+    },
     /// Nothing was done, for this reason.
-    Refused { id: i64, reason: String },
+    Refused {
+        /// The action.
+        id: i64,
+        /// Why, in one line: the claim's refusal, or the state the ledger
+        /// recorded instead of this process's own outcome.
+        reason: String,
+    },
     /// No such action, as far as the decider may know: it does not exist,
     /// was pruned, or is in a chat they may not see (W2).
-    NotFound { id: i64 },
+    NotFound {
+        /// The id asked for.
+        id: i64,
+    },
     /// Nothing was sent: what it would be sent with changed since it was
     /// staged (SPEC P7). It is pending again, for a decision on current
     /// facts.
-    Held { id: i64, note: String },
+    Held {
+        /// The action, pending again.
+        id: i64,
+        /// What changed.
+        note: String,
+    },
     /// It was applied before; nothing was sent again (P4).
-    AlreadyApplied { id: i64 },
+    AlreadyApplied {
+        /// The action.
+        id: i64,
+    },
 }
 
 impl Decision {
@@ -111,6 +140,7 @@ impl Decision {
 /// What enabling a rule did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RuleReport {
+    /// The `gatekeeper:tool` tag the rule covers (A6).
     pub tag: String,
     /// The person the rule belongs to.
     pub person: String,

@@ -7,7 +7,7 @@
 //! label is what people read in the ledger and the approval prompt.
 //!
 //! Owns the vocabulary and the one choice of credential
-//! ([`choose_credential`], a pure function of facts the store reads in the
+//! (`choose_credential`, a pure function of facts the store reads in the
 //! caller's transaction); who may do what is `crate::access`.
 
 use serde::Serialize;
@@ -17,23 +17,42 @@ use serde::Serialize;
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Principal {
     /// A person, directly (a `run` at the terminal, the web inbox).
-    Person { person: String },
+    Person {
+        /// The person.
+        person: String,
+    },
     /// The kernel's agent harness, running for the person who started it.
-    Agent { run: i64, person: String },
+    Agent {
+        /// The agent run.
+        run: i64,
+        /// Who started it, and whose accounts its turns use.
+        person: String,
+    },
     /// A workflow step, running for the run's initiator.
     Workflow {
+        /// The workflow run.
         run: i64,
+        /// The step running.
         step: String,
+        /// The run's initiator.
         person: String,
     },
     /// A hook firing in a chat, for the person who enabled it.
     Hook {
+        /// The hook that fired.
         hook: i64,
+        /// The hook's chat.
         chat: String,
+        /// Who enabled the hook.
         person: String,
     },
     /// An external agent (MCP client) in a chat, acting for a person.
-    External { chat: String, person: String },
+    External {
+        /// The chat `gatehouse mcp serve` offers.
+        chat: String,
+        /// The person the server was started as.
+        person: String,
+    },
 }
 
 impl Principal {
@@ -93,10 +112,20 @@ impl std::fmt::Display for Principal {
 #[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
     /// One of the acting person's own accounts (`user/label`).
-    Account { id: String, secret: String },
+    Account {
+        /// The account's name, `user/label`, as the ledger records it.
+        id: String,
+        /// Its secret, injected by the kernel; never shown or logged.
+        secret: String,
+    },
     /// The gatekeeper's operator credential: only ever for the chat
     /// owner's own calls.
-    Operator { name: String, secret: String },
+    Operator {
+        /// The operator secret's name.
+        name: String,
+        /// Its value, injected by the kernel; never shown or logged.
+        secret: String,
+    },
     /// No credential: the gatekeeper has none, and the person no account.
     Anonymous,
     /// No credential may be used, and the call may not be made: the
@@ -143,7 +172,7 @@ impl Credential {
 }
 
 /// What [`choose_credential`] decides from.
-pub struct CredentialFacts<'a> {
+pub(crate) struct CredentialFacts<'a> {
     pub person: &'a str,
     pub gatekeeper: &'a str,
     /// The person owns the chat.
@@ -162,7 +191,7 @@ pub struct CredentialFacts<'a> {
 /// the chat's owner only, the gatekeeper's operator credential; else none
 /// if the gatekeeper needs none; else the call is refused, so that a
 /// collaborator's write can never go out under the owner's credential.
-pub fn choose_credential(f: CredentialFacts<'_>) -> Credential {
+pub(crate) fn choose_credential(f: CredentialFacts<'_>) -> Credential {
     if let Some((id, secret)) = f.own {
         return Credential::Account { id, secret };
     }

@@ -17,9 +17,12 @@
 
 use crate::store::{Action, LedgerKind};
 
-pub const NAME_CAP: usize = 120;
-pub const DESCRIPTION_CAP: usize = 600;
-pub const ARGS_CAP: usize = 4000;
+/// Longest name (tool, gatekeeper, gadget) shown inline, in characters.
+pub(crate) const NAME_CAP: usize = 120;
+/// Longest tool description quoted in a prompt, in characters.
+pub(crate) const DESCRIPTION_CAP: usize = 600;
+/// Most characters of pretty-printed arguments shown; the rest is counted.
+pub(crate) const ARGS_CAP: usize = 4000;
 
 /// The kernel's own field labels. No attacker-controlled line may start with
 /// one of these outside a quoted or fenced block.

@@ -43,9 +43,11 @@ pub struct Reverted {
     pub id: i64,
     /// The applied action it undoes.
     pub reverts: i64,
+    /// The gatekeeper instance both actions go through.
     pub gatekeeper: String,
     /// The reverting tool.
     pub tool: String,
+    /// The chat of the original action, where the revert is staged and decided.
     pub chat: String,
 }
 

@@ -11,13 +11,16 @@ use std::path::{Path, PathBuf};
 /// The languages a gadget can be written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
+    /// A Rust library crate built as a `wasm32-wasip2` component with cargo.
     Rust,
+    /// A Python module built with componentize-py (`build.sh`).
     Python,
+    /// A JavaScript module built with componentize-js (`npm run build`).
     Js,
 }
 
 /// The contract, copied into every starter as `wit/gatehouse.wit`.
-pub const WIT: &str = include_str!("../../wit/gatehouse.wit");
+pub(crate) const WIT: &str = include_str!("../../wit/gatehouse.wit");
 
 /// `(path in the starter, template)`; `{{name}}` and `{{crate}}` are
 /// replaced by the gadget's name and its Rust library name.
@@ -51,7 +54,9 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
 /// What [`new_gadget`] wrote.
 #[derive(Debug)]
 pub struct Starter {
+    /// The starter's directory (`--dir`, else `./NAME`).
     pub dir: PathBuf,
+    /// Every file written, the embedded WIT contract included.
     pub files: Vec<PathBuf>,
     /// The commands that build and install it, one per line.
     pub next: String,

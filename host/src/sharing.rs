@@ -27,18 +27,26 @@ use crate::manifest::ObserverStrategy as Strategy;
 /// gatekeeper (by label; the default account where none is chosen).
 #[derive(Clone, Debug, Default)]
 pub struct OpenRequest {
+    /// The share link's token, when the opener was not added by name.
     pub link: Option<String>,
+    /// Gatekeeper name → the label of the opener's account to re-verify with
+    /// there; a gatekeeper not named uses their default account.
     pub accounts: BTreeMap<String, String>,
 }
 
 /// One binding that failed re-verification (SPEC S2).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObserverFailure {
+    /// The gatekeeper that served the observed source.
     pub gatekeeper: String,
+    /// The source's id, as the gatekeeper reported it when it was read.
     pub source: String,
+    /// The source's title (attacker text: shown only through the sanitiser).
     pub title: String,
     /// `user/label`; `None` when the opener has no account there.
     pub account: Option<String>,
+    /// Why the check failed: the gatekeeper's denial, or the kernel's own
+    /// reason (no account, gatekeeper removed, no answer).
     pub reason: String,
 }
 
@@ -68,6 +76,7 @@ pub enum OpenOutcome {
     Owner,
     /// Every observed source was re-verified; these observers are stored.
     Admitted {
+        /// The opener's bindings, one per gatekeeper of the chat.
         observers: Vec<Observer>,
         /// How many distinct observed sources were checked.
         checked: usize,
@@ -75,7 +84,9 @@ pub enum OpenOutcome {
     /// Refused; nothing was stored. `alternatives` lists, per failing
     /// gatekeeper, the opener's other accounts to choose from.
     Refused {
+        /// Every source that failed, with why.
         failures: Vec<ObserverFailure>,
+        /// Gatekeeper name → labels of the opener's other accounts there.
         alternatives: BTreeMap<String, Vec<String>>,
     },
 }

@@ -33,20 +33,27 @@ use std::sync::atomic::Ordering;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Design {
+    /// The workflow's name; publishing it again makes a new version.
     pub name: String,
     /// Key → gatekeeper instance.
     pub services: BTreeMap<String, String>,
+    /// The steps, each a gadget with a fixed tool set.
     pub steps: Vec<DesignStep>,
     /// `[from, to]` pairs; a step runs once every predecessor is done.
     #[serde(default)]
     pub edges: Vec<(String, String)>,
 }
 
+/// One step of a design: a gadget run with an input, allowed to call
+/// exactly its tools, and only under its step certificate.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DesignStep {
+    /// The step's name, unique in the design; edges and requests name it.
     pub id: String,
+    /// The installed gadget the step runs.
     pub gadget: String,
+    /// The gadget's input for the step.
     #[serde(default)]
     pub input: String,
     /// `KEY:tool` entries this step may call.
@@ -57,9 +64,13 @@ pub struct DesignStep {
 /// Where a run stands, with each step (as `workflow status` shows it).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
+    /// The run's id.
     pub run: i64,
+    /// `running`, `waiting` (a step is gated), `done` or `failed`.
     pub state: RunState,
+    /// Every step, in the design's order, with its status.
     pub steps: Vec<StepRecord>,
+    /// The run's approval requests so far.
     pub requests: Vec<RequestRecord>,
     /// The answers of the steps run by this call, in order (never stored:
     /// they may carry the values the audit must not keep).
@@ -70,18 +81,27 @@ pub struct RunSummary {
 /// the terminal prints) and what they may do with it now (the one rule).
 #[derive(Clone, Debug, Serialize)]
 pub struct ShownRequest {
+    /// The request as stored.
     pub request: RequestRecord,
+    /// The request's prompt: its allowed-calls list and reason, sanitised
+    /// (SPEC R).
     pub text: String,
+    /// The viewer may approve it now.
     pub may_approve: bool,
+    /// The viewer may reject it now.
     pub may_reject: bool,
+    /// The viewer may take back its approval now.
     pub may_withdraw: bool,
+    /// The viewer may ask anew after a rejection or withdrawal.
     pub may_resubmit: bool,
 }
 
 /// A person's decision on a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestDecision {
+    /// Allow the calls on the list: covered steps may run.
     Approve,
+    /// Refuse the list: covered steps stay gated until it is resubmitted.
     Reject,
     /// Take back an approval: the covered steps are gated again.
     Withdraw,

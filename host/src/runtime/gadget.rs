@@ -15,20 +15,29 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 // The `step` world is the `gadget` world plus the workflow interface, so
-// one linker serves plain gadgets and workflow steps alike.
-wasmtime::component::bindgen!({
-    world: "step",
-    path: "../wit",
-    imports: { default: async | trappable },
-    exports: { default: async },
-    with: {
-        "gatehouse:os/kernel.service": ServiceHandle,
-        "gatehouse:os/workflow.certificate": CertificateHandle,
-    },
-});
+// one linker serves plain gadgets and workflow steps alike. The generated
+// items carry the WIT's own docs; bindgen's glue (the world struct, its
+// `Pre`, the linker functions) has none to give, so the lint is lifted for
+// the generated module alone, and its items are re-exported here.
+#[allow(missing_docs)]
+mod bindings {
+    pub use super::{CertificateHandle, ServiceHandle};
+    wasmtime::component::bindgen!({
+        world: "step",
+        path: "../wit",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: {
+            "gatehouse:os/kernel.service": ServiceHandle,
+            "gatehouse:os/workflow.certificate": CertificateHandle,
+        },
+    });
+}
+pub use bindings::*;
 
 /// The generated world's name as the rest of the host knows it.
 pub type Gadget = Step;
+/// A gadget component linked and ready to instantiate, once per turn.
 pub type GadgetPre<T> = StepPre<T>;
 
 use self::gatehouse::os::kernel as wit;
@@ -48,10 +57,13 @@ pub struct ServiceHandle {
 }
 
 impl ServiceHandle {
+    /// A handle naming the introduction under `key`, for an embedder's own
+    /// `open` (the kernel makes its handles itself, after checking the key).
     pub fn new(key: impl Into<String>) -> ServiceHandle {
         ServiceHandle { key: key.into() }
     }
 
+    /// The key the handle names (such as `ISSUES`).
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -104,7 +116,10 @@ pub fn linker(engine: &wasmtime::Engine) -> anyhow::Result<Linker<GadgetState>> 
 pub struct TurnReport {
     /// The gadget's answer, or why the turn failed.
     pub output: Result<String, String>,
+    /// What the gadget wrote to stdout, captured and capped
+    /// ([`Limits::output_bytes`](crate::Limits::output_bytes)), never printed by the host.
     pub stdout: String,
+    /// What the gadget wrote to stderr, captured and capped likewise.
     pub stderr: String,
 }
 

@@ -25,11 +25,18 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
-wasmtime::component::bindgen!({
-    world: "gatekeeper",
-    path: "../wit",
-    exports: { default: async },
-});
+// The generated items carry the WIT's own docs; bindgen's glue (the world
+// struct, its `Pre`, the linker functions) has none to give, so the lint is
+// lifted for the generated module alone, and its items are re-exported here.
+#[allow(missing_docs)]
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "gatekeeper",
+        path: "../wit",
+        exports: { default: async },
+    });
+}
+pub use bindings::*;
 
 pub use exports::gatehouse::os::tool as wit;
 
@@ -49,13 +56,14 @@ pub enum Sent {
     NoAnswer,
     /// An MCP session's set-up (`initialize`, `notifications/initialized`,
     /// `tools/list`, `ping`), answered with this 2xx status: the protocol
-    /// gives none of these an effect on the service (see [`mcp_setup`]).
+    /// gives none of these an effect on the service (see `mcp_setup`).
     Setup(u16),
 }
 
 /// Everything a gatekeeper tried to send during one call.
 #[derive(Clone, Debug, Default)]
 pub struct Witness {
+    /// Each request the gatekeeper attempted, in order.
     pub sent: Vec<Sent>,
 }
 
@@ -351,7 +359,11 @@ pub fn powerless_wasi() -> wasmtime_wasi::WasiCtxBuilder {
 
 /// Where and as whom a gatekeeper call may reach out.
 pub struct Reach {
+    /// The `host:port`s its operator allowed (`--allow-host`); any other
+    /// request is refused before dispatch.
     pub allowed_hosts: Vec<String>,
+    /// The secret the kernel injects as `Authorization`, chosen from the
+    /// principal ([`crate::principal`]); the component never sees it.
     pub credential: Option<String>,
     /// The one allowed host the credential is sent to (SPEC C4).
     pub credential_host: Option<String>,
@@ -387,7 +399,9 @@ pub enum Fault {
 
 /// The outcome of one gatekeeper call, with what the kernel saw leave.
 pub struct Called<T> {
+    /// The gatekeeper's answer, or why it gave none.
     pub outcome: Result<T, Fault>,
+    /// What the kernel saw leave during the call, whatever the outcome.
     pub witness: Witness,
 }
 
@@ -588,7 +602,7 @@ where
     Called { outcome, witness }
 }
 
-/// Call a tool. The output and any error are scrubbed (see [`Scrub`]).
+/// Call a tool. The output and any error are scrubbed (see `Scrub`).
 pub async fn call(
     pre: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,

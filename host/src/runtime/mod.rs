@@ -38,8 +38,12 @@ pub struct Limits {
     pub gatekeeper_deadline: Duration,
     /// Linear memory per store (X2).
     pub memory_bytes: usize,
+    /// Tables per store, and as many memories: a component that nests core
+    /// instances needs a few of each (X2).
     pub tables: usize,
+    /// Elements per table (X2).
     pub table_elements: usize,
+    /// Instances per store (X2); in the pool, core instances per component.
     pub instances: usize,
     /// Captured stdout/stderr per turn.
     pub output_bytes: usize,
@@ -168,7 +172,9 @@ impl wasmtime::ResourceLimiter for Limiter {
 /// Which world a component must satisfy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// Exports the `gadget` (or `step`) world: runs turns, calls the kernel.
     Gadget,
+    /// Exports the `gatekeeper` world's `tool` interface: fronts one service.
     Gatekeeper,
 }
 
@@ -188,6 +194,7 @@ pub struct Runtime {
     gatekeeper_linker: Linker<gatekeeper::GatekeeperState>,
     cache_dir: PathBuf,
     engine_key: String,
+    /// The limits every store of this runtime runs under.
     pub limits: Limits,
     loaded_gadgets: Mutex<HashMap<String, gadget::GadgetPre<gadget::GadgetState>>>,
     loaded_gatekeepers:
@@ -202,6 +209,10 @@ impl Drop for Runtime {
 }
 
 impl Runtime {
+    /// An engine configured for `limits` (pooling allocator, epoch deadlines),
+    /// with its epoch ticker thread running until the runtime is dropped, and
+    /// compiled components cached under `cache_dir` (keyed by the engine's
+    /// compatibility hash, so a new wasmtime never loads a stale compile).
     pub fn new(cache_dir: PathBuf, limits: Limits) -> anyhow::Result<Runtime> {
         let mut config = Config::new();
         config.epoch_interruption(true);
@@ -257,6 +268,7 @@ impl Runtime {
         })
     }
 
+    /// The wasmtime engine, to make stores for the prepared components.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }

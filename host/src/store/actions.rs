@@ -27,14 +27,23 @@ use sha2::{Digest as _, Sha256};
 use std::fmt;
 use std::sync::Arc;
 
+/// Where an action is on its way from staging to an outcome. Every move
+/// is one conditional UPDATE from the state before (SPEC P1), so two
+/// deciders never both win.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionState {
+    /// Staged; waits for a decision (or a rule, or a workflow's approval).
     Pending,
+    /// Claimed: being sent now, by exactly one claimer.
     Applying,
+    /// Sent, and the service said it took effect.
     Applied,
+    /// The send failed; retryable only if it provably had no effect (P2).
     Failed,
+    /// A person said no; it is never sent.
     Rejected,
+    /// Nobody decided within its chat's expiry (H3); it was never sent.
     Expired,
 }
 
@@ -57,6 +66,7 @@ impl ActionState {
         })
     }
 
+    /// The stored (and printed) name, lower-case.
     pub fn as_str(self) -> &'static str {
         match self {
             ActionState::Pending => "pending",
@@ -83,17 +93,31 @@ impl fmt::Display for ActionState {
 /// What the kernel stages.
 #[derive(Clone, Debug)]
 pub struct NewAction {
+    /// The chat it was staged in (its ledger, its deciders).
     pub chat: String,
+    /// Who staged it and for whom (SPEC C5): the person it acts for is the
+    /// one whose account sends it.
     pub principal: Principal,
+    /// The gadget whose turn staged it; `None` for a person's own call (an
+    /// MCP client, a revert).
     pub gadget: Option<String>,
     /// The introduction's key it was called through.
     pub key: String,
+    /// The gatekeeper instance the key named at staging.
     pub gatekeeper: String,
+    /// The tool called.
     pub tool: String,
+    /// Whose word the classification trusted (`server-annotation` or `default`, K4).
     pub classified_by: &'static str,
+    /// The gatekeeper's trust tier at staging (key one of auto-approval).
     pub trust: Trust,
+    /// The arguments, JSON, validated and normalised ([`validate_args`]).
     pub args: String,
+    /// The gadget was told to await the decision (SPEC V2): no simulation was
+    /// given.
     pub await_decision: bool,
+    /// A simulating gatekeeper's predicted result (SPEC V1), given to the
+    /// gadget in place of the real one.
     pub provisional: Option<String>,
     /// What was true at staging, revalidated by the claim (P7).
     pub facts: Facts,
@@ -102,26 +126,47 @@ pub struct NewAction {
 /// An action as stored.
 #[derive(Clone, Debug, Serialize)]
 pub struct Action {
+    /// The action's id, in the ledger's one sequence (shared with observations),
+    /// as people name it (`gatehouse show ID`).
     pub id: i64,
+    /// The chat it was staged in.
     pub chat: String,
     /// Who staged it, as people read it (SPEC C5).
     pub caller: String,
     /// The person it acts for: whose account it is sent with.
     pub person: String,
+    /// The gadget whose turn staged it, if one did.
     pub gadget: Option<String>,
+    /// The introduction's key it was called through.
     pub key: Option<String>,
+    /// The gatekeeper instance it goes to.
     pub gatekeeper: String,
+    /// The tool called.
     pub tool: String,
+    /// Whose word made it an action (`server-annotation` or `default`, K4).
     pub classified_by: String,
+    /// The gatekeeper's trust tier at staging (`byo` or `vetted`).
     pub trust: String,
+    /// The arguments as JSON; `{}` for a covered workflow call, which keeps
+    /// only their digest (SPEC G7).
     pub args: String,
+    /// SHA-256 of the arguments as staged, for audits that may not see them.
     pub args_digest: Option<String>,
+    /// Where it is now.
     pub state: ActionState,
+    /// The gadget was told to await the decision (no simulation, SPEC V2).
     pub await_decision: bool,
+    /// For a failed action: whether the failure provably had no effect, so
+    /// that a new decision may send it again (SPEC P2).
     pub retryable: Option<bool>,
+    /// What the service answered once applied (a note instead if over the
+    /// cap).
     pub result: Option<String>,
+    /// Why it failed, expired or was sent back (a gatekeeper's text, capped).
     pub error: Option<String>,
+    /// It was claimed by a rule's two keys, not by a person (SPEC U).
     pub auto_approved: bool,
+    /// Who decided it: a person, a rule's owner, or a workflow's approvers.
     pub resolved_by: Option<String>,
     /// Why the last claim sent it back to pending: what changed since it
     /// was staged (P7).
@@ -130,8 +175,11 @@ pub struct Action {
     pub account: Option<String>,
     /// For a revert (SPEC H2): the applied action it undoes.
     pub reverts: Option<i64>,
+    /// When it was staged, in ms since the epoch.
     pub created_at: i64,
+    /// When it was approved, rejected or expired.
     pub decided_at: Option<i64>,
+    /// When its outcome was recorded.
     pub finished_at: Option<i64>,
 }
 
@@ -145,26 +193,34 @@ impl Action {
 /// Why staging refused an action. Nothing was stored (SPEC A3).
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
+    /// The arguments are JSON but not an object (the kind found).
     #[error("arguments must be a JSON object, got {0}")]
     NotAnObject(&'static str),
+    /// The arguments do not parse (the parser's message).
     #[error("arguments are not valid JSON: {0}")]
     NotJson(String),
+    /// The arguments are over 64 KiB (their size).
     #[error(
         "arguments are {0} bytes; the limit is 65536 (64 KiB): send less, or store bulk data in the service first"
     )]
     TooLarge(usize),
+    /// The chat already has its cap of open actions (how many, SPEC A5).
     #[error(
         "{0} actions already await approval in this chat (the limit is 50 per chat); ask a person to decide some (`gatehouse pending`) before staging more"
     )]
     TooManyOpen(i64),
+    /// The chat (named) read owner-only data: nothing leaves it (O3).
     #[error(
         "chat {0:?} is locked down: it read owner-only data, so no action can be submitted from it"
     )]
     LockedDown(String),
+    /// No chat has this name.
     #[error("no chat named {0:?}")]
     NoChat(String),
+    /// A check of the kernel's refused it; the message says which.
     #[error("{0}")]
     Refused(String),
+    /// The database failed; nothing was stored.
     #[error(transparent)]
     Store(#[from] anyhow::Error),
 }
@@ -182,11 +238,18 @@ pub enum ClaimBy {
     /// decide in the action's chat.
     Person(String),
     /// An auto-approval: both keys must hold now, key two being this rule.
-    Rule { id: i64, person: String },
+    Rule {
+        /// The rule's id.
+        id: i64,
+        /// The person whose rule it is, recorded as `resolved-by`.
+        person: String,
+    },
     /// A covered workflow call: every covering request must still be
     /// approved. `authority` names the approvers.
     Workflow {
+        /// The approval requests whose allowed calls cover this one.
         requests: Vec<i64>,
+        /// Who approved them, recorded as `resolved-by`.
         authority: String,
     },
 }
@@ -213,7 +276,7 @@ impl ClaimBy {
 ///
 /// Only the store makes one, and it is neither `Clone` nor `Copy`: one
 /// claim, one send. Two kinds exist: a decision's claim (the claim
-/// transaction), and a *resumed* one, made only by [`Store::recover`] for
+/// transaction), and a *resumed* one, made only by `Store::recover` for
 /// an interrupted send of a tool whose service honours the kernel's
 /// idempotency key: the same action, re-sent under the same key.
 pub struct Claim {
@@ -224,6 +287,7 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The action claimed, in state `applying`.
     pub fn action(&self) -> &Action {
         &self.action
     }
@@ -250,37 +314,74 @@ pub enum ClaimRefusal {
     /// Also what a person who may not see the action's chat is told.
     #[error("action #{0} does not exist (or was pruned)")]
     NoSuchAction(i64),
+    /// It was applied already: at most once (P1).
     #[error("action #{0} was already applied; nothing was sent again")]
     AlreadyApplied(i64),
+    /// Another claimer holds it right now.
     #[error("action #{0} is being applied by another approval right now; nothing was sent again")]
     Applying(i64),
+    /// It was rejected: never sent.
     #[error(
         "action #{0} was rejected; a rejected action is never sent (stage it again if you changed your mind)"
     )]
     Rejected(i64),
+    /// It failed without proof of no effect: never resent on its own (P2).
     #[error(
         "action #{0} failed and may have reached the service, so it is never resent: check the service and re-stage it if needed"
     )]
     FailedFinal(i64),
+    /// It expired before a decision (H3).
     #[error("action #{0} expired before anyone decided it; it was never sent")]
     Expired(i64),
+    /// The claimer may not decide in the action's chat (SPEC W), checked
+    /// inside the claim transaction.
     #[error("action #{id}: {refusal}")]
     Forbidden {
+        /// The action.
         id: i64,
+        /// What the one authorization rule answered.
         refusal: crate::access::Refusal,
     },
+    /// The chat's latch closed since staging (O3).
     #[error(
         "action #{id} was not sent: chat {chat:?} is locked down (it read owner-only data), so nothing leaves it"
     )]
-    LockedDown { id: i64, chat: String },
+    LockedDown {
+        /// The action.
+        id: i64,
+        /// Its chat, whose latch closed.
+        chat: String,
+    },
+    /// Something it is dispatched with changed since staging (P7): it is
+    /// pending again for a fresh decision.
     #[error(
         "action #{id} was not sent: {note} since it was staged; it is pending again, so review it (`gatehouse show {id}`) and decide again"
     )]
-    Changed { id: i64, note: String },
+    Changed {
+        /// The action, now pending again.
+        id: i64,
+        /// What changed (also kept as the action's `note`).
+        note: String,
+    },
+    /// The claim cannot be sent as checked.
     #[error("action #{id} cannot be sent: {reason}; nothing was sent")]
-    CannotSend { id: i64, reason: String },
+    CannotSend {
+        /// The action.
+        id: i64,
+        /// Why: its key is no longer introduced or no longer grants the
+        /// tool, its gatekeeper was removed, no credential may be used, or
+        /// a covering workflow approval was withdrawn.
+        reason: String,
+    },
+    /// A rule tried to claim it, but a key of the two no longer holds (or
+    /// it changed since staging): it stays pending for a person.
     #[error("action #{id} needs a person: {reason}")]
-    NeedsPerson { id: i64, reason: String },
+    NeedsPerson {
+        /// The action, still pending.
+        id: i64,
+        /// Which condition of the auto-approval failed.
+        reason: String,
+    },
 }
 
 /// Check staged arguments (SPEC A5) and return them normalised.
@@ -1083,7 +1184,7 @@ impl Store {
     }
 }
 
-/// What [`Store::recover`] did with the claims of dead processes.
+/// What `Store::recover` did with the claims of dead processes.
 #[derive(Default)]
 pub struct Recovered {
     /// Failed, not retryable: their requests may have reached the service.
@@ -1384,22 +1485,53 @@ pub enum RevertRefusal {
         "no action #{0} that you may see (it may not exist, may have been pruned, or belongs to a chat you may not see)"
     )]
     NotFound(i64),
+    /// The person sees the chat but may not decide in it: staging a
+    /// revert is a decision's first half.
     #[error("#{id} cannot be reverted by you: {refusal}")]
-    Forbidden { id: i64, refusal: Refusal },
+    Forbidden {
+        /// The action asked to be reverted.
+        id: i64,
+        /// What the one authorization rule answered.
+        refusal: Refusal,
+    },
+    /// Only an applied action changed anything to undo.
     #[error("{}", not_applied(.id, .state))]
-    NotApplied { id: i64, state: ActionState },
+    NotApplied {
+        /// The action asked to be reverted.
+        id: i64,
+        /// Its state, which the message explains.
+        state: ActionState,
+    },
+    /// Its gatekeeper declares no `reverted-by` tool for it.
     #[error("#{id} ({tag}) cannot be reverted: its gatekeeper declares no tool that undoes it")]
-    NotRevertible { id: i64, tag: String },
+    NotRevertible {
+        /// The action asked to be reverted.
+        id: i64,
+        /// Its `gatekeeper:tool` tag.
+        tag: String,
+    },
+    /// A revert of it exists that may still be, or was, sent: one undo only.
     #[error(
         "#{id} already has a revert, #{revert} ({state}); it is never staged twice (`gatehouse show {revert}`)"
     )]
     AlreadyReverted {
+        /// The action asked to be reverted.
         id: i64,
+        /// The existing revert.
         revert: i64,
+        /// The existing revert's state.
         state: ActionState,
     },
+    /// The revert cannot be staged as it must be: its key is no longer
+    /// introduced or names another gatekeeper, the tool is gone, or
+    /// staging refused it (a locked-down chat, a cap).
     #[error("#{id} cannot be reverted: {reason}")]
-    CannotRevert { id: i64, reason: String },
+    CannotRevert {
+        /// The action asked to be reverted.
+        id: i64,
+        /// Why.
+        reason: String,
+    },
 }
 
 fn not_applied(id: &i64, state: &ActionState) -> String {

@@ -20,10 +20,13 @@ use std::sync::Arc;
 /// An introduction, resolved against its gatekeeper, for one person.
 #[derive(Clone, Debug)]
 pub struct Resolved {
+    /// The key the chat introduced the gatekeeper under.
     pub key: String,
+    /// The gatekeeper instance the key names, as stored now.
     pub gatekeeper: Arc<GatekeeperRecord>,
     /// `None`: every tool of the gatekeeper.
     pub grant: Option<Vec<String>>,
+    /// The chat's owner.
     pub owner: String,
     /// The chat's restricted-data latch (O3), read with the binding.
     pub latched: bool,
@@ -36,12 +39,16 @@ pub struct Resolved {
 /// Why a key did not resolve.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unresolved {
+    /// Nothing is introduced under the key in this chat (SPEC C2).
     UnknownKey {
+        /// The key asked for.
         key: String,
+        /// The keys the chat does have, to name in the refusal.
         known: Vec<String>,
     },
     /// The introduction names a gatekeeper that was removed.
     Removed {
+        /// The key whose gatekeeper is gone.
         key: String,
     },
 }
@@ -157,6 +164,7 @@ pub struct Facts {
     pub tool: String,
     /// `read` or `action`, as `classify` says now.
     pub class: String,
+    /// The gatekeeper's trust tier (`byo` or `vetted`) at staging.
     pub trust: String,
     /// The introduction: which gatekeeper the key names, and its grant.
     pub introduction: String,

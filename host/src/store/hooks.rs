@@ -17,52 +17,76 @@ use serde::Serialize;
 /// A hook as people see it (never its secret).
 #[derive(Clone, Debug, Serialize)]
 pub struct Hook {
+    /// The hook's id, in the ledger's sequence (it is a ledger entry).
     pub id: i64,
+    /// The chat its turns run in.
     pub chat: String,
+    /// The gatekeeper instance whose trigger it binds.
     pub gatekeeper: String,
+    /// The trigger's name, as the gatekeeper declares it.
     pub trigger: String,
+    /// The gadget each firing runs a turn of.
     pub gadget: String,
     /// `webhook` or `schedule`.
     pub kind: HookKind,
     /// A schedule's period.
     pub every_secs: Option<i64>,
+    /// Whether it fires: a new hook is disabled until a person who may decide
+    /// in the chat enables it (its prompt shown first).
     pub enabled: bool,
     /// Who enabled it (last): whose accounts its turns use.
     pub enabled_by: Option<String>,
+    /// When it was (last) enabled, in ms since the epoch.
     pub enabled_at: Option<i64>,
+    /// Who added it (`hook add`).
     pub created_by: String,
+    /// When it was added, in ms since the epoch.
     pub created_at: i64,
     /// A schedule's next firing (while enabled).
     pub next_due_at: Option<i64>,
     /// How many times it fired (deliveries and schedules, refused ones too).
     pub firings: i64,
+    /// When it last fired, if ever.
     pub last_fired_at: Option<i64>,
 }
 
 /// What `hook add` records.
 #[derive(Clone, Debug)]
 pub struct NewHook {
+    /// The chat its turns will run in.
     pub chat: String,
+    /// The gatekeeper instance declaring the trigger.
     pub gatekeeper: String,
+    /// The trigger's name.
     pub trigger: String,
+    /// The gadget to run.
     pub gadget: String,
+    /// A schedule's period in seconds; `None` for a webhook.
     pub every_secs: Option<i64>,
     /// A webhook's URL token digest and signing secret.
     pub webhook: Option<(String, String)>,
+    /// The person adding it.
     pub by: String,
 }
 
 /// One firing of a hook.
 #[derive(Clone, Debug, Serialize)]
 pub struct Firing {
+    /// The firing's id.
     pub id: i64,
+    /// The hook that fired.
     pub hook: i64,
-    /// The kind of hook that fired (a delivery or its schedule).
+    /// What fired it: `webhook` (a delivery) or `schedule`.
     pub cause: HookKind,
+    /// `running`, then `done` or `failed`; `refused` if no turn ran.
     pub outcome: FiringOutcome,
+    /// What the turn answered, or why it failed or was refused (capped).
     pub note: Option<String>,
+    /// The person its turn acted for: who enabled the hook.
     pub person: String,
+    /// When it fired, in ms since the epoch.
     pub fired_at: i64,
+    /// When its turn ended.
     pub finished_at: Option<i64>,
 }
 

@@ -8,20 +8,29 @@ use serde::Serialize;
 /// A read about to hand data to a gadget (SPEC O1).
 #[derive(Clone, Debug)]
 pub struct NewObservation {
+    /// The chat whose observation set it joins (SPEC S1).
     pub chat: String,
+    /// Who read, and for whom (SPEC C5).
     pub principal: crate::principal::Principal,
+    /// The gadget the data is handed to, if a gadget's turn read it.
     pub gadget: Option<String>,
+    /// The gatekeeper instance that served the read.
     pub gatekeeper: String,
+    /// The tool called.
     pub tool: String,
     /// `server-annotation` for reads; `simulation` for a simulated
     /// action's provisional result; `default` for applied results.
     pub classified_by: &'static str,
+    /// The gatekeeper's trust tier at the read.
     pub trust: super::Trust,
     /// JSON array of `{id, title, restricted}`.
     pub sources: String,
+    /// The account it ran under (`user/label`); `None`: the gatekeeper's own.
     pub account: Option<String>,
     /// For the hand-over of an applied action's result (SPEC A4).
     pub action_ref: Option<i64>,
+    /// The size of what was handed over, in bytes (the data itself is never
+    /// kept).
     pub result_bytes: usize,
     /// The audit row of a workflow step's allowed read (SPEC G7), written
     /// in the same commit as the observation.
@@ -31,48 +40,70 @@ pub struct NewObservation {
 /// One ledger line, as `log` shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct LedgerEntry {
+    /// The entry's id, in the one sequence actions and observations share.
     pub id: i64,
+    /// The chat it belongs to.
     pub chat: String,
+    /// `action`, `observation` or `hook` (a hook's binding).
     pub kind: LedgerKind,
     /// The principal, as people read it (SPEC C5).
     pub caller: String,
     /// The person the principal acted for.
     pub person: String,
+    /// The gadget whose turn made it, if any.
     pub gadget: Option<String>,
+    /// The gatekeeper instance called.
     pub gatekeeper: Option<String>,
+    /// The tool called.
     pub tool: Option<String>,
+    /// Whose word classified the call (K4): `server-annotation`, `default`,
+    /// or `simulation` for a provisional result.
     pub classified_by: Option<String>,
+    /// The gatekeeper's trust tier at the time.
     pub trust: Option<String>,
+    /// An action's state ([`crate::store::ActionState`] as text).
     pub state: Option<String>,
+    /// An action claimed by a rule's two keys (SPEC U).
     pub auto_approved: bool,
+    /// Who decided an action.
     pub resolved_by: Option<String>,
+    /// For a failed action: whether it provably had no effect (SPEC P2).
     pub retryable: Option<bool>,
+    /// Why an action failed, expired or was sent back.
     pub error: Option<String>,
     /// Why the last claim sent an action back to pending (SPEC P7).
     pub note: Option<String>,
+    /// An observation's sources: `[{id, title, restricted}]`.
     pub sources: Option<serde_json::Value>,
     /// The account a read ran under (`user/label`; none: the gatekeeper's own).
     pub account: Option<String>,
+    /// For an observation of an applied action's result: that action.
     pub action_ref: Option<i64>,
     /// The hook whose turn made this entry (SPEC L1).
     pub hook: Option<i64>,
+    /// When it was written, in ms since the epoch.
     pub created_at: i64,
+    /// When an action was decided.
     pub decided_at: Option<i64>,
+    /// When an action's outcome was recorded.
     pub finished_at: Option<i64>,
 }
 
 /// What `log` asks for. Empty filter: everything.
 #[derive(Clone, Debug, Default)]
 pub struct LedgerFilter {
+    /// Only this chat.
     pub chat: Option<String>,
     /// Only these chats (the ones the asking person may see); `None`: all.
     pub chats: Option<Vec<String>>,
+    /// Only this kind (`action`, `observation`, `hook`).
     pub kind: Option<LedgerKind>,
     /// Actions this person approved (SPEC L2), from the decision history,
     /// which outlives pruned payloads.
     pub approved_by: Option<String>,
     /// Calls that went through on a server's own read-only claim (K5, L2).
     pub server_claims: bool,
+    /// Only actions auto-approved by a rule (L2).
     pub auto_approved: bool,
     /// Observations made by this gadget (L2).
     pub observed_by: Option<String>,

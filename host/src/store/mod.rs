@@ -8,9 +8,9 @@
 //! the overseer) decide, this module records.
 //!
 //! Calls are synchronous and short; async callers go through
-//! [`Store::run`], which moves them off the executor, or, on the read path,
-//! [`Store::run_now`], which runs them in place when that cannot wait, and
-//! [`Store::read_now`], which reads on a read-only connection of its own
+//! `Store::run`, which moves them off the executor, or, on the read path,
+//! `Store::run_now`, which runs them in place when that cannot wait, and
+//! `Store::read_now`, which reads on a read-only connection of its own
 //! so that a read never queues behind a durable commit.
 
 mod actions;

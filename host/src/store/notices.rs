@@ -10,9 +10,13 @@ use std::collections::HashSet;
 /// Where a person's notices go.
 #[derive(Clone, Debug, Serialize)]
 pub struct NoticeTarget {
+    /// The person.
     pub user: String,
+    /// The URL notices are POSTed to (checked by [`crate::notify::check_url`]).
     pub url: String,
+    /// When the person set it, in ms since the epoch.
     pub set_at: i64,
+    /// When the last notice went there: the next waits a batch window after it.
     pub last_sent_at: Option<i64>,
 }
 

@@ -150,27 +150,41 @@ pub(crate) fn chat_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result
         .optional()?)
 }
 
+/// An installed gadget: a name bound to a component in the cache.
 #[derive(Clone, Debug, Serialize)]
 pub struct GadgetRecord {
+    /// The name it was installed under (`install --name`), which `run` takes.
     pub name: String,
+    /// The component's SHA-256; the cache holds it under this digest.
     pub digest: String,
+    /// When it was (last) installed under this name, in ms since the epoch.
     pub installed_at: i64,
 }
 
+/// A gatekeeper instance: a component, the operator's settings for it,
+/// and what it declared about itself when added (or last refreshed).
 #[derive(Clone, Debug, Serialize)]
 pub struct GatekeeperRecord {
+    /// The instance's name, which introductions and tags (`NAME:tool`) use.
     pub name: String,
+    /// The component's SHA-256.
     pub digest: String,
+    /// The operator's tier for it (key one of auto-approval), read at each use.
     pub trust: Trust,
+    /// The `host:port`s its outgoing HTTP may reach (SPEC C4).
     pub hosts: Vec<String>,
+    /// The name of the operator's secret it is sent with when no person's
+    /// account applies (the value stays in the kernel's secret store).
     pub secret: Option<String>,
     /// The allowed host credentials go to, when the operator named one
     /// (`--credential-host`); see [`GatekeeperRecord::credential_host`].
     pub credential_host: Option<String>,
+    /// Operator settings handed to the component at each call (`--set`).
     pub settings: Vec<(String, String)>,
     /// Parsed once per distinct manifest and shared: a manifest may list
     /// thousands of tools, and every call consults it.
     pub manifest: Arc<crate::manifest::Manifest>,
+    /// When it was added, in ms since the epoch.
     pub added_at: i64,
 }
 
@@ -189,18 +203,30 @@ impl GatekeeperRecord {
     }
 }
 
+/// A chat: the workspace services are introduced into, holding its ledger,
+/// observations and collaborators.
 #[derive(Clone, Debug, Serialize)]
 pub struct Chat {
+    /// The chat's name.
     pub name: String,
+    /// The person who created it: sees, decides and shares it.
     pub owner: String,
+    /// The restricted-data latch (SPEC O3): it read owner-only data, so it is
+    /// locked down for good.
     pub latched: bool,
+    /// When it was created, in ms since the epoch.
     pub created_at: i64,
 }
 
+/// A gatekeeper introduced into a chat under a key (SPEC C2), with the
+/// tools granted through it (C3).
 #[derive(Clone, Debug, Serialize)]
 pub struct Introduction {
+    /// The chat.
     pub chat: String,
+    /// The key a gadget opens the service by (such as `ISSUES`).
     pub key: String,
+    /// The gatekeeper instance the key names.
     pub gatekeeper: String,
     /// `None`: every tool of the gatekeeper.
     pub tools: Option<Vec<String>>,

@@ -9,12 +9,15 @@ use serde::Serialize;
 /// namespaced tag, in the chats they own or in one named chat.
 #[derive(Clone, Debug, Serialize)]
 pub struct Rule {
+    /// The rule's id (`rules remove ID`).
     pub id: i64,
+    /// The one `gatekeeper:tool` tag it covers (A6).
     pub tag: String,
     /// The person it belongs to (`resolved-by` of what it approves).
     pub person: String,
     /// `None`: every chat the person owns.
     pub chat: Option<String>,
+    /// When it was enabled, in ms since the epoch.
     pub enabled_at: i64,
 }
 
@@ -37,13 +40,24 @@ pub(crate) fn may_cover(
 /// A harness run (SPEC V2, V3).
 #[derive(Clone, Debug, Serialize)]
 pub struct AgentRun {
+    /// The run's id (`gatehouse runs`).
     pub id: i64,
+    /// The chat its turns run in.
     pub chat: String,
+    /// The agent gadget.
     pub gadget: String,
+    /// The task it was started on, the first turn's input.
     pub task: String,
+    /// `running`, `waiting` (for decisions on `awaited`), `done`, or
+    /// `stopped` (an awaited action was rejected, failed or expired, or no
+    /// longer exists).
     pub state: AgentRunState,
+    /// The actions its last turn staged and waits on; it resumes once every
+    /// one is applied.
     pub awaited: Vec<i64>,
+    /// Turns run so far.
     pub turns: i64,
+    /// What the last turn answered, or why the run stopped (capped).
     pub last_output: Option<String>,
     /// The person the run acts for (SPEC C5).
     pub person: String,

@@ -36,14 +36,17 @@ pub fn secret_digest(secret: &str) -> String {
 /// Why a sign-in link did not sign anyone in.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SigninRefusal {
+    /// No such token was issued (or it was mistyped).
     #[error(
         "this sign-in link is not known here (was it copied whole?); ask for a new one: `gatehouse token create NAME`"
     )]
     Unknown,
+    /// The token was spent already: a sign-in link works once.
     #[error(
         "this sign-in link was already used (each link signs in once); ask for a new one: `gatehouse token create NAME`"
     )]
     Used,
+    /// The token's time ran out before it was used.
     #[error("this sign-in link expired; ask for a new one: `gatehouse token create NAME`")]
     Expired,
 }
@@ -51,17 +54,32 @@ pub enum SigninRefusal {
 /// A session opened by spending a sign-in token.
 #[derive(Clone, Debug)]
 pub struct Redeemed {
+    /// The person signed in.
     pub user: String,
     /// The session secret: goes into the cookie, never into the database.
     pub session: String,
+    /// When the session ends, in ms since the epoch.
     pub expires_at: i64,
 }
 
 /// What a presented session secret is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SessionLookup {
-    Valid { user: String, expires_at: i64 },
-    Expired { user: String, expired_at: i64 },
+    /// A live session.
+    Valid {
+        /// The person signed in.
+        user: String,
+        /// When it ends, in ms since the epoch.
+        expires_at: i64,
+    },
+    /// A session that ended: the person signs in again with a new link.
+    Expired {
+        /// The person it was for.
+        user: String,
+        /// When it ended, in ms since the epoch.
+        expired_at: i64,
+    },
+    /// No session has this secret (never issued, or signed out).
     Unknown,
 }
 

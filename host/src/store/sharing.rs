@@ -12,9 +12,13 @@ use serde::Serialize;
 /// One of a person's accounts at a gatekeeper's service (never its secret).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Account {
+    /// The person whose account it is.
     pub user: String,
+    /// The gatekeeper instance whose service it is an account at.
     pub gatekeeper: String,
+    /// The person's name for it (several accounts per service may coexist).
     pub label: String,
+    /// Used when the person chooses none for this gatekeeper.
     pub is_default: bool,
 }
 
@@ -25,11 +29,17 @@ impl Account {
     }
 }
 
+/// A person a chat is shared with (SPEC S).
 #[derive(Clone, Debug, Serialize)]
 pub struct Collaborator {
+    /// The chat.
     pub chat: String,
+    /// The collaborator.
     pub user: String,
+    /// Who shared it with them: the owner, or `link from OWNER` when they
+    /// came in through a share link.
     pub added_by: String,
+    /// When, in ms since the epoch.
     pub added_at: i64,
     /// When they last passed re-verification (SPEC S2); `None`: they see
     /// nothing of the chat until they do (W2).
@@ -41,8 +51,11 @@ pub struct Collaborator {
 /// A collaborator's binding at one gatekeeper of a chat (SPEC S2, S3).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Observer {
+    /// The chat.
     pub chat: String,
+    /// The collaborator.
     pub user: String,
+    /// The gatekeeper instance their account was checked at.
     pub gatekeeper: String,
     /// `user/label`, or `None` when the collaborator has no account there.
     pub account: Option<String>,
@@ -53,27 +66,45 @@ pub struct Observer {
 /// Why a sharing change was refused; each says what to do.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShareRefusal {
+    /// No chat has this name.
     #[error("no chat named {0:?}")]
     NoChat(String),
+    /// The person named is not known here.
     #[error("no person named {0:?}; add them with `gatehouse user add {0}`")]
     NoUser(String),
+    /// A locked-down chat gains no collaborators and no links (O3).
     #[error(
         "chat {0:?} is locked down (it read owner-only data): it cannot gain collaborators or share links"
     )]
     Latched(String),
+    /// A locked-down chat is opened by its owner only (O3).
     #[error("chat {0:?} is locked down (it read owner-only data): only its owner may open it")]
     LatchedOpen(String),
+    /// The chat's owner was named as a collaborator of it.
     #[error("{user:?} owns chat {chat:?}; a chat is not shared with its owner")]
-    Owner { chat: String, user: String },
+    Owner {
+        /// The chat.
+        chat: String,
+        /// Its owner.
+        user: String,
+    },
+    /// The person opening (or being removed) is not a collaborator and
+    /// brings no valid link.
     #[error(
         "{user:?} is not a collaborator of chat {chat:?}; its owner can `gatehouse share {chat} --with {user}`"
     )]
-    NotCollaborator { chat: String, user: String },
+    NotCollaborator {
+        /// The chat.
+        chat: String,
+        /// The person.
+        user: String,
+    },
+    /// The link's token is unknown for this chat, or was revoked.
     #[error("that share link is not valid for chat {0:?} (it may have been revoked)")]
     BadLink(String),
 }
 
-/// What happened to an observation handed to [`Store::observe`].
+/// What happened to an observation handed to `Store::observe`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observed {
     /// Recorded (and the chat latched if a source was restricted).

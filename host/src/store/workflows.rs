@@ -9,68 +9,119 @@ use super::{Store, now_ms};
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
+/// A workflow run: one start of a published design, by its initiator.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunRecord {
+    /// The run's id (`workflow invocations ID`).
     pub id: i64,
+    /// The design's name.
     pub workflow: String,
+    /// The published version it runs: fixed at start, never changed (G1).
     pub version: i64,
+    /// The person who started it; they name its approvers.
     pub initiator: String,
+    /// The chat its steps run in.
     pub chat: String,
+    /// `running`, `waiting` (a step is gated), `done` or `failed`.
     pub state: RunState,
 }
 
+/// One step of a run, its tool set fixed from the design at start.
 #[derive(Clone, Debug, Serialize)]
 pub struct StepRecord {
+    /// The run.
     pub run: i64,
+    /// The step's name in the design.
     pub step: String,
+    /// Its place in the design's order.
     pub position: i64,
+    /// The gadget the step runs.
     pub gadget: String,
+    /// The step's input, from the design (left out of listings and `--json`).
     #[serde(skip)]
     pub input: String,
+    /// The `KEY:tool`s its certificate allows, and no other.
     pub tools: Vec<String>,
+    /// The steps that must be done before it runs.
     pub preds: Vec<String>,
+    /// `pending`, `gated` (a covering request is not approved), `done` or
+    /// `failed`.
     pub status: StepStatus,
+    /// How many times it ran.
     pub attempts: i64,
+    /// Why it stopped (a gate, a failure); never a call's arguments.
     pub note: Option<String>,
 }
 
 /// A step as a run is created with it.
 pub struct NewStep {
+    /// The step's name.
     pub step: String,
+    /// The gadget it runs.
     pub gadget: String,
+    /// Its input.
     pub input: String,
+    /// The tools its certificate will allow.
     pub tools: Vec<String>,
+    /// The steps it waits for.
     pub preds: Vec<String>,
 }
 
+/// An approval request (SPEC G2): a step's allowed-calls list, for the
+/// run's approvers to decide before any covered call is made.
 #[derive(Clone, Debug, Serialize)]
 pub struct RequestRecord {
+    /// The request's id (`workflow approve ID`).
     pub id: i64,
+    /// The run.
     pub run: i64,
+    /// The step that asked; it covers that step and the later ones up to the
+    /// next request.
     pub step: String,
+    /// The allowed-calls list: per tool, the inputs and ranges agreed.
+    /// Immutable once requested (a schema trigger enforces it).
     pub allowed: serde_json::Value,
+    /// Why the step asks (the gadget's words, shown sanitised).
     pub reason: String,
+    /// `pending`, `approved`, `rejected`, `withdrawn`, or `replaced` (by a
+    /// later request of the same step).
     pub state: RequestState,
+    /// Who approved, rejected or withdrew it.
     pub decided_by: Option<String>,
 }
 
+/// One decided call of a workflow step (SPEC G7): the audit keeps its
+/// certificate and an argument digest, never the arguments.
 #[derive(Clone, Debug, Serialize)]
 pub struct Invocation {
+    /// The row's id.
     pub id: i64,
+    /// The run.
     pub run: i64,
+    /// The step that called.
     pub step: String,
+    /// The serial of the step certificate the call presented, if any.
     pub certificate: Option<String>,
+    /// The approval requests covering the call.
     pub requests: Vec<i64>,
+    /// Who allowed it: the approvers (`carol + dave`), or the initiator for
+    /// an uncovered step.
     pub authority: String,
+    /// The `KEY:tool` called.
     pub tool: String,
+    /// SHA-256 of the call's arguments.
     pub args_digest: String,
+    /// `allowed` or `denied`.
     pub decision: InvocationDecision,
     /// The ledger action an allowed covered call was sent as (its claim,
     /// state and outcome live there: one send path, SPEC P7).
     pub action: Option<i64>,
     /// That action's state (`applying`, `applied`, `failed`, ...).
     pub state: Option<String>,
+    /// For a denial: the input outside the agreed list (its name, never its
+    /// value).
     pub failed_input: Option<String>,
+    /// Why it was denied, with the agreed range.
     pub reason: Option<String>,
 }
 
@@ -78,13 +129,21 @@ pub struct Invocation {
 /// allowed read's row is written with its observation, in one commit).
 #[derive(Clone, Debug)]
 pub struct AuditRow {
+    /// The run.
     pub run: i64,
+    /// The step.
     pub step: String,
+    /// The certificate's serial.
     pub certificate: Option<String>,
+    /// The covering requests.
     pub requests: Vec<i64>,
+    /// Who allowed the call.
     pub authority: String,
+    /// The `KEY:tool` called.
     pub tool: String,
+    /// SHA-256 of the arguments.
     pub args_digest: String,
+    /// A note kept with the row.
     pub reason: Option<String>,
 }
 
@@ -136,16 +195,27 @@ pub(super) fn insert_invocation(
 
 /// An audit row about to be written.
 pub struct NewInvocation<'a> {
+    /// The run.
     pub run: i64,
+    /// The step.
     pub step: &'a str,
+    /// The certificate's serial.
     pub certificate: Option<&'a str>,
+    /// The covering requests.
     pub requests: &'a [i64],
+    /// Who allowed (or would have allowed) the call.
     pub authority: &'a str,
+    /// The `KEY:tool` called.
     pub tool: &'a str,
+    /// SHA-256 of the arguments.
     pub args_digest: &'a str,
+    /// `allowed` or `denied`.
     pub decision: InvocationDecision,
+    /// The ledger action an allowed covered action was staged as.
     pub action: Option<i64>,
+    /// For a denial: the input outside the list.
     pub failed_input: Option<&'a str>,
+    /// Why it was denied.
     pub reason: Option<&'a str>,
 }
 

@@ -57,6 +57,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 pub struct Config {
     /// 0 picks a free port.
     pub port: u16,
+    /// How long a session lasts after sign-in (default [`SESSION_TTL`]).
     pub session_ttl: Duration,
     /// Connections served at once; more wait to be accepted.
     pub max_connections: usize,
@@ -146,6 +147,8 @@ pub struct Server {
 }
 
 impl Server {
+    /// The address actually bound (always 127.0.0.1; the port chosen if 0
+    /// was asked for).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
