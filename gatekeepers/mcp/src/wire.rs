@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use gatehouse_gatekeeper::http::never_sent;
+pub use gatehouse_gatekeeper::text::one_line;
 use serde_json::Value;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{
@@ -43,21 +45,6 @@ pub struct Answer {
     /// Set when the body could not be read as the protocol says (not
     /// JSON, too large, broken stream, no matching response).
     pub broken: Option<String>,
-}
-
-/// Collapses `text` to one line of at most `max` characters.
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        let cut: String = flat.chars().take(max).collect();
-        format!("{cut}...")
-    } else {
-        flat
-    }
 }
 
 struct Target {
@@ -106,29 +93,6 @@ fn parse_url(url: &str) -> Result<Target, String> {
 /// Checks the url setting without sending anything.
 pub fn check_url(url: &str) -> Result<(), String> {
     parse_url(url).map(|_| ())
-}
-
-/// Whether a `wasi:http` error proves that nothing reached the server.
-fn never_sent(code: &ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::DnsTimeout
-            | ErrorCode::DnsError(_)
-            | ErrorCode::DestinationNotFound
-            | ErrorCode::DestinationUnavailable
-            | ErrorCode::DestinationIpProhibited
-            | ErrorCode::DestinationIpUnroutable
-            | ErrorCode::ConnectionRefused
-            | ErrorCode::ConnectionTimeout
-            | ErrorCode::ConnectionLimitReached
-            | ErrorCode::TlsProtocolError
-            | ErrorCode::TlsCertificateError
-            | ErrorCode::TlsAlertReceived(_)
-            | ErrorCode::HttpRequestDenied
-            | ErrorCode::HttpRequestMethodInvalid
-            | ErrorCode::HttpRequestUriInvalid
-            | ErrorCode::HttpRequestUriTooLong
-    )
 }
 
 fn failure(code: ErrorCode, what: &str) -> Failure {

@@ -1,42 +1,133 @@
-//! A small blocking `wasi:http` client shared by the gatekeepers.
+//! HTTP through the kernel's egress: a small blocking `wasi:http` client.
 //!
-//! It exists (instead of `wstd`) because a gatekeeper must tell "the request
-//! never left" apart from "the service may have acted": `wstd` turns a failed
-//! body write into a plain I/O error and loses the `wasi:http` error code,
-//! while here every failure is classified from the code itself.
+//! A gatekeeper reaches its service only with `wasi:http`'s outgoing
+//! handler; the kernel lets a request through only to the hosts the
+//! operator allowed and adds the credential itself. What this module owns is
+//! telling "the request never left" ([`HttpError::NotSent`]: safe to retry,
+//! a `tool-error::refused`) apart from "the service may have acted"
+//! ([`HttpError::OutcomeUnknown`]: `tool-error::unknown-outcome`), from the
+//! `wasi:http` error code itself. (A general client such as `wstd` turns a
+//! failed body write into a plain I/O error and loses that code.) What a
+//! status means for a tool (is a 404 the caller's mistake?) is the
+//! gatekeeper's to say.
 //!
-//! `gatekeepers/rogue` includes this file with `#[path]`.
+//! ```no_run
+//! use gatehouse_gatekeeper::http::Request;
+//! use gatehouse_gatekeeper::ToolError;
+//! use serde_json::json;
+//!
+//! fn add_label(base: &str, id: u64, label: &str) -> Result<serde_json::Value, ToolError> {
+//!     let reply = Request::post(format!("{base}/issues/{id}/labels"))
+//!         .json(&json!({ "label": label }))
+//!         .send()?;
+//!     match reply.status {
+//!         200..=299 => reply.json().map_err(|e| ToolError::UnknownOutcome(e)),
+//!         401 | 403 => Err(ToolError::Refused(format!("HTTP {}", reply.status))),
+//!         s => Err(ToolError::UnknownOutcome(format!("unexpected HTTP {s}"))),
+//!     }
+//! }
+//! ```
 
+use std::fmt;
 use std::time::Duration;
 
+use serde::Serialize;
+use serde_json::Value;
 use wasi::http::outgoing_handler;
-use wasi::http::types::{
-    ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
-};
+pub use wasi::http::types::Method;
+pub use wasi::http::types::ErrorCode;
+use wasi::http::types::{Fields, IncomingBody, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
 use wasi::io::streams::StreamError;
 
+use crate::ToolError;
+use crate::text::one_line;
+
 /// Replies larger than this are treated as broken.
-const MAX_REPLY: usize = 16 << 20;
+pub const MAX_REPLY: usize = 16 << 20;
 /// How long one request may take to connect and to produce each part of the reply.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A complete reply.
-pub struct Reply {
+#[derive(Clone, Debug)]
+pub struct Response {
+    /// The HTTP status.
     pub status: u16,
+    /// The whole body (at most [`MAX_REPLY`] bytes).
     pub body: Vec<u8>,
 }
 
-/// Why a request failed.
-pub enum Failure {
-    /// The request provably never reached the service (bad url, connection
-    /// refused, denied by the host's allow-list...).
-    NotSent(String),
-    /// The service may have received and acted on the request.
-    Unknown(String),
+impl Response {
+    /// The body as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON; the error says why it is not, on one line.
+    pub fn json(&self) -> Result<Value, String> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            format!(
+                "HTTP {}, but the reply is not JSON ({e}): {}",
+                self.status,
+                one_line(&self.text(), 120)
+            )
+        })
+    }
 }
 
-/// The settings value `name`, if present.
+/// Why a request failed, as far as the gatekeeper can tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpError {
+    /// Refused before it took effect: the request provably never reached
+    /// the service (a bad url, connection refused, a host the operator did
+    /// not allow...). Sending it again is safe.
+    NotSent(String),
+    /// The outcome is unknown: the service may have received the request
+    /// and acted on it (a timeout, a broken reply...).
+    OutcomeUnknown(String),
+}
+
+impl HttpError {
+    /// The message, whichever kind it is.
+    pub fn message(&self) -> &str {
+        match self {
+            HttpError::NotSent(m) | HttpError::OutcomeUnknown(m) => m,
+        }
+    }
+
+    /// As the `tool-error` the kernel needs, a refusal saying that the
+    /// request was not sent (`From` keeps the message as is).
+    pub fn into_tool_error(self) -> ToolError {
+        match self {
+            HttpError::NotSent(e) => ToolError::Refused(format!("the request was not sent: {e}")),
+            other => other.into(),
+        }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpError::NotSent(m) => write!(f, "refused before it took effect: {m}"),
+            HttpError::OutcomeUnknown(m) => write!(f, "outcome unknown: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+/// `NotSent` is `refused` (the kernel may retry it), `OutcomeUnknown` is
+/// `unknown-outcome` (it never will); the message is kept as is.
+impl From<HttpError> for ToolError {
+    fn from(error: HttpError) -> Self {
+        match error {
+            HttpError::NotSent(e) => ToolError::Refused(e),
+            HttpError::OutcomeUnknown(e) => ToolError::UnknownOutcome(e),
+        }
+    }
+}
+
+/// The settings value `name` (trimmed), if present and not empty.
 pub fn setting<'a>(settings: &'a [(String, String)], name: &str) -> Option<&'a str> {
     settings
         .iter()
@@ -67,7 +158,7 @@ pub fn base_url(settings: &[(String, String)]) -> Result<String, String> {
     Ok(format!("{scheme}://{first}"))
 }
 
-/// Percent-encodes `text` for use in a query string.
+/// Percent-encodes `text` for use in a query string or as one path segment.
 pub fn encode_query(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
@@ -80,18 +171,101 @@ pub fn encode_query(text: &str) -> String {
     out
 }
 
-/// Collapses `text` to one line of at most `max` characters.
-pub fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        let cut: String = flat.chars().take(max).collect();
-        format!("{cut}...")
-    } else {
-        flat
+/// One request, built then [`send`](Request::send)-ed once.
+#[derive(Debug)]
+pub struct Request {
+    method: Method,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Option<Result<Vec<u8>, String>>,
+}
+
+impl Request {
+    /// A request with `method` to `url` (`http://` or `https://`).
+    pub fn new(method: Method, url: impl Into<String>) -> Request {
+        Request {
+            method,
+            url: url.into(),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// `GET url`.
+    pub fn get(url: impl Into<String>) -> Request {
+        Request::new(Method::Get, url)
+    }
+
+    /// `POST url`.
+    pub fn post(url: impl Into<String>) -> Request {
+        Request::new(Method::Post, url)
+    }
+
+    /// `PUT url`.
+    pub fn put(url: impl Into<String>) -> Request {
+        Request::new(Method::Put, url)
+    }
+
+    /// `PATCH url`.
+    pub fn patch(url: impl Into<String>) -> Request {
+        Request::new(Method::Patch, url)
+    }
+
+    /// `DELETE url`.
+    pub fn delete(url: impl Into<String>) -> Request {
+        Request::new(Method::Delete, url)
+    }
+
+    /// Adds a header (sent before `content-type` and `content-length`).
+    /// The credential is the kernel's to add: never set it here.
+    pub fn header(mut self, name: &str, value: &str) -> Request {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Adds an `Idempotency-Key` header when there is a key (see
+    /// `invocation.idempotency-key`).
+    pub fn idempotency_key(self, key: Option<&str>) -> Request {
+        match key {
+            Some(key) => self.header("idempotency-key", key),
+            None => self,
+        }
+    }
+
+    /// A JSON body: `value` serialised (compact). A value that cannot be
+    /// serialised makes [`send`](Request::send) fail without sending.
+    pub fn json(mut self, value: &impl Serialize) -> Request {
+        self.body = Some(
+            serde_json::to_vec(value).map_err(|e| format!("the body is not JSON: {e}")),
+        );
+        self
+    }
+
+    /// A body of JSON text, sent exactly as given.
+    pub fn json_text(mut self, text: impl Into<Vec<u8>>) -> Request {
+        self.body = Some(Ok(text.into()));
+        self
+    }
+
+    /// `METHOD url`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} {}", method_name(&self.method), self.url)
+    }
+
+    /// Sends the request and reads the whole reply. Any status is a
+    /// [`Response`]; only a request that failed is an [`HttpError`].
+    pub fn send(self) -> Result<Response, HttpError> {
+        let body = match self.body {
+            Some(Err(e)) => return Err(HttpError::NotSent(format!("{}: {e}", self.describe()))),
+            Some(Ok(bytes)) => Some(bytes),
+            None => None,
+        };
+        let extra: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        send(self.method, &self.url, body.as_deref(), &extra)
     }
 }
 
@@ -134,8 +308,11 @@ fn parse_url(url: &str) -> Result<Target, String> {
     })
 }
 
-/// Whether a `wasi:http` error proves that nothing reached the service.
-fn never_sent(code: &ErrorCode) -> bool {
+/// Whether a `wasi:http` error proves that nothing reached the service
+/// (DNS, connection, TLS, a request the kernel denied or could not form).
+/// For a client of its own (one that reads a stream as it comes, say) that
+/// must classify failures the way [`Request::send`] does.
+pub fn never_sent(code: &ErrorCode) -> bool {
     matches!(
         code,
         ErrorCode::DnsTimeout
@@ -157,12 +334,12 @@ fn never_sent(code: &ErrorCode) -> bool {
     )
 }
 
-fn classify(code: ErrorCode, what: &str) -> Failure {
+fn classify(code: ErrorCode, what: &str) -> HttpError {
     let message = one_line(&format!("{what} failed: {code:?}"), 400);
     if never_sent(&code) {
-        Failure::NotSent(message)
+        HttpError::NotSent(message)
     } else {
-        Failure::Unknown(message)
+        HttpError::OutcomeUnknown(message)
     }
 }
 
@@ -170,26 +347,22 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Sends one request and reads the whole reply. `body` is sent as JSON.
-pub fn send(method: Method, url: &str, body: Option<&[u8]>) -> Result<Reply, Failure> {
-    send_with(method, url, body, &[])
-}
-
-/// [`send`], with these extra request headers (like `Idempotency-Key`).
-pub fn send_with(
+/// Sends one request and reads the whole reply; `body` is sent as JSON,
+/// after the `extra` headers.
+fn send(
     method: Method,
     url: &str,
     body: Option<&[u8]>,
     extra: &[(&str, &str)],
-) -> Result<Reply, Failure> {
+) -> Result<Response, HttpError> {
     let what = format!("{} {url}", method_name(&method));
-    let target = parse_url(url).map_err(Failure::NotSent)?;
+    let target = parse_url(url).map_err(HttpError::NotSent)?;
 
     let headers = Fields::new();
     for (name, value) in extra {
         headers
             .append(name, value.as_bytes())
-            .map_err(|e| Failure::NotSent(format!("{what}: cannot set {name}: {e:?}")))?;
+            .map_err(|e| HttpError::NotSent(format!("{what}: cannot set {name}: {e:?}")))?;
     }
     if let Some(bytes) = body {
         let length = bytes.len().to_string();
@@ -199,11 +372,11 @@ pub fn send_with(
         ] {
             headers
                 .append(name, value)
-                .map_err(|e| Failure::NotSent(format!("{what}: cannot set {name}: {e:?}")))?;
+                .map_err(|e| HttpError::NotSent(format!("{what}: cannot set {name}: {e:?}")))?;
         }
     }
     let request = OutgoingRequest::new(headers);
-    let rejected = |part: &str| Failure::NotSent(format!("{what}: the {part} was rejected"));
+    let rejected = |part: &str| HttpError::NotSent(format!("{what}: the {part} was rejected"));
     request
         .set_method(&method)
         .map_err(|()| rejected("method"))?;
@@ -218,7 +391,7 @@ pub fn send_with(
         .map_err(|()| rejected("path"))?;
     let outgoing_body = request
         .body()
-        .expect("the body of a new request is taken once");
+        .map_err(|()| HttpError::NotSent(format!("{what}: no request body")))?;
 
     let options = RequestOptions::new();
     // A host that does not support a timeout keeps its own default.
@@ -234,16 +407,18 @@ pub fn send_with(
     // and then its answer is what counts.
     let mut write_error = None;
     if let Some(bytes) = body {
-        let stream = outgoing_body
-            .write()
-            .expect("the body stream of a new request is taken once");
-        for chunk in bytes.chunks(4096) {
-            if let Err(e) = stream.blocking_write_and_flush(chunk) {
-                write_error = Some(stream_error(e));
-                break;
+        match outgoing_body.write() {
+            Ok(stream) => {
+                for chunk in bytes.chunks(4096) {
+                    if let Err(e) = stream.blocking_write_and_flush(chunk) {
+                        write_error = Some(stream_error(e));
+                        break;
+                    }
+                }
+                drop(stream);
             }
+            Err(()) => write_error = Some("the body stream was unavailable".into()),
         }
-        drop(stream);
     }
     if write_error.is_none() {
         if let Err(e) = OutgoingBody::finish(outgoing_body, None) {
@@ -264,23 +439,26 @@ pub fn send_with(
         Ok(Ok(response)) => response,
         Ok(Err(code)) => {
             return Err(match (classify(code, &what), write_error) {
-                (Failure::Unknown(e), Some(write)) => Failure::Unknown(one_line(
+                (HttpError::OutcomeUnknown(e), Some(write)) => HttpError::OutcomeUnknown(one_line(
                     &format!("{e} (sending the request body failed: {write})"),
                     400,
                 )),
                 (failure, _) => failure,
             });
         }
-        Err(()) => unreachable!("the response of a request is taken once"),
+        Err(()) => {
+            return Err(HttpError::OutcomeUnknown(format!(
+                "{what}: the response was lost"
+            )));
+        }
     };
 
     let status = response.status();
-    let incoming = response
-        .consume()
-        .expect("the body of a response is consumed once");
-    let stream = incoming
-        .stream()
-        .expect("the body stream of a response is taken once");
+    let lost = |part: &str| {
+        HttpError::OutcomeUnknown(format!("{what}: HTTP {status}, but the {part} was lost"))
+    };
+    let incoming = response.consume().map_err(|()| lost("body"))?;
+    let stream = incoming.stream().map_err(|()| lost("body stream"))?;
     let mut reply = Vec::new();
     let mut read_error = None;
     loop {
@@ -303,11 +481,11 @@ pub fn send_with(
     drop(IncomingBody::finish(incoming));
     drop(response);
     match read_error {
-        Some(error) => Err(Failure::Unknown(one_line(
+        Some(error) => Err(HttpError::OutcomeUnknown(one_line(
             &format!("{what}: HTTP {status}, but reading the reply failed: {error}"),
             400,
         ))),
-        None => Ok(Reply {
+        None => Ok(Response {
             status,
             body: reply,
         }),
@@ -377,11 +555,5 @@ mod tests {
     #[test]
     fn queries_are_percent_encoded() {
         assert_eq!(encode_query("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
-    }
-
-    #[test]
-    fn one_line_flattens_and_caps() {
-        assert_eq!(one_line("a\nb\t c", 10), "a b c");
-        assert_eq!(one_line("abcdef", 3), "abc...");
     }
 }
