@@ -11,9 +11,6 @@ use gatehouse_gatekeeper::manifest::{Manifest, tool};
 use gatehouse_gatekeeper::{Args, Gatekeeper, Invocation, Output, Source, ToolError};
 use serde_json::{Value, json};
 
-/// The tools, for the error a call of another one gets.
-const TOOLS: &str = "listItems";
-
 struct Starter;
 
 impl Gatekeeper for Starter {
@@ -43,7 +40,11 @@ impl Gatekeeper for Starter {
                 Ok(Output::read(items, Source::public("items", "All items")))
             }
             // Calls: add more here.
-            other => Err(ToolError::unknown_tool(other, TOOLS)),
+            other => {
+                let offered = Starter::describe(&invocation.settings)?.tools;
+                let names: Vec<String> = offered.into_iter().map(|t| t.name).collect();
+                Err(ToolError::unknown_tool(other, &names.join(", ")))
+            }
         }
     }
 }
