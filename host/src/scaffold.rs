@@ -278,6 +278,22 @@ mod tests {
         }
     }
 
+    /// Each SDK carries its own copy of the contract (so that a packaged or
+    /// vendored SDK is complete); each copy is `wit/gatehouse.wit`, byte for
+    /// byte.
+    #[test]
+    fn the_sdks_copies_of_the_contract_are_the_contract() {
+        for kind in [Kind::Gadget, Kind::Gatekeeper] {
+            let (_, files) = sdk(kind);
+            let copy = files.iter().find(|(rel, _)| *rel == "wit/gatehouse.wit");
+            assert!(
+                copy.is_some_and(|(_, text)| *text == WIT),
+                "the {} SDK's wit/gatehouse.wit differs from wit/gatehouse.wit: copy it again",
+                kind.noun()
+            );
+        }
+    }
+
     #[test]
     fn a_rust_starter_vendors_the_sdk_of_this_kernel() {
         for (kind, vendor) in [

@@ -21,7 +21,7 @@
 //!         .json(&json!({ "label": label }))
 //!         .send()?;
 //!     match reply.status {
-//!         200..=299 => reply.json().map_err(|e| ToolError::UnknownOutcome(e)),
+//!         200..=299 => reply.json().map_err(ToolError::UnknownOutcome),
 //!         401 | 403 => Err(ToolError::Refused(format!("HTTP {}", reply.status))),
 //!         s => Err(ToolError::UnknownOutcome(format!("unexpected HTTP {s}"))),
 //!     }
@@ -35,9 +35,10 @@ use serde::Serialize;
 use serde_json::Value;
 use wasi::http::outgoing_handler;
 pub use wasi::http::types::Method;
-pub use wasi::http::types::ErrorCode;
-use wasi::http::types::{Fields, IncomingBody, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
-use wasi::io::streams::StreamError;
+use wasi::http::types::{
+    ErrorCode, Fields, IncomingBody, IncomingResponse, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+};
+use wasi::io::streams::{InputStream, StreamError};
 
 use crate::ToolError;
 use crate::text::one_line;
@@ -255,8 +256,47 @@ impl Request {
     /// Sends the request and reads the whole reply. Any status is a
     /// [`Response`]; only a request that failed is an [`HttpError`].
     pub fn send(self) -> Result<Response, HttpError> {
+        let mut incoming = self.open()?;
+        let status = incoming.status();
+        let mut body = Vec::new();
+        let mut read_error = None;
+        loop {
+            match incoming.read() {
+                Ok(Some(chunk)) => {
+                    body.extend_from_slice(&chunk);
+                    if body.len() > MAX_REPLY {
+                        read_error = Some(format!("the reply is larger than {MAX_REPLY} bytes"));
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    read_error = Some(e);
+                    break;
+                }
+            }
+        }
+        match read_error {
+            Some(error) => Err(HttpError::OutcomeUnknown(one_line(
+                &format!(
+                    "{}: HTTP {status}, but reading the reply failed: {error}",
+                    incoming.what
+                ),
+                400,
+            ))),
+            None => Ok(Response { status, body }),
+        }
+    }
+
+    /// Sends the request and answers as soon as the reply's status and
+    /// headers arrived; its body is then read as it comes
+    /// ([`Incoming::read`]), for a client that must stop early (a stream of
+    /// server-sent events) or see headers. Failures are classified as in
+    /// [`send`](Request::send).
+    pub fn open(self) -> Result<Incoming, HttpError> {
+        let what = self.describe();
         let body = match self.body {
-            Some(Err(e)) => return Err(HttpError::NotSent(format!("{}: {e}", self.describe()))),
+            Some(Err(e)) => return Err(HttpError::NotSent(format!("{what}: {e}"))),
             Some(Ok(bytes)) => Some(bytes),
             None => None,
         };
@@ -265,8 +305,65 @@ impl Request {
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
-        send(self.method, &self.url, body.as_deref(), &extra)
+        open(what, &self.method, &self.url, body.as_deref(), &extra)
     }
+}
+
+/// A reply whose status and headers arrived; its body is read with
+/// [`Incoming::read`]. Dropping it stops reading.
+pub struct Incoming {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    what: String,
+    // Dropped in this order: a stream before its body, a body before its
+    // response.
+    stream: Option<InputStream>,
+    body: Option<IncomingBody>,
+    _response: IncomingResponse,
+}
+
+impl Incoming {
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The first value of the header `name` (any case), if it is UTF-8.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| String::from_utf8(v.clone()).ok())
+    }
+
+    /// The next piece of the body (at most 64 KiB), `None` at its end; the
+    /// error says why it could not be read. Capping the total is the
+    /// caller's.
+    pub fn read(&mut self) -> Result<Option<Vec<u8>>, String> {
+        let Some(stream) = &self.stream else {
+            return Ok(None);
+        };
+        match stream.blocking_read(64 * 1024) {
+            Ok(chunk) => Ok(Some(chunk)),
+            Err(StreamError::Closed) => Ok(None),
+            Err(e) => Err(stream_error(e)),
+        }
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        drop(self.stream.take());
+        if let Some(body) = self.body.take() {
+            drop(IncomingBody::finish(body));
+        }
+    }
+}
+
+/// Checks that `url` is one a request can be sent to (`http://` or
+/// `https://`, a host, no whitespace), without sending anything.
+pub fn check_url(url: &str) -> Result<(), String> {
+    parse_url(url).map(|_| ())
 }
 
 struct Target {
@@ -310,9 +407,7 @@ fn parse_url(url: &str) -> Result<Target, String> {
 
 /// Whether a `wasi:http` error proves that nothing reached the service
 /// (DNS, connection, TLS, a request the kernel denied or could not form).
-/// For a client of its own (one that reads a stream as it comes, say) that
-/// must classify failures the way [`Request::send`] does.
-pub fn never_sent(code: &ErrorCode) -> bool {
+fn never_sent(code: &ErrorCode) -> bool {
     matches!(
         code,
         ErrorCode::DnsTimeout
@@ -347,15 +442,15 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Sends one request and reads the whole reply; `body` is sent as JSON,
-/// after the `extra` headers.
-fn send(
-    method: Method,
+/// Sends one request (`what` names it in messages) and waits for the
+/// reply's head; `body` is sent as JSON, after the `extra` headers.
+fn open(
+    what: String,
+    method: &Method,
     url: &str,
     body: Option<&[u8]>,
     extra: &[(&str, &str)],
-) -> Result<Response, HttpError> {
-    let what = format!("{} {url}", method_name(&method));
+) -> Result<Incoming, HttpError> {
     let target = parse_url(url).map_err(HttpError::NotSent)?;
 
     let headers = Fields::new();
@@ -378,7 +473,7 @@ fn send(
     let request = OutgoingRequest::new(headers);
     let rejected = |part: &str| HttpError::NotSent(format!("{what}: the {part} was rejected"));
     request
-        .set_method(&method)
+        .set_method(method)
         .map_err(|()| rejected("method"))?;
     request
         .set_scheme(Some(&target.scheme))
@@ -454,42 +549,20 @@ fn send(
     };
 
     let status = response.status();
+    let headers = response.headers().entries();
     let lost = |part: &str| {
         HttpError::OutcomeUnknown(format!("{what}: HTTP {status}, but the {part} was lost"))
     };
-    let incoming = response.consume().map_err(|()| lost("body"))?;
-    let stream = incoming.stream().map_err(|()| lost("body stream"))?;
-    let mut reply = Vec::new();
-    let mut read_error = None;
-    loop {
-        match stream.blocking_read(64 * 1024) {
-            Ok(chunk) => {
-                reply.extend_from_slice(&chunk);
-                if reply.len() > MAX_REPLY {
-                    read_error = Some(format!("the reply is larger than {MAX_REPLY} bytes"));
-                    break;
-                }
-            }
-            Err(StreamError::Closed) => break,
-            Err(e) => {
-                read_error = Some(stream_error(e));
-                break;
-            }
-        }
-    }
-    drop(stream);
-    drop(IncomingBody::finish(incoming));
-    drop(response);
-    match read_error {
-        Some(error) => Err(HttpError::OutcomeUnknown(one_line(
-            &format!("{what}: HTTP {status}, but reading the reply failed: {error}"),
-            400,
-        ))),
-        None => Ok(Response {
-            status,
-            body: reply,
-        }),
-    }
+    let body = response.consume().map_err(|()| lost("body"))?;
+    let stream = body.stream().map_err(|()| lost("body stream"))?;
+    Ok(Incoming {
+        status,
+        headers,
+        what,
+        stream: Some(stream),
+        body: Some(body),
+        _response: response,
+    })
 }
 
 fn stream_error(e: StreamError) -> String {

@@ -159,21 +159,3 @@ macro_rules! export {
         $crate::bindings::export!($ty with_types_in $crate::bindings);
     };
 }
-
-#[cfg(test)]
-mod tests {
-    /// The copy of the contract this crate is generated from is the
-    /// workspace's `wit/gatehouse.wit`, byte for byte. (A packaged or
-    /// vendored copy has no workspace around it: nothing to compare.)
-    #[test]
-    fn the_wit_copy_is_the_workspace_contract() {
-        let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/../../wit/gatehouse.wit");
-        let Ok(contract) = std::fs::read_to_string(workspace) else {
-            return;
-        };
-        assert!(
-            contract == include_str!("../wit/gatehouse.wit"),
-            "sdk/gatekeeper/wit/gatehouse.wit differs from wit/gatehouse.wit: copy it again"
-        );
-    }
-}
