@@ -1,4 +1,4 @@
-//! Write a [Gatehouse] gadget in Rust.
+//! Write a Gatehouse gadget in Rust.
 //!
 //! A gadget is a sandboxed WebAssembly component with no ambient authority:
 //! its one way out is the kernel, which lists the services introduced to
@@ -35,8 +35,6 @@
 //! outcomes, action statuses and errors. What it may not do: add policy.
 //! Every decision (what is a read, what waits, who may see what) is the
 //! kernel's; the types here only carry its answers.
-//!
-//! [Gatehouse]: https://github.com/gatehouse
 
 #![deny(missing_docs)]
 

@@ -1,4 +1,4 @@
-//! Write a [Gatehouse] gatekeeper in Rust.
+//! Write a Gatehouse gatekeeper in Rust.
 //!
 //! A gatekeeper is a sandboxed WebAssembly component that fronts one
 //! service. It describes its tools ([`manifest`]), runs a call
@@ -49,8 +49,6 @@
 //! builders and the HTTP client. What it may not do: add policy. Its
 //! defaults are the safe side (no simulation, observers refused, no source
 //! prediction), and every decision stays the kernel's.
-//!
-//! [Gatehouse]: https://github.com/gatehouse
 
 #![deny(missing_docs)]
 
