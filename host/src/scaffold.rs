@@ -59,11 +59,23 @@ const GADGET_SDK: &[(&str, &str)] = &[
 /// The gatekeeper SDK, vendored into a Rust gatekeeper starter as
 /// `vendor/gatehouse-gatekeeper/`.
 const GATEKEEPER_SDK: &[(&str, &str)] = &[
-    ("Cargo.toml", include_str!("../../sdk/gatekeeper/Cargo.toml")),
+    (
+        "Cargo.toml",
+        include_str!("../../sdk/gatekeeper/Cargo.toml"),
+    ),
     ("README.md", include_str!("../../sdk/gatekeeper/README.md")),
-    ("src/lib.rs", include_str!("../../sdk/gatekeeper/src/lib.rs")),
-    ("src/args.rs", include_str!("../../sdk/gatekeeper/src/args.rs")),
-    ("src/http.rs", include_str!("../../sdk/gatekeeper/src/http.rs")),
+    (
+        "src/lib.rs",
+        include_str!("../../sdk/gatekeeper/src/lib.rs"),
+    ),
+    (
+        "src/args.rs",
+        include_str!("../../sdk/gatekeeper/src/args.rs"),
+    ),
+    (
+        "src/http.rs",
+        include_str!("../../sdk/gatekeeper/src/http.rs"),
+    ),
     (
         "src/manifest.rs",
         include_str!("../../sdk/gatekeeper/src/manifest.rs"),
@@ -72,7 +84,10 @@ const GATEKEEPER_SDK: &[(&str, &str)] = &[
         "src/output.rs",
         include_str!("../../sdk/gatekeeper/src/output.rs"),
     ),
-    ("src/text.rs", include_str!("../../sdk/gatekeeper/src/text.rs")),
+    (
+        "src/text.rs",
+        include_str!("../../sdk/gatekeeper/src/text.rs"),
+    ),
     (
         "wit/gatehouse.wit",
         include_str!("../../sdk/gatekeeper/wit/gatehouse.wit"),
@@ -109,9 +124,9 @@ fn templates(kind: Kind, lang: Lang) -> anyhow::Result<&'static [(&'static str, 
                 include_str!("../templates/rust-gatekeeper/gitignore"),
             ),
         ],
-        (Kind::Gatekeeper, other) => bail!(
-            "a gatekeeper starter is written in Rust only (--lang rust), not {other:?}"
-        ),
+        (Kind::Gatekeeper, other) => {
+            bail!("a gatekeeper starter is written in Rust only (--lang rust), not {other:?}")
+        }
         (Kind::Gadget, Lang::Rust) => &[
             ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
             ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
@@ -243,10 +258,16 @@ mod tests {
     #[test]
     fn names_that_are_not_crate_or_file_names_are_refused() {
         for bad in ["", "My", "1st", "a_b", "a--b", "a-", "a b", "../x"] {
-            assert!(check_name(Kind::Gadget, bad).is_err(), "{bad:?} was accepted");
+            assert!(
+                check_name(Kind::Gadget, bad).is_err(),
+                "{bad:?} was accepted"
+            );
         }
         for good in ["a", "my-gadget", "triage2"] {
-            assert!(check_name(Kind::Gadget, good).is_ok(), "{good:?} was refused");
+            assert!(
+                check_name(Kind::Gadget, good).is_ok(),
+                "{good:?} was refused"
+            );
         }
     }
 
@@ -308,11 +329,15 @@ mod tests {
             new_starter(kind, "my-starter", Lang::Rust, Some(&dir)).expect("written");
             let (_, files) = sdk(kind);
             for (rel, text) in files {
-                let written = std::fs::read_to_string(dir.join(vendor).join(rel)).expect("vendored");
+                let written =
+                    std::fs::read_to_string(dir.join(vendor).join(rel)).expect("vendored");
                 assert_eq!(&written, text, "{kind:?}: {rel}");
             }
             let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
-            assert!(manifest.contains(&format!("path = \"{vendor}\"")), "{manifest}");
+            assert!(
+                manifest.contains(&format!("path = \"{vendor}\"")),
+                "{manifest}"
+            );
             std::fs::remove_dir_all(&dir).expect("cleaned up");
         }
         let refused = new_starter(Kind::Gatekeeper, "g", Lang::Python, None).map(|s| s.dir);

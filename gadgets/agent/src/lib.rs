@@ -139,9 +139,7 @@ fn find(service: &Service, title: &str) -> Result<Option<Value>, String> {
 }
 
 fn call(service: &Service, tool: &str, args: Value) -> Result<Outcome, String> {
-    service
-        .call(tool, &args)
-        .map_err(|e| describe(tool, &e))
+    service.call(tool, &args).map_err(|e| describe(tool, &e))
 }
 
 /// One line saying which call failed and why.

@@ -4,7 +4,9 @@
 //! store it and re-read it on every call.
 
 use gatehouse_gatekeeper::manifest::{Manifest, ToolInfo, tool};
-use gatehouse_gatekeeper::{Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError};
+use gatehouse_gatekeeper::{
+    Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
+};
 use serde_json::json;
 
 struct Bloated;

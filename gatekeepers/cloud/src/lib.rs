@@ -16,8 +16,7 @@ use gatehouse_gatekeeper::http::{HttpError, Method, Request, base_url, encode_qu
 use gatehouse_gatekeeper::manifest::{Manifest, ObserverStrategy, tool};
 use gatehouse_gatekeeper::text::one_line;
 use gatehouse_gatekeeper::{
-    Args, Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source,
-    ToolError,
+    Args, Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
 };
 use serde_json::{Value, json};
 

@@ -7,7 +7,9 @@
 //! effect.
 
 use gatehouse_gatekeeper::manifest::{Manifest, tool};
-use gatehouse_gatekeeper::{Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError};
+use gatehouse_gatekeeper::{
+    Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
+};
 use serde_json::json;
 
 /// The tool's name: markup that would run if a page inserted it as HTML,

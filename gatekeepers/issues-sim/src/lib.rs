@@ -69,7 +69,12 @@ impl Gatekeeper for IssuesSim {
         }
         let args = Args::parse(&invocation.args).ok()?;
         let service = list(&base_url(&invocation.settings).ok()?).ok()?;
-        predict(&invocation.tool, args.as_map(), service, &invocation.pending)
+        predict(
+            &invocation.tool,
+            args.as_map(),
+            service,
+            &invocation.pending,
+        )
     }
 
     fn check_observer(check: ObserverCheck) -> ObserverVerdict {

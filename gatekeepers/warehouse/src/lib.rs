@@ -14,8 +14,7 @@ use gatehouse_gatekeeper::http::{HttpError, Request, base_url, encode_query};
 use gatehouse_gatekeeper::manifest::{Manifest, ObserverStrategy, tool};
 use gatehouse_gatekeeper::text::one_line;
 use gatehouse_gatekeeper::{
-    Args, Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source,
-    ToolError,
+    Args, Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
 };
 use serde_json::{Map, Value, json};
 

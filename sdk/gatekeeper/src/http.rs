@@ -36,7 +36,8 @@ use serde_json::Value;
 use wasi::http::outgoing_handler;
 pub use wasi::http::types::Method;
 use wasi::http::types::{
-    ErrorCode, Fields, IncomingBody, IncomingResponse, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+    ErrorCode, Fields, IncomingBody, IncomingResponse, OutgoingBody, OutgoingRequest,
+    RequestOptions, Scheme,
 };
 use wasi::io::streams::{InputStream, StreamError};
 
@@ -236,9 +237,8 @@ impl Request {
     /// A JSON body: `value` serialised (compact). A value that cannot be
     /// serialised makes [`send`](Request::send) fail without sending.
     pub fn json(mut self, value: &impl Serialize) -> Request {
-        self.body = Some(
-            serde_json::to_vec(value).map_err(|e| format!("the body is not JSON: {e}")),
-        );
+        self.body =
+            Some(serde_json::to_vec(value).map_err(|e| format!("the body is not JSON: {e}")));
         self
     }
 

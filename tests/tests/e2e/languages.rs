@@ -545,7 +545,15 @@ async fn a_newcomer_writes_a_gatekeeper_from_the_starter_and_gets_a_pending_writ
     let service = gatehouse_e2e::EchoService::start(200);
     let dir = w.home().join("notes");
     let dir_arg = dir.to_string_lossy().into_owned();
-    let created = w.cli(&["new", "gatekeeper", "notes", "--lang", "rust", "--dir", &dir_arg]);
+    let created = w.cli(&[
+        "new",
+        "gatekeeper",
+        "notes",
+        "--lang",
+        "rust",
+        "--dir",
+        &dir_arg,
+    ]);
     assert!(created.status.success(), "{}", stderr(&created));
     assert!(
         stdout(&created).starts_with("created gatekeeper notes"),
@@ -585,7 +593,15 @@ async fn a_newcomer_writes_a_gatekeeper_from_the_starter_and_gets_a_pending_writ
     let wasm_arg = wasm.to_string_lossy().into_owned();
     let host = service.host();
     let added = w.cli(&[
-        "gatekeeper", "add", &wasm_arg, "--name", "notes", "--trust", "byo", "--allow-host", &host,
+        "gatekeeper",
+        "add",
+        &wasm_arg,
+        "--name",
+        "notes",
+        "--trust",
+        "byo",
+        "--allow-host",
+        &host,
     ]);
     assert!(added.status.success(), "{}", stderr(&added));
     assert!(stdout(&added).contains("addItem"), "{}", stdout(&added));
@@ -603,8 +619,8 @@ async fn a_newcomer_writes_a_gatekeeper_from_the_starter_and_gets_a_pending_writ
     ]});
     let ran = w.cli(&["run", "script", "--chat", "work", &steps.to_string()]);
     assert!(ran.status.success(), "{}", stderr(&ran));
-    let answers: Value = serde_json::from_str(&stdout(&ran))
-        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&ran)));
+    let answers: Value =
+        serde_json::from_str(&stdout(&ran)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&ran)));
     let pending = &answers[0]["pending"];
     assert!(pending["action_id"].is_u64(), "{answers}");
     assert_eq!(pending["await_decision"], true, "{answers}");
