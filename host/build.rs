@@ -19,7 +19,7 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
         .join("guests");
-    for dir in ["wit", "gadgets", "gatekeepers", "Cargo.lock"] {
+    for dir in ["wit", "sdk", "gadgets", "gatekeepers", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo:rerun-if-env-changed=GATEHOUSE_SKIP_GUESTS");

@@ -25,6 +25,7 @@ mod workflow;
 use crate::Limits;
 use crate::home::Home;
 use crate::kernel::Kernel;
+use crate::scaffold::Kind;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use std::future::Future;
@@ -112,6 +113,16 @@ fn parse_setting(s: &str) -> Result<(String, String), String> {
 enum NewCmd {
     /// Write a starter gadget that builds and installs as written.
     Gadget {
+        name: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::scaffold::Lang,
+        /// Where to write it (default: ./NAME); must be empty or absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Write a starter gatekeeper (on the Rust SDK) that builds and adds as
+    /// written.
+    Gatekeeper {
         name: String,
         #[arg(long, value_enum, default_value = "rust")]
         lang: crate::scaffold::Lang,
@@ -213,10 +224,15 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
         return demo(cli.home).await;
     }
     // A starter needs no home and no kernel.
-    if let Command::New(NewCmd::Gadget { name, lang, dir }) = &cli.command {
-        let starter = crate::scaffold::new_gadget(name, *lang, dir.as_deref())?;
+    if let Command::New(new) = &cli.command {
+        let (kind, name, lang, dir) = match new {
+            NewCmd::Gadget { name, lang, dir } => (Kind::Gadget, name, lang, dir),
+            NewCmd::Gatekeeper { name, lang, dir } => (Kind::Gatekeeper, name, lang, dir),
+        };
+        let starter = crate::scaffold::new_starter(kind, name, *lang, dir.as_deref())?;
         outln!(
-            "created gadget {name} ({lang:?}) in {}\nnext:\n{}",
+            "created {} {name} ({lang:?}) in {}\nnext:\n{}",
+            kind.noun(),
             starter.dir.display(),
             starter.next
         );

@@ -1,9 +1,12 @@
-//! `gatehouse new gadget NAME --lang rust|python|js`: a starter project that
-//! builds and installs as written.
+//! `gatehouse new gadget NAME --lang rust|python|js` and `gatehouse new
+//! gatekeeper NAME --lang rust`: a starter project that builds and installs
+//! as written.
 //!
-//! The templates (`host/templates/`) and the WIT contract are embedded in
-//! the binary, so a starter always matches the kernel that wrote it, and an
-//! author needs nothing but this binary and the language's toolchain.
+//! The templates (`host/templates/`), the WIT contract and the Rust SDKs
+//! (`sdk/`, vendored into a Rust starter as a path dependency) are embedded
+//! in the binary, so a starter always matches the kernel that wrote it, and
+//! an author needs nothing but this binary, the language's toolchain and
+//! its package registry.
 
 use anyhow::{Context as _, bail};
 use std::path::{Path, PathBuf};
@@ -22,17 +25,118 @@ pub enum Lang {
 /// The contract, copied into every starter as `wit/gatehouse.wit`.
 pub(crate) const WIT: &str = include_str!("../../wit/gatehouse.wit");
 
+/// What a starter is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Gadget,
+    Gatekeeper,
+}
+
+impl Kind {
+    /// The word people use for it.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Gadget => "gadget",
+            Kind::Gatekeeper => "gatekeeper",
+        }
+    }
+}
+
+/// The gadget SDK, `(path in its crate, text)`: vendored into a Rust
+/// gadget starter as `vendor/gatehouse-gadget/`.
+const GADGET_SDK: &[(&str, &str)] = &[
+    ("Cargo.toml", include_str!("../../sdk/gadget/Cargo.toml")),
+    ("README.md", include_str!("../../sdk/gadget/README.md")),
+    ("src/lib.rs", include_str!("../../sdk/gadget/src/lib.rs")),
+    ("src/call.rs", include_str!("../../sdk/gadget/src/call.rs")),
+    (
+        "src/workflow.rs",
+        include_str!("../../sdk/gadget/src/workflow.rs"),
+    ),
+    (
+        "wit/gatehouse.wit",
+        include_str!("../../sdk/gadget/wit/gatehouse.wit"),
+    ),
+];
+
+/// The gatekeeper SDK, vendored into a Rust gatekeeper starter as
+/// `vendor/gatehouse-gatekeeper/`.
+const GATEKEEPER_SDK: &[(&str, &str)] = &[
+    (
+        "Cargo.toml",
+        include_str!("../../sdk/gatekeeper/Cargo.toml"),
+    ),
+    ("README.md", include_str!("../../sdk/gatekeeper/README.md")),
+    (
+        "src/lib.rs",
+        include_str!("../../sdk/gatekeeper/src/lib.rs"),
+    ),
+    (
+        "src/args.rs",
+        include_str!("../../sdk/gatekeeper/src/args.rs"),
+    ),
+    (
+        "src/http.rs",
+        include_str!("../../sdk/gatekeeper/src/http.rs"),
+    ),
+    (
+        "src/manifest.rs",
+        include_str!("../../sdk/gatekeeper/src/manifest.rs"),
+    ),
+    (
+        "src/output.rs",
+        include_str!("../../sdk/gatekeeper/src/output.rs"),
+    ),
+    (
+        "src/text.rs",
+        include_str!("../../sdk/gatekeeper/src/text.rs"),
+    ),
+    (
+        "wit/gatehouse.wit",
+        include_str!("../../sdk/gatekeeper/wit/gatehouse.wit"),
+    ),
+];
+
+/// The SDK a Rust starter of `kind` vendors: its directory and files.
+fn sdk(kind: Kind) -> (&'static str, &'static [(&'static str, &'static str)]) {
+    match kind {
+        Kind::Gadget => ("vendor/gatehouse-gadget", GADGET_SDK),
+        Kind::Gatekeeper => ("vendor/gatehouse-gatekeeper", GATEKEEPER_SDK),
+    }
+}
+
 /// `(path in the starter, template)`; `{{name}}` and `{{crate}}` are
 /// replaced by the gadget's name and its Rust library name.
-fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
-    match lang {
-        Lang::Rust => &[
+fn templates(kind: Kind, lang: Lang) -> anyhow::Result<&'static [(&'static str, &'static str)]> {
+    Ok(match (kind, lang) {
+        (Kind::Gatekeeper, Lang::Rust) => &[
+            (
+                "Cargo.toml",
+                include_str!("../templates/rust-gatekeeper/Cargo.toml"),
+            ),
+            (
+                "src/lib.rs",
+                include_str!("../templates/rust-gatekeeper/src/lib.rs"),
+            ),
+            (
+                "README.md",
+                include_str!("../templates/rust-gatekeeper/README.md"),
+            ),
+            (
+                ".gitignore",
+                include_str!("../templates/rust-gatekeeper/gitignore"),
+            ),
+        ],
+        (Kind::Gatekeeper, other) => {
+            bail!("a gatekeeper starter is written in Rust only (--lang rust), not {other:?}")
+        }
+        (Kind::Gadget, Lang::Rust) => &[
             ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
             ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
             ("README.md", include_str!("../templates/rust/README.md")),
             (".gitignore", include_str!("../templates/rust/gitignore")),
         ],
-        Lang::Python => &[
+        (Kind::Gadget, Lang::Python) => &[
             ("app.py", include_str!("../templates/python/app.py")),
             ("build.sh", include_str!("../templates/python/build.sh")),
             (
@@ -42,16 +146,16 @@ fn templates(lang: Lang) -> &'static [(&'static str, &'static str)] {
             ("README.md", include_str!("../templates/python/README.md")),
             (".gitignore", include_str!("../templates/python/gitignore")),
         ],
-        Lang::Js => &[
+        (Kind::Gadget, Lang::Js) => &[
             ("app.js", include_str!("../templates/js/app.js")),
             ("package.json", include_str!("../templates/js/package.json")),
             ("README.md", include_str!("../templates/js/README.md")),
             (".gitignore", include_str!("../templates/js/gitignore")),
         ],
-    }
+    })
 }
 
-/// What [`new_gadget`] wrote.
+/// What [`new_starter`] wrote.
 #[derive(Debug)]
 pub struct Starter {
     /// The starter's directory (`--dir`, else `./NAME`).
@@ -62,9 +166,9 @@ pub struct Starter {
     pub next: String,
 }
 
-/// A gadget name is also a crate, package and file name: lower-case
-/// letters, digits and single hyphens, starting with a letter.
-fn check_name(name: &str) -> anyhow::Result<()> {
+/// A gadget or gatekeeper name is also a crate, package and file name:
+/// lower-case letters, digits and single hyphens, starting with a letter.
+fn check_name(kind: Kind, name: &str) -> anyhow::Result<()> {
     let ok = name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
@@ -74,17 +178,30 @@ fn check_name(name: &str) -> anyhow::Result<()> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !ok {
         bail!(
-            "{name:?} is not a gadget name: use lower-case letters, digits and single hyphens, starting with a letter (like my-gadget)"
+            "{name:?} is not a {noun} name: use lower-case letters, digits and single hyphens, starting with a letter (like my-{noun})",
+            noun = kind.noun()
         );
     }
     Ok(())
 }
 
 /// Write a starter for gadget `name` in `lang` into `dir` (default
-/// `./NAME`). Refuses a directory that exists and is not empty, so an
-/// author's files are never overwritten.
+/// `./NAME`); see [`new_starter`].
 pub fn new_gadget(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<Starter> {
-    check_name(name)?;
+    new_starter(Kind::Gadget, name, lang, dir)
+}
+
+/// Write a starter for the `kind` named `name` in `lang` into `dir`
+/// (default `./NAME`). Refuses a directory that exists and is not empty,
+/// so an author's files are never overwritten.
+pub fn new_starter(
+    kind: Kind,
+    name: &str,
+    lang: Lang,
+    dir: Option<&Path>,
+) -> anyhow::Result<Starter> {
+    check_name(kind, name)?;
+    let templates = templates(kind, lang)?;
     let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
     if let Ok(mut entries) = std::fs::read_dir(&dir)
         && entries.next().is_some()
@@ -106,7 +223,7 @@ pub fn new_gadget(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
         files.push(path);
         Ok(())
     };
-    for (rel, template) in templates(lang) {
+    for (rel, template) in templates {
         write(
             rel,
             &template
@@ -115,15 +232,24 @@ pub fn new_gadget(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<
         )?;
     }
     write("wit/gatehouse.wit", WIT)?;
+    if lang == Lang::Rust {
+        let (vendor, files) = sdk(kind);
+        for (rel, text) in files {
+            write(&format!("{vendor}/{rel}"), text)?;
+        }
+    }
     let shown = dir.display();
-    let next = match lang {
-        Lang::Rust => format!(
+    let next = match (kind, lang) {
+        (Kind::Gatekeeper, _) => format!(
+            "cd {shown}\ncargo build --release --target wasm32-wasip2\ngatehouse gatekeeper add target/wasm32-wasip2/release/{lib}.wasm --name {name} --trust byo --allow-host HOST:PORT"
+        ),
+        (Kind::Gadget, Lang::Rust) => format!(
             "cd {shown}\ncargo build --release --target wasm32-wasip2\ngatehouse install target/wasm32-wasip2/release/{lib}.wasm --name {name}"
         ),
-        Lang::Python => format!(
+        (Kind::Gadget, Lang::Python) => format!(
             "cd {shown}\npython3 -m venv .venv && .venv/bin/pip install -r requirements.txt\nPATH=$PWD/.venv/bin:$PATH sh build.sh\ngatehouse install {name}.wasm"
         ),
-        Lang::Js => {
+        (Kind::Gadget, Lang::Js) => {
             format!("cd {shown}\nnpm install && npm run build\ngatehouse install {name}.wasm")
         }
     };
@@ -137,10 +263,16 @@ mod tests {
     #[test]
     fn names_that_are_not_crate_or_file_names_are_refused() {
         for bad in ["", "My", "1st", "a_b", "a--b", "a-", "a b", "../x"] {
-            assert!(check_name(bad).is_err(), "{bad:?} was accepted");
+            assert!(
+                check_name(Kind::Gadget, bad).is_err(),
+                "{bad:?} was accepted"
+            );
         }
         for good in ["a", "my-gadget", "triage2"] {
-            assert!(check_name(good).is_ok(), "{good:?} was refused");
+            assert!(
+                check_name(Kind::Gadget, good).is_ok(),
+                "{good:?} was refused"
+            );
         }
     }
 
@@ -170,5 +302,50 @@ mod tests {
             );
             std::fs::remove_dir_all(&dir).expect("cleaned up");
         }
+    }
+
+    /// Each SDK carries its own copy of the contract (so that a packaged or
+    /// vendored SDK is complete); each copy is `wit/gatehouse.wit`, byte for
+    /// byte.
+    #[test]
+    fn the_sdks_copies_of_the_contract_are_the_contract() {
+        for kind in [Kind::Gadget, Kind::Gatekeeper] {
+            let (_, files) = sdk(kind);
+            let copy = files.iter().find(|(rel, _)| *rel == "wit/gatehouse.wit");
+            assert!(
+                copy.is_some_and(|(_, text)| *text == WIT),
+                "the {} SDK's wit/gatehouse.wit differs from wit/gatehouse.wit: copy it again",
+                kind.noun()
+            );
+        }
+    }
+
+    #[test]
+    fn a_rust_starter_vendors_the_sdk_of_this_kernel() {
+        for (kind, vendor) in [
+            (Kind::Gadget, "vendor/gatehouse-gadget"),
+            (Kind::Gatekeeper, "vendor/gatehouse-gatekeeper"),
+        ] {
+            let dir = std::env::temp_dir().join(format!(
+                "gatehouse-scaffold-sdk-{}-{kind:?}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            new_starter(kind, "my-starter", Lang::Rust, Some(&dir)).expect("written");
+            let (_, files) = sdk(kind);
+            for (rel, text) in files {
+                let written =
+                    std::fs::read_to_string(dir.join(vendor).join(rel)).expect("vendored");
+                assert_eq!(&written, text, "{kind:?}: {rel}");
+            }
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+            assert!(
+                manifest.contains(&format!("path = \"{vendor}\"")),
+                "{manifest}"
+            );
+            std::fs::remove_dir_all(&dir).expect("cleaned up");
+        }
+        let refused = new_starter(Kind::Gatekeeper, "g", Lang::Python, None).map(|s| s.dir);
+        assert!(refused.is_err_and(|e| e.to_string().contains("Rust only")));
     }
 }

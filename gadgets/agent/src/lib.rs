@@ -22,9 +22,7 @@
 //! 3. The issue has LABEL: "done: ...". Else `addLabel`: with
 //!    `await-decision`, "waiting: ..."; otherwise "labelled: ...".
 
-wit_bindgen::generate!({ world: "gadget", path: "../../wit" });
-
-use gatehouse::os::kernel::{self, CallError, Outcome, Service};
+use gatehouse_gadget::{CallError, Gadget, Outcome, Service};
 use serde_json::{Value, json};
 
 const KEY: &str = "ISSUES";
@@ -35,7 +33,7 @@ const MAX_CREATES: usize = 2;
 
 struct Agent;
 
-impl exports::gatehouse::os::run::Guest for Agent {
+impl Gadget for Agent {
     fn run(input: String) -> Result<String, String> {
         let first = input.lines().next().unwrap_or_default().trim();
         let (title, label) = first
@@ -44,12 +42,12 @@ impl exports::gatehouse::os::run::Guest for Agent {
             .map(|(title, label)| (title.trim(), label.trim()))
             .filter(|(title, label)| !title.is_empty() && !label.is_empty())
             .ok_or_else(|| format!("{USAGE} (got {:?})", one_line(first)))?;
-        let service = kernel::open(KEY).map_err(|e| describe("open", &e))?;
+        let service = gatehouse_gadget::open(KEY).map_err(|e| describe("open", &e))?;
         ensure(&service, title, label)
     }
 }
 
-export!(Agent);
+gatehouse_gadget::export!(Agent);
 
 fn ensure(service: &Service, title: &str, label: &str) -> Result<String, String> {
     let issue = match find(service, title)? {
@@ -101,7 +99,6 @@ fn create(service: &Service, title: &str) -> Result<Created, String> {
                 // V1: the simulated result stands in for the issue.
                 return p
                     .provisional
-                    .and_then(|json| serde_json::from_str::<Value>(&json).ok())
                     .filter(|issue| issue.get("id").is_some_and(Value::is_u64))
                     .map(Created::Issue)
                     .ok_or_else(|| {
@@ -133,34 +130,28 @@ fn find(service: &Service, title: &str) -> Result<Option<Value>, String> {
             ));
         }
     };
-    match serde_json::from_str::<Value>(&listed) {
-        Ok(Value::Array(issues)) => Ok(issues
+    match listed {
+        Value::Array(issues) => Ok(issues
             .into_iter()
             .find(|issue| issue.get("title").and_then(Value::as_str) == Some(title))),
-        Ok(_) => Err("listIssues did not answer a JSON list".to_string()),
-        Err(e) => Err(format!("listIssues answered invalid JSON: {e}")),
+        _ => Err("listIssues did not answer a JSON list".to_string()),
     }
 }
 
 fn call(service: &Service, tool: &str, args: Value) -> Result<Outcome, String> {
-    service
-        .call(tool, &args.to_string())
-        .map_err(|e| describe(tool, &e))
+    service.call(tool, &args).map_err(|e| describe(tool, &e))
 }
 
 /// One line saying which call failed and why.
 fn describe(what: &str, error: &CallError) -> String {
     let why = match error {
-        CallError::UnknownKey(e) => format!(
-            "no service {} is introduced (introduced: {})",
-            e.key,
-            e.known.join(", ")
+        CallError::UnknownKey { key, known } => format!(
+            "no service {key} is introduced (introduced: {})",
+            known.join(", ")
         ),
-        CallError::NotGranted(e) => format!(
-            "{} is not granted for {} (allowed: {})",
-            e.tool,
-            e.key,
-            e.allowed.join(", ")
+        CallError::NotGranted { key, tool, allowed } => format!(
+            "{tool} is not granted for {key} (allowed: {})",
+            allowed.join(", ")
         ),
         CallError::InvalidArgs(m) => format!("invalid arguments: {m}"),
         CallError::Refused(m) => format!("refused: {m}"),

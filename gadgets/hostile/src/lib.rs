@@ -6,14 +6,12 @@
 //! its answer), `forge-error` (fail with them) or `flood` (answer 20 MiB).
 //! An agent run passes its task as the input, so the same words work there.
 
-wit_bindgen::generate!({ world: "gadget", path: "../../wit" });
-
 use serde_json::json;
 use std::hint::black_box;
 
 struct Hostile;
 
-impl exports::gatehouse::os::run::Guest for Hostile {
+impl gatehouse_gadget::Gadget for Hostile {
     fn run(input: String) -> Result<String, String> {
         match input.trim() {
             "spin" => spin(),
@@ -38,7 +36,7 @@ impl exports::gatehouse::os::run::Guest for Hostile {
     }
 }
 
-export!(Hostile);
+gatehouse_gadget::export!(Hostile);
 
 /// Terminal escapes (clear screen, an OSC 8 hyperlink, a bidi override, a
 /// carriage return) and lines dressed as the kernel's own.

@@ -2,10 +2,10 @@
 //! calls (`{"steps": [...]}`) and its output is a JSON array with the exact
 //! answer to each step, so tests can drive the kernel interface directly.
 
-wit_bindgen::generate!({ world: "step", path: "../../wit" });
-
-use gatehouse::os::kernel::{self, ActionStatus, CallError, Outcome};
-use gatehouse::os::workflow::{self, Certificate};
+// A test driver: it must show exactly what the kernel answers (text that
+// is not JSON included), so it works on the SDK's raw bindings.
+use gatehouse_gadget::bindings::gatehouse::os::kernel::{self, ActionStatus, CallError, Outcome};
+use gatehouse_gadget::bindings::gatehouse::os::workflow::{self, Certificate};
 use std::cell::RefCell;
 
 thread_local! {
@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 struct Script;
 
-impl exports::gatehouse::os::run::Guest for Script {
+impl gatehouse_gadget::Gadget for Script {
     fn run(input: String) -> Result<String, String> {
         let script: Value =
             serde_json::from_str(&input).map_err(|e| format!("the script is not JSON: {e}"))?;
@@ -33,7 +33,7 @@ impl exports::gatehouse::os::run::Guest for Script {
     }
 }
 
-export!(Script);
+gatehouse_gadget::export!(Script);
 
 /// Runs one step. `Err` only for a malformed step.
 fn run_step(step: &Value) -> Result<Value, String> {

@@ -8,16 +8,14 @@
 //! opened issue and labels it `triaged` (staged, like every write); for any
 //! other trigger (a schedule) it triages as usual.
 
-wit_bindgen::generate!({ world: "gadget", path: "../../wit" });
-
-use gatehouse::os::kernel::{self, ActionStatus, CallError, Outcome, Service};
+use gatehouse_gadget::{ActionResult, Gadget, Outcome, Service};
 use serde_json::{Value, json};
 
 const KEY: &str = "ISSUES";
 
 struct Triage;
 
-impl exports::gatehouse::os::run::Guest for Triage {
+impl Gadget for Triage {
     fn run(input: String) -> Result<String, String> {
         if let Ok(envelope) = serde_json::from_str::<Value>(&input)
             && envelope.get("hook").is_some()
@@ -31,47 +29,14 @@ impl exports::gatehouse::os::run::Guest for Triage {
     }
 }
 
-export!(Triage);
-
-/// One readable line for a refused or failed call.
-fn describe(error: &CallError) -> String {
-    let list = |items: &[String]| {
-        if items.is_empty() {
-            "(none)".to_string()
-        } else {
-            items.join(", ")
-        }
-    };
-    let text = match error {
-        CallError::UnknownKey(e) => {
-            format!("unknown key {}; introduced keys: {}", e.key, list(&e.known))
-        }
-        CallError::NotGranted(e) => format!(
-            "tool {} is not granted for {}; allowed: {}",
-            e.tool,
-            e.key,
-            list(&e.allowed)
-        ),
-        CallError::InvalidArgs(m) => format!("invalid arguments: {m}"),
-        CallError::Refused(m) => format!("refused: {m}"),
-        CallError::Service(m) => format!("service error: {m}"),
-    };
-    one_line(&text)
-}
+gatehouse_gadget::export!(Triage);
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// JSON on one line (text that is not JSON is flattened instead).
-fn compact(json: &str) -> String {
-    serde_json::from_str::<Value>(json)
-        .map(|value| value.to_string())
-        .unwrap_or_else(|_| one_line(json))
-}
-
 fn triage() -> Result<String, String> {
-    let keys = kernel::env();
+    let keys = gatehouse_gadget::env();
     if !keys.iter().any(|k| k == KEY) {
         let known = if keys.is_empty() {
             "none".to_string()
@@ -83,11 +48,11 @@ fn triage() -> Result<String, String> {
              run `introduce CHAT GATEKEEPER --as {KEY}` first"
         ));
     }
-    let service = kernel::open(KEY).map_err(|e| describe(&e))?;
+    let service = gatehouse_gadget::open(KEY).map_err(|e| e.to_string())?;
 
     let listed = match service
-        .call("listIssues", "{}")
-        .map_err(|e| format!("listIssues failed: {}", describe(&e)))?
+        .call("listIssues", &json!({}))
+        .map_err(|e| format!("listIssues failed: {e}"))?
     {
         Outcome::Done(json) => json,
         Outcome::Pending(p) => {
@@ -98,10 +63,8 @@ fn triage() -> Result<String, String> {
             ));
         }
     };
-    let issues: Vec<Value> = match serde_json::from_str(&listed) {
-        Ok(Value::Array(issues)) => issues,
-        Ok(_) => return Err("listIssues did not answer a JSON list".to_string()),
-        Err(e) => return Err(format!("listIssues answered invalid JSON: {e}")),
+    let Value::Array(issues) = listed else {
+        return Err("listIssues did not answer a JSON list".to_string());
     };
 
     let mut report = vec![format!(
@@ -163,13 +126,12 @@ fn hooked(envelope: &Value) -> Result<String, String> {
     let (true, Some(id)) = (opened, id) else {
         return triage();
     };
-    let service = kernel::open(KEY).map_err(|e| describe(&e))?;
+    let service = gatehouse_gadget::open(KEY).map_err(|e| e.to_string())?;
     let read = service
-        .call("getIssue", &json!({ "id": id }).to_string())
-        .map_err(|e| format!("getIssue #{id} failed: {}", describe(&e)))?;
-    let issue: Value = match read {
-        Outcome::Done(json) => serde_json::from_str(&json)
-            .map_err(|e| format!("getIssue answered invalid JSON: {e}"))?,
+        .call("getIssue", &json!({ "id": id }))
+        .map_err(|e| format!("getIssue #{id} failed: {e}"))?;
+    let issue = match read {
+        Outcome::Done(issue) => issue,
         Outcome::Pending(p) => {
             return Err(format!(
                 "getIssue was staged as action #{} instead of answered as a read",
@@ -201,10 +163,10 @@ fn labels(issue: &Value) -> Vec<&str> {
 
 /// Calls an action and describes its outcome in one line.
 fn action(service: &Service, tool: &str, args: &Value) -> String {
-    match service.call(tool, &args.to_string()) {
+    match service.call(tool, args) {
         Ok(Outcome::Pending(p)) => format!("#{} pending: {}", p.action_id, one_line(&p.message)),
-        Ok(Outcome::Done(json)) => format!("done: {}", compact(&json)),
-        Err(e) => format!("err: {}", describe(&e)),
+        Ok(Outcome::Done(json)) => format!("done: {json}"),
+        Err(e) => format!("err: {e}"),
     }
 }
 
@@ -223,21 +185,21 @@ fn poll(ids: &str) -> Result<String, String> {
     }
     let lines: Vec<String> = ids
         .into_iter()
-        .map(|id| match kernel::action_result(id) {
-            Ok(ActionStatus::Pending) => format!("#{id} pending"),
-            Ok(ActionStatus::Rejected(m)) => format!("#{id} rejected: {}", one_line(&m)),
-            Ok(ActionStatus::Expired(m)) => format!("#{id} expired: {}", one_line(&m)),
-            Ok(ActionStatus::Failed(f)) => format!(
+        .map(|id| match gatehouse_gadget::action_result(id) {
+            Ok(ActionResult::Pending) => format!("#{id} pending"),
+            Ok(ActionResult::Rejected(m)) => format!("#{id} rejected: {}", one_line(&m)),
+            Ok(ActionResult::Expired(m)) => format!("#{id} expired: {}", one_line(&m)),
+            Ok(ActionResult::Failed { message, retryable }) => format!(
                 "#{id} failed ({}): {}",
-                if f.retryable {
+                if retryable {
                     "retryable"
                 } else {
                     "not retryable"
                 },
-                one_line(&f.message)
+                one_line(&message)
             ),
-            Ok(ActionStatus::Applied(json)) => format!("#{id} applied: {}", compact(&json)),
-            Err(e) => format!("#{id} error: {}", describe(&e)),
+            Ok(ActionResult::Applied(json)) => format!("#{id} applied: {json}"),
+            Err(e) => format!("#{id} error: {e}"),
         })
         .collect();
     Ok(lines.join("\n"))

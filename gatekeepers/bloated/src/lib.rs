@@ -3,34 +3,22 @@
 //! kernel must refuse it at `gatekeeper add` with one line (issue 12), not
 //! store it and re-read it on every call.
 
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output, Source,
-    ToolError,
+use gatehouse_gatekeeper::manifest::{Manifest, ToolInfo, tool};
+use gatehouse_gatekeeper::{
+    Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
 };
-use gatehouse::os::types::{Annotations, ToolInfo};
+use serde_json::json;
 
 struct Bloated;
 
-fn entry(i: usize, description: String) -> ToolInfo {
-    ToolInfo {
-        name: format!("tool{i}"),
-        description,
-        input_schema: "{\"type\":\"object\"}".to_string(),
-        annotations: Annotations {
-            read_only: Some(true),
-            destructive: None,
-            idempotent: None,
-            open_world: None,
-        },
-        reverted_by: None,
-        honours_idempotency_key: false,
-    }
+fn entry(i: usize, description: &str) -> ToolInfo {
+    tool(&format!("tool{i}"), description, json!({"type": "object"}))
+        .read_only()
+        .build()
 }
 
-impl Guest for Bloated {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+impl Gatekeeper for Bloated {
+    fn describe(_settings: &[(String, String)]) -> Result<Manifest, ToolError> {
         Ok(manifest())
     }
 
@@ -38,32 +26,18 @@ impl Guest for Bloated {
         Err(ToolError::UnknownTool(invocation.tool))
     }
 
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
-    }
-
     fn check_observer(_check: ObserverCheck) -> ObserverVerdict {
-        ObserverVerdict {
-            denials: Vec::new(),
-            scope: None,
-        }
-    }
-
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
+        ObserverVerdict::admit()
     }
 }
 
 /// The manifest, the same for every instance of this gatekeeper.
 fn manifest() -> Manifest {
-    let mut tools = vec![entry(0, "d".repeat(1 << 20))];
-    tools.extend((1..=10_000).map(|i| entry(i, "a tool".to_string())));
-    Manifest {
-        tools,
-        simulates: false,
-        observers: ObserverStrategy::Refuse,
-        triggers: Vec::new(),
+    let mut manifest = Manifest::builder().tool(entry(0, &"d".repeat(1 << 20)));
+    for i in 1..=10_000 {
+        manifest = manifest.tool(entry(i, "a tool"));
     }
+    manifest.build()
 }
 
-export!(Bloated);
+gatehouse_gatekeeper::export!(Bloated);

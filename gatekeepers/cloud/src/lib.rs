@@ -12,28 +12,13 @@
 //! are admitted by one access check (`access-check`): an account that may
 //! list the instances may see everything this gatekeeper read.
 
-// Shared with `issues`; this gatekeeper uses only part of them.
-#[allow(dead_code)]
-#[path = "../../issues/src/http.rs"]
-mod http;
-#[allow(dead_code)]
-#[path = "../../issues/src/kit.rs"]
-mod kit;
-
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output, Source,
-    ToolError,
+use gatehouse_gatekeeper::http::{HttpError, Method, Request, base_url, encode_query};
+use gatehouse_gatekeeper::manifest::{Manifest, ObserverStrategy, tool};
+use gatehouse_gatekeeper::text::one_line;
+use gatehouse_gatekeeper::{
+    Args, Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
 };
-use gatehouse::os::types::Annotations;
-use http::{Failure, Reply, base_url, encode_query, one_line};
-use kit::{
-    action, deny_all, hints, kind, parse_args_naming_kind, read, read_only, request_error, source,
-    tool, unknown_tool,
-};
-use serde_json::{Map, Value, json};
-use wasi::http::types::Method;
+use serde_json::{Value, json};
 
 const TOOLS: &str = "describeInstances, launchInstance, tagInstance";
 
@@ -48,80 +33,73 @@ const TAG_FIELDS: &[&str] = &["id", "tag"];
 
 struct Cloud;
 
-impl Guest for Cloud {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+impl Gatekeeper for Cloud {
+    fn describe(_settings: &[(String, String)]) -> Result<Manifest, ToolError> {
         Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
-        let args = parse_args_naming_kind(&invocation.args)?;
+        let args = Args::parse(&invocation.args)?;
         let base = || base_url(&invocation.settings).map_err(ToolError::Refused);
         match invocation.tool.as_str() {
             "describeInstances" => {
                 let url = format!("{}/instances", base()?);
                 let result = request(Method::Get, &url, None, None)?;
-                Ok(read(result, source(INSTANCES, INSTANCES_TITLE)))
+                Ok(Output::read(
+                    result,
+                    Source::public(INSTANCES, INSTANCES_TITLE),
+                ))
             }
             "launchInstance" => {
-                let body = launch_body(&args)?.to_string();
+                let body = launch_body(&args)?;
                 let url = format!("{}/instances", base()?);
-                let result = request(Method::Post, &url, Some(body.as_bytes()), None)?;
-                Ok(action(result))
+                let result = request(Method::Post, &url, Some(body), None)?;
+                Ok(Output::action(result))
             }
             "tagInstance" => {
                 let (id, body) = tag_request(&args)?;
-                let body = body.to_string();
                 let url = format!("{}/instances/{}/tags", base()?, encode_query(&id));
                 let missing = format!(
                     "the cloud has no instance {}; describeInstances lists them",
                     one_line(&id, 80)
                 );
-                let result = request(Method::Post, &url, Some(body.as_bytes()), Some(&missing))?;
-                Ok(action(result))
+                let result = request(Method::Post, &url, Some(body), Some(&missing))?;
+                Ok(Output::action(result))
             }
-            other => Err(unknown_tool(other, TOOLS)),
+            other => Err(ToolError::unknown_tool(other, TOOLS)),
         }
-    }
-
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
     }
 
     /// `access-check`: one `GET /instances` with the observer's credential.
     /// Fails closed: an access check that could not be made admits nobody.
     fn check_observer(check: ObserverCheck) -> ObserverVerdict {
         let denials = match access_denied(&check.settings) {
-            Some(reason) => deny_all(check.sources, INSTANCES, &reason),
+            Some(reason) => Denial::all(check.sources, INSTANCES, &reason),
             None => Vec::new(),
         };
-        ObserverVerdict {
-            denials,
-            scope: None,
-        }
+        ObserverVerdict::deny(denials)
     }
 
-    /// One access check covers everything (`access-check`): no prediction.
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
-    }
+    // One access check covers everything (`access-check`): no prediction,
+    // the SDK's default.
 }
 
 /// The manifest, the same for every instance of this gatekeeper.
 fn manifest() -> Manifest {
     let text =
         |description: &str| json!({"type": "string", "minLength": 1, "description": description});
-    Manifest {
-        tools: vec![
+    Manifest::builder()
+        .tool(
             tool(
                 "describeInstances",
                 "List every instance (id, type, region, name, tags).",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                // A read of a closed service: nothing it does reaches the open world.
-                Annotations {
-                    open_world: Some(false),
-                    ..read_only()
-                },
-            ),
+            )
+            // A read of a closed service: nothing it does reaches the open world.
+            .read_only()
+            .open_world(false),
+        )
+        .tool(
             tool(
                 "launchInstance",
                 "Launch a new instance. Every call launches another one; the answer carries its id.",
@@ -132,8 +110,12 @@ fn manifest() -> Manifest {
                            "userData": {"type": "string", "description": "A script the instance runs at boot."},
                            "name": {"type": "string", "description": "A name for the instance."}},
                        "required": ["type", "region"], "additionalProperties": false}),
-                hints(Some(false), Some(false), Some(false)),
-            ),
+            )
+            .writes()
+            .destructive(false)
+            .idempotent(false),
+        )
+        .tool(
             tool(
                 "tagInstance",
                 "Add a tag to an instance (adding a tag it already has changes nothing).",
@@ -142,16 +124,15 @@ fn manifest() -> Manifest {
                            "id": text("The instance id, as launchInstance or describeInstances shows it (i-1...)."),
                            "tag": text("The tag to add.")},
                        "required": ["id", "tag"], "additionalProperties": false}),
-                hints(None, Some(false), Some(true)),
-            ),
-        ],
-        simulates: false,
-        observers: ObserverStrategy::AccessCheck,
-        triggers: Vec::new(),
-    }
+            )
+            .destructive(false)
+            .idempotent(true),
+        )
+        .observers(ObserverStrategy::AccessCheck)
+        .build()
 }
 
-export!(Cloud);
+gatehouse_gatekeeper::export!(Cloud);
 
 /// Why the calling account may not observe the cloud, or `None` when it may
 /// list the instances.
@@ -160,28 +141,30 @@ fn access_denied(settings: &[(String, String)]) -> Option<String> {
         Ok(base) => base,
         Err(e) => return Some(format!("could not check access to the cloud: {e}")),
     };
-    match http::send(Method::Get, &format!("{base}/instances"), None) {
-        Ok(Reply { status, .. }) if (200..300).contains(&status) => None,
-        Ok(Reply { status, .. }) if status == 401 || status == 403 => Some(format!(
-            "the account is not allowed to read the cloud (HTTP {status})"
+    match Request::get(format!("{base}/instances")).send() {
+        Ok(reply) if (200..300).contains(&reply.status) => None,
+        Ok(reply) if reply.status == 401 || reply.status == 403 => Some(format!(
+            "the account is not allowed to read the cloud (HTTP {})",
+            reply.status
         )),
-        Ok(Reply { status, .. }) => Some(format!(
-            "could not check access to the cloud: unexpected HTTP {status}"
+        Ok(reply) => Some(format!(
+            "could not check access to the cloud: unexpected HTTP {}",
+            reply.status
         )),
-        Err(Failure::NotSent(e) | Failure::Unknown(e)) => {
+        Err(HttpError::NotSent(e) | HttpError::OutcomeUnknown(e)) => {
             Some(format!("could not check access to the cloud: {e}"))
         }
     }
 }
 
 /// The JSON body of `POST /instances` for `launchInstance`'s arguments.
-fn launch_body(args: &Map<String, Value>) -> Result<Value, ToolError> {
-    only(args, LAUNCH_FIELDS)?;
-    let mut body = Map::new();
-    body.insert("type".into(), Value::String(required(args, "type")?));
-    body.insert("region".into(), Value::String(required(args, "region")?));
+fn launch_body(args: &Args) -> Result<Value, ToolError> {
+    args.only(LAUNCH_FIELDS)?;
+    let mut body = serde_json::Map::new();
+    body.insert("type".into(), Value::String(args.string("type")?));
+    body.insert("region".into(), Value::String(args.string("region")?));
     for name in ["userData", "name"] {
-        if let Some(value) = optional(args, name)? {
+        if let Some(value) = args.optional_string(name)? {
             body.insert(name.into(), Value::String(value));
         }
     }
@@ -190,53 +173,11 @@ fn launch_body(args: &Map<String, Value>) -> Result<Value, ToolError> {
 
 /// The instance id and the JSON body of `POST /instances/{id}/tags` for
 /// `tagInstance`'s arguments.
-fn tag_request(args: &Map<String, Value>) -> Result<(String, Value), ToolError> {
-    only(args, TAG_FIELDS)?;
-    let id = required(args, "id")?.trim().to_string();
-    let tag = required(args, "tag")?;
+fn tag_request(args: &Args) -> Result<(String, Value), ToolError> {
+    args.only(TAG_FIELDS)?;
+    let id = args.string("id")?.trim().to_string();
+    let tag = args.string("tag")?;
     Ok((id, json!({ "tag": tag })))
-}
-
-/// Refuses arguments the tool does not know. An action must not run with
-/// a misspelt argument silently dropped (`userdata` would launch an
-/// instance without its boot script), and the person approving it must see
-/// exactly what will be sent.
-fn only(args: &Map<String, Value>, known: &[&str]) -> Result<(), ToolError> {
-    match args.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(unknown) => Err(ToolError::InvalidArgs(format!(
-            "unknown argument {}; expected: {}",
-            one_line(unknown, 40),
-            known.join(", ")
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The non-empty string field `name`.
-fn required(args: &Map<String, Value>, name: &str) -> Result<String, ToolError> {
-    match args.get(name) {
-        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
-        Some(Value::String(_)) => Err(ToolError::InvalidArgs(format!("{name} must not be empty"))),
-        Some(other) => Err(ToolError::InvalidArgs(format!(
-            "{name} must be a string, not {}",
-            kind(other)
-        ))),
-        None => Err(ToolError::InvalidArgs(format!(
-            "missing string field {name}"
-        ))),
-    }
-}
-
-/// The string field `name`, if present (`null` counts as absent).
-fn optional(args: &Map<String, Value>, name: &str) -> Result<Option<String>, ToolError> {
-    match args.get(name) {
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(Value::Null) | None => Ok(None),
-        Some(other) => Err(ToolError::InvalidArgs(format!(
-            "{name} must be a string, not {}",
-            kind(other)
-        ))),
-    }
 }
 
 /// Sends a request and returns the reply's JSON, mapping every failure to
@@ -248,11 +189,15 @@ fn optional(args: &Map<String, Value>, name: &str) -> Result<Option<String>, Too
 fn request(
     method: Method,
     url: &str,
-    body: Option<&[u8]>,
+    body: Option<Value>,
     not_found: Option<&str>,
 ) -> Result<Value, ToolError> {
-    let what = format!("{} {url}", http::method_name(&method));
-    let reply = http::send(method, url, body).map_err(request_error)?;
+    let mut request = Request::new(method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let what = request.describe();
+    let reply = request.send().map_err(HttpError::into_tool_error)?;
     classify(&what, reply.status, &reply.body, not_found)
 }
 
@@ -300,8 +245,8 @@ fn service_error(text: &str) -> String {
 mod tests {
     use super::*;
 
-    fn args(v: Value) -> Map<String, Value> {
-        v.as_object().cloned().unwrap_or_default()
+    fn args(v: Value) -> Args {
+        Args::from(v.as_object().cloned().unwrap_or_default())
     }
 
     fn invalid<T>(r: Result<T, ToolError>) -> bool {
@@ -360,9 +305,9 @@ mod tests {
 
     #[test]
     fn arguments_must_be_an_object() {
-        assert!(parse_args_naming_kind("").is_ok());
+        assert!(Args::parse("").is_ok());
         for bad in ["[]", "null", "3", "{"] {
-            assert!(invalid(parse_args_naming_kind(bad)), "{bad}");
+            assert!(invalid(Args::parse(bad)), "{bad}");
         }
     }
 

@@ -6,13 +6,11 @@
 //! write; it never talks to any service, and applying it fails without
 //! effect.
 
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output, Source,
-    ToolError,
+use gatehouse_gatekeeper::manifest::{Manifest, tool};
+use gatehouse_gatekeeper::{
+    Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
 };
-use gatehouse::os::types::{Annotations, ToolInfo};
+use serde_json::json;
 
 /// The tool's name: markup that would run if a page inserted it as HTML,
 /// and a forged kernel field.
@@ -24,8 +22,8 @@ pub const DESCRIPTION: &str = "Adds a label.</pre><script>window.__pwned='descri
 
 struct Forger;
 
-impl Guest for Forger {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+impl Gatekeeper for Forger {
+    fn describe(_settings: &[(String, String)]) -> Result<Manifest, ToolError> {
         Ok(manifest())
     }
 
@@ -35,42 +33,17 @@ impl Guest for Forger {
         ))
     }
 
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
-    }
-
     fn check_observer(_check: ObserverCheck) -> ObserverVerdict {
-        ObserverVerdict {
-            denials: Vec::new(),
-            scope: None,
-        }
-    }
-
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
+        ObserverVerdict::admit()
     }
 }
 
-/// The manifest, the same for every instance of this gatekeeper.
+/// The manifest, the same for every instance of this gatekeeper: one tool
+/// with no hints, so calling it stages an action.
 fn manifest() -> Manifest {
-    Manifest {
-        tools: vec![ToolInfo {
-            name: TOOL.into(),
-            description: DESCRIPTION.into(),
-            input_schema: "{\"type\":\"object\"}".into(),
-            annotations: Annotations {
-                read_only: None,
-                destructive: None,
-                idempotent: None,
-                open_world: None,
-            },
-            reverted_by: None,
-            honours_idempotency_key: false,
-        }],
-        simulates: false,
-        observers: ObserverStrategy::Refuse,
-        triggers: Vec::new(),
-    }
+    Manifest::builder()
+        .tool(tool(TOOL, DESCRIPTION, json!({"type": "object"})))
+        .build()
 }
 
-export!(Forger);
+gatehouse_gatekeeper::export!(Forger);

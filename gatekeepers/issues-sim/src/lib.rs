@@ -22,35 +22,25 @@
 //! prediction: an issue created elsewhere before these are applied, or a
 //! deleted issue that had the highest id, makes it wrong.
 
-#[path = "../../issues/src/http.rs"]
-mod http;
-// Shared with the other gatekeepers; this one uses only part of it.
-#[allow(dead_code)]
-#[path = "../../issues/src/kit.rs"]
-mod kit;
-#[path = "../../issues/src/tracker.rs"]
-mod tracker;
-
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Guest, Invocation, Manifest, ObserverCheck, ObserverVerdict, Output, Source, Staged, ToolError,
+use gatehouse_gatekeeper::http::base_url;
+use gatehouse_gatekeeper::manifest::Manifest;
+use gatehouse_gatekeeper::text::kind;
+use gatehouse_gatekeeper::{
+    Args, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Staged, ToolError,
 };
-use http::base_url;
-use kit::{kind, parse_args};
+use issues_tracker::{is_write, issue_id, required, text_arg};
 use serde_json::{Map, Value, json};
-use tracker::{issue_id, required, text_arg};
 
 struct IssuesSim;
 
-impl Guest for IssuesSim {
-    fn describe(settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
-        Ok(tracker::manifest(true, &settings))
+impl Gatekeeper for IssuesSim {
+    fn describe(settings: &[(String, String)]) -> Result<Manifest, ToolError> {
+        Ok(issues_tracker::manifest(true, settings))
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
         let pending = &invocation.pending;
-        tracker::call(
+        issues_tracker::call(
             &invocation,
             |base| Ok(Value::Array(overlay(list(base)?, pending).issues)),
             |base, id| {
@@ -67,42 +57,37 @@ impl Guest for IssuesSim {
                             ))
                         })
                 } else {
-                    tracker::fetch_issue(base, id)
+                    issues_tracker::fetch_issue(base, id)
                 }
             },
         )
     }
 
-    fn simulate(invocation: Invocation) -> Option<String> {
+    fn simulate(invocation: Invocation) -> Option<Value> {
         if !is_write(&invocation.tool) {
             return None;
         }
-        let args = parse_args(&invocation.args).ok()?;
+        let args = Args::parse(&invocation.args).ok()?;
         let service = list(&base_url(&invocation.settings).ok()?).ok()?;
-        predict(&invocation.tool, &args, service, &invocation.pending).map(|v| v.to_string())
+        predict(
+            &invocation.tool,
+            args.as_map(),
+            service,
+            &invocation.pending,
+        )
     }
 
     fn check_observer(check: ObserverCheck) -> ObserverVerdict {
-        ObserverVerdict {
-            denials: tracker::check_access(check),
-            scope: None,
-        }
+        ObserverVerdict::deny(issues_tracker::check_access(check))
     }
 
-    /// One access check covers everything (`access-check`): no prediction.
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
-    }
+    // One access check covers everything (`access-check`): no prediction,
+    // the SDK's default.
 }
 
-export!(IssuesSim);
+gatehouse_gatekeeper::export!(IssuesSim);
 
 // ----- simulation: pure functions over the service's issues -----
-
-/// The tools whose pending calls change what reads show.
-fn is_write(tool: &str) -> bool {
-    matches!(tool, "createIssue" | "addLabel" | "removeLabel")
-}
 
 /// The tracker as the chat will see it once its pending actions are applied.
 struct World {
@@ -119,7 +104,7 @@ fn overlay(mut issues: Vec<Value>, pending: &[Staged]) -> World {
     let mut next_id = highest.saturating_add(1);
     for staged in pending {
         // The kernel stages only JSON objects; anything else reads as `{}`.
-        let args = parse_args(&staged.args).unwrap_or_default();
+        let args = Args::parse(&staged.args).unwrap_or_default().into_map();
         match staged.tool.as_str() {
             "createIssue" => {
                 let text = |name| args.get(name).and_then(Value::as_str).unwrap_or_default();
@@ -219,7 +204,7 @@ fn add_label(issue: &mut Value, label: &str) -> bool {
 
 /// `GET /issues`: the service's issues.
 fn list(base: &str) -> Result<Vec<Value>, ToolError> {
-    match tracker::fetch_list(base)? {
+    match issues_tracker::fetch_list(base)? {
         Value::Array(issues) => Ok(issues),
         other => Err(ToolError::UnknownOutcome(format!(
             "GET {base}/issues: expected a JSON list of issues, got {}",

@@ -2,47 +2,36 @@
 //! (list, get, search, create, label, unlabel) over `wasi:http`; the kernel adds the
 //! credential and limits where its requests may go.
 //!
-//! The tools themselves live in `tracker.rs`, shared with `issues-sim`; this
-//! gatekeeper answers reads with what the service says and never simulates.
+//! The tools themselves live in the `issues-tracker` library (`tracker/`),
+//! shared with `issues-sim`; this gatekeeper answers reads with what the
+//! service says and never simulates.
 
-mod http;
-// Shared with the other gatekeepers; this one uses only part of it.
-#[allow(dead_code)]
-mod kit;
-mod tracker;
-
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Guest, Invocation, Manifest, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
+use gatehouse_gatekeeper::manifest::Manifest;
+use gatehouse_gatekeeper::{
+    Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
 };
 
 struct Issues;
 
-impl Guest for Issues {
-    fn describe(settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
-        Ok(tracker::manifest(false, &settings))
+impl Gatekeeper for Issues {
+    fn describe(settings: &[(String, String)]) -> Result<Manifest, ToolError> {
+        Ok(issues_tracker::manifest(false, settings))
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
-        tracker::call(&invocation, tracker::fetch_list, tracker::fetch_issue)
-    }
-
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
+        issues_tracker::call(
+            &invocation,
+            issues_tracker::fetch_list,
+            issues_tracker::fetch_issue,
+        )
     }
 
     fn check_observer(check: ObserverCheck) -> ObserverVerdict {
-        ObserverVerdict {
-            denials: tracker::check_access(check),
-            scope: None,
-        }
+        ObserverVerdict::deny(issues_tracker::check_access(check))
     }
 
-    /// One access check covers everything (`access-check`): no prediction.
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
-    }
+    // One access check covers everything (`access-check`): no prediction,
+    // the SDK's default.
 }
 
-export!(Issues);
+gatehouse_gatekeeper::export!(Issues);

@@ -19,13 +19,10 @@
 mod session;
 mod wire;
 
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output,
-    Source, ToolError,
+use gatehouse_gatekeeper::manifest::{Annotations, Manifest, ObserverStrategy, ToolInfo};
+use gatehouse_gatekeeper::{
+    Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
 };
-use gatehouse::os::types::{Annotations, ToolInfo};
 use serde_json::{Map, Value, json};
 use session::{Error, Session};
 
@@ -178,9 +175,9 @@ fn result_output(result: Value) -> Output {
     }
 }
 
-impl Guest for Mcp {
-    fn describe(settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
-        let url = url(&settings)?;
+impl Gatekeeper for Mcp {
+    fn describe(settings: &[(String, String)]) -> Result<Manifest, ToolError> {
+        let url = url(settings)?;
         let describe_error = |e: Error| ToolError::Refused(e.text());
         let mut s = Session::open(&url).map_err(describe_error)?;
         let tools = list_tools(&mut s).map_err(describe_error)?;
@@ -231,35 +228,15 @@ impl Guest for Mcp {
         }
     }
 
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
-    }
-
     /// Observers are refused (`refuse`): nothing to check with.
     fn check_observer(check: ObserverCheck) -> ObserverVerdict {
-        let mut denials: Vec<Denial> = check
-            .sources
-            .into_iter()
-            .map(|s| Denial {
-                source: s.id,
-                reason: "an MCP server cannot say who may observe its data".into(),
-            })
-            .collect();
-        if denials.is_empty() {
-            denials.push(Denial {
-                source: "mcp".into(),
-                reason: "an MCP server cannot say who may observe its data".into(),
-            });
-        }
-        ObserverVerdict {
-            denials,
-            scope: None,
-        }
-    }
-
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
+        let denials = Denial::all(
+            check.sources,
+            "mcp",
+            "an MCP server cannot say who may observe its data",
+        );
+        ObserverVerdict::deny(denials)
     }
 }
 
-export!(Mcp);
+gatehouse_gatekeeper::export!(Mcp);

@@ -5,7 +5,9 @@
 
 use serde_json::{Value, json};
 
-use crate::wire::{self, Answer, Failure, one_line};
+use gatehouse_gatekeeper::http::HttpError;
+
+use crate::wire::{self, Answer, one_line};
 
 /// The protocol revisions this client speaks with the `initialize`
 /// handshake, newest first; the first is the one it asks for.
@@ -148,9 +150,9 @@ impl Session {
     }
 }
 
-fn transport(f: Failure, method: &str) -> Error {
+fn transport(f: HttpError, method: &str) -> Error {
     match f {
-        Failure::NotSent(m) => Error::NotTaken(format!("{method} was not sent: {m}")),
-        Failure::Unknown(m) => Error::Unknown(format!("{method}: {m}")),
+        HttpError::NotSent(m) => Error::NotTaken(format!("{method} was not sent: {m}")),
+        HttpError::OutcomeUnknown(m) => Error::Unknown(format!("{method}: {m}")),
     }
 }

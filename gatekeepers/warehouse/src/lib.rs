@@ -10,25 +10,13 @@
 //! an action for tests of the approval path and is always refused without a
 //! request.
 
-// Shared with `issues`; this gatekeeper uses only part of them.
-#[allow(dead_code)]
-#[path = "../../issues/src/http.rs"]
-mod http;
-#[allow(dead_code)]
-#[path = "../../issues/src/kit.rs"]
-mod kit;
-
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Denial, Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output,
-    Source, ToolError,
+use gatehouse_gatekeeper::http::{HttpError, Request, base_url, encode_query};
+use gatehouse_gatekeeper::manifest::{Manifest, ObserverStrategy, tool};
+use gatehouse_gatekeeper::text::one_line;
+use gatehouse_gatekeeper::{
+    Args, Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
 };
-use gatehouse::os::types::Annotations;
-use http::{Failure, base_url, encode_query, one_line};
-use kit::{deny_all, none, parse_args, read, read_only, request_error, source, tool, unknown_tool};
 use serde_json::{Map, Value, json};
-use wasi::http::types::Method;
 
 const TOOLS: &str = "listTables, query, exportReport";
 
@@ -40,34 +28,34 @@ const CATALOG: &str = "catalog";
 
 struct Warehouse;
 
-impl Guest for Warehouse {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+impl Gatekeeper for Warehouse {
+    fn describe(_settings: &[(String, String)]) -> Result<Manifest, ToolError> {
         Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
-        let args = parse_args(&invocation.args)?;
+        let args = Args::parse(&invocation.args)?;
+        let args = args.as_map();
         let base = || base_url(&invocation.settings).map_err(ToolError::Refused);
         match invocation.tool.as_str() {
             "listTables" => {
                 let url = format!("{}/tables", base()?);
                 let result = get(&url, "the table list")?;
-                Ok(read(result, source(CATALOG, "Warehouse table list")))
+                Ok(Output::read(
+                    result,
+                    Source::public(CATALOG, "Warehouse table list"),
+                ))
             }
             "query" => {
-                let name = table_arg(&args)?;
+                let name = table_arg(args)?;
                 let url = format!("{}/tables/{}", base()?, encode_query(&name));
                 let result = get(&url, &format!("table {}", one_line(&name, 80)))?;
                 let source = table_source(&name, &result);
-                Ok(read(result, source))
+                Ok(Output::read(result, source))
             }
             "exportReport" => Err(ToolError::Refused("exports are disabled".into())),
-            other => Err(unknown_tool(other, TOOLS)),
+            other => Err(ToolError::unknown_tool(other, TOOLS)),
         }
-    }
-
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
     }
 
     /// `track-reads`: one request lists every table the account may read;
@@ -96,19 +84,19 @@ impl Guest for Warehouse {
                 }
             }
             Err(reason) => ObserverVerdict {
-                denials: deny_all(check.sources, "warehouse", &reason),
+                denials: Denial::all(check.sources, "warehouse", &reason),
                 scope: None,
             },
         }
     }
 
     fn predict_sources(invocation: Invocation) -> Vec<Source> {
-        let Ok(args) = parse_args(&invocation.args) else {
+        let Ok(args) = Args::parse(&invocation.args) else {
             return Vec::new();
         };
         match invocation.tool.as_str() {
-            "listTables" => vec![source(CATALOG, "Warehouse table list")],
-            "query" => match table_arg(&args) {
+            "listTables" => vec![Source::public(CATALOG, "Warehouse table list")],
+            "query" => match table_arg(args.as_map()) {
                 Ok(name) => vec![Source {
                     id: format!("{TABLE_PREFIX}{name}"),
                     title: format!("Warehouse table {}", one_line(&name, 80)),
@@ -123,51 +111,48 @@ impl Guest for Warehouse {
 
 /// The manifest, the same for every instance of this gatekeeper.
 fn manifest() -> Manifest {
-    // Reads of a closed service: nothing they do reaches the open world.
-    let closed_read = || Annotations {
-        open_world: Some(false),
-        ..read_only()
-    };
     let table = json!({"type": "string", "minLength": 1, "description": "The table's name, as listTables shows it."});
-    Manifest {
-        tools: vec![
+    Manifest::builder()
+        // Reads of a closed service: nothing they do reaches the open world.
+        .tool(
             tool(
                 "listTables",
                 "List the warehouse's tables (name, title, whether the data is owner-only). Returns no rows.",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                closed_read(),
-            ),
+            )
+            .read_only()
+            .open_world(false),
+        )
+        .tool(
             tool(
                 "query",
                 "Read every row of one table.",
                 json!({"type": "object", "properties": {"table": table},
                        "required": ["table"], "additionalProperties": false}),
-                closed_read(),
-            ),
-            tool(
-                "exportReport",
-                "Export a table as a report to a destination. Exports are disabled in this demo: the call is always refused and nothing is sent.",
-                json!({"type": "object",
-                       "properties": {"table": table,
-                                      "to": {"type": "string", "minLength": 1, "description": "Where the report should go."}},
-                       "required": ["table", "to"], "additionalProperties": false}),
-                none(),
-            ),
-        ],
-        simulates: false,
-        observers: ObserverStrategy::TrackReads,
-        triggers: Vec::new(),
-    }
+            )
+            .read_only()
+            .open_world(false),
+        )
+        .tool(tool(
+            "exportReport",
+            "Export a table as a report to a destination. Exports are disabled in this demo: the call is always refused and nothing is sent.",
+            json!({"type": "object",
+                   "properties": {"table": table,
+                                  "to": {"type": "string", "minLength": 1, "description": "Where the report should go."}},
+                   "required": ["table", "to"], "additionalProperties": false}),
+        ))
+        .observers(ObserverStrategy::TrackReads)
+        .build()
 }
 
-export!(Warehouse);
+gatehouse_gatekeeper::export!(Warehouse);
 
 /// The tables the calling account may read (`GET /access`), or why that
 /// could not be learned. Fails closed: no answer means no access.
 fn readable_tables(base: &str) -> Result<Vec<String>, String> {
-    let reply = match http::send(Method::Get, &format!("{base}/access"), None) {
+    let reply = match Request::get(format!("{base}/access")).send() {
         Ok(reply) => reply,
-        Err(Failure::NotSent(e) | Failure::Unknown(e)) => {
+        Err(HttpError::NotSent(e) | HttpError::OutcomeUnknown(e)) => {
             return Err(format!("could not check access to the warehouse: {e}"));
         }
     };
@@ -232,7 +217,9 @@ fn table_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
 /// GETs `url` and returns its JSON, mapping failures to the `tool-error`
 /// the kernel expects. `what` names the thing read, for messages.
 fn get(url: &str, what: &str) -> Result<Value, ToolError> {
-    let reply = http::send(Method::Get, url, None).map_err(request_error)?;
+    let reply = Request::get(url)
+        .send()
+        .map_err(HttpError::into_tool_error)?;
     let status = reply.status;
     let text = String::from_utf8_lossy(&reply.body);
     let detail = || service_error(&text);
@@ -314,10 +301,10 @@ mod tests {
 
     #[test]
     fn arguments_must_be_an_object() {
-        assert!(parse_args("").is_ok());
-        assert!(parse_args("{\"table\":\"sales\"}").is_ok());
+        assert!(Args::parse("").is_ok());
+        assert!(Args::parse("{\"table\":\"sales\"}").is_ok());
         for bad in ["[]", "null", "3", "{"] {
-            assert!(matches!(parse_args(bad), Err(ToolError::InvalidArgs(_))));
+            assert!(matches!(Args::parse(bad), Err(ToolError::InvalidArgs(_))));
         }
     }
 

@@ -7,43 +7,31 @@
 //! fetch is declared `open-world: true` and reported as a `web:<url>`
 //! source. The data is public, so observers need no check (`no-check`).
 
-// Shared with `issues`; this gatekeeper uses only part of them.
-#[allow(dead_code)]
-#[path = "../../issues/src/http.rs"]
-mod http;
-#[allow(dead_code)]
-#[path = "../../issues/src/kit.rs"]
-mod kit;
-
-wit_bindgen::generate!({ world: "gatekeeper", path: "../../wit" });
-
-use exports::gatehouse::os::tool::{
-    Guest, Invocation, Manifest, ObserverCheck, ObserverStrategy, ObserverVerdict, Output, Source,
-    ToolError,
+use gatehouse_gatekeeper::http::Request;
+use gatehouse_gatekeeper::manifest::{Manifest, ObserverStrategy, tool};
+use gatehouse_gatekeeper::text::one_line;
+use gatehouse_gatekeeper::{
+    Args, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, Source, ToolError,
 };
-use gatehouse::os::types::Annotations;
-use http::one_line;
-use kit::{parse_args, read, read_only, source, tool, tool_error, unknown_tool};
-use serde_json::{Map, Value, json};
-use wasi::http::types::Method;
+use serde_json::{Value, json};
 
 /// The most of a body `fetch` returns, in bytes of UTF-8 text.
 const MAX_BODY: usize = 64 * 1024;
 
 struct Webfetch;
 
-impl Guest for Webfetch {
-    fn describe(_settings: Vec<(String, String)>) -> Result<Manifest, ToolError> {
+impl Gatekeeper for Webfetch {
+    fn describe(_settings: &[(String, String)]) -> Result<Manifest, ToolError> {
         Ok(manifest())
     }
 
     fn call(invocation: Invocation) -> Result<Output, ToolError> {
         if invocation.tool != "fetch" {
-            return Err(unknown_tool(&invocation.tool, "fetch"));
+            return Err(ToolError::unknown_tool(&invocation.tool, "fetch"));
         }
-        let args = parse_args(&invocation.args)?;
+        let args = Args::parse(&invocation.args)?;
         let url = url_arg(&args)?;
-        let reply = http::send(Method::Get, &url, None).map_err(tool_error)?;
+        let reply = Request::get(url.as_str()).send()?;
         if reply.status >= 500 {
             let text = String::from_utf8_lossy(&reply.body);
             return Err(ToolError::UnknownOutcome(format!(
@@ -54,59 +42,47 @@ impl Guest for Webfetch {
             )));
         }
         let body = String::from_utf8_lossy(&reply.body);
-        Ok(read(
+        Ok(Output::read(
             json!({"status": reply.status, "body": cut(&body, MAX_BODY)}),
-            source(format!("web:{url}"), one_line(&url, 200)),
+            Source::public(format!("web:{url}"), one_line(&url, 200)),
         ))
-    }
-
-    fn simulate(_invocation: Invocation) -> Option<String> {
-        None
     }
 
     fn check_observer(_check: ObserverCheck) -> ObserverVerdict {
         // Public data: anyone may observe it.
-        ObserverVerdict {
-            denials: Vec::new(),
-            scope: None,
-        }
+        ObserverVerdict::admit()
     }
 
-    /// `no-check`: the kernel never needs a prediction.
-    fn predict_sources(_invocation: Invocation) -> Vec<Source> {
-        Vec::new()
-    }
+    // `no-check`: the kernel never needs a prediction (the SDK's default).
 }
 
 /// The manifest, the same for every instance of this gatekeeper.
 fn manifest() -> Manifest {
-    Manifest {
-        tools: vec![tool(
-            "fetch",
-            "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.",
-            json!({
-                "type": "object",
-                "properties": {"url": {"type": "string", "description": "An http:// or https:// url."}},
-                "required": ["url"],
-                "additionalProperties": false,
-            }),
-            Annotations {
-                open_world: Some(true),
-                ..read_only()
-            },
-        )],
-        simulates: false,
-        observers: ObserverStrategy::NoCheck,
-        triggers: Vec::new(),
-    }
+    Manifest::builder()
+        .tool(
+            tool(
+                "fetch",
+                "GET a web page and return {\"status\", \"body\"}; the body is text, cut at 64 KiB. Only hosts the operator allowed can be reached.",
+                json!({
+                    "type": "object",
+                    "properties": {"url": {"type": "string", "description": "An http:// or https:// url."}},
+                    "required": ["url"],
+                    "additionalProperties": false,
+                }),
+            )
+            .read_only()
+            .open_world(true),
+        )
+        .observers(ObserverStrategy::NoCheck)
+        .build()
 }
 
-export!(Webfetch);
+gatehouse_gatekeeper::export!(Webfetch);
 
 /// The `url` argument: a string starting with `http://` or `https://`.
 /// Anything else wrong with it (whitespace, no host) is found by the HTTP
 /// helper, which refuses to send it.
-fn url_arg(args: &Map<String, Value>) -> Result<String, ToolError> {
+fn url_arg(args: &Args) -> Result<String, ToolError> {
     let url = match args.get("url") {
         Some(Value::String(s)) => s.trim(),
         Some(_) => return Err(ToolError::InvalidArgs("url must be a string".into())),
@@ -150,7 +126,7 @@ mod tests {
 
     #[test]
     fn url_must_be_an_http_url_string() {
-        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let args = |v: Value| Args::from(v.as_object().cloned().unwrap_or_default());
         assert_eq!(
             url_arg(&args(json!({"url": " http://h/x "})))
                 .ok()

@@ -360,6 +360,34 @@ fn javascript_installs_once_and_a_corrupt_cache_entry_is_rebuilt() {
     install_twice_then_corrupt("triage-js");
 }
 
+/// The command that builds a Rust starter named `name` as its README says,
+/// and the component it makes. It runs the cargo running this test, so the
+/// starter builds with the toolchain (and its wasm32-wasip2 target) the
+/// repository pins; its dependencies come from crates.io and the SDK it
+/// vendors.
+fn rust_build(name: &str) -> (Command, std::path::PathBuf) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = langs::target_dir().join("starter-rust");
+    let mut cmd = Command::new(&cargo);
+    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+        .env("CARGO_TARGET_DIR", &target);
+    if let Some(rustc) = Path::new(&cargo)
+        .parent()
+        .map(|bin| bin.join("rustc"))
+        .filter(|r| r.exists())
+    {
+        cmd.env("RUSTC", rustc);
+    }
+    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "RUSTC_WRAPPER"] {
+        cmd.env_remove(var);
+    }
+    let wasm = target.join(format!(
+        "wasm32-wasip2/release/{}.wasm",
+        name.replace('-', "_")
+    ));
+    (cmd, wasm)
+}
+
 /// The starter `gatehouse new` writes for `lang`, built with the commands
 /// its README gives; returns the built component.
 fn build_starter(w: &World, lang: &str, name: &str) -> std::path::PathBuf {
@@ -392,28 +420,9 @@ fn build_starter(w: &World, lang: &str, name: &str) -> std::path::PathBuf {
     };
     match lang {
         "rust" => {
-            // The cargo running this test, so the starter builds with the
-            // toolchain (and its wasm32-wasip2 target) the repository pins.
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let target = langs::target_dir().join("starter-rust");
-            let mut cmd = Command::new(&cargo);
-            cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
-                .env("CARGO_TARGET_DIR", &target);
-            if let Some(rustc) = Path::new(&cargo)
-                .parent()
-                .map(|bin| bin.join("rustc"))
-                .filter(|r| r.exists())
-            {
-                cmd.env("RUSTC", rustc);
-            }
-            for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "RUSTC_WRAPPER"] {
-                cmd.env_remove(var);
-            }
+            let (cmd, wasm) = rust_build(name);
             run(cmd, "cargo build");
-            target.join(format!(
-                "wasm32-wasip2/release/{}.wasm",
-                name.replace('-', "_")
-            ))
+            wasm
         }
         "python" => {
             assert_eq!(
@@ -507,6 +516,123 @@ async fn the_python_starter_builds_installs_and_runs() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_javascript_starter_builds_installs_and_runs() {
     starter_builds_installs_and_runs("js").await;
+}
+
+/// The code block docs/writing-a-gatekeeper.md gives for the starter edit
+/// `name` (the rust block after `<!-- starter edit: NAME -->`): the test
+/// applies the page's own text, so the page cannot drift from what works.
+fn gatekeeper_doc_edit(name: &str) -> String {
+    let page = langs::repo_root().join("docs/writing-a-gatekeeper.md");
+    let doc = String::from_utf8(read(&page)).expect("the page is UTF-8");
+    let marker = format!("<!-- starter edit: {name} -->\n```rust\n");
+    let start = doc
+        .find(&marker)
+        .unwrap_or_else(|| panic!("{} has no starter edit {name}", page.display()))
+        + marker.len();
+    let end = doc[start..]
+        .find("```")
+        .unwrap_or_else(|| panic!("the starter edit {name} is not closed"));
+    doc[start..start + end].to_string()
+}
+
+/// Issue 14: a newcomer writes a gatekeeper from `gatehouse new gatekeeper`
+/// and the docs alone (the write tool the guide adds), adds it, and a
+/// gadget's call of the write is staged: `pending`, awaiting a decision,
+/// and nothing reaches the service, while the starter's read goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newcomer_writes_a_gatekeeper_from_the_starter_and_gets_a_pending_write() {
+    let w = World::new();
+    let service = gatehouse_e2e::EchoService::start(200);
+    let dir = w.home().join("notes");
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let created = w.cli(&[
+        "new",
+        "gatekeeper",
+        "notes",
+        "--lang",
+        "rust",
+        "--dir",
+        &dir_arg,
+    ]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(
+        stdout(&created).starts_with("created gatekeeper notes"),
+        "{}",
+        stdout(&created)
+    );
+    assert!(
+        dir.join("vendor/gatehouse-gatekeeper/src/lib.rs").exists(),
+        "the starter vendors the SDK"
+    );
+
+    let lib = dir.join("src/lib.rs");
+    let mut source = String::from_utf8(read(&lib)).expect("UTF-8");
+    for (anchor, edit) in [
+        ("        // Tools: add more here.\n", "tools"),
+        ("            // Calls: add more here.\n", "calls"),
+    ] {
+        assert!(source.contains(anchor), "the starter has {anchor:?}");
+        let edited = format!("{anchor}{}", gatekeeper_doc_edit(edit));
+        source = source.replacen(anchor, &edited, 1);
+    }
+    std::fs::write(&lib, source).expect("the edit is saved");
+
+    let (mut cmd, wasm) = rust_build("notes");
+    let built = cmd
+        .current_dir(&dir)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("cargo runs");
+    assert!(
+        built.status.success(),
+        "cargo build failed in the gatekeeper starter:\n{}{}",
+        stdout(&built),
+        stderr(&built)
+    );
+
+    let wasm_arg = wasm.to_string_lossy().into_owned();
+    let host = service.host();
+    let added = w.cli(&[
+        "gatekeeper",
+        "add",
+        &wasm_arg,
+        "--name",
+        "notes",
+        "--trust",
+        "byo",
+        "--allow-host",
+        &host,
+    ]);
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert!(stdout(&added).contains("addItem"), "{}", stdout(&added));
+    for args in [
+        &["chat", "new", "work"][..],
+        &["introduce", "work", "notes", "--key", "NOTES"],
+    ] {
+        let o = w.cli(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    w.install("script");
+    let steps = serde_json::json!({ "steps": [
+        gatehouse_e2e::call("NOTES", "addItem", serde_json::json!({"title": "Milk"})),
+        gatehouse_e2e::call("NOTES", "listItems", serde_json::json!({})),
+    ]});
+    let ran = w.cli(&["run", "script", "--chat", "work", &steps.to_string()]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    let answers: Value =
+        serde_json::from_str(&stdout(&ran)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&ran)));
+    let pending = &answers[0]["pending"];
+    assert!(pending["action_id"].is_u64(), "{answers}");
+    assert_eq!(pending["await_decision"], true, "{answers}");
+    assert!(answers[1]["done"].is_object(), "the read ran: {answers}");
+
+    let seen = service.requests();
+    assert_eq!(seen.len(), 1, "only the read reached the service: {seen:?}");
+    assert_eq!(seen[0]["method"], "GET", "{seen:?}");
+    assert_eq!(seen[0]["path"], "/items", "{seen:?}");
+    let listed = w.cli(&["pending"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(stdout(&listed).contains("addItem"), "{}", stdout(&listed));
 }
 
 #[tokio::test(flavor = "multi_thread")]

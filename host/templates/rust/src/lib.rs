@@ -5,43 +5,35 @@
 //! Build: `cargo build --release --target wasm32-wasip2`
 //! Install: `gatehouse install target/wasm32-wasip2/release/{{crate}}.wasm --name {{name}}`
 
-wit_bindgen::generate!({ world: "gadget", path: "wit" });
+use gatehouse_gadget::{Gadget, Outcome};
+use serde_json::json;
 
-use gatehouse::os::kernel::{self, CallError, Outcome};
+struct Starter;
 
-struct Gadget;
-
-impl exports::gatehouse::os::run::Guest for Gadget {
+impl Gadget for Starter {
     fn run(input: String) -> Result<String, String> {
         let mut lines = vec![format!("Hello from {{name}}. You said: {:?}", input.trim())];
-        let keys = kernel::env();
+        let keys = gatehouse_gadget::env();
         if keys.is_empty() {
             lines.push("Services introduced: none".to_string());
         }
         for key in &keys {
-            let service = kernel::open(key).map_err(|e| describe(&e))?;
+            let service = gatehouse_gadget::open(key).map_err(|e| e.to_string())?;
             let tools: Vec<String> = service.tools().into_iter().map(|t| t.name).collect();
             lines.push(format!("Service {key}: {}", tools.join(", ")));
         }
         if keys.iter().any(|k| k == "ISSUES") {
-            let issues = kernel::open("ISSUES").map_err(|e| describe(&e))?;
-            match issues.call("listIssues", "{}") {
-                Ok(Outcome::Done(json)) => lines.push(format!("ISSUES answered: {json}")),
+            let issues = gatehouse_gadget::open("ISSUES").map_err(|e| e.to_string())?;
+            // A read answers `Done` at once; a write would answer `Pending`:
+            // staged, nothing sent until a person approves it.
+            match issues.call("listIssues", &json!({})) {
+                Ok(Outcome::Done(answer)) => lines.push(format!("ISSUES answered: {answer}")),
                 Ok(Outcome::Pending(p)) => lines.push(format!("staged as #{}", p.action_id)),
-                Err(e) => lines.push(format!("listIssues failed: {}", describe(&e))),
+                Err(e) => lines.push(format!("listIssues failed: {e}")),
             }
         }
         Ok(lines.join("\n"))
     }
 }
 
-export!(Gadget);
-
-/// One line for a refused call.
-fn describe(error: &CallError) -> String {
-    match error {
-        CallError::UnknownKey(e) => format!("unknown key {}", e.key),
-        CallError::NotGranted(e) => format!("{} is not granted", e.tool),
-        CallError::InvalidArgs(m) | CallError::Refused(m) | CallError::Service(m) => m.clone(),
-    }
-}
+gatehouse_gadget::export!(Starter);

@@ -11,22 +11,15 @@
 //! with `--set idempotency-key=ignored` (a tracker that does not honour
 //! keys) declares neither and sends none.
 //!
-//! `issues` and `issues-sim` both include this file (`issues-sim` with
-//! `#[path]`), next to `kit.rs` and `http.rs`. They differ only in how reads
-//! of issues are answered, which each passes to [`call`].
+//! `issues` and `issues-sim` both link this library, written on the
+//! gatekeeper SDK. They differ only in how reads of issues are answered,
+//! which each passes to [`call`]; this crate may not know which one runs.
 
+use gatehouse_gatekeeper::http::{self, HttpError, Request, base_url, encode_query};
+use gatehouse_gatekeeper::manifest::{Manifest, ObserverStrategy, tool};
+use gatehouse_gatekeeper::text::{kind, one_line};
+use gatehouse_gatekeeper::{Args, Denial, Invocation, ObserverCheck, Output, Source, ToolError};
 use serde_json::{Map, Value, json};
-use wasi::http::types::Method;
-
-use crate::exports::gatehouse::os::tool::{
-    Denial, Invocation, Manifest, ObserverCheck, ObserverStrategy, Output, ToolError, Trigger,
-    TriggerKind,
-};
-use crate::http::{self, Failure, Reply, base_url, encode_query, one_line};
-use crate::kit::{
-    action, deny_all, hints, kind, parse_args_naming_kind, read, request_error, source, tool,
-    unknown_tool,
-};
 
 pub const TOOLS: &str = "listIssues, getIssue, searchIssues, createIssue, addLabel, removeLabel";
 
@@ -40,84 +33,92 @@ pub fn honours_keys(settings: &[(String, String)]) -> bool {
 /// `simulates` says whether it can.
 pub fn manifest(simulates: bool, settings: &[(String, String)]) -> Manifest {
     let id = json!({"type": "integer", "minimum": 1, "description": "The issue number."});
-    let honours = honours_keys(settings);
-    let mut tools = vec![
-        tool(
-            "listIssues",
-            "List every issue in the tracker.",
-            json!({"type": "object", "properties": {}, "additionalProperties": false}),
-            hints(Some(true), None, None),
-        ),
-        tool(
-            "getIssue",
-            "Read one issue by number.",
-            json!({"type": "object", "properties": {"id": id},
+    let label = json!({"type": "object",
+                       "properties": {"id": id, "label": {"type": "string", "minLength": 1}},
+                       "required": ["id", "label"], "additionalProperties": false});
+    // The writes carry the kernel's key when the service honours it.
+    let keyed = honours_keys(settings);
+    let mut manifest = Manifest::builder()
+        .tool(
+            tool(
+                "listIssues",
+                "List every issue in the tracker.",
+                json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            )
+            .read_only(),
+        )
+        .tool(
+            tool(
+                "getIssue",
+                "Read one issue by number.",
+                json!({"type": "object", "properties": {"id": id},
                        "required": ["id"], "additionalProperties": false}),
-            hints(Some(true), None, None),
-        ),
-        tool(
+            )
+            .read_only(),
+        )
+        // No hint at all: the kernel treats it as an action (SPEC K2).
+        .tool(tool(
             "searchIssues",
             "Find issues whose title contains the text (case-insensitive).",
             json!({"type": "object",
-                       "properties": {"q": {"type": "string", "description": "Text to look for."}},
-                       "required": ["q"], "additionalProperties": false}),
-            hints(None, None, None),
-        ),
-        tool(
-            "createIssue",
-            "Open a new issue.",
-            json!({"type": "object",
+                   "properties": {"q": {"type": "string", "description": "Text to look for."}},
+                   "required": ["q"], "additionalProperties": false}),
+        ))
+        .tool(
+            tool(
+                "createIssue",
+                "Open a new issue.",
+                json!({"type": "object",
                        "properties": {"title": {"type": "string", "minLength": 1},
                                       "body": {"type": "string"}},
                        "required": ["title"], "additionalProperties": false}),
-            hints(Some(false), Some(false), Some(false)),
-        ),
-        tool(
-            "addLabel",
-            "Add a label to an issue (adding a label it already has changes nothing).",
-            json!({"type": "object",
-                       "properties": {"id": id, "label": {"type": "string", "minLength": 1}},
-                       "required": ["id", "label"], "additionalProperties": false}),
-            hints(None, Some(false), Some(true)),
-        ),
+            )
+            .writes()
+            .destructive(false)
+            .idempotent(false)
+            .honours_idempotency_key(keyed),
+        )
+        .tool(
+            tool(
+                "addLabel",
+                "Add a label to an issue (adding a label it already has changes nothing).",
+                label.clone(),
+            )
+            .destructive(false)
+            .idempotent(true)
+            .reverted_by("removeLabel")
+            .honours_idempotency_key(keyed),
+        )
         // Removing takes something away: destructive, honestly. Doing
         // it twice is the same as once: idempotent.
-        tool(
-            "removeLabel",
-            "Remove a label from an issue (removing a label it does not have changes nothing).",
-            json!({"type": "object",
-                       "properties": {"id": id, "label": {"type": "string", "minLength": 1}},
-                       "required": ["id", "label"], "additionalProperties": false}),
-            hints(None, Some(true), Some(true)),
-        ),
-    ];
-    for t in &mut tools {
-        if t.name == "addLabel" {
-            t.reverted_by = Some("removeLabel".to_string());
-        }
-        t.honours_idempotency_key = honours && is_write(&t.name);
+        .tool(
+            tool(
+                "removeLabel",
+                "Remove a label from an issue (removing a label it does not have changes nothing).",
+                label,
+            )
+            .destructive(true)
+            .idempotent(true)
+            .honours_idempotency_key(keyed),
+        )
+        .observers(ObserverStrategy::AccessCheck)
+        .webhook(
+            "issueOpened",
+            "The tracker delivers {\"event\": \"issueOpened\", \"issue\": {...}} when an issue is created (configure its webhook with the hook's URL and secret).",
+        )
+        .schedule(
+            "hourly",
+            "Every hour: look over the tracker (the bound gadget decides what to do).",
+            3600,
+        );
+    if simulates {
+        manifest = manifest.simulates();
     }
-    Manifest {
-        tools,
-        simulates,
-        observers: ObserverStrategy::AccessCheck,
-        triggers: vec![
-            Trigger {
-                name: "issueOpened".into(),
-                description: "The tracker delivers {\"event\": \"issueOpened\", \"issue\": {...}} when an issue is created (configure its webhook with the hook's URL and secret).".into(),
-                kind: TriggerKind::Webhook,
-            },
-            Trigger {
-                name: "hourly".into(),
-                description: "Every hour: look over the tracker (the bound gadget decides what to do).".into(),
-                kind: TriggerKind::Schedule(3600),
-            },
-        ],
-    }
+    manifest.build()
 }
 
 /// The tools that change the tracker: the requests that carry the key.
-fn is_write(tool: &str) -> bool {
+pub fn is_write(tool: &str) -> bool {
     matches!(tool, "createIssue" | "addLabel" | "removeLabel")
 }
 
@@ -129,7 +130,8 @@ pub fn call(
     list: impl FnOnce(&str) -> Result<Value, ToolError>,
     get: impl FnOnce(&str, u64) -> Result<Value, ToolError>,
 ) -> Result<Output, ToolError> {
-    let args = parse_args_naming_kind(&invocation.args)?;
+    let args = Args::parse(&invocation.args)?;
+    let args = args.as_map();
     let base = || base_url(&invocation.settings).map_err(ToolError::Refused);
     // The kernel's key for this action, passed on where the service
     // honours it: a repeated write then takes effect once.
@@ -137,67 +139,69 @@ pub fn call(
         .idempotency_key
         .as_deref()
         .filter(|_| honours_keys(&invocation.settings) && is_write(&invocation.tool));
-    let write = |method, url: &str, body: &[u8]| request_keyed(method, url, Some(body), key);
+    let write = |request: Request| json_reply(request.idempotency_key(key));
     match invocation.tool.as_str() {
-        "listIssues" => Ok(read(
+        "listIssues" => Ok(Output::read(
             list(&base()?)?,
-            source("issues", "Issue tracker: all issues"),
+            Source::public("issues", "Issue tracker: all issues"),
         )),
         "getIssue" => {
-            let id = issue_id(&args)?;
-            Ok(read(
+            let id = issue_id(args)?;
+            Ok(Output::read(
                 get(&base()?, id)?,
-                source(format!("issue:{id}"), format!("Issue tracker: issue #{id}")),
+                Source::public(format!("issue:{id}"), format!("Issue tracker: issue #{id}")),
             ))
         }
         "searchIssues" => {
-            let q = text_arg(&args, "q", true)?.unwrap_or_default();
+            let q = text_arg(args, "q", true)?.unwrap_or_default();
             let url = format!("{}/search?q={}", base()?, encode_query(&q));
-            let result = request(Method::Get, &url, None)?;
-            Ok(read(
+            let result = json_reply(Request::get(url))?;
+            Ok(Output::read(
                 result,
-                source(
+                Source::public(
                     "issues",
                     format!("Issue tracker: search for {}", one_line(&q, 80)),
                 ),
             ))
         }
         "createIssue" => {
-            let title = required(&args, "title")?;
+            let title = required(args, "title")?;
             let mut payload = Map::new();
             payload.insert("title".into(), Value::String(title));
-            if let Some(body) = text_arg(&args, "body", true)? {
+            if let Some(body) = text_arg(args, "body", true)? {
                 payload.insert("body".into(), Value::String(body));
             }
-            let body = Value::Object(payload).to_string();
             let url = format!("{}/issues", base()?);
-            Ok(action(write(Method::Post, &url, body.as_bytes())?))
+            Ok(Output::action(write(
+                Request::post(url).json(&Value::Object(payload)),
+            )?))
         }
         "addLabel" => {
-            let id = issue_id(&args)?;
-            let label = required(&args, "label")?;
-            let body = json!({ "label": label }).to_string();
+            let id = issue_id(args)?;
+            let label = required(args, "label")?;
             let url = format!("{}/issues/{id}/labels", base()?);
-            Ok(action(write(Method::Post, &url, body.as_bytes())?))
+            Ok(Output::action(write(
+                Request::post(url).json(&json!({ "label": label })),
+            )?))
         }
         "removeLabel" => {
-            let id = issue_id(&args)?;
-            let label = required(&args, "label")?;
+            let id = issue_id(args)?;
+            let label = required(args, "label")?;
             let url = format!("{}/issues/{id}/labels/{}", base()?, encode_query(&label));
-            Ok(action(request_keyed(Method::Delete, &url, None, key)?))
+            Ok(Output::action(write(Request::delete(url))?))
         }
-        other => Err(unknown_tool(other, TOOLS)),
+        other => Err(ToolError::unknown_tool(other, TOOLS)),
     }
 }
 
 /// `GET /issues`: the service's answer, as is.
 pub fn fetch_list(base: &str) -> Result<Value, ToolError> {
-    request(Method::Get, &format!("{base}/issues"), None)
+    json_reply(Request::get(format!("{base}/issues")))
 }
 
 /// `GET /issues/{id}`: the service's answer, as is.
 pub fn fetch_issue(base: &str, id: u64) -> Result<Value, ToolError> {
-    request(Method::Get, &format!("{base}/issues/{id}"), None)
+    json_reply(Request::get(format!("{base}/issues/{id}")))
 }
 
 /// Denies every source the account may not read: all of them unless it may
@@ -206,21 +210,23 @@ pub fn fetch_issue(base: &str, id: u64) -> Result<Value, ToolError> {
 pub fn check_access(check: ObserverCheck) -> Vec<Denial> {
     let reason = match base_url(&check.settings) {
         Err(e) => Some(format!("could not check access to the tracker: {e}")),
-        Ok(base) => match http::send(Method::Get, &format!("{base}/issues"), None) {
-            Ok(Reply { status, .. }) if status == 401 || status == 403 => Some(format!(
-                "the account is not allowed to read the tracker (HTTP {status})"
+        Ok(base) => match Request::get(format!("{base}/issues")).send() {
+            Ok(reply) if reply.status == 401 || reply.status == 403 => Some(format!(
+                "the account is not allowed to read the tracker (HTTP {})",
+                reply.status
             )),
-            Ok(Reply { status, .. }) if (200..300).contains(&status) => None,
-            Ok(Reply { status, .. }) => Some(format!(
-                "could not check access to the tracker: unexpected HTTP {status}"
+            Ok(reply) if (200..300).contains(&reply.status) => None,
+            Ok(reply) => Some(format!(
+                "could not check access to the tracker: unexpected HTTP {}",
+                reply.status
             )),
-            Err(Failure::NotSent(e) | Failure::Unknown(e)) => {
+            Err(HttpError::NotSent(e) | HttpError::OutcomeUnknown(e)) => {
                 Some(format!("could not check access to the tracker: {e}"))
             }
         },
     };
     match reason {
-        Some(reason) => deny_all(check.sources, "issues", &reason),
+        Some(reason) => Denial::all(check.sources, "issues", &reason),
         None => Vec::new(),
     }
 }
@@ -269,22 +275,11 @@ pub fn text_arg(
 
 /// Sends a request and returns the reply's JSON, mapping every failure to
 /// the `tool-error` the kernel needs to decide about retries.
-fn request(method: Method, url: &str, body: Option<&[u8]>) -> Result<Value, ToolError> {
-    request_keyed(method, url, body, None)
-}
-
-/// [`request`], with the `Idempotency-Key` header when there is a key.
-fn request_keyed(
-    method: Method,
-    url: &str,
-    body: Option<&[u8]>,
-    key: Option<&str>,
-) -> Result<Value, ToolError> {
-    let what = format!("{} {url}", http::method_name(&method));
-    let headers: Vec<(&str, &str)> = key.map(|k| ("idempotency-key", k)).into_iter().collect();
-    let reply = http::send_with(method, url, body, &headers).map_err(request_error)?;
+fn json_reply(request: Request) -> Result<Value, ToolError> {
+    let what = request.describe();
+    let reply = request.send().map_err(HttpError::into_tool_error)?;
     let status = reply.status;
-    let text = String::from_utf8_lossy(&reply.body);
+    let text = reply.text();
     let detail = one_line(&text, 120);
     match status {
         200..=299 => serde_json::from_str(&text).map_err(|e| {
