@@ -28,7 +28,11 @@ pub(crate) const WIT: &str = include_str!("../../wit/gatehouse.wit");
 /// What a starter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// A gadget: a program that runs in a chat and calls the services
+    /// introduced there (`gatehouse-gadget`).
     Gadget,
+    /// A gatekeeper: the sandboxed driver that fronts one service
+    /// (`gatehouse-gatekeeper`); Rust only.
     Gatekeeper,
 }
 
