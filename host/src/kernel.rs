@@ -626,9 +626,8 @@ impl Kernel {
     pub async fn run(&self, gadget: &str, chat: &str, input: &str) -> anyhow::Result<TurnReport> {
         let c = chat.to_owned();
         let owner = self
-            .inner
-            .store
-            .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
+            .store()
+            .read_now(move |conn| Ok(crate::store::chat_in(conn, &c)?.map(|c| c.owner)))
             .await?
             .with_context(|| {
                 format!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`")
@@ -652,7 +651,8 @@ impl Kernel {
     }
 
     /// Run one turn with a given turn context (harness state).
-    pub(crate) async fn run_turn(&self, turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
+    pub(crate) async fn run_turn(&self, mut turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
+        let unsynced = turn.unsynced.get_or_insert_with(Arc::default).clone();
         let gadget = turn
             .gadget
             .clone()
@@ -660,13 +660,13 @@ impl Kernel {
         let chat = turn.chat.clone();
         let g = self
             .store()
-            .run(move |s| {
-                let Some(g) = s.gadget(&gadget)? else {
+            .read_now(move |conn| {
+                let Some(g) = crate::store::gadget_in(conn, &gadget)? else {
                     bail!(
                         "no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`"
                     );
                 };
-                if s.chat(&chat)?.is_none() {
+                if crate::store::chat_in(conn, &chat)?.is_none() {
                     bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
                 }
                 Ok(g)
@@ -680,6 +680,10 @@ impl Kernel {
             input,
         )
         .await;
+        // Whatever the gadget was told is durable before anyone hears how
+        // its turn went (and a gadget that failed after staging leaves its
+        // stages pending, as told).
+        self.make_durable(&unsynced).await?;
         if !report.stdout.is_empty() || !report.stderr.is_empty() {
             tracing::info!(
                 gadget = %g.name,
@@ -718,6 +722,7 @@ impl Kernel {
             harness: Harness::Plain,
             awaited: Arc::default(),
             step: None,
+            unsynced: None,
         })
     }
 
@@ -760,14 +765,25 @@ impl Kernel {
         turn: &Turn,
         key: &str,
     ) -> anyhow::Result<Result<Binding, CallError>> {
-        let (chat, key, person) = (turn.chat.clone(), key.to_owned(), turn.person().to_owned());
         let resolved = self
             .store()
-            .read_now(move |c| crate::store::resolve_in(c, &chat, &key, &person))
+            .resolve_now(&turn.chat, key, turn.person())
             .await?;
         Ok(resolved
             .map(|(resolved, overlay)| Binding { resolved, overlay })
             .map_err(CallError::from))
+    }
+
+    /// Make a turn's stages durable if any are not yet (see
+    /// [`Turn::unsynced`]): one group commit's fsync covers them all.
+    async fn make_durable(&self, unsynced: &std::sync::atomic::AtomicBool) -> anyhow::Result<()> {
+        if unsynced.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.store()
+                .sync()
+                .await
+                .context("the turn's staged actions could not be made durable")?;
+        }
+        Ok(())
     }
 
     /// A call: classify, then read now or stage. This is what the gadget's
@@ -867,6 +883,10 @@ impl Kernel {
         invocation: &gkwit::Invocation,
         what: &str,
     ) -> anyhow::Result<Option<CallError>> {
+        // Nothing leaves a turn before what it was told is durable.
+        if let Some(unsynced) = &turn.unsynced {
+            self.make_durable(unsynced).await?;
+        }
         let g = binding.gatekeeper();
         let outbound = g
             .manifest
@@ -1079,7 +1099,16 @@ impl Kernel {
             provisional: provisional.clone(),
             facts,
         };
-        let staged = self.store().run(move |s| Ok(s.stage(&action))).await?;
+        let staged = match &turn.unsynced {
+            Some(unsynced) => {
+                let staged = self.store().stage_now(&action).await?;
+                if staged.is_ok() {
+                    unsynced.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                staged
+            }
+            None => self.store().stage(&action).await,
+        };
         let id = match staged {
             Ok(id) => id,
             Err(StageError::Store(e)) => return Err(e),

@@ -373,10 +373,16 @@ impl Kernel {
     /// Before `user` runs a turn in `chat`: the owner passes; anyone else
     /// must pass an open, re-verified now with the accounts they chose last.
     pub(crate) async fn verify_runner(&self, chat: &str, user: &str) -> anyhow::Result<()> {
-        let (c, user_, chat_) = (chat.to_owned(), user.to_owned(), chat.to_owned());
+        let (c, user_) = (chat.to_owned(), user.to_owned());
+        // A reader, in place: this runs before every turn.
         let (owner, observers) = self
             .store()
-            .run(move |s| Ok((s.chat(&c)?.map(|c| c.owner), s.observers(&chat_)?)))
+            .read_now(move |conn| {
+                Ok((
+                    crate::store::chat_in(conn, &c)?.map(|c| c.owner),
+                    crate::store::observers_in(conn, &c)?,
+                ))
+            })
             .await?;
         if owner.as_deref() == Some(user) || owner.is_none() {
             // An unknown chat is reported by the turn itself.

@@ -661,16 +661,21 @@ fn admit_stage(conn: &Connection, chat: &str) -> Result<(), StageError> {
     Ok(())
 }
 
-/// A stage waiting for the next group commit ([`Store::stage`]).
+/// What waits for the next group commit ([`Store::stage`]): a stage, or
+/// only the fsync (`action` is `None`, [`Store::sync`]).
 pub(super) struct QueuedStage {
-    action: NewAction,
-    args: String,
-    answer: std::sync::mpsc::SyncSender<Result<i64, StageError>>,
+    action: Option<(NewAction, String)>,
+    answer: tokio::sync::oneshot::Sender<Result<i64, StageError>>,
 }
 
-fn lock_queue(
-    q: &std::sync::Mutex<Vec<QueuedStage>>,
-) -> std::sync::MutexGuard<'_, Vec<QueuedStage>> {
+/// The group commit's queue, and whether a committer is draining it.
+#[derive(Default)]
+pub(crate) struct StagingQueue {
+    waiting: Vec<QueuedStage>,
+    committing: bool,
+}
+
+fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, StagingQueue> {
     q.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -682,14 +687,26 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
     let committed = (|| -> rusqlite::Result<()> {
         conn.pragma_update(None, "synchronous", "FULL")?;
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut wrote = false;
         for q in &batch {
+            let Some((action, args)) = &q.action else {
+                answers.push(Ok(0));
+                continue;
+            };
             let sp = tx.savepoint()?;
-            let staged = admit_stage(&sp, &q.action.chat)
-                .and_then(|()| insert_action(&sp, &q.action, &q.args, None, None));
+            let staged = admit_stage(&sp, &action.chat)
+                .and_then(|()| insert_action(&sp, action, args, None, None));
             if staged.is_ok() {
                 sp.commit()?;
+                wrote = true;
             }
             answers.push(staged);
+        }
+        if !wrote {
+            // A commit that wrote nothing is not synced: write the mark,
+            // so that the fsync a barrier waits for happens.
+            tx.prepare_cached("UPDATE durability_mark SET n = n + 1 WHERE id = 1")?
+                .execute([])?;
         }
         tx.commit()
     })();
@@ -734,36 +751,121 @@ impl Store {
     /// that one refusal never undoes another's row. The caps are checked
     /// inside that transaction, row by row, so a batch can never overfill
     /// a chat.
-    pub fn stage(&self, a: &NewAction) -> Result<i64, StageError> {
+    pub async fn stage(&self, a: &NewAction) -> Result<i64, StageError> {
         let args = validate_args(&a.args)?;
         // A full chat is refused from a read, without joining a commit or
         // taking the database's write lock, so that a gadget hammering it
         // never starves an approver (re-checked in the commit).
-        let open = self
-            .read(|c| Ok(open_in(c, &a.chat)?))
-            .map_err(StageError::Store)?;
+        let chat = a.chat.clone();
+        let open = self.read_now(move |c| Ok(open_in(c, &chat)?)).await?;
         if open >= MAX_OPEN_ACTIONS {
             return Err(StageError::TooManyOpen(open));
         }
-        let (answer, answered) = std::sync::mpsc::sync_channel(1);
-        lock_queue(&self.staging).push(QueuedStage {
-            action: a.clone(),
-            args,
-            answer,
-        });
-        {
-            let mut conn = self.lock();
-            let batch = std::mem::take(&mut *lock_queue(&self.staging));
-            if !batch.is_empty() {
-                commit_group(&mut conn, batch);
-            }
+        self.join_group(Some((a.clone(), args))).await
+    }
+
+    /// Make every commit made before this call durable: join the next
+    /// group commit, whose fsync covers everything before it in the log.
+    /// What a turn staged in place ([`Store::stage_now`]) is durable once
+    /// this returns.
+    pub async fn sync(&self) -> anyhow::Result<()> {
+        self.join_group(None).await.map(drop).map_err(|e| match e {
+            StageError::Store(e) => e,
+            other => anyhow::anyhow!(other),
+        })
+    }
+
+    /// Queue `stage` (or, with `None`, only the fsync) and wait for the
+    /// group commit that takes it. One committer at a time drains the
+    /// queue on a blocking thread, a whole batch per transaction, until
+    /// it finds it empty: concurrent stagers wait on the executor, not
+    /// each on a thread of its own queued for the connection.
+    async fn join_group(&self, stage: Option<(NewAction, String)>) -> Result<i64, StageError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut queue = lock_queue(&self.staging);
+            queue.waiting.push(QueuedStage {
+                action: stage,
+                answer,
+            });
+            !std::mem::replace(&mut queue.committing, true)
+        };
+        if start {
+            let store = self.clone();
+            tokio::task::spawn_blocking(move || store.commit_queued());
         }
-        // Answered by this thread just now, or by the holder before it.
-        answered.recv().unwrap_or_else(|_| {
+        answered.await.unwrap_or_else(|_| {
             Err(StageError::Store(anyhow::anyhow!(
                 "the staging commit stopped before it answered; nothing was staged"
             )))
         })
+    }
+
+    /// The committer: commit what waits, batch after batch, until nothing
+    /// does. The flag is cleared under the queue's lock, so a stage queued
+    /// after the last batch starts a committer of its own.
+    fn commit_queued(&self) {
+        /// Clears the flag if the committer unwinds, so that the next
+        /// stage starts another instead of waiting for this one forever
+        /// (the stages it held are answered: their senders are dropped).
+        struct Unwinding<'a>(&'a std::sync::Mutex<StagingQueue>);
+        impl Drop for Unwinding<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    lock_queue(self.0).committing = false;
+                }
+            }
+        }
+        let _unwinding = Unwinding(&self.staging);
+        loop {
+            let mut conn = self.lock();
+            let batch = {
+                let mut queue = lock_queue(&self.staging);
+                if queue.waiting.is_empty() {
+                    queue.committing = false;
+                    return;
+                }
+                std::mem::take(&mut queue.waiting)
+            };
+            commit_group(&mut conn, batch);
+        }
+    }
+
+    /// Stage `a` in place, without waiting for an fsync: committed (every
+    /// other connection sees it, and a killed process keeps it), but
+    /// durable across a power cut only at the next durable commit. For a
+    /// gadget's turn, which the kernel makes durable ([`Store::sync`])
+    /// before anything leaves the turn or it ends (docs/operations.md);
+    /// every other caller stages with [`Store::stage`]. The same caps, in
+    /// the same transaction, and the same refusal of a full chat from a
+    /// read first.
+    pub async fn stage_now(&self, a: &NewAction) -> anyhow::Result<Result<i64, StageError>> {
+        let args = match validate_args(&a.args) {
+            Ok(args) => args,
+            Err(e) => return Ok(Err(e)),
+        };
+        let chat = a.chat.clone();
+        let open = self.read_now(move |c| Ok(open_in(c, &chat)?)).await?;
+        if open >= MAX_OPEN_ACTIONS {
+            return Ok(Err(StageError::TooManyOpen(open)));
+        }
+        let a = a.clone();
+        self.run_now(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let staged =
+                admit_stage(&tx, &a.chat).and_then(|()| insert_action(&tx, &a, &args, None, None));
+            match staged {
+                Ok(id) => {
+                    tx.commit()?;
+                    Ok(Ok(id))
+                }
+                // The database failing (or busy, to be tried again) is an
+                // error of the trip, not a refusal.
+                Err(StageError::Store(e)) => Err(e),
+                Err(refused) => Ok(Err(refused)),
+            }
+        })
+        .await
     }
 
     /// A covered workflow call (SPEC G5, G8): staged under `logical_key`

@@ -15,7 +15,8 @@ use crate::principal::{Credential, CredentialFacts, choose_credential};
 use rusqlite::{Connection, OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// An introduction, resolved against its gatekeeper, for one person.
 #[derive(Clone, Debug)]
@@ -110,6 +111,76 @@ pub(crate) fn resolve(
         collaborators,
         credential,
     }))
+}
+
+/// What this process resolved, each beside the policy epoch it was read
+/// under (schema 6): every change to a table resolution reads moves the
+/// epoch in the same transaction, whichever process makes it, so a
+/// resolution whose epoch is still current is exactly what resolving
+/// again would give. Reusing it saves the seven-table trip a read or stage
+/// made on every call (issue 17).
+///
+/// Holds only successful resolutions; an unknown key is resolved again
+/// each time (it is the error path). Bounded: when full, it starts over.
+#[derive(Default)]
+pub(crate) struct Resolutions {
+    by_call: Mutex<HashMap<Call, (i64, Resolved)>>,
+}
+
+/// What a resolution is of: chat, key and person.
+type Call = (String, String, String);
+
+/// How many resolutions a process keeps before it starts over.
+const KEPT_RESOLUTIONS: usize = 4096;
+
+/// The policy epoch as `conn` sees it now.
+fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT n FROM policy_epoch WHERE id = 1")?
+        .query_row([], |r| r.get(0))
+}
+
+impl Resolutions {
+    fn kept(&self, call: &Call, epoch: i64) -> Option<Resolved> {
+        let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(call)
+            .filter(|(at, _)| *at == epoch)
+            .map(|(_, r)| r.clone())
+    }
+
+    fn keep(&self, call: Call, epoch: i64, r: &Resolved) {
+        let mut kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= KEPT_RESOLUTIONS {
+            kept.clear();
+        }
+        kept.insert(call, (epoch, r.clone()));
+    }
+
+    /// [`resolve`], reusing what was resolved under the current epoch. A
+    /// miss resolves in one read transaction that also reads the epoch, so
+    /// what is kept is kept under the epoch it was true at.
+    pub(crate) fn resolve(
+        &self,
+        conn: &Connection,
+        chat: &str,
+        key: &str,
+        person: &str,
+    ) -> anyhow::Result<Result<Resolved, Unresolved>> {
+        let call = (chat.to_owned(), key.to_owned(), person.to_owned());
+        if let Some(r) = self.kept(&call, epoch_in(conn)?) {
+            return Ok(Ok(r));
+        }
+        conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
+        let read = epoch_in(conn)
+            .map_err(anyhow::Error::from)
+            .and_then(|epoch| Ok((epoch, resolve(conn, chat, key, person)?)));
+        let ended = conn.prepare_cached("COMMIT")?.execute([]);
+        let (epoch, resolved) = read?;
+        ended?;
+        if let Ok(r) = &resolved {
+            self.keep(call, epoch, r);
+        }
+        Ok(resolved)
+    }
 }
 
 /// The credential `person`'s calls in `chat` run under at `g`: gathered
@@ -251,4 +322,132 @@ impl Facts {
 
 fn short(digest: &str) -> &str {
     digest.get(..12).unwrap_or(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Introduction, Store, Trust};
+    use std::collections::BTreeSet;
+
+    /// A chat `c` of `ann` with key `K` naming gatekeeper `g` (which has an
+    /// operator credential), shared with `bob`, who observes through his
+    /// own account: every table resolution can read is in play.
+    fn shared_chat() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        store.put_secret("op", "operator-credential").unwrap();
+        store
+            .put_gatekeeper(&GatekeeperRecord {
+                name: "g".into(),
+                digest: "0".repeat(64),
+                trust: Trust::Byo,
+                hosts: vec![],
+                secret: Some("op".into()),
+                credential_host: None,
+                settings: vec![],
+                manifest: Arc::default(),
+                added_at: 0,
+            })
+            .unwrap();
+        for user in ["ann", "bob"] {
+            store.add_user(user).unwrap();
+        }
+        store.create_chat("c", "ann").unwrap();
+        let intro = Introduction {
+            chat: "c".into(),
+            key: "K".into(),
+            gatekeeper: "g".into(),
+            tools: None,
+        };
+        store.introduce(&intro, "ann").unwrap();
+        store
+            .connect_account("bob", "g", "work", "bob-credential", true)
+            .unwrap();
+        store.share("c", "bob", "ann", false).unwrap().unwrap();
+        store
+            .lock()
+            .execute(
+                "INSERT INTO observers (chat, user, gatekeeper, account, added_at)
+                 VALUES ('c', 'bob', 'g', 'bob/work', 0)",
+                [],
+            )
+            .unwrap();
+        (dir, store)
+    }
+
+    /// Every table resolution reads moves the policy epoch when it
+    /// changes: else a kept resolution could outlive a revoked
+    /// introduction, a lowered tier or a removed credential. The tables
+    /// are found by SQLite's authorizer as resolution's statements are
+    /// prepared, for the owner and for a collaborator, so a new read of a
+    /// new table is caught here.
+    #[test]
+    fn every_table_resolution_reads_moves_the_epoch() {
+        let (dir, _store) = shared_chat();
+        let conn = Connection::open(dir.path().join("state.db")).unwrap();
+        let read = Arc::new(Mutex::new(BTreeSet::new()));
+        let seen = read.clone();
+        conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
+            if let rusqlite::hooks::AuthAction::Read { table_name, .. } = ctx.action {
+                seen.lock().unwrap().insert(table_name.to_owned());
+            }
+            rusqlite::hooks::Authorization::Allow
+        }));
+        for person in ["ann", "bob"] {
+            let r = resolve(&conn, "c", "K", person).unwrap().unwrap();
+            assert_eq!(r.gatekeeper.name, "g");
+        }
+        conn.authorizer(
+            None::<fn(rusqlite::hooks::AuthContext<'_>) -> rusqlite::hooks::Authorization>,
+        );
+        let read = read.lock().unwrap().clone();
+        for t in [
+            "introductions",
+            "gatekeepers",
+            "chats",
+            "observers",
+            "accounts",
+            "secrets",
+        ] {
+            assert!(read.contains(t), "resolution read {read:?}, not {t}");
+        }
+        let triggers: BTreeSet<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for t in &read {
+            for op in ["insert", "update", "delete"] {
+                let name = format!("policy_epoch_{t}_{op}");
+                assert!(
+                    triggers.contains(&name),
+                    "resolution reads {t}, but no trigger {name} moves the policy epoch"
+                );
+            }
+        }
+    }
+
+    /// A kept resolution is used only while the epoch stands: a change
+    /// made through any connection is seen by the next resolution.
+    #[test]
+    fn a_kept_resolution_gives_way_to_a_change() {
+        let (_dir, store) = shared_chat();
+        let first = store.resolve("c", "K", "bob").unwrap().unwrap().0;
+        assert_eq!(first.gatekeeper.trust, Trust::Byo);
+        assert_eq!(first.credential.id(), "bob/work");
+        store.set_trust("g", Trust::Vetted).unwrap();
+        let second = store.resolve("c", "K", "bob").unwrap().unwrap().0;
+        assert_eq!(second.gatekeeper.trust, Trust::Vetted);
+        store.unshare("c", "bob").unwrap();
+        let third = store.resolve("c", "K", "bob").unwrap().unwrap().0;
+        assert!(third.collaborators.is_empty(), "{:?}", third.collaborators);
+        store
+            .lock()
+            .execute("DELETE FROM introductions WHERE chat = 'c'", [])
+            .unwrap();
+        assert!(store.resolve("c", "K", "ann").unwrap().is_err());
+    }
 }

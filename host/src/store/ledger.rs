@@ -209,6 +209,12 @@ pub(crate) fn observe_in(
     let restricted = serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
         .iter()
         .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true)));
+    // A plain read writes one row, and one statement is its own
+    // transaction: a BEGIN and a COMMIT around it would cost two more
+    // statements on the read path (issue 17).
+    if !restricted && o.action_ref.is_none() && o.audit.is_none() {
+        return Ok(super::Observed::Recorded(insert_observation(conn, o)?));
+    }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     // Owner-only data is never admitted into a shared chat (SPEC O3);
     // checked in the transaction that would latch, so a concurrent
@@ -231,7 +237,21 @@ pub(crate) fn observe_in(
             return Ok(super::Observed::Recorded(id));
         }
     }
-    tx.prepare_cached(
+    let id = insert_observation(&tx, o)?;
+    if let Some(a) = &o.audit {
+        super::workflows::insert_invocation(&tx, &a.allowed())?;
+    }
+    // The latch and the observation are written together (SPEC O3).
+    if restricted {
+        tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
+    }
+    tx.commit()?;
+    Ok(super::Observed::Recorded(id))
+}
+
+/// The observation's ledger row; its id.
+fn insert_observation(conn: &rusqlite::Connection, o: &NewObservation) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
         "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
            trust, sources, account, action_ref, result_bytes, created_at, hook)
          VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -252,16 +272,7 @@ pub(crate) fn observe_in(
         now_ms(),
         o.principal.hook()
     ])?;
-    let id = tx.last_insert_rowid();
-    if let Some(a) = &o.audit {
-        super::workflows::insert_invocation(&tx, &a.allowed())?;
-    }
-    // The latch and the observation are written together (SPEC O3).
-    if restricted {
-        tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
-    }
-    tx.commit()?;
-    Ok(super::Observed::Recorded(id))
+    Ok(conn.last_insert_rowid())
 }
 
 impl Store {

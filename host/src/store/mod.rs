@@ -36,8 +36,10 @@ pub(crate) use ledger::observe_in;
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use notices::NoticeTarget;
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
+pub(crate) use registry::{chat_in, gadget_in};
 pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
+pub(crate) use sharing::observers_in;
 pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
 pub use words::{
     AgentRunState, DecisionOutcome, FiringOutcome, HookKind, InvocationDecision, LedgerKind,
@@ -146,8 +148,11 @@ pub(crate) struct Store {
     /// fsync on `conn` (issue 17: with one connection, 64 concurrent
     /// stagers serialised on it and staged slower than bare commits).
     readers: Arc<[Mutex<Option<Connection>>]>,
+    /// What this process resolved, per policy epoch (see
+    /// [`dispatch::Resolutions`]).
+    resolutions: Arc<dispatch::Resolutions>,
     /// Stages waiting for the next group commit (see [`Store::stage`]).
-    staging: Arc<Mutex<Vec<actions::QueuedStage>>>,
+    staging: Arc<Mutex<actions::StagingQueue>>,
     path: PathBuf,
     /// The file opened (device and inode), to notice it was removed or
     /// replaced under a long-running process.
@@ -261,6 +266,7 @@ impl Store {
         Ok(Store {
             conn: Arc::new(Mutex::new(conn)),
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
+            resolutions: Arc::default(),
             staging: Arc::default(),
             path: path.to_owned(),
             identity: identity(path),
@@ -416,7 +422,21 @@ impl Store {
         key: &str,
         person: &str,
     ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
-        self.read(|c| resolve_in(c, chat, key, person))
+        self.read(|c| resolve_in(c, &self.resolutions, chat, key, person))
+    }
+
+    /// [`Store::resolve`] on the read path: in place when a reader is free
+    /// (see [`Store::read_now`]).
+    pub async fn resolve_now(
+        &self,
+        chat: &str,
+        key: &str,
+        person: &str,
+    ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+        let (chat, key, person) = (chat.to_owned(), key.to_owned(), person.to_owned());
+        let resolutions = self.resolutions.clone();
+        self.read_now(move |c| resolve_in(c, &resolutions, &chat, &key, &person))
+            .await
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -444,14 +464,15 @@ fn is_busy(e: &anyhow::Error) -> bool {
     })
 }
 
-/// [`Store::resolve`] on a connection the caller holds.
-pub(crate) fn resolve_in(
+/// [`Store::resolve`] on a reader connection the caller holds.
+fn resolve_in(
     conn: &Connection,
+    resolutions: &dispatch::Resolutions,
     chat: &str,
     key: &str,
     person: &str,
 ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
-    let resolved = match dispatch::resolve(conn, chat, key, person)? {
+    let resolved = match resolutions.resolve(conn, chat, key, person)? {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
@@ -472,6 +493,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("migrations/V3__hostile_input.sql")),
     (4, include_str!("migrations/V4__revert_expiry_once.sql")),
     (5, include_str!("migrations/V5__hooks_notices.sql")),
+    (6, include_str!("migrations/V6__fast_path.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

@@ -143,6 +143,16 @@ pub(crate) fn introductions_in(
     Ok(out)
 }
 
+/// The gadget installed as `name`, on a connection the caller holds.
+pub(crate) fn gadget_in(
+    conn: &rusqlite::Connection,
+    name: &str,
+) -> rusqlite::Result<Option<GadgetRecord>> {
+    conn.prepare_cached("SELECT name, digest, installed_at FROM gadgets WHERE name = ?1")?
+        .query_row([name], gadget_from_row)
+        .optional()
+}
+
 pub(crate) fn chat_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result<Option<Chat>> {
     Ok(conn
         .prepare_cached("SELECT name, owner, latched, created_at FROM chats WHERE name = ?1")?
@@ -264,14 +274,7 @@ impl Store {
     }
 
     pub fn gadget(&self, name: &str) -> anyhow::Result<Option<GadgetRecord>> {
-        Ok(self
-            .lock()
-            .query_row(
-                "SELECT name, digest, installed_at FROM gadgets WHERE name = ?1",
-                [name],
-                gadget_from_row,
-            )
-            .optional()?)
+        Ok(gadget_in(&self.lock(), name)?)
     }
 
     pub fn gadgets(&self) -> anyhow::Result<Vec<GadgetRecord>> {

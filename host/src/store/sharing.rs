@@ -156,12 +156,11 @@ pub(crate) fn account_credential_in(
 
 /// Whether `chat` has collaborators or live share links (SPEC O3's "shared").
 pub(super) fn is_shared(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<bool> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1)
              OR EXISTS (SELECT 1 FROM share_links WHERE chat = ?1)",
-        [chat],
-        |r| r.get(0),
-    )
+    )?
+    .query_row([chat], |r| r.get(0))
 }
 
 /// What the one authorization rule (`crate::access`) is applied to: a
@@ -210,12 +209,22 @@ pub(super) fn chat_state(
     conn: &rusqlite::Connection,
     chat: &str,
 ) -> rusqlite::Result<Option<(String, bool)>> {
-    conn.query_row(
-        "SELECT owner, latched FROM chats WHERE name = ?1",
-        [chat],
-        |r| Ok((r.get(0)?, r.get::<_, i64>(1)? == 1)),
-    )
-    .optional()
+    conn.prepare_cached("SELECT owner, latched FROM chats WHERE name = ?1")?
+        .query_row([chat], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? == 1)))
+        .optional()
+}
+
+/// The observers of `chat`, on a connection the caller holds.
+pub(crate) fn observers_in(
+    conn: &rusqlite::Connection,
+    chat: &str,
+) -> rusqlite::Result<Vec<Observer>> {
+    let mut st = conn.prepare_cached(
+        "SELECT chat, user, gatekeeper, account, scope FROM observers
+         WHERE chat = ?1 ORDER BY user, gatekeeper",
+    )?;
+    let rows = st.query_map([chat], observer_from_row)?;
+    rows.collect()
 }
 
 fn user_exists(conn: &rusqlite::Connection, user: &str) -> rusqlite::Result<bool> {
@@ -474,13 +483,7 @@ impl Store {
     }
 
     pub fn observers(&self, chat: &str) -> anyhow::Result<Vec<Observer>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT chat, user, gatekeeper, account, scope FROM observers
-             WHERE chat = ?1 ORDER BY user, gatekeeper",
-        )?;
-        let rows = st.query_map([chat], observer_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(observers_in(&self.lock(), chat)?)
     }
 
     /// The sources `chat` has observed (SPEC S1), per gatekeeper: the JSON

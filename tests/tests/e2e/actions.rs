@@ -135,3 +135,66 @@ async fn bad_arguments_are_refused_before_staging() {
         "no ghost rows (A3)"
     );
 }
+
+/// How many durability barriers the state database has seen (a barrier
+/// with no stage beside it in its group commit moves this mark).
+fn barriers(w: &World) -> i64 {
+    let db = rusqlite::Connection::open(w.kernel.state_path())
+        .unwrap_or_else(|e| panic!("opening the state database failed: {e}"));
+    db.query_row("SELECT n FROM durability_mark WHERE id = 1", [], |r| {
+        r.get(0)
+    })
+    .unwrap_or_else(|e| panic!("reading the durability mark failed: {e}"))
+}
+
+/// A turn's stages are made durable together, once, before anything
+/// leaves the turn and before it ends (docs/operations.md): three writes
+/// wait for one fsync, and a read between writes, which reaches the
+/// service, first makes the writes before it durable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turns_writes_are_made_durable_before_anything_leaves_it() {
+    let w = World::standard(Trust::Byo).await;
+    let write = |t: &str| call("ISSUES", "createIssue", json!({ "title": t }));
+    let before = barriers(&w);
+
+    let out = w
+        .script("work", json!([write("a"), write("b"), write("c")]))
+        .await;
+    for answer in out.as_array().expect("three answers") {
+        pending_id(answer);
+    }
+    assert_eq!(
+        barriers(&w) - before,
+        1,
+        "three writes in one turn are made durable by one barrier, at its end"
+    );
+
+    let out = w
+        .script(
+            "work",
+            json!([
+                write("d"),
+                call("ISSUES", "listIssues", json!({})),
+                write("e")
+            ]),
+        )
+        .await;
+    assert!(out[1]["done"].is_array(), "the read ran: {out}");
+    pending_id(&out[0]);
+    pending_id(&out[2]);
+    assert_eq!(
+        barriers(&w) - before,
+        3,
+        "the write before the read is made durable before the read reaches the service, the one after it at the end"
+    );
+
+    let out = w
+        .script("work", json!([call("ISSUES", "listIssues", json!({}))]))
+        .await;
+    assert!(out[0]["done"].is_array(), "the read ran: {out}");
+    assert_eq!(
+        barriers(&w) - before,
+        3,
+        "a turn that staged nothing waits for no fsync"
+    );
+}
