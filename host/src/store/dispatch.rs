@@ -173,7 +173,14 @@ impl Resolutions {
         let read = epoch_in(conn)
             .map_err(anyhow::Error::from)
             .and_then(|epoch| Ok((epoch, resolve(conn, chat, key, person)?)));
-        let ended = conn.prepare_cached("COMMIT")?.execute([]);
+        let ended = conn
+            .prepare_cached("COMMIT")
+            .and_then(|mut st| st.execute([]));
+        if !conn.is_autocommit() {
+            // A reader left inside its transaction would read this
+            // snapshot, and this epoch, for ever after.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         let (epoch, resolved) = read?;
         ended?;
         if let Ok(r) = &resolved {
