@@ -684,7 +684,13 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// none of them was stored.
 fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
     let mut answers = Vec::with_capacity(batch.len());
+    // A lone stage needs no savepoint: its refusal rolls back the whole
+    // transaction, and, with no barrier waiting, nothing is synced.
+    let alone = batch.len() == 1;
+    let barrier = batch.iter().any(|q| q.action.is_none());
     let committed = (|| -> rusqlite::Result<()> {
+        // Not a cached statement: SQLite applies this pragma when it
+        // prepares it, so a kept statement would change nothing.
         conn.pragma_update(None, "synchronous", "FULL")?;
         let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut wrote = false;
@@ -693,14 +699,23 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
                 answers.push(Ok(0));
                 continue;
             };
-            let sp = tx.savepoint()?;
-            let staged = admit_stage(&sp, &action.chat)
-                .and_then(|()| insert_action(&sp, action, args, None, None));
-            if staged.is_ok() {
-                sp.commit()?;
-                wrote = true;
-            }
+            let staged = if alone {
+                admit_stage(&tx, &action.chat)
+                    .and_then(|()| insert_action(&tx, action, args, None, None))
+            } else {
+                let sp = tx.savepoint()?;
+                let staged = admit_stage(&sp, &action.chat)
+                    .and_then(|()| insert_action(&sp, action, args, None, None));
+                if staged.is_ok() {
+                    sp.commit()?;
+                }
+                staged
+            };
+            wrote |= staged.is_ok();
             answers.push(staged);
+        }
+        if !wrote && !barrier {
+            return tx.rollback();
         }
         if !wrote {
             // A commit that wrote nothing is not synced: write the mark,
@@ -752,16 +767,23 @@ impl Store {
     /// inside that transaction, row by row, so a batch can never overfill
     /// a chat.
     pub async fn stage(&self, a: &NewAction) -> Result<i64, StageError> {
+        let args = self.admissible(a).await?;
+        self.join_group(Some((a.clone(), args))).await
+    }
+
+    /// What both ways of staging check before they write: the arguments
+    /// (returned as they are stored), then a full chat, refused from a
+    /// read without joining a commit or taking the database's write lock,
+    /// so that a gadget hammering it never starves an approver. The caps
+    /// are checked again inside the staging transaction.
+    async fn admissible(&self, a: &NewAction) -> Result<String, StageError> {
         let args = validate_args(&a.args)?;
-        // A full chat is refused from a read, without joining a commit or
-        // taking the database's write lock, so that a gadget hammering it
-        // never starves an approver (re-checked in the commit).
         let chat = a.chat.clone();
         let open = self.read_now(move |c| Ok(open_in(c, &chat)?)).await?;
         if open >= MAX_OPEN_ACTIONS {
             return Err(StageError::TooManyOpen(open));
         }
-        self.join_group(Some((a.clone(), args))).await
+        Ok(args)
     }
 
     /// Make every commit made before this call durable: join the next
@@ -840,15 +862,11 @@ impl Store {
     /// the same transaction, and the same refusal of a full chat from a
     /// read first.
     pub async fn stage_now(&self, a: &NewAction) -> anyhow::Result<Result<i64, StageError>> {
-        let args = match validate_args(&a.args) {
+        let args = match self.admissible(a).await {
             Ok(args) => args,
-            Err(e) => return Ok(Err(e)),
+            Err(StageError::Store(e)) => return Err(e),
+            Err(refused) => return Ok(Err(refused)),
         };
-        let chat = a.chat.clone();
-        let open = self.read_now(move |c| Ok(open_in(c, &chat)?)).await?;
-        if open >= MAX_OPEN_ACTIONS {
-            return Ok(Err(StageError::TooManyOpen(open)));
-        }
         let a = a.clone();
         self.run_now(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
