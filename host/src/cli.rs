@@ -9,11 +9,13 @@
 //! revert, log, rules), `chats` (install, gadgets, chat, introduce, run,
 //! agent, runs), `gatekeepers` (gatekeeper, secret), `people` (user,
 //! account), `sharing` (share, open, collaborators, blueprints),
-//! `workflow`, `hooks`, `web` (serve, token), `mcp`; `demo` is
+//! `workflow`, `hooks`, `web` (serve, token), `mcp`, `db` (migrate,
+//! copy); `demo` is
 //! handed in by the binary ([`Demo`]).
 
 mod actions;
 mod chats;
+mod db;
 mod gatekeepers;
 mod hooks;
 mod mcp;
@@ -45,6 +47,16 @@ pub(crate) struct Cli {
     /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
     #[arg(long, global = true, env = "GATEHOUSE_HOME")]
     home: Option<PathBuf>,
+    /// A PostgreSQL database (postgres://...) shared by several hosts.
+    /// Only `db migrate` uses it in this version; every other command
+    /// refuses to run rather than use the home's embedded database instead.
+    #[arg(
+        long,
+        global = true,
+        env = "GATEHOUSE_DATABASE_URL",
+        value_name = "URL"
+    )]
+    database: Option<String>,
     /// The person giving this command: owner of the chats they create,
     /// recorded as `resolved-by`, whose accounts their turns use (default:
     /// $GATEHOUSE_USER, else $USER).
@@ -100,6 +112,10 @@ enum Command {
     /// Gatehouse as an MCP server: a chat's tools for any MCP client.
     #[command(subcommand)]
     Mcp(mcp::McpCmd),
+    /// The database: bring it to this version's schema, or copy a home
+    /// into PostgreSQL.
+    #[command(subcommand)]
+    Db(db::DbCmd),
 }
 
 fn parse_setting(s: &str) -> Result<(String, String), String> {
@@ -238,6 +254,20 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
         );
         return Ok(true);
     }
+    if let Some(url) = cli.database.as_deref().filter(|u| !u.trim().is_empty()) {
+        match &cli.command {
+            Command::Db(db::DbCmd::Migrate { json }) => {
+                return db::migrate_shared(url, *json).await;
+            }
+            // A copy names its target itself and reads the home.
+            Command::Db(db::DbCmd::Copy { .. }) => {}
+            // The safe side: a person who named a shared database must not
+            // find their decisions written to a local file instead.
+            _ => anyhow::bail!(
+                "a PostgreSQL database is named (GATEHOUSE_DATABASE_URL or --database), and this version of gatehouse serves chats from the embedded home only; unset it to use the home, or use `gatehouse db migrate` and `gatehouse db copy --to URL` to prepare the database"
+            ),
+        }
+    }
     let home = match &cli.home {
         Some(h) => Home::at(h),
         None => Home::from_env()?,
@@ -284,6 +314,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         }
         Command::Web(cmd) => web::execute(kernel, cmd).await,
         Command::Mcp(cmd) => mcp::execute(kernel, cmd, me).await,
+        Command::Db(cmd) => db::execute(kernel, cmd).await,
     }
 }
 
@@ -302,6 +333,7 @@ mod surfaces {
         ("cli/sharing.rs", include_str!("cli/sharing.rs")),
         ("cli/workflow.rs", include_str!("cli/workflow.rs")),
         ("cli/mcp.rs", include_str!("cli/mcp.rs")),
+        ("cli/db.rs", include_str!("cli/db.rs")),
         ("mcp_serve.rs", include_str!("mcp_serve.rs")),
         ("web/mod.rs", include_str!("web/mod.rs")),
         ("web/api.rs", include_str!("web/api.rs")),

@@ -80,6 +80,26 @@ pub enum CertRefusal {
     Revoked,
 }
 
+/// The name a shared database keeps the authority's key under (in
+/// `deployment_secrets`, as the hex of its 32-byte seed): every host signs
+/// and verifies with the same authority.
+pub(crate) const SHARED_KEY_NAME: &str = "certificate-authority";
+
+/// The key of `home`'s authority as hex, if it has one yet (for moving the
+/// home into a shared database). Never creates one.
+pub(crate) fn stored_key_hex(home: &Home) -> anyhow::Result<Option<String>> {
+    let path = home.root().join("ca").join("ca.key");
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == 32 => Ok(Some(hex::encode(bytes))),
+        Ok(_) => anyhow::bail!(
+            "the certificate authority key {} is damaged (expected 32 bytes); restore it from a backup before moving the home",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
 /// The deployment's certificate authority.
 pub struct Authority {
     key: SigningKey,

@@ -253,6 +253,21 @@ impl Kernel {
         }
     }
 
+    /// The other kernel processes alive on this home (their lock files are
+    /// held), by owner token.
+    pub(crate) fn others_alive(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.inner.home.run_dir()) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_str()?.strip_suffix(".lock")?.to_owned();
+                (name != self.inner.owner && self.is_alive(&name)).then_some(name)
+            })
+            .collect()
+    }
+
     /// Whether the kernel process named `owner` still lives (it holds the
     /// lock on its file). A dead owner's lock file is removed.
     pub(crate) fn is_alive(&self, owner: &str) -> bool {
@@ -358,6 +373,12 @@ impl Kernel {
     /// The state database's file.
     pub fn state_path(&self) -> &std::path::Path {
         self.store().path()
+    }
+
+    /// The schema version of the state database (opening it migrated it
+    /// to this binary's newest).
+    pub fn state_schema(&self) -> anyhow::Result<i64> {
+        self.store().schema_version()
     }
 
     /// Returns once the state database's file was removed or replaced: a

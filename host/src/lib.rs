@@ -9,7 +9,9 @@
 //! - [`classify`]: read vs action, the one trust boundary (K);
 //! - [`kernel`]: the call path: introductions, grants, reads, staging (C, A);
 //!   [`turn`]: who is calling, from where, in which harness (C5, V);
-//! - [`store`]: the durable action store and ledger (A, P, L);
+//! - [`store`]: the durable action store and ledger (A, P, L), embedded
+//!   SQLite, and the PostgreSQL schema a team's hosts share;
+//!   [`moving`]: a home moved into that database (`gatehouse db`);
 //! - [`overseer`]: decisions, the one send path, auto-approval (P, U);
 //! - [`idempotency`]: the key every send of an action carries (P6);
 //! - [`revert`]: undoing an applied action with a new one (H2);
@@ -52,6 +54,7 @@ pub mod inspect;
 pub mod kernel;
 pub mod manifest;
 pub mod mcp_serve;
+pub mod moving;
 pub mod notify;
 pub mod observations;
 pub mod overseer;

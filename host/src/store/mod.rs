@@ -19,6 +19,7 @@ pub mod dispatch;
 mod hooks;
 mod ledger;
 mod notices;
+pub mod postgres;
 mod registry;
 pub(crate) mod rules;
 mod sessions;
@@ -290,6 +291,13 @@ impl Store {
             .into());
         }
         Ok(())
+    }
+
+    /// The schema version the database is at (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> anyhow::Result<i64> {
+        Ok(self
+            .lock()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
     }
 
     /// Whether the file this store opened is still the one at its path.

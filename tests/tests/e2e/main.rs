@@ -9,6 +9,7 @@ mod blueprints;
 mod caps;
 mod classification;
 mod cli;
+mod database;
 mod demo;
 mod exactly_once;
 mod expiry;

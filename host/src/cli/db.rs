@@ -1,0 +1,83 @@
+//! The database's commands: `db migrate` (the schema) and `db copy` (a
+//! home moved into PostgreSQL). Words only: what a move carries and when
+//! it is refused is `moving`'s, and every statement is the store's.
+
+use super::print_record;
+use crate::kernel::Kernel;
+use crate::store::postgres::DatabaseUrl;
+use clap::Subcommand;
+
+#[derive(Subcommand, Debug)]
+pub(super) enum DbCmd {
+    /// Bring the database to this gatehouse's schema: the PostgreSQL
+    /// database named by --database (or GATEHOUSE_DATABASE_URL), else the
+    /// home's embedded SQLite file. A database written by a newer
+    /// gatehouse is refused.
+    Migrate {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy this home's whole state (ledger ids, pending actions,
+    /// observation sets, shared chats, workflows, installed components)
+    /// into an empty PostgreSQL database, migrating it first. The home is
+    /// left as it was. Stop other gatehouse processes on the home first.
+    Copy {
+        /// The PostgreSQL database to copy into (postgres://...).
+        #[arg(long, value_name = "URL")]
+        to: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `db migrate` of a PostgreSQL database: no home, no kernel.
+pub(super) async fn migrate_shared(url: &str, json: bool) -> anyhow::Result<bool> {
+    let url = DatabaseUrl::parse(url)?;
+    let done = crate::moving::migrate_database(&url).await?;
+    print_record(&done, json, |d| {
+        if d.before == d.now {
+            outln!("{} is at schema {}; nothing to do", d.database, d.now);
+        } else {
+            outln!(
+                "{} migrated from schema {} to {}",
+                d.database,
+                d.before,
+                d.now
+            );
+        }
+    })?;
+    Ok(true)
+}
+
+/// `db migrate` of the home (the kernel migrated it on open) and `db copy`.
+pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool> {
+    match cmd {
+        DbCmd::Migrate { json } => {
+            let schema = kernel.state_schema()?;
+            let record = serde_json::json!({
+                "database": kernel.state_path().display().to_string(),
+                "now": schema,
+            });
+            print_record(&record, json, |_| {
+                outln!(
+                    "the state database {} is at schema {schema}",
+                    kernel.state_path().display()
+                );
+            })?;
+        }
+        DbCmd::Copy { to, json } => {
+            let url = DatabaseUrl::parse(&to)?;
+            let copied = kernel.copy_to_database(&url).await?;
+            print_record(&copied, json, |c| {
+                let rows: u64 = c.tables.iter().map(|t| t.1).sum();
+                outln!(
+                    "copied {rows} rows in {} tables and {} components into {url}; its ledger continues at id {}",
+                    c.tables.len(),
+                    c.components,
+                    c.next_ledger_id
+                );
+            })?;
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,84 @@
+//! Moving a deployment into a shared PostgreSQL database (issue 15):
+//! `gatehouse db migrate` and `gatehouse db copy --to URL`.
+//!
+//! Owns the order of a move: the home must be quiet (no other Gatehouse
+//! process on it, since what they wrote after the snapshot would stay
+//! behind), its interrupted claims recovered (the kernel did so on open),
+//! the database brought to the newest schema, then one snapshot copied
+//! with the files a home keeps beside its database. It may not write SQL
+//! (`store::postgres` does) nor decide anything about the state it moves:
+//! every id, state and observation set arrives as it was.
+
+use crate::kernel::Kernel;
+use crate::store::postgres::{self, Copied, DatabaseUrl, Files};
+use anyhow::bail;
+
+/// What `db migrate` did to a database: the schema it was at and is at.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Migrated {
+    /// The database, its password hidden.
+    pub database: String,
+    /// The schema version it was at (0: none).
+    pub before: i64,
+    /// The schema version it is at now.
+    pub now: i64,
+}
+
+/// Bring the PostgreSQL database at `url` to this binary's schema.
+pub async fn migrate_database(url: &DatabaseUrl) -> anyhow::Result<Migrated> {
+    let mut client = postgres::connect(url).await?;
+    let (before, now) = postgres::migrate(&mut client, url).await?;
+    Ok(Migrated {
+        database: url.to_string(),
+        before,
+        now,
+    })
+}
+
+impl Kernel {
+    /// Copy this home's whole state into the empty PostgreSQL database at
+    /// `url`, migrating it first. The home itself is left as it was.
+    pub async fn copy_to_database(&self, url: &DatabaseUrl) -> anyhow::Result<Copied> {
+        let others = self.others_alive();
+        if !others.is_empty() {
+            bail!(
+                "{} other gatehouse process(es) are using this home (serve, mcp serve, or a command still running); stop them, then copy: what they write after the copy began would stay behind",
+                others.len()
+            );
+        }
+        let mut client = postgres::connect(url).await?;
+        postgres::migrate(&mut client, url).await?;
+        let files = self.files_to_move()?;
+        self.store().copy_to(&mut client, url, files).await
+    }
+
+    /// What the home keeps as files and a shared database keeps in tables:
+    /// every installed component's bytes (checked against its digest) and
+    /// the certificate authority's key.
+    fn files_to_move(&self) -> anyhow::Result<Files> {
+        let mut digests: Vec<String> = self
+            .store()
+            .gadgets()?
+            .into_iter()
+            .map(|g| g.digest)
+            .chain(self.store().gatekeepers()?.iter().map(|g| g.digest.clone()))
+            .collect();
+        digests.sort_unstable();
+        digests.dedup();
+        let components = digests
+            .into_iter()
+            .map(|d| {
+                let bytes = self.runtime().component_bytes(&d)?;
+                Ok((d, bytes))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let secrets = crate::grants::stored_key_hex(self.home())?
+            .map(|key| (crate::grants::SHARED_KEY_NAME.to_owned(), key))
+            .into_iter()
+            .collect();
+        Ok(Files {
+            components,
+            secrets,
+        })
+    }
+}

@@ -1,0 +1,663 @@
+//! The PostgreSQL database (issue 15): connecting, its schema's versions,
+//! and moving an embedded home's state into it.
+//!
+//! Owns every statement run against PostgreSQL and the schema in
+//! `migrations/postgres/` (the same tables, checks and triggers as the
+//! SQLite schema, written once for this engine, versioned by refinery).
+//! It may not decide policy nor read the home's files: what a copy carries
+//! besides the tables (component bytes, the certificate authority's key)
+//! is handed in by the kernel, which owns where those live.
+//!
+//! The safe sides chosen here (docs/storage.md): a database written by a
+//! newer Gatehouse is refused; a copy goes only into a database that holds
+//! no deployment yet, in one transaction, so a failed copy leaves nothing
+//! behind; and a table of the home that this module does not know stops
+//! the copy instead of being left out.
+
+use super::Store;
+use anyhow::{Context as _, bail};
+use rusqlite::types::ValueRef;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls};
+
+mod embedded {
+    refinery::embed_migrations!("src/store/migrations/postgres");
+}
+
+/// Where refinery records the versions applied.
+const HISTORY: &str = "gatehouse_schema_history";
+
+/// Taken (as a transaction-level advisory lock) by whoever migrates, so
+/// that two hosts starting at once apply each version once. The number is
+/// this deployment's own: "GATEHOUS" in ASCII.
+const MIGRATION_LOCK: i64 = 0x4741_5445_484f_5553;
+
+/// The tables of a deployment in the order a copy fills them: a table
+/// after every table its foreign keys name. A table of the home missing
+/// here stops the copy (nothing is silently left behind), and a test
+/// checks the list against both schemas.
+pub const TABLES: &[&str] = &[
+    "users",
+    "secrets",
+    "gadgets",
+    "gatekeepers",
+    "chats",
+    "introductions",
+    "accounts",
+    "collaborators",
+    "observers",
+    "share_links",
+    "approvers",
+    "ledger",
+    "hooks",
+    "hook_firings",
+    "decisions",
+    "rules",
+    "agent_runs",
+    "workflows",
+    "workflow_runs",
+    "run_steps",
+    "approval_requests",
+    "certificates",
+    "invocations",
+    "web_signin_tokens",
+    "web_sessions",
+    "web_csrf",
+    "deployment_secrets",
+    "notify_targets",
+    "notices",
+    "durability_mark",
+    "policy_epoch",
+];
+
+/// Tables whose one row the schema itself writes (a counter): a copy
+/// replaces it, and it does not make a database "in use".
+const SEEDED: &[&str] = &["durability_mark", "policy_epoch"];
+
+/// A PostgreSQL connection string, kept whole for connecting and shown
+/// without its password.
+#[derive(Clone)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// `url` if it names PostgreSQL (`postgres://` or `postgresql://`).
+    pub fn parse(url: &str) -> anyhow::Result<DatabaseUrl> {
+        let url = url.trim();
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            bail!(
+                "the database URL must start with postgres:// or postgresql:// (got {}); give a PostgreSQL connection URL",
+                DatabaseUrl(url.to_owned())
+            );
+        }
+        Ok(DatabaseUrl(url.to_owned()))
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    /// The URL with any password replaced by `***`: it is printed in
+    /// errors and reports.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = &self.0;
+        let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+            return f.write_str(url);
+        };
+        let rest = &url[scheme_end..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let Some(at) = rest[..authority_end].rfind('@') else {
+            return f.write_str(url);
+        };
+        match rest[..at].find(':') {
+            Some(colon) => write!(
+                f,
+                "{}{}:***{}",
+                &url[..scheme_end],
+                &rest[..colon],
+                &rest[at..]
+            ),
+            None => f.write_str(url),
+        }
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+/// Connect to `url`; the connection's own task runs on the current runtime
+/// until the client is dropped.
+pub async fn connect(url: &DatabaseUrl) -> anyhow::Result<Client> {
+    let (client, connection) = tokio_postgres::connect(&url.0, NoTls)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to the database {url} ({}); check that PostgreSQL runs there and that the URL (GATEHOUSE_DATABASE_URL or --database) is right",
+                reason(&e)
+            )
+        })?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %reason(&e), "the PostgreSQL connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// What the server said, on one line (tokio-postgres puts the server's
+/// message in the error's source).
+fn reason(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+/// The schema version this binary brings the database to.
+pub fn newest_version() -> i64 {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| i64::from(m.version()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The schema version the database is at (0: none yet).
+pub async fn version(client: &impl tokio_postgres::GenericClient) -> anyhow::Result<i64> {
+    let failed = |e: tokio_postgres::Error| {
+        anyhow::anyhow!("cannot read the database's schema version ({})", reason(&e))
+    };
+    let kept: bool = client
+        .query_one(&format!("SELECT to_regclass('{HISTORY}') IS NOT NULL"), &[])
+        .await
+        .map_err(failed)?
+        .get(0);
+    if !kept {
+        return Ok(0);
+    }
+    Ok(client
+        .query_one(
+            &format!("SELECT COALESCE(max(version), 0)::BIGINT FROM {HISTORY}"),
+            &[],
+        )
+        .await
+        .map_err(failed)?
+        .get(0))
+}
+
+/// Bring the database at `url` to the newest schema; the versions it was
+/// at before and is at now. A database written by a newer Gatehouse is
+/// refused before anything is changed. Two hosts migrating at once take
+/// turns on an advisory lock, and the second finds nothing left to do.
+pub async fn migrate(client: &mut Client, url: &DatabaseUrl) -> anyhow::Result<(i64, i64)> {
+    let newest = newest_version();
+    let lock = client.transaction().await?;
+    lock.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot lock the database for migration ({})", reason(&e)))?;
+    let before = version(&lock).await?;
+    if before > newest {
+        bail!(
+            "the database {url} was written by a newer Gatehouse (schema {before}; this one knows {newest}); upgrade gatehouse on this host"
+        );
+    }
+    // refinery runs each version in a transaction of its own on a client
+    // it borrows whole, so the lock is held by a second connection.
+    let mut worker = connect(url).await?;
+    let mut runner = embedded::migrations::runner().set_abort_divergent(true);
+    runner.set_migration_table_name(HISTORY);
+    runner
+        .run_async(&mut worker)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot bring the database {url} to schema {newest}: {e}"))?;
+    lock.commit().await?;
+    Ok((before, version(client).await?))
+}
+
+/// A host's presence in the shared database: the liveness signal a claim
+/// rests on across machines (SPEC P3). A claim names its host's owner
+/// token, as on one machine; there a lock file held for the process's life
+/// says the owner lives, and here a session-level advisory lock held on a
+/// connection of its own does. When the host dies, however it dies, its
+/// connection closes and PostgreSQL releases the lock: the release by a
+/// dead connection is the signal, with no clock and no lease to tune. A
+/// host that is merely slow keeps its connection, so its claims are never
+/// touched.
+pub struct Presence {
+    owner: String,
+    /// The connection holding the lock; dropping it ends the presence.
+    _holder: Client,
+}
+
+/// The advisory-lock key of `owner`: the first eight bytes of a SHA-256
+/// of the token under this purpose's label (other users of advisory locks
+/// in the same database are not disturbed by chance).
+fn presence_key(owner: &str) -> i64 {
+    use sha2::{Digest as _, Sha256};
+    let digest = Sha256::digest(format!("gatehouse-presence\0{owner}"));
+    let mut eight = [0u8; 8];
+    eight.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(eight)
+}
+
+impl Presence {
+    /// Announce `owner` in the database at `url` for as long as the value
+    /// lives.
+    pub async fn hold(url: &DatabaseUrl, owner: &str) -> anyhow::Result<Presence> {
+        let holder = connect(url).await?;
+        let taken: bool = holder
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&presence_key(owner)])
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot announce this host in {url} ({})", reason(&e)))?
+            .get(0);
+        if !taken {
+            bail!("another live host already uses the owner token {owner}; start again");
+        }
+        Ok(Presence {
+            owner: owner.to_owned(),
+            _holder: holder,
+        })
+    }
+
+    /// The owner token this presence announces.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Whether the host named `owner` is present: some session holds its
+    /// lock. Reads `pg_locks` only, so it may be asked on any connection,
+    /// the holder's own included, and never takes the lock itself.
+    pub async fn is_alive(
+        client: &impl tokio_postgres::GenericClient,
+        owner: &str,
+    ) -> anyhow::Result<bool> {
+        let key = presence_key(owner);
+        // A bigint advisory key is kept as two 32-bit halves.
+        let (high, low) = ((key >> 32) as u32, key as u32);
+        let row = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND classid::text::bigint = $1 AND objid::text::bigint = $2 AND objsubid = 1)",
+                &[&i64::from(high), &i64::from(low)],
+            )
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot tell whether host {owner} is present ({})",
+                    reason(&e)
+                )
+            })?;
+        Ok(row.get(0))
+    }
+
+    /// The advisory-lock key of `owner` (for tests and operators, who may
+    /// look it up in `pg_locks`).
+    pub fn key(owner: &str) -> i64 {
+        presence_key(owner)
+    }
+}
+
+/// One value of a SQLite row, as a copy carries it.
+enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// What a copy streams from the SQLite snapshot to PostgreSQL.
+enum Part {
+    /// The rows that follow belong to this table and these columns.
+    Table(&'static str, Vec<String>),
+    Row(Vec<Cell>),
+    /// The highest id each AUTOINCREMENT table ever handed out (SQLite's
+    /// `sqlite_sequence`): ids are never reused (SPEC L1), so the copy's
+    /// sequences start above it, not above the highest id left.
+    Sequences(Vec<(String, i64)>),
+}
+
+/// What a copy carried, table by table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Copied {
+    /// Each table copied, with its row count, in the order copied.
+    pub tables: Vec<(String, u64)>,
+    /// The id the ledger hands out next in the database.
+    pub next_ledger_id: i64,
+    /// Installed components whose bytes were copied.
+    pub components: usize,
+}
+
+/// What besides the tables an embedded home keeps as files, read by the
+/// kernel: component bytes by digest, and deployment secrets kept as
+/// files (the certificate authority's key).
+pub struct Files {
+    /// Component bytes, by their SHA-256 digest.
+    pub components: Vec<(String, Vec<u8>)>,
+    /// Deployment secrets by name (hex, at least 64 characters).
+    pub secrets: Vec<(String, String)>,
+}
+
+impl Store {
+    /// Copy every table of this store, as one consistent snapshot, into
+    /// the database behind `client` (migrated to the newest schema, and
+    /// holding no deployment yet), with `files`, in one transaction: ids,
+    /// states and observation sets arrive as they are, and the database's
+    /// id sequences continue above every id the home ever handed out.
+    pub async fn copy_to(
+        &self,
+        client: &mut Client,
+        url: &DatabaseUrl,
+        files: Files,
+    ) -> anyhow::Result<Copied> {
+        let tx = client.transaction().await?;
+        for table in TABLES.iter().filter(|t| !SEEDED.contains(t)) {
+            let used: bool = tx
+                .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {table})"), &[])
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot read table {table} of {url} ({})", reason(&e))
+                })?
+                .get(0);
+            if used {
+                bail!(
+                    "the database {url} already holds a Gatehouse deployment (its table {table} has rows); copy into an empty database"
+                );
+            }
+        }
+        // The snapshot is read on a blocking thread inside one read
+        // transaction and streamed here a row at a time, so a large home
+        // is never held in memory whole.
+        let (send, mut parts) = tokio::sync::mpsc::channel::<Part>(1024);
+        let store = self.clone();
+        let reader = tokio::task::spawn_blocking(move || store.read(|c| snapshot(c, &send)));
+        let mut tables = Vec::new();
+        let mut sequences = Vec::new();
+        let mut current: Option<(&'static str, Vec<Type>, Vec<Cell>)> = None;
+        let mut writer = None;
+        let mut rows = 0u64;
+        while let Some(part) = parts.recv().await {
+            match part {
+                Part::Table(table, columns) => {
+                    if let Some(w) = writer.take() {
+                        finish(w, &mut tables, current.as_ref().map(|c| c.0), rows).await?;
+                    }
+                    rows = 0;
+                    let names = columns
+                        .iter()
+                        .map(|c| format!("\"{c}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let probe = tx
+                        .prepare(&format!("SELECT {names} FROM {table} LIMIT 0"))
+                        .await
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "the database's table {table} does not match the home's ({}); run `gatehouse db migrate` with this binary on both",
+                                reason(&e)
+                            )
+                        })?;
+                    let types: Vec<Type> =
+                        probe.columns().iter().map(|c| c.type_().clone()).collect();
+                    if SEEDED.contains(&table) {
+                        tx.execute(&format!("DELETE FROM {table}"), &[]).await?;
+                    }
+                    let sink = tx
+                        .copy_in(&format!("COPY {table} ({names}) FROM STDIN BINARY"))
+                        .await?;
+                    writer = Some(Box::pin(BinaryCopyInWriter::new(sink, &types)));
+                    current = Some((table, types, Vec::new()));
+                }
+                Part::Row(cells) => {
+                    let (Some((table, types, _)), Some(w)) = (current.as_ref(), writer.as_mut())
+                    else {
+                        bail!("a row arrived before its table");
+                    };
+                    let values = row_values(table, types, cells)?;
+                    let refs: Vec<&(dyn ToSql + Sync)> =
+                        values.iter().map(|v| v.as_ref() as _).collect();
+                    w.as_mut().write(&refs).await.map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot copy a row of {table} ({}); nothing was copied",
+                            reason(&e)
+                        )
+                    })?;
+                    rows += 1;
+                }
+                Part::Sequences(s) => sequences = s,
+            }
+        }
+        if let Some(w) = writer.take() {
+            finish(w, &mut tables, current.as_ref().map(|c| c.0), rows).await?;
+        }
+        reader
+            .await
+            .context("reading the home's state panicked")??;
+        for (table, highest) in sequences {
+            if highest > 0 {
+                tx.execute(
+                    "SELECT setval(pg_get_serial_sequence($1, 'id'), $2)",
+                    &[&table, &highest],
+                )
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot continue the ids of {table} ({})", reason(&e))
+                })?;
+            }
+        }
+        let now = super::now_ms();
+        let components = files.components.len();
+        for (digest, bytes) in files.components {
+            tx.execute(
+                "INSERT INTO components (digest, bytes, added_at) VALUES ($1, $2, $3)",
+                &[&digest, &bytes, &now],
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot copy component {digest} ({})", reason(&e)))?;
+        }
+        for (name, value) in files.secrets {
+            tx.execute(
+                "INSERT INTO deployment_secrets (name, value, created_at) VALUES ($1, $2, $3)",
+                &[&name, &value, &now],
+            )
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("cannot copy the deployment secret {name} ({})", reason(&e))
+            })?;
+        }
+        let next_ledger_id: i64 = tx
+            .query_one(
+                "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM ledger_id_seq",
+                &[],
+            )
+            .await?
+            .get(0);
+        tx.commit()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot commit the copy into {url} ({})", reason(&e)))?;
+        Ok(Copied {
+            tables,
+            next_ledger_id,
+            components,
+        })
+    }
+}
+
+/// End one table's COPY and note its row count.
+async fn finish(
+    writer: std::pin::Pin<Box<BinaryCopyInWriter>>,
+    tables: &mut Vec<(String, u64)>,
+    table: Option<&str>,
+    rows: u64,
+) -> anyhow::Result<()> {
+    let table = table.unwrap_or("?");
+    let mut writer = writer;
+    writer.as_mut().finish().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot copy table {table} ({}); nothing was copied",
+            reason(&e)
+        )
+    })?;
+    tables.push((table.to_owned(), rows));
+    Ok(())
+}
+
+/// A row's cells as values of the columns' PostgreSQL types. SQLite's
+/// tables are STRICT, so a cell of another kind means the two schemas
+/// disagree: the copy stops.
+fn row_values(
+    table: &str,
+    types: &[Type],
+    cells: Vec<Cell>,
+) -> anyhow::Result<Vec<Box<dyn ToSql + Sync + Send>>> {
+    cells
+        .into_iter()
+        .zip(types)
+        .map(|(cell, ty)| -> anyhow::Result<Box<dyn ToSql + Sync + Send>> {
+            Ok(match (cell, ty) {
+                (Cell::Int(i), &Type::INT8) => Box::new(i),
+                (Cell::Null, &Type::INT8) => Box::new(None::<i64>),
+                (Cell::Text(s), &Type::TEXT) => Box::new(s),
+                (Cell::Null, &Type::TEXT) => Box::new(None::<String>),
+                (Cell::Blob(b), &Type::BYTEA) => Box::new(b),
+                (Cell::Null, &Type::BYTEA) => Box::new(None::<Vec<u8>>),
+                (_, ty) => bail!(
+                    "a value in table {table} does not fit its column's type {ty} in the database; run `gatehouse db migrate` with this binary on both"
+                ),
+            })
+        })
+        .collect()
+}
+
+/// Stream every table in [`TABLES`] order, then the id sequences, from
+/// one read transaction (one snapshot of the whole home).
+fn snapshot(
+    conn: &rusqlite::Connection,
+    send: &tokio::sync::mpsc::Sender<Part>,
+) -> anyhow::Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    let present: Vec<String> = tx
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if let Some(unknown) = present.iter().find(|t| !TABLES.contains(&t.as_str())) {
+        bail!(
+            "the home's table {unknown} is not known to this Gatehouse's copy; use the gatehouse that wrote the home"
+        );
+    }
+    let gone = || anyhow::anyhow!("the copy stopped before the whole home was read");
+    for table in TABLES.iter().filter(|t| present.iter().any(|p| p == *t)) {
+        let columns: Vec<String> = tx
+            .prepare(&format!(
+                "SELECT name FROM pragma_table_info('{table}') ORDER BY cid"
+            ))?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let list = columns
+            .iter()
+            .map(|c| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        send.blocking_send(Part::Table(table, columns.clone()))
+            .map_err(|_| gone())?;
+        let mut st = tx.prepare(&format!("SELECT {list} FROM {table}"))?;
+        let mut rows = st.query([])?;
+        while let Some(row) = rows.next()? {
+            let mut cells = Vec::with_capacity(columns.len());
+            for i in 0..columns.len() {
+                cells.push(match row.get_ref(i)? {
+                    ValueRef::Null => Cell::Null,
+                    ValueRef::Integer(n) => Cell::Int(n),
+                    ValueRef::Text(t) => Cell::Text(
+                        std::str::from_utf8(t)
+                            .with_context(|| format!("a text in table {table} is not UTF-8"))?
+                            .to_owned(),
+                    ),
+                    ValueRef::Blob(b) => Cell::Blob(b.to_vec()),
+                    ValueRef::Real(_) => {
+                        bail!("table {table} holds a real number, which no Gatehouse column has")
+                    }
+                });
+            }
+            send.blocking_send(Part::Row(cells)).map_err(|_| gone())?;
+        }
+    }
+    let mut sequences: Vec<(String, i64)> = tx
+        .prepare(
+            "SELECT m.name, MAX(COALESCE((SELECT seq FROM sqlite_sequence s WHERE s.name = m.name), 0), 0)
+             FROM sqlite_master m WHERE m.type = 'table' AND m.sql LIKE '%AUTOINCREMENT%'",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    for (table, highest) in sequences.iter_mut() {
+        let top: i64 = tx.query_row(
+            &format!("SELECT COALESCE(max(id), 0) FROM {table}"),
+            [],
+            |r| r.get(0),
+        )?;
+        *highest = (*highest).max(top);
+    }
+    send.blocking_send(Part::Sequences(sequences))
+        .map_err(|_| gone())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_is_never_shown() {
+        let url = DatabaseUrl::parse("postgres://alice:s3cret@db.example:5432/gh?sslmode=disable")
+            .expect("a postgres URL");
+        assert_eq!(
+            url.to_string(),
+            "postgres://alice:***@db.example:5432/gh?sslmode=disable"
+        );
+        let bare = DatabaseUrl::parse("postgresql://db/gh").expect("a postgres URL");
+        assert_eq!(bare.to_string(), "postgresql://db/gh");
+        let refused = DatabaseUrl::parse("mysql://root:pw@db/x").expect_err("not postgres");
+        assert!(!refused.to_string().contains("pw"), "{refused}");
+    }
+
+    /// Every table of the embedded schema is copied, in an order that
+    /// fills a table after those its foreign keys name.
+    #[test]
+    fn the_copy_knows_every_table_in_foreign_key_order() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = Store::open(&dir.path().join("gatehouse.db")).expect("the store opens");
+        let conn = store.lock();
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+            .expect("the tables");
+        let mut known: Vec<&str> = TABLES.to_vec();
+        known.sort_unstable();
+        assert_eq!(tables, known, "TABLES must list every table of the schema");
+        for (i, table) in TABLES.iter().enumerate() {
+            let parents: Vec<String> = conn
+                .prepare(&format!(
+                    "SELECT \"table\" FROM pragma_foreign_key_list('{table}')"
+                ))
+                .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+                .expect("the foreign keys");
+            for parent in parents {
+                let at = TABLES.iter().position(|t| *t == parent);
+                assert!(
+                    at.is_some_and(|at| at < i),
+                    "{table} names {parent}, which must come before it"
+                );
+            }
+        }
+    }
+}
