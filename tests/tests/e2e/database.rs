@@ -243,21 +243,8 @@ fn both_schemas_refuse_the_same_hostile_writes_and_have_the_same_columns() {
     );
 
     // Same tables, same columns.
-    let tables: Vec<String> = sqlite
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    for table in &tables {
-        let mut columns: Vec<String> = sqlite
-            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+    for table in &texts(&sqlite, TABLES_SQL) {
+        let mut columns = texts(&sqlite, &columns_sql(table));
         columns.sort();
         let theirs = pg.psql(
             db,
@@ -268,6 +255,21 @@ fn both_schemas_refuse_the_same_hostile_writes_and_have_the_same_columns() {
         let theirs: Vec<String> = theirs.lines().map(str::to_owned).collect();
         assert_eq!(columns, theirs, "table {table}'s columns differ");
     }
+}
+
+/// The tables of an embedded database.
+const TABLES_SQL: &str = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name";
+
+/// The columns of `table` in an embedded database, in their order.
+fn columns_sql(table: &str) -> String {
+    format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid")
+}
+
+/// The one text column `sql` selects, every row.
+fn texts(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    conn.prepare(sql)
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Every row of `table` in the home as one text per row (columns joined by
@@ -468,24 +470,9 @@ async fn a_home_moves_into_postgres_whole_and_its_ids_continue() {
 
     // Every table, row for row.
     let conn = rusqlite::Connection::open(home.join("gatehouse.db")).unwrap();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
     let mut nonempty = 0;
-    for table in &tables {
-        let columns: Vec<String> = conn
-            .prepare(&format!(
-                "SELECT name FROM pragma_table_info('{table}') ORDER BY cid"
-            ))
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+    for table in &texts(&conn, TABLES_SQL) {
+        let columns = texts(&conn, &columns_sql(table));
         let ours = sqlite_rows(&conn, table, &columns);
         let theirs = postgres_rows(db, table, &columns);
         assert_eq!(ours, theirs, "table {table} arrived different");
