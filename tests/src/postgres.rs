@@ -26,7 +26,15 @@ pub struct Cluster {
 /// The cluster of this test process, started on first use.
 pub fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| Cluster::start().unwrap_or_else(|e| panic!("{e}")))
+    CLUSTER.get_or_init(|| Cluster::start(false).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A cluster of its own that syncs its commits to disk as a production
+/// server does (`fsync`, `synchronous_commit` on): for benchmarks, whose
+/// figures would mean nothing on a cluster that never waits for the disk.
+/// The tests' [`cluster`] skips the disk waits, which no test asserts on.
+pub fn durable_cluster() -> Cluster {
+    Cluster::start(true).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Where Debian keeps PostgreSQL's server programs (the newest version
@@ -94,7 +102,7 @@ fn free_port() -> Result<u16, String> {
 }
 
 impl Cluster {
-    fn start() -> Result<Cluster, String> {
+    fn start(durable: bool) -> Result<Cluster, String> {
         let bin = server_bin()?;
         let root = is_root();
         // Not under a TempDir: the watcher removes it after this process
@@ -148,8 +156,13 @@ impl Cluster {
         // a few.
         for _ in 0..5 {
             let port = free_port()?;
+            let disk = if durable {
+                ""
+            } else {
+                " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            };
             let options = format!(
-                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c max_connections=300{disk}",
                 dir.display()
             );
             let started = as_server_user(
