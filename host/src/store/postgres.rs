@@ -90,7 +90,21 @@ impl DatabaseUrl {
                 DatabaseUrl(url.to_owned())
             );
         }
-        Ok(DatabaseUrl(url.to_owned()))
+        let shown = DatabaseUrl(url.to_owned());
+        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+            anyhow::anyhow!("the database URL {shown} is not a valid PostgreSQL URL ({e}); fix it")
+        })?;
+        // This version has no TLS client: a URL that demands TLS is
+        // refused here, in words, rather than failing later in a handshake.
+        if !matches!(
+            config.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Disable | tokio_postgres::config::SslMode::Prefer
+        ) {
+            bail!(
+                "the database URL {shown} requires TLS, and this version of gatehouse connects to PostgreSQL without it; reach the database over loopback or a private network with sslmode=disable"
+            );
+        }
+        Ok(shown)
     }
 }
 
@@ -628,6 +642,13 @@ mod tests {
         assert_eq!(bare.to_string(), "postgresql://db/gh");
         let refused = DatabaseUrl::parse("mysql://root:pw@db/x").expect_err("not postgres");
         assert!(!refused.to_string().contains("pw"), "{refused}");
+        let tls = DatabaseUrl::parse("postgres://alice:s3cret@db/gh?sslmode=require")
+            .expect_err("no TLS client in this version");
+        assert!(tls.to_string().contains("requires TLS"), "{tls}");
+        assert!(!tls.to_string().contains("s3cret"), "{tls}");
+        let bad = DatabaseUrl::parse("postgres://alice:s3cret@db/gh?nonsense=1")
+            .expect_err("an unknown option");
+        assert!(!bad.to_string().contains("s3cret"), "{bad}");
     }
 
     /// Every table of the embedded schema is copied, in an order that
