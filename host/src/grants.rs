@@ -88,13 +88,24 @@ pub(crate) const SHARED_KEY_NAME: &str = "certificate-authority";
 /// The key of `home`'s authority as hex, if it has one yet (for moving the
 /// home into a shared database). Never creates one.
 pub(crate) fn stored_key_hex(home: &Home) -> anyhow::Result<Option<String>> {
-    let path = home.root().join("ca").join("ca.key");
-    match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() == 32 => Ok(Some(hex::encode(bytes))),
-        Ok(_) => anyhow::bail!(
-            "the certificate authority key {} is damaged (expected 32 bytes); restore it from a backup before moving the home",
-            path.display()
-        ),
+    Ok(stored_seed(&key_path(home))?.map(hex::encode))
+}
+
+/// Where a home keeps its authority's key.
+fn key_path(home: &Home) -> PathBuf {
+    home.root().join("ca").join("ca.key")
+}
+
+/// The 32-byte seed at `path`, or `None` when there is none yet; a file of
+/// another size is damaged and refused, never replaced.
+fn stored_seed(path: &PathBuf) -> anyhow::Result<Option<[u8; 32]>> {
+    match std::fs::read(path) {
+        Ok(bytes) => bytes.as_slice().try_into().map(Some).map_err(|_| {
+            anyhow::anyhow!(
+                "the certificate authority key {} is damaged (expected 32 bytes); restore it from a backup, or remove it to start a new authority (outstanding certificates then stop working)",
+                path.display()
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
@@ -109,22 +120,10 @@ pub struct Authority {
 impl Authority {
     /// The CA of `home`, created on first use (SPEC G3).
     pub fn open(home: &Home) -> anyhow::Result<Authority> {
-        let dir = home.root().join("ca");
-        let path = dir.join("ca.key");
-        let key = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
-                    anyhow::anyhow!(
-                        "the certificate authority key {} is damaged (expected 32 bytes); restore it from a backup, or remove it to start a new authority (outstanding certificates then stop working)",
-                        path.display()
-                    )
-                })?;
-                SigningKey::from_bytes(&seed)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_key(&dir, &path)?,
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot read {}", path.display()));
-            }
+        let path = key_path(home);
+        let key = match stored_seed(&path)? {
+            Some(seed) => SigningKey::from_bytes(&seed),
+            None => create_key(&home.root().join("ca"), &path)?,
         };
         Ok(Authority::from_key(key))
     }

@@ -397,62 +397,24 @@ impl Store {
         let reader = tokio::task::spawn_blocking(move || store.read(|c| snapshot(c, &send)));
         let mut tables = Vec::new();
         let mut sequences = Vec::new();
-        let mut current: Option<(&'static str, Vec<Type>, Vec<Cell>)> = None;
-        let mut writer = None;
-        let mut rows = 0u64;
+        let mut copying: Option<TableCopy> = None;
         while let Some(part) = parts.recv().await {
             match part {
                 Part::Table(table, columns) => {
-                    if let Some(w) = writer.take() {
-                        finish(w, &mut tables, current.as_ref().map(|c| c.0), rows).await?;
+                    if let Some(done) = copying.take() {
+                        tables.push(done.finish().await?);
                     }
-                    rows = 0;
-                    let names = columns
-                        .iter()
-                        .map(|c| format!("\"{c}\""))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    let probe = tx
-                        .prepare(&format!("SELECT {names} FROM {table} LIMIT 0"))
-                        .await
-                        .map_err(|e| {
-                            anyhow::anyhow!(
-                                "the database's table {table} does not match the home's ({}); run `gatehouse db migrate` with this binary on both",
-                                reason(&e)
-                            )
-                        })?;
-                    let types: Vec<Type> =
-                        probe.columns().iter().map(|c| c.type_().clone()).collect();
-                    if SEEDED.contains(&table) {
-                        tx.execute(&format!("DELETE FROM {table}"), &[]).await?;
-                    }
-                    let sink = tx
-                        .copy_in(&format!("COPY {table} ({names}) FROM STDIN BINARY"))
-                        .await?;
-                    writer = Some(Box::pin(BinaryCopyInWriter::new(sink, &types)));
-                    current = Some((table, types, Vec::new()));
+                    copying = Some(TableCopy::start(&tx, table, &columns).await?);
                 }
-                Part::Row(cells) => {
-                    let (Some((table, types, _)), Some(w)) = (current.as_ref(), writer.as_mut())
-                    else {
-                        bail!("a row arrived before its table");
-                    };
-                    let values = row_values(table, types, cells)?;
-                    let refs: Vec<&(dyn ToSql + Sync)> =
-                        values.iter().map(|v| v.as_ref() as _).collect();
-                    w.as_mut().write(&refs).await.map_err(|e| {
-                        anyhow::anyhow!(
-                            "cannot copy a row of {table} ({}); nothing was copied",
-                            reason(&e)
-                        )
-                    })?;
-                    rows += 1;
-                }
+                Part::Row(cells) => match copying.as_mut() {
+                    Some(c) => c.write(cells).await?,
+                    None => bail!("a row arrived before its table"),
+                },
                 Part::Sequences(s) => sequences = s,
             }
         }
-        if let Some(w) = writer.take() {
-            finish(w, &mut tables, current.as_ref().map(|c| c.0), rows).await?;
+        if let Some(done) = copying.take() {
+            tables.push(done.finish().await?);
         }
         reader
             .await
@@ -507,23 +469,76 @@ impl Store {
     }
 }
 
-/// End one table's COPY and note its row count.
-async fn finish(
+/// One table's rows on their way in, by binary `COPY`.
+struct TableCopy {
+    table: &'static str,
+    types: Vec<Type>,
     writer: std::pin::Pin<Box<BinaryCopyInWriter>>,
-    tables: &mut Vec<(String, u64)>,
-    table: Option<&str>,
     rows: u64,
-) -> anyhow::Result<()> {
-    let table = table.unwrap_or("?");
-    let mut writer = writer;
-    writer.as_mut().finish().await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot copy table {table} ({}); nothing was copied",
-            reason(&e)
-        )
-    })?;
-    tables.push((table.to_owned(), rows));
-    Ok(())
+}
+
+impl TableCopy {
+    /// Begin copying `columns` of `table`, typed as the database's own
+    /// columns are. A table the schema seeds (a counter) is emptied first.
+    async fn start(
+        tx: &tokio_postgres::Transaction<'_>,
+        table: &'static str,
+        columns: &[String],
+    ) -> anyhow::Result<TableCopy> {
+        let names = columns
+            .iter()
+            .map(|c| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let probe = tx
+            .prepare(&format!("SELECT {names} FROM {table} LIMIT 0"))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "the database's table {table} does not match the home's ({}); run `gatehouse db migrate` with this binary on both",
+                    reason(&e)
+                )
+            })?;
+        let types: Vec<Type> = probe.columns().iter().map(|c| c.type_().clone()).collect();
+        if SEEDED.contains(&table) {
+            tx.execute(&format!("DELETE FROM {table}"), &[]).await?;
+        }
+        let sink = tx
+            .copy_in(&format!("COPY {table} ({names}) FROM STDIN BINARY"))
+            .await?;
+        Ok(TableCopy {
+            table,
+            writer: Box::pin(BinaryCopyInWriter::new(sink, &types)),
+            types,
+            rows: 0,
+        })
+    }
+
+    async fn write(&mut self, cells: Vec<Cell>) -> anyhow::Result<()> {
+        let values = row_values(self.table, &self.types, cells)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref() as _).collect();
+        self.writer.as_mut().write(&refs).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot copy a row of {} ({}); nothing was copied",
+                self.table,
+                reason(&e)
+            )
+        })?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// End the COPY: the table and its row count.
+    async fn finish(mut self) -> anyhow::Result<(String, u64)> {
+        self.writer.as_mut().finish().await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot copy table {} ({}); nothing was copied",
+                self.table,
+                reason(&e)
+            )
+        })?;
+        Ok((self.table.to_owned(), self.rows))
+    }
 }
 
 /// A row's cells as values of the columns' PostgreSQL types. SQLite's
