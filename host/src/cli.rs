@@ -259,12 +259,15 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
             Command::Db(db::DbCmd::Migrate { json }) => {
                 return db::migrate_shared(url, *json).await;
             }
+            Command::Db(db::DbCmd::Status { json }) => {
+                return db::status_shared(url, *json).await;
+            }
             // A copy names its target itself and reads the home.
             Command::Db(db::DbCmd::Copy { .. }) => {}
             // The safe side: a person who named a shared database must not
             // find their decisions written to a local file instead.
             _ => anyhow::bail!(
-                "a PostgreSQL database is named (GATEHOUSE_DATABASE_URL or --database), and this version of gatehouse serves chats from the embedded home only; unset it to use the home, or use `gatehouse db migrate` and `gatehouse db copy --to URL` to prepare the database"
+                "a PostgreSQL database is named (GATEHOUSE_DATABASE_URL or --database), and this version of gatehouse serves chats from the embedded home only; unset it to use the home, or use `gatehouse db migrate`, `db copy --to URL` and `db status` to prepare the database"
             ),
         }
     }

@@ -1,5 +1,6 @@
 //! Moving a deployment into a shared PostgreSQL database (issue 15):
-//! `gatehouse db migrate` and `gatehouse db copy --to URL`.
+//! `gatehouse db migrate`, `gatehouse db copy --to URL`, and `gatehouse db
+//! status`, which says where a database stands before and after.
 //!
 //! Owns the order of a move: the home must be quiet (no other Gatehouse
 //! process on it, since what they wrote after the snapshot would stay
@@ -10,6 +11,7 @@
 //! every id, state and observation set arrives as it was.
 
 use crate::kernel::Kernel;
+use crate::store::InFlight;
 use crate::store::postgres::{self, Copied, DatabaseUrl, Files};
 use anyhow::bail;
 
@@ -24,6 +26,32 @@ pub struct Migrated {
     pub now: i64,
 }
 
+/// Where a database stands: its schema, and the claims in flight with
+/// whether each one's host is present.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    /// The database: a home's file, or a URL with its password hidden.
+    pub database: String,
+    /// The schema version it is at.
+    pub schema: i64,
+    /// The actions being sent right now, oldest first.
+    pub in_flight: Vec<InFlight>,
+}
+
+/// The status of the PostgreSQL database at `url`; it must be at this
+/// binary's schema. Reads only.
+pub async fn database_status(url: &DatabaseUrl) -> anyhow::Result<Status> {
+    let shared = postgres::Shared::open(url, 1).await?;
+    let in_flight = shared
+        .run(|db| crate::store::claims::in_flight(db, &postgres::present))
+        .await?;
+    Ok(Status {
+        database: url.to_string(),
+        schema: postgres::newest_version(),
+        in_flight,
+    })
+}
+
 /// Bring the PostgreSQL database at `url` to this binary's schema.
 pub async fn migrate_database(url: &DatabaseUrl) -> anyhow::Result<Migrated> {
     let mut client = postgres::connect(url).await?;
@@ -36,6 +64,20 @@ pub async fn migrate_database(url: &DatabaseUrl) -> anyhow::Result<Migrated> {
 }
 
 impl Kernel {
+    /// The status of this home's database.
+    pub async fn database_status(&self) -> anyhow::Result<Status> {
+        let k = self.clone();
+        let in_flight = self
+            .store()
+            .run(move |s| s.in_flight(|owner| k.is_alive(owner)))
+            .await?;
+        Ok(Status {
+            database: self.state_path().display().to_string(),
+            schema: self.state_schema()?,
+            in_flight,
+        })
+    }
+
     /// Copy this home's whole state into the empty PostgreSQL database at
     /// `url`, migrating it first. The home itself is left as it was.
     pub async fn copy_to_database(&self, url: &DatabaseUrl) -> anyhow::Result<Copied> {

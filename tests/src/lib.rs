@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 pub mod bare;
 pub mod langs;
 pub mod mcp;
-pub mod postgres;
+pub use gatehouse_pg_cluster as postgres;
 
 /// The tracker credential stored as the secret `tracker-token`.
 pub const TOKEN: &str = "tok-3c9e1f0d-never-shown-to-guests";

@@ -1,5 +1,5 @@
-//! The database's commands: `db migrate` (the schema) and `db copy` (a
-//! home moved into PostgreSQL). Words only: what a move carries and when
+//! The database's commands: `db migrate` (the schema), `db copy` (a home
+//! moved into PostgreSQL) and `db status` (where a database stands). Words only: what a move carries and when
 //! it is refused is `moving`'s, and every statement is the store's.
 
 use super::print_record;
@@ -14,6 +14,15 @@ pub(super) enum DbCmd {
     /// home's embedded SQLite file. A database written by a newer
     /// gatehouse is refused.
     Migrate {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the database's schema and the actions being sent right now,
+    /// each with the host that claimed it and whether that host is still
+    /// present (a claim whose host is gone is failed by the next start,
+    /// never sent again). The PostgreSQL database named by --database (or
+    /// GATEHOUSE_DATABASE_URL), else the home's. Reads only.
+    Status {
         #[arg(long)]
         json: bool,
     },
@@ -49,7 +58,36 @@ pub(super) async fn migrate_shared(url: &str, json: bool) -> anyhow::Result<bool
     Ok(true)
 }
 
-/// `db migrate` of the home (the kernel migrated it on open) and `db copy`.
+/// `db status` of a PostgreSQL database: no home, no kernel.
+pub(super) async fn status_shared(url: &str, json: bool) -> anyhow::Result<bool> {
+    let url = DatabaseUrl::parse(url)?;
+    print_status(&crate::moving::database_status(&url).await?, json)?;
+    Ok(true)
+}
+
+fn print_status(status: &crate::moving::Status, json: bool) -> anyhow::Result<()> {
+    print_record(status, json, |s| {
+        outln!("{} is at schema {}", s.database, s.schema);
+        if s.in_flight.is_empty() {
+            outln!("no action is being sent");
+        }
+        for c in &s.in_flight {
+            outln!(
+                "action {} is being sent by {} ({})",
+                c.action,
+                c.host.as_deref().unwrap_or("no host"),
+                if c.present {
+                    "present"
+                } else {
+                    "gone: the next start fails it, and it is never sent again"
+                }
+            );
+        }
+    })
+}
+
+/// `db migrate` and `db status` of the home (the kernel migrated it on
+/// open) and `db copy`.
 pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool> {
     match cmd {
         DbCmd::Migrate { json } => {
@@ -65,6 +103,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool>
                 );
             })?;
         }
+        DbCmd::Status { json } => print_status(&kernel.database_status().await?, json)?,
         DbCmd::Copy { to, json } => {
             let url = DatabaseUrl::parse(&to)?;
             let copied = kernel.copy_to_database(&url).await?;

@@ -1108,11 +1108,7 @@ impl Store {
     pub fn finish_applied(&self, id: i64, result: &str) -> anyhow::Result<()> {
         {
             let conn = self.lock();
-            conn.execute(
-                "UPDATE ledger SET state = 'applied', finished_at = ?2, claim_owner = NULL
-                 WHERE id = ?1 AND state = 'applying'",
-                params![id, now_ms()],
-            )?;
+            super::claims::applied(&*conn, id, now_ms())?;
             record_outcome(&conn, id, DecisionOutcome::Applied)?;
         }
         let stored = if result.len() > MAX_RESULT_BYTES {
@@ -1148,16 +1144,7 @@ impl Store {
     pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<()> {
         {
             let conn = self.lock();
-            // A covered workflow call's message may echo its arguments:
-            // the step gets it, the database keeps its class only (G7).
-            conn.execute(
-                "UPDATE ledger SET state = 'failed', retryable = ?3, finished_at = ?4,
-                   claim_owner = NULL,
-                   error = CASE WHEN logical_key IS NULL THEN ?2
-                     ELSE 'the workflow call failed; its message was handed to its step and not kept' END
-                 WHERE id = ?1 AND state = 'applying'",
-                params![id, message, retryable as i64, now_ms()],
-            )?;
+            super::claims::failed(&*conn, id, message, retryable, now_ms())?;
             record_outcome(&conn, id, DecisionOutcome::Failed)?;
         }
         self.prune_of(id)?;
@@ -1230,13 +1217,7 @@ impl Store {
         is_alive: impl Fn(&str) -> bool,
         resume_as: Option<&str>,
     ) -> anyhow::Result<Recovered> {
-        let claims: Vec<(i64, Option<String>)> = {
-            let conn = self.lock();
-            let mut st =
-                conn.prepare_cached("SELECT id, claim_owner FROM ledger WHERE state = 'applying'")?;
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?
-        };
+        let claims = super::claims::open(&*self.lock())?;
         let mut out = Recovered::default();
         for (id, owner) in claims {
             if owner.as_deref().is_some_and(&is_alive) {
@@ -1255,12 +1236,8 @@ impl Store {
                 match resumable(&tx, &a)? {
                     Some(_) if resume_as.is_none() => return Ok(()),
                     Some((gatekeeper, credential)) => {
-                        let n = tx.execute(
-                            "UPDATE ledger SET claim_owner = ?3
-                             WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
-                            params![id, owner, resume_as],
-                        )?;
-                        if n == 1 {
+                        let to = resume_as.unwrap_or_default();
+                        if super::claims::pass(&*tx, id, owner.as_deref(), to)? {
                             tx.commit()?;
                             out.resumed.push(Claim {
                                 action: a,
@@ -1273,13 +1250,7 @@ impl Store {
                     }
                     None => {}
                 }
-                let n = tx.execute(
-                    "UPDATE ledger SET state = 'failed', retryable = 0, finished_at = ?3, claim_owner = NULL,
-                       error = 'interrupted after sending: the host stopped while applying this action, so it may or may not have reached the service; check the service and re-stage it if needed'
-                     WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
-                    params![id, owner, now_ms()],
-                )?;
-                if n == 1 {
+                if super::claims::interrupt(&*tx, id, owner.as_deref(), now_ms())? {
                     record_outcome(&tx, id, DecisionOutcome::Failed)?;
                     tx.commit()?;
                     out.failed.push(id);
@@ -1290,6 +1261,14 @@ impl Store {
             done?;
         }
         Ok(out)
+    }
+
+    /// The claims in flight, each with whether its process lives.
+    pub fn in_flight(
+        &self,
+        is_alive: impl Fn(&str) -> bool,
+    ) -> anyhow::Result<Vec<super::InFlight>> {
+        super::claims::in_flight(&*self.lock(), &|_, owner| Ok(is_alive(owner)))
     }
 
     /// Keep the newest finished actions of `id`'s chat; never prune open
@@ -1499,14 +1478,7 @@ fn claim_in(
         }
     }
     let auto = matches!(by, ClaimBy::Rule { .. });
-    let n = tx.execute(
-        "UPDATE ledger SET state = 'applying', claim_owner = ?2, resolved_by = ?3,
-           auto_approved = ?4, decided_at = ?5, error = NULL, retryable = NULL
-         WHERE id = ?1 AND kind = 'action'
-           AND (state = 'pending' OR (state = 'failed' AND retryable = 1))",
-        params![id, owner, by.by(), auto as i64, now_ms()],
-    )?;
-    if n != 1 {
+    if !super::claims::take(tx, id, owner, by.by(), auto, now_ms())? {
         return Ok(Err(ClaimRefusal::Applying(id)));
     }
     record_decision(tx, &a, by.decision(), by.by(), None)?;

@@ -14,6 +14,7 @@
 //! so that a read never queues behind a durable commit.
 
 mod actions;
+pub(crate) mod claims;
 mod deployment;
 pub mod dispatch;
 mod hooks;
@@ -24,6 +25,7 @@ mod registry;
 pub(crate) mod rules;
 mod sessions;
 mod sharing;
+pub(crate) mod sql;
 pub mod words;
 pub mod workflows;
 
@@ -31,6 +33,7 @@ pub use actions::{
     Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, RevertRefusal,
     StageError, Staged, args_digest, validate_args,
 };
+pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub(crate) use ledger::observe_in;

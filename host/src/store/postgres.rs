@@ -15,6 +15,7 @@
 //! the copy instead of being left out.
 
 use super::Store;
+use super::sql::{Cell, Sql, args};
 use anyhow::{Context as _, bail};
 use rusqlite::types::ValueRef;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -161,7 +162,7 @@ pub async fn connect(url: &DatabaseUrl) -> anyhow::Result<Client> {
 
 /// What the server said, on one line (tokio-postgres puts the server's
 /// message in the error's source).
-fn reason(e: &tokio_postgres::Error) -> String {
+pub(crate) fn reason(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db.message().to_owned(),
         None => {
@@ -238,6 +239,81 @@ pub async fn migrate(client: &mut Client, url: &DatabaseUrl) -> anyhow::Result<(
     Ok((before, version(client).await?))
 }
 
+/// The shared database as a host serves from it: a pool of connections
+/// (deadpool), each store call one transaction on one of them, run off the
+/// executor like every store call. Crate-private, as the embedded store is
+/// (no public store handle).
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pool: deadpool_postgres::Pool,
+}
+
+impl Shared {
+    /// Open the database at `url` with at most `connections` connections.
+    /// It must be at this binary's schema: opening never migrates (a
+    /// status read must not write), so an older one is refused with the
+    /// command that brings it up, and a newer one as [`migrate`] refuses it.
+    pub async fn open(url: &DatabaseUrl, connections: usize) -> anyhow::Result<Shared> {
+        let (at, newest) = (version(&connect(url).await?).await?, newest_version());
+        if at > newest {
+            bail!(
+                "the database {url} was written by a newer Gatehouse (schema {at}; this one knows {newest}); upgrade gatehouse on this host"
+            );
+        }
+        if at < newest {
+            bail!(
+                "the database {url} is at schema {at} and this gatehouse needs {newest}; run `gatehouse db migrate --database URL` first"
+            );
+        }
+        let config: tokio_postgres::Config = url
+            .0
+            .parse()
+            .map_err(|e| anyhow::anyhow!("the database URL {url} is not valid ({e})"))?;
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(connections.max(1))
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot set up connections to {url} ({e})"))?;
+        Ok(Shared { pool })
+    }
+
+    /// Run `f` in one transaction (READ COMMITTED) on a pooled connection,
+    /// on a blocking thread; committed when `f` returns `Ok`, rolled back
+    /// otherwise.
+    pub async fn run<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Sql) -> anyhow::Result<T> + Send + 'static,
+    {
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
+        let rt = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let tx = rt
+                .block_on(client.transaction())
+                .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
+            let out = f(&super::sql::Postgres {
+                client: &tx,
+                rt: &rt,
+            })?;
+            rt.block_on(tx.commit())
+                .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
+            Ok(out)
+        })
+        .await
+        .context("a database task panicked")?
+    }
+}
+
 /// A host's presence in the shared database: the liveness signal a claim
 /// rests on across machines (SPEC P3). A claim names its host's owner
 /// token, as on one machine; there a lock file held for the process's life
@@ -262,6 +338,27 @@ fn presence_key(owner: &str) -> i64 {
     let mut eight = [0u8; 8];
     eight.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(eight)
+}
+
+/// Whether some session holds the presence lock of the host `?1`/`?2`
+/// names (a bigint advisory key is kept as two 32-bit halves).
+const PRESENT: &str =
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND classid::text::bigint = ?1 AND objid::text::bigint = ?2 AND objsubid = 1)";
+
+/// The two halves of `owner`'s presence key, as `pg_locks` shows them.
+fn key_halves(owner: &str) -> (i64, i64) {
+    let key = presence_key(owner);
+    (i64::from((key >> 32) as u32), i64::from(key as u32))
+}
+
+/// [`Presence::is_alive`] in a store transaction: whether the host named
+/// `owner` is present.
+pub(crate) fn present(db: &dyn Sql, owner: &str) -> anyhow::Result<bool> {
+    let (high, low) = key_halves(owner);
+    db.row(PRESENT, args![high, low])?
+        .map_or(Ok(false), |r| r.get(0))
 }
 
 impl Presence {
@@ -295,16 +392,9 @@ impl Presence {
         client: &impl tokio_postgres::GenericClient,
         owner: &str,
     ) -> anyhow::Result<bool> {
-        let key = presence_key(owner);
-        // A bigint advisory key is kept as two 32-bit halves.
-        let (high, low) = ((key >> 32) as u32, key as u32);
+        let (high, low) = key_halves(owner);
         let row = client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                   AND classid::text::bigint = $1 AND objid::text::bigint = $2 AND objsubid = 1)",
-                &[&i64::from(high), &i64::from(low)],
-            )
+            .query_one(&super::sql::postgres_text(PRESENT), &[&high, &low])
             .await
             .map_err(|e| {
                 anyhow::anyhow!(
@@ -320,14 +410,6 @@ impl Presence {
     pub fn key(owner: &str) -> i64 {
         presence_key(owner)
     }
-}
-
-/// One value of a SQLite row, as a copy carries it.
-enum Cell {
-    Null,
-    Int(i64),
-    Text(String),
-    Blob(Vec<u8>),
 }
 
 /// What a copy streams from the SQLite snapshot to PostgreSQL.
@@ -558,7 +640,7 @@ fn row_values(
                 (Cell::Null, &Type::INT8) => Box::new(None::<i64>),
                 (Cell::Text(s), &Type::TEXT) => Box::new(s),
                 (Cell::Null, &Type::TEXT) => Box::new(None::<String>),
-                (Cell::Blob(b), &Type::BYTEA) => Box::new(b),
+                (Cell::Bytes(b), &Type::BYTEA) => Box::new(b),
                 (Cell::Null, &Type::BYTEA) => Box::new(None::<Vec<u8>>),
                 (_, ty) => bail!(
                     "a value in table {table} does not fit its column's type {ty} in the database; run `gatehouse db migrate` with this binary on both"
@@ -612,7 +694,7 @@ fn snapshot(
                             .with_context(|| format!("a text in table {table} is not UTF-8"))?
                             .to_owned(),
                     ),
-                    ValueRef::Blob(b) => Cell::Blob(b.to_vec()),
+                    ValueRef::Blob(b) => Cell::Bytes(b.to_vec()),
                     ValueRef::Real(_) => {
                         bail!("table {table} holds a real number, which no Gatehouse column has")
                     }

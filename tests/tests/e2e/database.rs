@@ -684,3 +684,69 @@ fn a_copy_that_cannot_carry_a_value_leaves_the_database_empty() {
         );
     }
 }
+
+fn status(home: &Path, url: Option<&str>) -> Output {
+    let mut cmd = cli_command(home, &["db", "status", "--json"]);
+    if let Some(url) = url {
+        cmd.env("GATEHOUSE_DATABASE_URL", url);
+    }
+    cmd.output().expect("gatehouse runs")
+}
+
+/// `db status` says, in a shared database, which host holds each claim in
+/// flight and whether that host is still present: the liveness a claim's
+/// recovery rests on across machines (P3). It reads only: a database
+/// that is not at this binary's schema is refused, not migrated.
+#[tokio::test(flavor = "multi_thread")]
+async fn db_status_names_each_claims_host_and_whether_it_is_present() {
+    let pg = cluster();
+    let url = pg.database();
+    let name = name_of(&url);
+    let home = tempfile::tempdir().unwrap();
+
+    let e = one_line(&status(home.path(), Some(&url)));
+    assert!(e.contains("is at schema 0"), "{e}");
+    assert!(e.contains("gatehouse db migrate"), "{e}");
+    assert_eq!(
+        pg.psql(name, "SELECT to_regclass('ledger') IS NULL").trim(),
+        "t",
+        "status migrated nothing"
+    );
+
+    assert!(migrate(home.path(), &url).status.success());
+    for (chat, owner) in [("one", "host-live"), ("two", "host-gone")] {
+        pg.psql(
+            name,
+            &format!(
+                "INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, args, state, claim_owner, created_at)
+                 VALUES ('{chat}', 'action', 'g', 'ana', 'mail', 'send', '{{}}', 'applying', '{owner}', 0)"
+            ),
+        );
+    }
+    let db = DatabaseUrl::parse(&url).unwrap();
+    let _live = Presence::hold(&db, "host-live").await.unwrap();
+    let out = status(home.path(), Some(&url));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let flights = s["in_flight"].as_array().unwrap();
+    assert_eq!(flights.len(), 2, "{s}");
+    assert_eq!(flights[0]["host"], "host-live", "{s}");
+    assert_eq!(flights[0]["present"], true, "{s}");
+    assert_eq!(flights[1]["host"], "host-gone", "{s}");
+    assert_eq!(flights[1]["present"], false, "{s}");
+    assert!(flights[0]["action"].as_i64() < flights[1]["action"].as_i64());
+    // The words say the same, one line per claim.
+    let mut words = cli_command(home.path(), &["db", "status"]);
+    words.env("GATEHOUSE_DATABASE_URL", &url);
+    let words = stdout(&words.output().unwrap());
+    assert!(words.contains("by host-live (present)"), "{words}");
+    assert!(words.contains("by host-gone (gone"), "{words}");
+
+    // The home's own status: its schema, nothing in flight, no database
+    // named.
+    let out = status(home.path(), None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(s["schema"].as_i64().unwrap() >= 6, "{s}");
+    assert_eq!(s["in_flight"], json!([]), "{s}");
+}

@@ -1,0 +1,434 @@
+//! The claim's statements: at most once, held by the database (SPEC P1,
+//! P3; issue 15).
+//!
+//! Owns every statement that moves an action into `applying` or out of
+//! it, written once over [`Sql`] so that the embedded home and a shared
+//! PostgreSQL database run the very same text. Each is one conditional
+//! UPDATE whose WHERE clause is the guarantee: of any number of claimers,
+//! on any number of connections or hosts, exactly one sees "1 row
+//! changed" (SQLite serialises writers; PostgreSQL re-checks the WHERE
+//! clause on the row a concurrent claimer just changed, under READ
+//! COMMITTED). It may not decide whether a claim is allowed: the caller
+//! (the action store's `claim_in`) checks access, expiry, the latch and
+//! the facts first, in the same transaction.
+
+use super::sql::{Sql, args};
+
+/// Take action `id` for sending as process `owner`, decided `by` (a
+/// person, `rule:N` or `workflow:N`): `pending`, or `failed` with
+/// `retryable = 1`, becomes `applying`. True when this call took it.
+pub(crate) fn take(
+    db: &dyn Sql,
+    id: i64,
+    owner: &str,
+    by: &str,
+    auto: bool,
+    now: i64,
+) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "UPDATE ledger SET state = 'applying', claim_owner = ?2, resolved_by = ?3,
+           auto_approved = ?4, decided_at = ?5, error = NULL, retryable = NULL
+         WHERE id = ?1 AND kind = 'action'
+           AND (state = 'pending' OR (state = 'failed' AND retryable = 1))",
+        args![id, owner, by, auto, now],
+    )?;
+    Ok(n == 1)
+}
+
+/// The claim of `id` ended in a send the service accepted: `applied`.
+/// True when it was still `applying` (a claim failed meanwhile by a
+/// recovery that thought its host dead stays failed: P3 said so first).
+pub(crate) fn applied(db: &dyn Sql, id: i64, now: i64) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "UPDATE ledger SET state = 'applied', finished_at = ?2, claim_owner = NULL
+         WHERE id = ?1 AND state = 'applying'",
+        args![id, now],
+    )?;
+    Ok(n == 1)
+}
+
+/// The claim of `id` ended in a failed send. A covered workflow call's
+/// message may echo its arguments: the step gets it, the database keeps
+/// its class only (G7).
+pub(crate) fn failed(
+    db: &dyn Sql,
+    id: i64,
+    message: &str,
+    retryable: bool,
+    now: i64,
+) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "UPDATE ledger SET state = 'failed', retryable = ?3, finished_at = ?4,
+           claim_owner = NULL,
+           error = CASE WHEN logical_key IS NULL THEN ?2
+             ELSE 'the workflow call failed; its message was handed to its step and not kept' END
+         WHERE id = ?1 AND state = 'applying'",
+        args![id, message, retryable, now],
+    )?;
+    Ok(n == 1)
+}
+
+/// Every claim in flight, with the process that holds it, oldest first.
+pub(crate) fn open(db: &dyn Sql) -> anyhow::Result<Vec<(i64, Option<String>)>> {
+    db.rows(
+        "SELECT id, claim_owner FROM ledger WHERE state = 'applying' ORDER BY id",
+        args![],
+    )?
+    .iter()
+    .map(|r| Ok((r.get(0)?, r.get(1)?)))
+    .collect()
+}
+
+/// Pass the interrupted claim of `id` from `from` (a dead process) to
+/// `to`, to be re-sent with the same idempotency key. True when it was
+/// still `from`'s: of two recovering processes, one takes it.
+pub(crate) fn pass(db: &dyn Sql, id: i64, from: Option<&str>, to: &str) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "UPDATE ledger SET claim_owner = ?3
+         WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
+        args![id, from, to],
+    )?;
+    Ok(n == 1)
+}
+
+/// The claim of `id`, held by `from`, whose process is gone: `failed`, not
+/// retryable, since its request may have reached the service (P3). True
+/// when it was still `from`'s.
+pub(crate) fn interrupt(
+    db: &dyn Sql,
+    id: i64,
+    from: Option<&str>,
+    now: i64,
+) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "UPDATE ledger SET state = 'failed', retryable = 0, finished_at = ?3, claim_owner = NULL,
+           error = 'interrupted after sending: the host stopped while applying this action, so it may or may not have reached the service; check the service and re-stage it if needed'
+         WHERE id = ?1 AND state = 'applying' AND claim_owner IS ?2",
+        args![id, from, now],
+    )?;
+    Ok(n == 1)
+}
+
+/// A claim in flight, and whether the host that holds it is present.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InFlight {
+    /// The action being sent.
+    pub action: i64,
+    /// The owner token of the process (host) that claimed it.
+    pub host: Option<String>,
+    /// Whether that host lives: a claim whose host is gone is failed by
+    /// the next recovery (P3); a present host's claim is never touched.
+    pub present: bool,
+}
+
+/// The claims in flight, oldest first, each with whether its host is
+/// present as `is_present` tells (the kernel's lock files in a home, the
+/// presence locks in a shared database).
+pub(crate) fn in_flight(
+    db: &dyn Sql,
+    is_present: &dyn Fn(&dyn Sql, &str) -> anyhow::Result<bool>,
+) -> anyhow::Result<Vec<InFlight>> {
+    open(db)?
+        .into_iter()
+        .map(|(action, host)| {
+            let present = match host.as_deref() {
+                Some(h) => is_present(db, h)?,
+                None => false,
+            };
+            Ok(InFlight {
+                action,
+                host,
+                present,
+            })
+        })
+        .collect()
+}
+
+/// The at-most-once suite, written once and run against both engines: an
+/// embedded SQLite file and a real PostgreSQL (a throwaway cluster the
+/// test starts). Each claimer, recoverer and finisher is a connection of
+/// its own, as separate processes or hosts would be.
+#[cfg(test)]
+mod tests {
+    use super::super::postgres::{self, DatabaseUrl, Presence, Shared};
+    use super::super::sql::{Sql, args};
+    use super::*;
+    use std::sync::Arc;
+
+    /// Where a suite runs: one deployment's database on either engine.
+    #[derive(Clone)]
+    enum Backend {
+        Sqlite(Arc<tempfile::TempDir>),
+        Postgres(Shared, DatabaseUrl),
+    }
+
+    impl Backend {
+        async fn both() -> Vec<Backend> {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            // Opening the store creates and migrates the file.
+            crate::store::Store::open(&dir.path().join("state.db")).expect("the embedded store");
+            let url = DatabaseUrl::parse(&gatehouse_pg_cluster::cluster().database())
+                .expect("the cluster's URL");
+            let mut client = postgres::connect(&url).await.expect("a connection");
+            postgres::migrate(&mut client, &url)
+                .await
+                .expect("the schema");
+            let shared = Shared::open(&url, 64).await.expect("the shared database");
+            vec![
+                Backend::Sqlite(Arc::new(dir)),
+                Backend::Postgres(shared, url),
+            ]
+        }
+
+        fn name(&self) -> &'static str {
+            match self {
+                Backend::Sqlite(_) => "sqlite",
+                Backend::Postgres(..) => "postgres",
+            }
+        }
+
+        /// Run `f` in one transaction on a connection of its own, as one
+        /// process would: SQLite's `BEGIN IMMEDIATE` as the store's
+        /// writers take it, PostgreSQL's READ COMMITTED as a host's pool
+        /// does.
+        async fn run<T: Send + 'static>(
+            &self,
+            f: impl FnOnce(&dyn Sql) -> anyhow::Result<T> + Send + 'static,
+        ) -> anyhow::Result<T> {
+            match self {
+                Backend::Sqlite(dir) => {
+                    let path = dir.path().join("state.db");
+                    tokio::task::spawn_blocking(move || {
+                        let mut conn = rusqlite::Connection::open(&path)?;
+                        conn.busy_timeout(std::time::Duration::from_secs(60))?;
+                        let tx = conn
+                            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                        let out = f(&*tx)?;
+                        tx.commit()?;
+                        Ok(out)
+                    })
+                    .await?
+                }
+                Backend::Postgres(shared, _) => shared.run(f).await,
+            }
+        }
+
+        /// A pending action of a fresh chat; its id.
+        async fn pending(&self) -> i64 {
+            self.run(|db| {
+                let chat = format!("chat-{}", crate::entropy::random_hex(8)?);
+                db.exec(
+                    "INSERT INTO chats (name, owner, created_at) VALUES (?1, 'ana', 0)",
+                    args![chat],
+                )?;
+                db.row(
+                    "INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, args, state, created_at)
+                     VALUES (?1, 'action', 'gadget', 'ana', 'mail', 'send', '{}', 'pending', 0)
+                     RETURNING id",
+                    args![chat],
+                )?
+                .ok_or_else(|| anyhow::anyhow!("no id returned"))?
+                .get(0)
+            })
+            .await
+            .expect("a pending action")
+        }
+
+        async fn state(&self, id: i64) -> (String, Option<i64>, Option<String>) {
+            self.run(move |db| {
+                let r = db
+                    .row(
+                        "SELECT state, retryable, claim_owner FROM ledger WHERE id = ?1",
+                        args![id],
+                    )?
+                    .ok_or_else(|| anyhow::anyhow!("no action {id}"))?;
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .await
+            .expect("the action's state")
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
+    #[test]
+    fn of_fifty_concurrent_claimers_exactly_one_takes_the_action() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let id = backend.pending().await;
+                let claimers: Vec<_> = (0..50)
+                    .map(|n| {
+                        let b = backend.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| take(db, id, &format!("host-{n}"), "ana", false, 1))
+                                .await
+                        })
+                    })
+                    .collect();
+                let mut won = Vec::new();
+                for (n, c) in claimers.into_iter().enumerate() {
+                    if c.await.expect("a claimer").expect("a claim attempt") {
+                        won.push(n);
+                    }
+                }
+                assert_eq!(won.len(), 1, "{}: winners {won:?}", backend.name());
+                let (state, _, owner) = backend.state(id).await;
+                assert_eq!(state, "applying", "{}", backend.name());
+                assert_eq!(
+                    owner,
+                    Some(format!("host-{}", won[0])),
+                    "{}",
+                    backend.name()
+                );
+                // Applied once; a second finish and a late claim change nothing.
+                assert!(backend.run(move |db| applied(db, id, 2)).await.unwrap());
+                assert!(!backend.run(move |db| applied(db, id, 3)).await.unwrap());
+                assert!(
+                    !backend
+                        .run(move |db| take(db, id, "late", "ana", false, 4))
+                        .await
+                        .unwrap()
+                );
+                assert_eq!(backend.state(id).await.0, "applied", "{}", backend.name());
+            }
+        });
+    }
+
+    #[test]
+    fn a_gone_hosts_claim_fails_for_good_and_a_live_hosts_is_never_touched() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let (live, gone) = (backend.pending().await, backend.pending().await);
+                let live_owner = format!("live-{}", crate::entropy::random_hex(6).unwrap());
+                let gone_owner = format!("gone-{}", crate::entropy::random_hex(6).unwrap());
+                let (lo, go) = (live_owner.clone(), gone_owner.clone());
+                backend
+                    .run(move |db| {
+                        assert!(take(db, live, &lo, "ana", false, 1)?);
+                        assert!(take(db, gone, &go, "ana", false, 1)?);
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+                // The live host announces itself as hosts do on each engine:
+                // an advisory lock on a connection of its own in the shared
+                // database; in the embedded home the kernel's lock files
+                // (crate::kernel), stood for here by the list of the living.
+                let _presence = match &backend {
+                    Backend::Postgres(_, url) => {
+                        Some(Presence::hold(url, &live_owner).await.unwrap())
+                    }
+                    Backend::Sqlite(_) => None,
+                };
+                let is_sqlite = matches!(backend, Backend::Sqlite(_));
+                let alive_here = live_owner.clone();
+                let failed = backend
+                    .run(move |db| {
+                        let is_present = |db: &dyn Sql, host: &str| {
+                            if is_sqlite {
+                                Ok(host == alive_here)
+                            } else {
+                                postgres::present(db, host)
+                            }
+                        };
+                        let mut failed = Vec::new();
+                        for c in in_flight(db, &is_present)? {
+                            if !c.present && interrupt(db, c.action, c.host.as_deref(), 5)? {
+                                failed.push(c.action);
+                            }
+                        }
+                        Ok(failed)
+                    })
+                    .await
+                    .unwrap();
+                assert!(failed.contains(&gone), "{}: {failed:?}", backend.name());
+                assert!(!failed.contains(&live), "{}: {failed:?}", backend.name());
+                assert_eq!(
+                    backend.state(gone).await,
+                    ("failed".to_owned(), Some(0), None),
+                    "{}",
+                    backend.name()
+                );
+                assert_eq!(
+                    backend.state(live).await.0,
+                    "applying",
+                    "{}",
+                    backend.name()
+                );
+                // Not retryable: no one can claim it again, and the gone
+                // host's late finish does not turn it into `applied`.
+                assert!(
+                    !backend
+                        .run(move |db| take(db, gone, "other", "ana", false, 6))
+                        .await
+                        .unwrap()
+                );
+                assert!(!backend.run(move |db| applied(db, gone, 7)).await.unwrap());
+                assert_eq!(backend.state(gone).await.0, "failed", "{}", backend.name());
+            }
+        });
+    }
+
+    #[test]
+    fn of_two_recoverers_one_takes_an_interrupted_claim_over() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let id = backend.pending().await;
+                backend
+                    .run(move |db| take(db, id, "dead", "ana", false, 1))
+                    .await
+                    .unwrap();
+                let takers: Vec<_> = ["left", "right"]
+                    .into_iter()
+                    .map(|to| {
+                        let b = backend.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| pass(db, id, Some("dead"), to)).await
+                        })
+                    })
+                    .collect();
+                let mut took = 0;
+                for t in takers {
+                    took += usize::from(t.await.unwrap().unwrap());
+                }
+                assert_eq!(took, 1, "{}", backend.name());
+                // A retryable failure may be claimed again, once.
+                backend
+                    .run(move |db| {
+                        let owner = open(db)?
+                            .into_iter()
+                            .find(|(i, _)| *i == id)
+                            .and_then(|(_, o)| o)
+                            .ok_or_else(|| anyhow::anyhow!("the claim is gone"))?;
+                        assert!(owner == "left" || owner == "right");
+                        assert!(failed(db, id, "the service was down", true, 2)?);
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    backend.state(id).await,
+                    ("failed".to_owned(), Some(1), None)
+                );
+                assert!(
+                    backend
+                        .run(move |db| take(db, id, "again", "ana", false, 3))
+                        .await
+                        .unwrap()
+                );
+                assert!(
+                    !backend
+                        .run(move |db| take(db, id, "twice", "ana", false, 3))
+                        .await
+                        .unwrap()
+                );
+            }
+        });
+    }
+}
