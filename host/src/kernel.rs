@@ -94,7 +94,7 @@ struct Inner {
 /// What an auto-approval drain must look at: every chat, or some. Kernel
 /// state (the wanted scope lives in [`Kernel`] beside the drain's single
 /// flight gate); the overseer's drain widens and takes it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) enum DrainScope {
     #[default]
     Nothing,

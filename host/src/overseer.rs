@@ -16,6 +16,7 @@
 use crate::kernel::{DrainScope, Kernel, settings_for};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit};
 use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule};
+use anyhow::Context as _;
 use serde::Serialize;
 
 /// What one decision did.
@@ -500,10 +501,45 @@ impl Kernel {
             if scope.is_empty() {
                 break;
             }
-            applied.extend(self.drain_once(scope).await?);
+            let pass = self.drain_once(scope.clone()).await?;
+            // A pass that applied something goes round again: an action
+            // another process staged behind one it applied waited for this
+            // one (its own drain found it waiting, U2), and only a drain
+            // that comes after picks it up. A failure stops the drain (U3).
+            let again = pass
+                .last()
+                .is_some_and(|d| !matches!(d, Decision::Failed { .. }));
+            applied.extend(pass);
             self.resume_ready().await?;
+            if again {
+                wanted(self.drain_wanted()).add(scope);
+            }
         }
         Ok(applied)
+    }
+
+    /// The drain flight of `gatekeeper` on this home: held from an
+    /// automatic claim until its send is done, so that, across processes,
+    /// one action at a time goes to a gatekeeper by a drain and each goes
+    /// after the one before it has finished (U2, U3). A lock on a file:
+    /// released by the system when its holder ends, however it ends.
+    /// Waits for a flight another process holds.
+    async fn drain_flight(&self, gatekeeper: &str) -> anyhow::Result<std::fs::File> {
+        let path = self.home().drain_flight(gatekeeper);
+        tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
+            let file = std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("cannot open the drain flight {}", path.display()))?;
+            file.lock()
+                .with_context(|| format!("cannot lock the drain flight {}", path.display()))?;
+            Ok(file)
+        })
+        .await
+        .context("a drain flight task panicked")?
     }
 
     /// One pass over the pending actions of `scope`, oldest first. Each
@@ -533,8 +569,13 @@ impl Kernel {
             if blocked.contains(&queue) {
                 continue;
             }
+            let rules = self.candidate_rules(&a).await?;
+            let _flight = match rules.is_empty() {
+                true => None,
+                false => Some(self.drain_flight(&a.gatekeeper).await?),
+            };
             let mut decided = None;
-            for rule in self.candidate_rules(&a).await? {
+            for rule in rules {
                 let by = ClaimBy::Rule {
                     id: rule.id,
                     person: rule.person,

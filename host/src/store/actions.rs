@@ -1458,6 +1458,12 @@ fn claim_in(
                     reason: "it changed since it was staged; a person decides it".into(),
                 }));
             }
+            if let Some(earlier) = super::claims::waiting_before(tx, id)? {
+                return Ok(Err(ClaimRefusal::NeedsPerson {
+                    id,
+                    reason: format!("it waits behind action {earlier} of the same queue (U2)"),
+                }));
+            }
             if let Some(reason) = auto_refusal(tx, &a, &current, *rule, person)? {
                 return Ok(Err(ClaimRefusal::NeedsPerson { id, reason }));
             }

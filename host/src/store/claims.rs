@@ -35,6 +35,22 @@ pub(crate) fn take(
     Ok(n == 1)
 }
 
+/// The oldest action before `id` in the same queue (its chat, at its
+/// gatekeeper) that is still waiting for a decision or being sent, if
+/// any. A rule never approves past it (U2): it waits, and follows it in
+/// order. Asked in the claim's own transaction, so the order holds
+/// whichever process or host drains.
+pub(crate) fn waiting_before(db: &dyn Sql, id: i64) -> anyhow::Result<Option<i64>> {
+    db.row(
+        "SELECT min(earlier.id) FROM ledger AS this, ledger AS earlier
+         WHERE this.id = ?1 AND earlier.kind = 'action' AND earlier.chat = this.chat
+           AND earlier.gatekeeper = this.gatekeeper AND earlier.id < this.id
+           AND earlier.state IN ('pending', 'applying')",
+        args![id],
+    )?
+    .map_or(Ok(None), |r| r.get(0))
+}
+
 /// The claim of `id` ended in a send the service accepted: `applied`.
 /// True when it was still `applying` (a claim failed meanwhile by a
 /// recovery that thought its host dead stays failed: P3 said so first).

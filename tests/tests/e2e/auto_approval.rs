@@ -274,3 +274,77 @@ async fn ten_concurrent_drains_apply_each_action_once() {
         assert_eq!(state(&w, pending_id(o)), ActionState::Applied);
     }
 }
+
+/// U2 and U3 across processes: four kernels on one home (each its own
+/// owner token, as four `gatehouse` processes would be) drain the same
+/// gatekeeper at once while every send is slow. Each action is sent once,
+/// in id order, and no drain claims the next action before the one before
+/// it has finished: the order holds in the claim's own transaction (a rule
+/// never approves past an earlier action still pending or being sent), and
+/// the home's drain flight makes a drain wait its turn instead of giving
+/// up, so the actions another process staged are picked up too.
+#[tokio::test(flavor = "multi_thread")]
+async fn drains_in_four_processes_send_each_action_once_in_order_one_at_a_time() {
+    let w = World::standard(Trust::Vetted).await;
+    w.kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
+    w.tracker
+        .inject(Fault::Slow(std::time::Duration::from_millis(150)), 6);
+    // Four other processes drain over and over while the gadget stages
+    // (its own kernel drains beside it, as after every submit).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (k, done) = (w.reopen(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                k.drain().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let steps: Vec<_> = (0..6)
+        .map(|i| {
+            call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": format!("l{i}")}),
+            )
+        })
+        .collect();
+    let out = w.script("work", json!(steps)).await;
+    let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
+    let all_applied = gatehouse_e2e::wait_until(std::time::Duration::from_secs(60), || {
+        ids.iter().all(|id| state(&w, *id) == ActionState::Applied)
+    });
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    w.kernel.settle().await;
+    assert!(all_applied, "every action was applied");
+    let labels: Vec<String> = w
+        .tracker
+        .writes()
+        .iter()
+        .map(|r| serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["label"].to_string())
+        .collect();
+    let want: Vec<String> = (0..6).map(|i| format!("\"l{i}\"")).collect();
+    assert_eq!(labels, want, "each sent once, in id order");
+    let actions: Vec<_> = ids
+        .iter()
+        .map(|id| w.kernel.inspect().action(*id).unwrap().unwrap())
+        .collect();
+    for pair in actions.windows(2) {
+        assert!(
+            pair[1].decided_at >= pair[0].finished_at,
+            "action {} was claimed at {:?}, before action {} finished at {:?}",
+            pair[1].id,
+            pair[1].decided_at,
+            pair[0].id,
+            pair[0].finished_at
+        );
+    }
+}
