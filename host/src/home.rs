@@ -90,16 +90,4 @@ impl Home {
     pub(crate) fn liveness(&self, owner: &str) -> PathBuf {
         self.run_dir().join(format!("{owner}.lock"))
     }
-
-    /// The file whose lock is the drain flight of `gatekeeper` on this
-    /// home (see `overseer`), named by a digest of the gatekeeper's name.
-    /// Never removed: a file removed while another process waited on it
-    /// would let two processes hold the flight. Not a `.lock` file, so the
-    /// sweep of dead processes' files leaves it alone.
-    pub(crate) fn drain_flight(&self, gatekeeper: &str) -> PathBuf {
-        use sha2::{Digest as _, Sha256};
-        let digest = Sha256::digest(format!("gatehouse-drain\0{gatekeeper}"));
-        self.run_dir()
-            .join(format!("drain-{}.flight", hex::encode(&digest[..8])))
-    }
 }

@@ -13,6 +13,8 @@
 //!   SQLite, and the PostgreSQL schema a team's hosts share;
 //!   [`moving`]: a home moved into that database (`gatehouse db`);
 //! - [`overseer`]: decisions, the one send path, auto-approval (P, U);
+//!   `flight`: one automatic send at a time per gatekeeper, across
+//!   processes and hosts (U2, U3);
 //! - [`idempotency`]: the key every send of an action carries (P6);
 //! - [`revert`]: undoing an applied action with a new one (H2);
 //! - [`expiry`]: how long an action may wait for a decision (H3);
@@ -43,6 +45,7 @@ pub mod cli;
 pub mod embed;
 pub mod entropy;
 pub mod expiry;
+pub(crate) mod flight;
 pub mod grants;
 pub mod guests;
 pub mod harness;

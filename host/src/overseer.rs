@@ -16,7 +16,6 @@
 use crate::kernel::{DrainScope, Kernel, settings_for};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit};
 use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule};
-use anyhow::Context as _;
 use serde::Serialize;
 
 /// What one decision did.
@@ -518,30 +517,6 @@ impl Kernel {
         Ok(applied)
     }
 
-    /// The drain flight of `gatekeeper` on this home: held from an
-    /// automatic claim until its send is done, so that, across processes,
-    /// one action at a time goes to a gatekeeper by a drain and each goes
-    /// after the one before it has finished (U2, U3). A lock on a file:
-    /// released by the system when its holder ends, however it ends.
-    /// Waits for a flight another process holds.
-    async fn drain_flight(&self, gatekeeper: &str) -> anyhow::Result<std::fs::File> {
-        let path = self.home().drain_flight(gatekeeper);
-        tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
-            let file = std::fs::File::options()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("cannot open the drain flight {}", path.display()))?;
-            file.lock()
-                .with_context(|| format!("cannot lock the drain flight {}", path.display()))?;
-            Ok(file)
-        })
-        .await
-        .context("a drain flight task panicked")?
-    }
-
     /// One pass over the pending actions of `scope`, oldest first. Each
     /// chat's queue at each gatekeeper stops at its first action that needs
     /// a person: later ones are never approved past it (U2), and one chat's
@@ -572,7 +547,9 @@ impl Kernel {
             let rules = self.candidate_rules(&a).await?;
             let _flight = match rules.is_empty() {
                 true => None,
-                false => Some(self.drain_flight(&a.gatekeeper).await?),
+                // One automatic send at a time per gatekeeper, across
+                // processes, from this claim to its outcome (U2, U3).
+                false => Some(crate::flight::on_home(&self.home().run_dir(), &a.gatekeeper).await?),
             };
             let mut decided = None;
             for rule in rules {

@@ -26,6 +26,8 @@ pub(crate) mod rules;
 mod sessions;
 mod sharing;
 pub(crate) mod sql;
+#[cfg(test)]
+pub(crate) mod suite;
 pub mod words;
 pub mod workflows;
 

@@ -1,6 +1,6 @@
 //! Issue 15, first part: the PostgreSQL schema, its versions, and moving a
 //! home into it, against a real PostgreSQL cluster the tests start
-//! themselves (tests/src/postgres.rs).
+//! themselves (tests/cluster/src/lib.rs).
 //!
 //! - `db migrate` brings a database to the schema once, and a database
 //!   written by a newer Gatehouse is refused in one line.

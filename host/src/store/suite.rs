@@ -1,0 +1,128 @@
+//! The harness the store's suites run on, once per engine (issue 15): an
+//! embedded SQLite file and a real PostgreSQL, a throwaway cluster the
+//! test process starts (`gatehouse-pg-cluster`). A suite is written once
+//! and loops over [`Backend::both`]; each failure names its engine.
+
+use super::postgres::{self, DatabaseUrl, Shared};
+use super::sql::{Sql, args};
+use std::sync::Arc;
+
+/// Where a suite runs: one deployment's database on either engine.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Sqlite(Arc<tempfile::TempDir>),
+    Postgres(Shared, DatabaseUrl),
+}
+
+impl Backend {
+    pub async fn both() -> Vec<Backend> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // Opening the store creates and migrates the file.
+        crate::store::Store::open(&dir.path().join("state.db")).expect("the embedded store");
+        let url = DatabaseUrl::parse(&gatehouse_pg_cluster::cluster().database())
+            .expect("the cluster's URL");
+        let mut client = postgres::connect(&url).await.expect("a connection");
+        postgres::migrate(&mut client, &url)
+            .await
+            .expect("the schema");
+        let shared = Shared::open(&url, 64).await.expect("the shared database");
+        vec![
+            Backend::Sqlite(Arc::new(dir)),
+            Backend::Postgres(shared, url),
+        ]
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(..) => "postgres",
+        }
+    }
+
+    /// Run `f` in one transaction on a connection of its own, as one
+    /// process would: SQLite's `BEGIN IMMEDIATE` as the store's
+    /// writers take it, PostgreSQL's READ COMMITTED as a host's pool
+    /// does.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        match self {
+            Backend::Sqlite(dir) => {
+                let path = dir.path().join("state.db");
+                tokio::task::spawn_blocking(move || {
+                    let mut conn = rusqlite::Connection::open(&path)?;
+                    conn.busy_timeout(std::time::Duration::from_secs(60))?;
+                    let tx =
+                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    let out = f(&*tx)?;
+                    tx.commit()?;
+                    Ok(out)
+                })
+                .await?
+            }
+            Backend::Postgres(shared, _) => shared.run(f).await,
+        }
+    }
+
+    /// A pending action of a fresh chat; its id.
+    pub async fn pending(&self) -> i64 {
+        let chat = format!("chat-{}", crate::entropy::random_hex(8).expect("entropy"));
+        self.pending_in(&chat).await
+    }
+
+    /// A pending action of `chat` (created if new) at the gatekeeper
+    /// `mail`; its id.
+    pub async fn pending_in(&self, chat: &str) -> i64 {
+        let chat = chat.to_owned();
+        self.run(move |db| {
+            db.exec(
+                "INSERT INTO chats (name, owner, created_at) VALUES (?1, 'ana', 0)
+                 ON CONFLICT DO NOTHING",
+                args![chat],
+            )?;
+            db.row(
+                "INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, args, state, created_at)
+                 VALUES (?1, 'action', 'gadget', 'ana', 'mail', 'send', '{}', 'pending', 0)
+                 RETURNING id",
+                args![chat],
+            )?
+            .ok_or_else(|| anyhow::anyhow!("no id returned"))?
+            .get(0)
+        })
+        .await
+        .expect("a pending action")
+    }
+
+    /// Take `gatekeeper`'s drain flight as a process of this engine's
+    /// deployment would.
+    pub async fn flight(&self, gatekeeper: &str) -> crate::flight::Flight {
+        match self {
+            Backend::Sqlite(dir) => crate::flight::on_home(dir.path(), gatekeeper).await,
+            Backend::Postgres(_, url) => crate::flight::on_database(url, gatekeeper).await,
+        }
+        .expect("the drain flight")
+    }
+
+    pub async fn state(&self, id: i64) -> (String, Option<i64>, Option<String>) {
+        self.run(move |db| {
+            let r = db
+                .row(
+                    "SELECT state, retryable, claim_owner FROM ledger WHERE id = ?1",
+                    args![id],
+                )?
+                .ok_or_else(|| anyhow::anyhow!("no action {id}"))?;
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .await
+        .expect("the action's state")
+    }
+}
+
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
