@@ -14,11 +14,9 @@
 
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
+use super::stages;
 use super::words::{DecisionOutcome, Verdict};
-use super::{
-    DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, RETAINED_FINISHED,
-    Store, now_ms,
-};
+use super::{DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, Store, now_ms};
 use crate::access::{Need, Refusal};
 use crate::principal::{Credential, Principal};
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
@@ -495,171 +493,16 @@ fn live_revert_in(
     .optional()
 }
 
-/// How many actions of `chat` are pending or applying (the cap counts
-/// these; SPEC A5, per chat so that one chat never blocks another). A
-/// pending action past its chat's expiry is closed (H3) even before a
-/// sweep marks it, so the count is right on a read-only connection too.
-fn open_in(conn: &Connection, chat: &str) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM ledger
-         WHERE chat = ?1 AND kind = 'action'
-           AND (state = 'applying'
-                OR (state = 'pending' AND created_at + COALESCE(
-                      (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2) > ?3))",
-    )?
-    .query_row(params![chat, DEFAULT_EXPIRY_MS, now_ms()], |r| r.get(0))
-}
-
-/// How long actions of `chat` may wait for a decision (SPEC H3), in
-/// milliseconds: the chat's own setting, else [`DEFAULT_EXPIRY_MS`].
-pub(super) fn expiry_in(conn: &Connection, chat: &str) -> rusqlite::Result<i64> {
-    Ok(conn
-        .prepare_cached("SELECT expire_after_ms FROM chats WHERE name = ?1")?
-        .query_row([chat], |r| r.get::<_, Option<i64>>(0))
-        .optional()?
-        .flatten()
-        .unwrap_or(DEFAULT_EXPIRY_MS))
-}
-
 /// Whether the pending action `a` is past its chat's expiry now.
-fn is_due(conn: &Connection, a: &Action) -> rusqlite::Result<bool> {
+fn is_due(conn: &Connection, a: &Action) -> anyhow::Result<bool> {
     Ok(a.state == ActionState::Pending
-        && a.created_at.saturating_add(expiry_in(conn, &a.chat)?) <= now_ms())
-}
-
-/// Mark the pending action `id` expired: it will never be sent (H3).
-fn expire_row(conn: &Connection, id: i64) -> rusqlite::Result<usize> {
-    conn.prepare_cached(
-        "UPDATE ledger SET state = 'expired', finished_at = ?2, claim_owner = NULL
-         WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
-    )?
-    .execute(params![id, now_ms()])
-}
-
-/// Mark every pending action of `chat` (`None`: of every chat) that is past
-/// its chat's expiry `expired` (SPEC H3), then keep the chats' retention.
-/// Only looks when nothing is due, so a sweep takes the write lock only
-/// when it has something to write.
-pub(super) fn expire_due(conn: &Connection, chat: Option<&str>) -> rusqlite::Result<usize> {
-    let now = now_ms();
-    // Two statements, not one with `?1 IS NULL OR l.chat = ?1`: that `OR`
-    // keeps SQLite off `ledger_open_by_chat`, and every stage would scan
-    // the pending rows of the whole deployment (issue 17: 67 ms per stage
-    // with 1,000 chats × 50 pending).
-    let due: Vec<(i64, String)> = match chat {
-        Some(chat) => conn
-            .prepare_cached(
-                "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
-                 WHERE l.chat = ?1 AND l.kind = 'action' AND l.state = 'pending'
-                   AND l.created_at + COALESCE(c.expire_after_ms, ?2) <= ?3",
-            )?
-            .query_map(params![chat, DEFAULT_EXPIRY_MS, now], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?
-            .collect::<Result<_, _>>()?,
-        None => conn
-            .prepare_cached(
-                "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
-                 WHERE l.kind = 'action' AND l.state = 'pending'
-                   AND l.created_at + COALESCE(c.expire_after_ms, ?1) <= ?2",
-            )?
-            .query_map(params![DEFAULT_EXPIRY_MS, now], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?
-            .collect::<Result<_, _>>()?,
-    };
-    let mut expired = 0;
-    let mut chats = std::collections::BTreeSet::new();
-    for (id, chat) in due {
-        expired += expire_row(conn, id)?;
-        chats.insert(chat);
-    }
-    for chat in chats {
-        prune_chat_in(conn, &chat)?;
-    }
-    Ok(expired)
-}
-
-/// Keep the newest finished actions of `chat`; never prune open ones
-/// (SPEC P5). The decision history is kept regardless.
-fn prune_chat_in(conn: &Connection, chat: &str) -> rusqlite::Result<usize> {
-    conn.prepare_cached(
-        "DELETE FROM ledger WHERE chat = ?1 AND kind = 'action'
-           AND state IN ('applied', 'failed', 'rejected', 'expired')
-           AND id NOT IN (SELECT id FROM ledger WHERE chat = ?1 AND kind = 'action'
-                            AND state IN ('applied', 'failed', 'rejected', 'expired')
-                          ORDER BY id DESC LIMIT ?2)",
-    )?
-    .execute(params![chat, RETAINED_FINISHED])
+        && a.created_at.saturating_add(stages::expiry(conn, &a.chat)?) <= now_ms())
 }
 
 /// What a covered workflow call keeps of its arguments and outcome: a
 /// digest only (SPEC G7), never the values. Its arguments travel in the
 /// claim, from memory, to the one send.
-const UNKEPT_ARGS: &str = "{}";
-
-fn insert_action(
-    conn: &Connection,
-    a: &NewAction,
-    args: &str,
-    logical_key: Option<&str>,
-    reverts: Option<i64>,
-) -> Result<i64, StageError> {
-    let facts = serde_json::to_string(&a.facts).map_err(anyhow::Error::from)?;
-    let (kept, digest) = match logical_key {
-        Some(_) => (UNKEPT_ARGS, args_digest(args)),
-        None => (args, args_digest(args)),
-    };
-    conn.prepare_cached(
-        "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
-           classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
-           account, logical_key, created_at, reverts, hook)
-         VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
-           ?15, ?16, ?17, ?18, ?19)",
-    )?
-    .execute(params![
-        a.chat,
-        a.principal.label(),
-        a.principal.acting_for(),
-        a.gadget,
-        a.key,
-        a.gatekeeper,
-        a.tool,
-        a.classified_by,
-        a.trust.as_str(),
-        kept,
-        digest,
-        a.await_decision as i64,
-        a.provisional,
-        facts,
-        a.facts.account,
-        logical_key,
-        now_ms(),
-        reverts,
-        a.principal.hook()
-    ])?;
-    Ok(conn.last_insert_rowid())
-}
-
-/// Refuse staging in `chat` if it is missing, latched or full.
-fn admit_stage(conn: &Connection, chat: &str) -> Result<(), StageError> {
-    let latched: Option<i64> = conn
-        .prepare_cached("SELECT latched FROM chats WHERE name = ?1")?
-        .query_row([chat], |r| r.get(0))
-        .optional()?;
-    match latched {
-        None => return Err(StageError::NoChat(chat.to_owned())),
-        Some(1) => return Err(StageError::LockedDown(chat.to_owned())),
-        Some(_) => {}
-    }
-    // What expired is closed (H3): mark it, so the gadget sees it too.
-    expire_due(conn, Some(chat))?;
-    let open = open_in(conn, chat)?;
-    if open >= MAX_OPEN_ACTIONS {
-        return Err(StageError::TooManyOpen(open));
-    }
-    Ok(())
-}
+pub(super) const UNKEPT_ARGS: &str = "{}";
 
 /// What waits for the next group commit ([`Store::stage`]): a stage, or
 /// only the fsync (`action` is `None`, [`Store::sync`]).
@@ -700,12 +543,12 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
                 continue;
             };
             let staged = if alone {
-                admit_stage(&tx, &action.chat)
-                    .and_then(|()| insert_action(&tx, action, args, None, None))
+                stages::admit(&tx, &action.chat)
+                    .and_then(|()| stages::insert(&tx, action, args, None, None))
             } else {
                 let sp = tx.savepoint()?;
-                let staged = admit_stage(&sp, &action.chat)
-                    .and_then(|()| insert_action(&sp, action, args, None, None));
+                let staged = stages::admit(&sp, &action.chat)
+                    .and_then(|()| stages::insert(&sp, action, args, None, None));
                 if staged.is_ok() {
                     sp.commit()?;
                 }
@@ -779,7 +622,7 @@ impl Store {
     async fn admissible(&self, a: &NewAction) -> Result<String, StageError> {
         let args = validate_args(&a.args)?;
         let chat = a.chat.clone();
-        let open = self.read_now(move |c| Ok(open_in(c, &chat)?)).await?;
+        let open = self.read_now(move |c| stages::open_count(c, &chat)).await?;
         if open >= MAX_OPEN_ACTIONS {
             return Err(StageError::TooManyOpen(open));
         }
@@ -870,8 +713,8 @@ impl Store {
         let a = a.clone();
         self.run_now(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let staged =
-                admit_stage(&tx, &a.chat).and_then(|()| insert_action(&tx, &a, &args, None, None));
+            let staged = stages::admit(&tx, &a.chat)
+                .and_then(|()| stages::insert(&tx, &a, &args, None, None));
             match staged {
                 Ok(id) => {
                     tx.commit()?;
@@ -923,8 +766,11 @@ impl Store {
                     (id, false)
                 }
                 None => {
-                    admit_stage(&tx, &a.chat)?;
-                    (insert_action(&tx, a, &args, Some(logical_key), None)?, true)
+                    stages::admit(&tx, &a.chat)?;
+                    (
+                        stages::insert(&tx, a, &args, Some(logical_key), None)?,
+                        true,
+                    )
                 }
             };
             let mut claimed = claim_in(&tx, id, by, owner)?;
@@ -988,7 +834,7 @@ impl Store {
                 }));
             }
             // A revert that expired unseen is not a live one (H3).
-            expire_due(&tx, Some(&a.chat))?;
+            stages::expire_due(&tx, Some(&a.chat))?;
             if let Some((revert, state)) = live_revert_in(&tx, original)? {
                 return Ok(Err(RevertRefusal::AlreadyReverted {
                     id: original,
@@ -996,8 +842,8 @@ impl Store {
                     state,
                 }));
             }
-            admit_stage(&tx, &a.chat)?;
-            let id = insert_action(&tx, a, &args, None, Some(original))?;
+            stages::admit(&tx, &a.chat)?;
+            let id = stages::insert(&tx, a, &args, None, Some(original))?;
             tx.commit()?;
             Ok(Ok(id))
         })();
@@ -1008,7 +854,7 @@ impl Store {
     /// How long actions of `chat` may wait for a decision (SPEC H3), in
     /// milliseconds.
     pub fn expiry(&self, chat: &str) -> anyhow::Result<i64> {
-        Ok(expiry_in(&self.lock(), chat)?)
+        stages::expiry(&self.lock(), chat)
     }
 
     /// Set how long actions of `chat` may wait for a decision, as `by`: the
@@ -1023,7 +869,7 @@ impl Store {
             "UPDATE chats SET expire_after_ms = ?2 WHERE name = ?1",
             params![chat, ms],
         )?;
-        expire_due(&tx, Some(chat))?;
+        stages::expire_due(&tx, Some(chat))?;
         tx.commit()?;
         Ok(())
     }
@@ -1034,8 +880,8 @@ impl Store {
         let conn = self.lock();
         match action_in(&conn, id)? {
             Some(a) if is_due(&conn, &a)? => {
-                expire_row(&conn, id)?;
-                prune_chat_in(&conn, &a.chat)?;
+                stages::expire(&conn, id)?;
+                stages::prune(&conn, &a.chat)?;
                 Ok(action_in(&conn, id)?)
             }
             a => Ok(a),
@@ -1052,7 +898,7 @@ impl Store {
     /// so first, H3).
     pub fn pending_in(&self, chat: &str) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
-        expire_due(&conn, Some(chat))?;
+        stages::expire_due(&conn, Some(chat))?;
         let mut st = conn.prepare_cached(&format!(
             "SELECT {ACTION_COLUMNS} FROM ledger
              WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
@@ -1064,7 +910,7 @@ impl Store {
     /// Pending actions of every chat, oldest first.
     pub fn pending_all(&self) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
-        expire_due(&conn, None)?;
+        stages::expire_due(&conn, None)?;
         let mut st = conn.prepare_cached(&format!(
             "SELECT {ACTION_COLUMNS} FROM ledger
              WHERE state = 'pending' AND kind = 'action' ORDER BY id"
@@ -1172,7 +1018,7 @@ impl Store {
         }
         if is_due(&tx, &a)? {
             // It expired before this decision (H3): it stays expired.
-            expire_row(&tx, id)?;
+            stages::expire(&tx, id)?;
             tx.commit()?;
             return Ok(Err(ClaimRefusal::Expired(id)));
         }
@@ -1273,13 +1119,13 @@ impl Store {
 
     /// Keep the newest finished actions of `id`'s chat; never prune open
     /// ones (SPEC P5). The decision history is kept regardless.
-    fn prune_of(&self, id: i64) -> anyhow::Result<usize> {
+    fn prune_of(&self, id: i64) -> anyhow::Result<u64> {
         let conn = self.lock();
         let chat: Option<String> = conn
             .query_row("SELECT chat FROM ledger WHERE id = ?1", [id], |r| r.get(0))
             .optional()?;
         let Some(chat) = chat else { return Ok(0) };
-        Ok(prune_chat_in(&conn, &chat)?)
+        stages::prune(&conn, &chat)
     }
 }
 
@@ -1383,7 +1229,7 @@ fn claim_in(
     // Past its chat's expiry it is never sent, whoever claims it (H3): the
     // caller commits, so it stays expired.
     if is_due(tx, &a)? {
-        expire_row(tx, id)?;
+        stages::expire(tx, id)?;
         return Ok(Err(ClaimRefusal::Expired(id)));
     }
     let chat = super::registry::chat_in(tx, &a.chat)?;

@@ -26,6 +26,7 @@ pub(crate) mod rules;
 mod sessions;
 mod sharing;
 pub(crate) mod sql;
+mod stages;
 #[cfg(test)]
 pub(crate) mod suite;
 pub mod words;

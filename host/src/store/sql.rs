@@ -19,6 +19,15 @@
 
 use anyhow::Context as _;
 
+/// Which engine a [`Sql`] speaks to: for the few statements the two spell
+/// differently (a row lock is `FOR UPDATE` on PostgreSQL; SQLite's writing
+/// transactions already exclude each other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    Sqlite,
+    Postgres,
+}
+
 /// A value handed to a statement.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Arg<'a> {
@@ -170,6 +179,7 @@ impl Row {
 /// A connection or transaction of either engine. Each call runs one
 /// statement, prepared once per connection and kept.
 pub(crate) trait Sql {
+    fn engine(&self) -> Engine;
     /// Run a statement that returns no rows; the number of rows changed.
     fn exec(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<u64>;
     /// Run a query; every row.
@@ -200,6 +210,10 @@ fn sqlite_args<'a>(args: &'a [&'a dyn ToArg]) -> impl rusqlite::Params + 'a {
 
 /// A transaction derefs to its connection, so this serves both.
 impl Sql for rusqlite::Connection {
+    fn engine(&self) -> Engine {
+        Engine::Sqlite
+    }
+
     fn exec(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<u64> {
         let mut st = self.prepare_cached(sql)?;
         Ok(st.execute(sqlite_args(args))? as u64)
@@ -233,6 +247,28 @@ impl Sql for rusqlite::Connection {
         Ok(out)
     }
 }
+
+/// A transaction or savepoint is its connection's [`Sql`].
+macro_rules! sql_by_deref {
+    ($($t:ty),*) => {$(
+        impl Sql for $t {
+            fn engine(&self) -> Engine {
+                Engine::Sqlite
+            }
+            fn exec(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<u64> {
+                (**self).exec(sql, args)
+            }
+            fn rows(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<Vec<Row>> {
+                (**self).rows(sql, args)
+            }
+        }
+    )*};
+}
+sql_by_deref!(
+    rusqlite::Transaction<'_>,
+    rusqlite::Savepoint<'_>,
+    std::sync::MutexGuard<'_, rusqlite::Connection>
+);
 
 // ------------------------------------------------------------ PostgreSQL
 
@@ -349,6 +385,10 @@ impl<C: deadpool_postgres::GenericClient> Postgres<'_, C> {
 }
 
 impl<C: deadpool_postgres::GenericClient> Sql for Postgres<'_, C> {
+    fn engine(&self) -> Engine {
+        Engine::Postgres
+    }
+
     fn exec(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<u64> {
         self.run(sql, args, async |c, st, a| c.execute(st, a).await)
     }

@@ -1,0 +1,278 @@
+//! The stage's statements (SPEC A3, A5, H3, P5; issue 15): admission with
+//! the per-chat cap inside the staging transaction, the insert of a
+//! pending action, expiry and retention, written once over [`Sql`] for
+//! both engines.
+//!
+//! The cap holds inside the transaction on both: SQLite's writing
+//! transactions exclude each other (the store begins them `IMMEDIATE`),
+//! and on PostgreSQL admission first locks the chat's row (`FOR UPDATE`),
+//! so two stagers of one chat count and insert one after the other, while
+//! stagers of different chats never wait for each other. It may not decide
+//! what is staged: the kernel classified and checked it before.
+
+use super::actions::{NewAction, StageError, UNKEPT_ARGS, args_digest};
+use super::sql::{Engine, Sql, args};
+use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
+
+/// Refuse staging in `chat` if it is missing, latched or full; else hold
+/// the chat's admission until the transaction ends (see the module).
+pub(crate) fn admit(db: &dyn Sql, chat: &str) -> Result<(), StageError> {
+    let latched: Option<i64> = db
+        .row(
+            match db.engine() {
+                Engine::Sqlite => "SELECT latched FROM chats WHERE name = ?1",
+                Engine::Postgres => "SELECT latched FROM chats WHERE name = ?1 FOR UPDATE",
+            },
+            args![chat],
+        )?
+        .map(|r| r.get(0))
+        .transpose()?;
+    match latched {
+        None => return Err(StageError::NoChat(chat.to_owned())),
+        Some(1) => return Err(StageError::LockedDown(chat.to_owned())),
+        Some(_) => {}
+    }
+    // What expired is closed (H3): mark it, so the gadget sees it too.
+    expire_due(db, Some(chat))?;
+    let open = open_count(db, chat)?;
+    if open >= MAX_OPEN_ACTIONS {
+        return Err(StageError::TooManyOpen(open));
+    }
+    Ok(())
+}
+
+/// How many actions of `chat` are pending or applying (the cap counts
+/// these; SPEC A5, per chat so that one chat never blocks another). A
+/// pending action past its chat's expiry is closed (H3) even before a
+/// sweep marks it, so the count is right on a read-only connection too.
+pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
+    db.row(
+        "SELECT count(*) FROM ledger
+         WHERE chat = ?1 AND kind = 'action'
+           AND (state = 'applying'
+                OR (state = 'pending' AND created_at + COALESCE(
+                      (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2) > ?3))",
+        args![chat, DEFAULT_EXPIRY_MS, now_ms()],
+    )?
+    .map_or(Ok(0), |r| r.get(0))
+}
+
+/// How long actions of `chat` may wait for a decision (SPEC H3), in
+/// milliseconds: the chat's own setting, else [`DEFAULT_EXPIRY_MS`].
+pub(crate) fn expiry(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
+    let own: Option<i64> = db
+        .row(
+            "SELECT expire_after_ms FROM chats WHERE name = ?1",
+            args![chat],
+        )?
+        .map(|r| r.get(0))
+        .transpose()?
+        .flatten();
+    Ok(own.unwrap_or(DEFAULT_EXPIRY_MS))
+}
+
+/// Mark the pending action `id` expired: it will never be sent (H3).
+pub(crate) fn expire(db: &dyn Sql, id: i64) -> anyhow::Result<u64> {
+    db.exec(
+        "UPDATE ledger SET state = 'expired', finished_at = ?2, claim_owner = NULL
+         WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
+        args![id, now_ms()],
+    )
+}
+
+/// Mark every pending action of `chat` (`None`: of every chat) that is past
+/// its chat's expiry `expired` (SPEC H3), then keep the chats' retention.
+/// Only looks when nothing is due, so a sweep takes the write lock only
+/// when it has something to write.
+pub(crate) fn expire_due(db: &dyn Sql, chat: Option<&str>) -> anyhow::Result<u64> {
+    let now = now_ms();
+    // Two statements, not one with `?1 IS NULL OR l.chat = ?1`: that `OR`
+    // keeps SQLite off `ledger_open_by_chat`, and every stage would scan
+    // the pending rows of the whole deployment (issue 17: 67 ms per stage
+    // with 1,000 chats × 50 pending).
+    let due = match chat {
+        Some(chat) => db.rows(
+            "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
+             WHERE l.chat = ?1 AND l.kind = 'action' AND l.state = 'pending'
+               AND l.created_at + COALESCE(c.expire_after_ms, ?2) <= ?3",
+            args![chat, DEFAULT_EXPIRY_MS, now],
+        )?,
+        None => db.rows(
+            "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
+             WHERE l.kind = 'action' AND l.state = 'pending'
+               AND l.created_at + COALESCE(c.expire_after_ms, ?1) <= ?2",
+            args![DEFAULT_EXPIRY_MS, now],
+        )?,
+    };
+    let mut expired = 0;
+    let mut chats = std::collections::BTreeSet::new();
+    for row in due {
+        expired += expire(db, row.get(0)?)?;
+        chats.insert(row.get::<String>(1)?);
+    }
+    for chat in chats {
+        prune(db, &chat)?;
+    }
+    Ok(expired)
+}
+
+/// Keep the newest finished actions of `chat`; never prune open ones
+/// (SPEC P5). The decision history is kept regardless.
+pub(crate) fn prune(db: &dyn Sql, chat: &str) -> anyhow::Result<u64> {
+    db.exec(
+        "DELETE FROM ledger WHERE chat = ?1 AND kind = 'action'
+           AND state IN ('applied', 'failed', 'rejected', 'expired')
+           AND id NOT IN (SELECT id FROM ledger WHERE chat = ?1 AND kind = 'action'
+                            AND state IN ('applied', 'failed', 'rejected', 'expired')
+                          ORDER BY id DESC LIMIT ?2)",
+        args![chat, RETAINED_FINISHED],
+    )
+}
+
+/// Insert `a` as a pending action with its checked `args`; its id. A
+/// covered workflow call (`logical_key`) keeps a digest of its arguments
+/// only (G7); a revert names the action it undoes.
+pub(crate) fn insert(
+    db: &dyn Sql,
+    a: &NewAction,
+    args: &str,
+    logical_key: Option<&str>,
+    reverts: Option<i64>,
+) -> Result<i64, StageError> {
+    let facts = serde_json::to_string(&a.facts).map_err(anyhow::Error::from)?;
+    let digest = args_digest(args);
+    let kept = match logical_key {
+        Some(_) => UNKEPT_ARGS,
+        None => args,
+    };
+    let id = db
+        .row(
+            "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
+               classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
+               account, logical_key, created_at, reverts, hook)
+             VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
+               ?15, ?16, ?17, ?18, ?19)
+             RETURNING id",
+            args![
+                a.chat,
+                a.principal.label(),
+                a.principal.acting_for(),
+                a.gadget,
+                a.key,
+                a.gatekeeper,
+                a.tool,
+                a.classified_by,
+                a.trust.as_str(),
+                kept,
+                digest,
+                a.await_decision,
+                a.provisional,
+                facts,
+                a.facts.account,
+                logical_key,
+                now_ms(),
+                reverts,
+                a.principal.hook()
+            ],
+        )?
+        .ok_or_else(|| anyhow::anyhow!("the insert returned no id"))?
+        .get(0)?;
+    Ok(id)
+}
+
+/// The cap holds inside the staging transaction on both engines: of many
+/// stagers of one chat at once, each on a connection of its own, exactly
+/// the cap's number are staged and the rest refused, while another chat
+/// stages beside them.
+#[cfg(test)]
+mod tests {
+    use super::super::dispatch::Facts;
+    use super::super::registry::Trust;
+    use super::super::suite::{Backend, runtime};
+    use super::*;
+    use crate::principal::Principal;
+
+    fn new_action(chat: &str) -> NewAction {
+        NewAction {
+            chat: chat.to_owned(),
+            principal: Principal::person("ana"),
+            gadget: None,
+            key: "MAIL".into(),
+            gatekeeper: "mail".into(),
+            tool: "send".into(),
+            classified_by: "default",
+            trust: Trust::Vetted,
+            args: "{}".into(),
+            await_decision: false,
+            provisional: None,
+            facts: Facts {
+                component: "c".into(),
+                instance: "i".into(),
+                tool: "t".into(),
+                class: "action".into(),
+                trust: "vetted".into(),
+                introduction: "n".into(),
+                account: "none".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn of_eighty_stagers_of_one_chat_at_once_exactly_the_cap_are_staged() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let (full, other) = (
+                    format!("full-{}", crate::entropy::random_hex(6).unwrap()),
+                    format!("other-{}", crate::entropy::random_hex(6).unwrap()),
+                );
+                // The chats exist (one staged action each would do it; the
+                // fixture makes them), then are emptied of it.
+                for chat in [&full, &other] {
+                    let id = backend.pending_in(chat).await;
+                    backend
+                        .run(move |db| db.exec("DELETE FROM ledger WHERE id = ?1", args![id]))
+                        .await
+                        .unwrap();
+                }
+                let stagers: Vec<_> =
+                    (0..80)
+                        .map(|n| {
+                            let b = backend.clone();
+                            let chat = if n % 8 == 7 {
+                                other.clone()
+                            } else {
+                                full.clone()
+                            };
+                            tokio::spawn(async move {
+                                b.run(move |db| {
+                                    let a = new_action(&chat);
+                                    Ok(admit(db, &chat)
+                                        .and_then(|()| insert(db, &a, "{}", None, None)))
+                                })
+                                .await
+                                .unwrap()
+                            })
+                        })
+                        .collect();
+                let (mut staged, mut refused) = (0, 0);
+                for s in stagers {
+                    match s.await.unwrap() {
+                        Ok(_) => staged += 1,
+                        Err(StageError::TooManyOpen(n)) => {
+                            assert_eq!(n, MAX_OPEN_ACTIONS, "{}", backend.name());
+                            refused += 1
+                        }
+                        Err(e) => panic!("{}: {e}", backend.name()),
+                    }
+                }
+                // 70 stagers of the full chat, 10 of the other.
+                assert_eq!(staged, 50 + 10, "{}", backend.name());
+                assert_eq!(refused, 20, "{}", backend.name());
+                for (chat, want) in [(full, 50), (other, 10)] {
+                    let open = backend.run(move |db| open_count(db, &chat)).await.unwrap();
+                    assert_eq!(open, want, "{}", backend.name());
+                }
+            }
+        });
+    }
+}
