@@ -10,9 +10,10 @@
 //! classification `crate::classify`.
 
 use super::registry::GatekeeperRecord;
+use super::sql::{Sql, args};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
@@ -78,30 +79,33 @@ impl Resolved {
 
 /// Resolve `key` in `chat` for `person`, in the caller's transaction.
 pub(crate) fn resolve(
-    conn: &Connection,
+    db: &dyn Sql,
     chat: &str,
     key: &str,
     person: &str,
 ) -> anyhow::Result<Result<Resolved, Unresolved>> {
-    let intros = super::registry::introductions_in(conn, chat)?;
+    let intros = super::registry::introductions_in(db, chat)?;
     let Some(intro) = intros.iter().find(|i| i.key == key) else {
         return Ok(Err(Unresolved::UnknownKey {
             key: key.to_owned(),
             known: intros.into_iter().map(|i| i.key).collect(),
         }));
     };
-    let Some(gatekeeper) = super::registry::gatekeeper_in(conn, &intro.gatekeeper)? else {
+    let Some(gatekeeper) = super::registry::gatekeeper_in(db, &intro.gatekeeper)? else {
         return Ok(Err(Unresolved::Removed {
             key: key.to_owned(),
         }));
     };
-    let (owner, latched) = super::sharing::chat_state(conn, chat)?.unwrap_or_default();
-    let collaborators = {
-        let mut st = conn.prepare_cached("SELECT user FROM collaborators WHERE chat = ?1")?;
-        st.query_map([chat], |r| r.get::<_, String>(0))?
-            .collect::<Result<Vec<_>, _>>()?
-    };
-    let credential = credential_in(conn, chat, &owner, person, &gatekeeper)?;
+    let (owner, latched) = super::sharing::chat_state(db, chat)?.unwrap_or_default();
+    let collaborators = db
+        .rows(
+            "SELECT \"user\" FROM collaborators WHERE chat = ?1",
+            args![chat],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect::<anyhow::Result<Vec<String>>>()?;
+    let credential = credential_in(db, chat, &owner, person, &gatekeeper)?;
     Ok(Ok(Resolved {
         key: key.to_owned(),
         grant: intro.tools.clone(),
@@ -193,7 +197,7 @@ impl Resolutions {
 /// The credential `person`'s calls in `chat` run under at `g`: gathered
 /// here, decided by [`choose_credential`].
 pub(crate) fn credential_in(
-    conn: &Connection,
+    db: &dyn Sql,
     chat: &str,
     owner: &str,
     person: &str,
@@ -204,20 +208,19 @@ pub(crate) fn credential_in(
     let chosen: Option<String> = if is_owner {
         None
     } else {
-        conn.prepare_cached(
-            "SELECT account FROM observers WHERE chat = ?1 AND user = ?2 AND gatekeeper = ?3",
+        db.row(
+            "SELECT account FROM observers WHERE chat = ?1 AND \"user\" = ?2 AND gatekeeper = ?3",
+            args![chat, person, g.name],
         )?
-        .query_row(params![chat, person, g.name], |r| {
-            r.get::<_, Option<String>>(0)
-        })
-        .optional()?
+        .map(|r| r.get::<Option<String>>(0))
+        .transpose()?
         .flatten()
         .and_then(|a| a.split_once('/').map(|(_, l)| l.to_owned()))
     };
-    let own = super::sharing::account_credential_in(conn, person, &g.name, chosen.as_deref())?
+    let own = super::sharing::account_credential_in(db, person, &g.name, chosen.as_deref())?
         .map(|(a, secret)| (a.id(), secret));
     let operator_value = match &g.secret {
-        Some(name) => super::registry::secret_in(conn, name)?,
+        Some(name) => super::registry::secret_in(db, name)?,
         None => None,
     };
     Ok(choose_credential(CredentialFacts {
@@ -456,5 +459,154 @@ mod tests {
             .execute("DELETE FROM introductions WHERE chat = 'c'", [])
             .unwrap();
         assert!(store.resolve("c", "K", "ann").unwrap().is_err());
+    }
+}
+
+/// Resolution and the authorization rule's facts read the same on both
+/// engines (issue 15): one fixture written in the shared dialect, the same
+/// answers for the owner, a collaborator observing through their own
+/// account, and a stranger.
+#[cfg(test)]
+mod on_both_engines {
+    use super::super::sql::{Sql, args};
+    use super::super::suite::{Backend, runtime};
+    use super::*;
+    use crate::access::Standing;
+
+    fn fixture(db: &dyn Sql) -> anyhow::Result<()> {
+        let manifest = serde_json::to_string(&crate::manifest::Manifest::default())?;
+        for user in ["ann", "bob"] {
+            db.exec(
+                "INSERT INTO users (name, created_at) VALUES (?1, 0)",
+                args![user],
+            )?;
+        }
+        for (name, value) in [
+            ("op", "operator-credential"),
+            ("bob-work", "bob-credential"),
+        ] {
+            db.exec(
+                "INSERT INTO secrets (name, value) VALUES (?1, ?2)",
+                args![name, value],
+            )?;
+        }
+        db.exec(
+            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at)
+             VALUES ('g', ?1, 'byo', '[]', 'op', '{}', ?2, 0)",
+            args!["0".repeat(64), manifest],
+        )?;
+        db.exec(
+            "INSERT INTO chats (name, owner, created_at) VALUES ('c', 'ann', 0)",
+            args![],
+        )?;
+        db.exec(
+            "INSERT INTO introductions (chat, key, gatekeeper, tools, introduced_by)
+             VALUES ('c', 'K', 'g', '[\"send\"]', 'ann')",
+            args![],
+        )?;
+        db.exec(
+            "INSERT INTO accounts (\"user\", gatekeeper, label, secret, is_default, created_at)
+             VALUES ('bob', 'g', 'work', 'bob-work', 1, 0)",
+            args![],
+        )?;
+        db.exec(
+            "INSERT INTO collaborators (chat, \"user\", added_by, added_at, verified_at, may_decide)
+             VALUES ('c', 'bob', 'ann', 0, 1, 1)",
+            args![],
+        )?;
+        db.exec(
+            "INSERT INTO observers (chat, \"user\", gatekeeper, account, added_at)
+             VALUES ('c', 'bob', 'g', 'bob/work', 0)",
+            args![],
+        )?;
+        Ok(())
+    }
+
+    fn credential(c: &Credential) -> String {
+        match c {
+            Credential::Account { id, secret } => format!("account {id} {secret}"),
+            Credential::Operator { name, secret } => format!("operator {name} {secret}"),
+            Credential::Anonymous => "anonymous".into(),
+            Credential::Refused(_) => "refused".into(),
+        }
+    }
+
+    #[test]
+    fn resolution_and_access_read_the_same_on_both() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let seen = backend
+                    .run(|db| {
+                        fixture(db)?;
+                        let mut seen = Vec::new();
+                        for person in ["ann", "bob", "carl"] {
+                            let r = resolve(db, "c", "K", person)?
+                                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                            let access = super::super::sharing::access(db, "c", person)?;
+                            seen.push((
+                                person,
+                                r.gatekeeper.name.clone(),
+                                r.grant.clone(),
+                                r.owner.clone(),
+                                r.collaborators.clone(),
+                                credential(&r.credential),
+                                access.standing(),
+                            ));
+                        }
+                        let unknown = resolve(db, "c", "NOPE", "ann")?.err();
+                        Ok((seen, unknown))
+                    })
+                    .await
+                    .unwrap();
+                let name = backend.name();
+                let (seen, unknown) = seen;
+                let grant = Some(vec!["send".to_owned()]);
+                let bob = vec!["bob".to_owned()];
+                assert_eq!(
+                    seen,
+                    vec![
+                        (
+                            "ann",
+                            "g".into(),
+                            grant.clone(),
+                            "ann".into(),
+                            bob.clone(),
+                            "operator op operator-credential".into(),
+                            Standing::Owner
+                        ),
+                        (
+                            "bob",
+                            "g".into(),
+                            grant.clone(),
+                            "ann".into(),
+                            bob.clone(),
+                            "account bob/work bob-credential".into(),
+                            Standing::Collaborator {
+                                verified: true,
+                                may_decide: true
+                            }
+                        ),
+                        (
+                            "carl",
+                            "g".into(),
+                            grant,
+                            "ann".into(),
+                            bob,
+                            "refused".into(),
+                            Standing::Stranger
+                        ),
+                    ],
+                    "{name}"
+                );
+                assert_eq!(
+                    unknown,
+                    Some(Unresolved::UnknownKey {
+                        key: "NOPE".into(),
+                        known: vec!["K".into()]
+                    }),
+                    "{name}"
+                );
+            }
+        });
     }
 }

@@ -1,6 +1,7 @@
 //! What is installed and introduced: gadgets, gatekeepers, secrets, chats and
 //! introductions. Plain records; the rules about them live in the kernel.
 
+use super::sql::{Sql, args};
 use super::{Store, now_ms};
 pub use crate::manifest::Trust;
 use anyhow::{Context as _, bail};
@@ -24,41 +25,26 @@ const MANIFEST_CACHE_ENTRIES: usize = 256;
 /// A gatekeeper's record, its manifest parsed only the first time this
 /// process meets it.
 pub(crate) fn gatekeeper_in(
-    conn: &rusqlite::Connection,
+    db: &dyn Sql,
     name: &str,
 ) -> anyhow::Result<Option<Arc<GatekeeperRecord>>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT name, digest, trust, hosts, secret, settings, manifest_digest, added_at,
-               credential_host
-             FROM gatekeepers WHERE name = ?1",
-        )?
-        .query_row([name], |r| {
-            Ok((
-                [
-                    r.get::<_, String>(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(5)?,
-                ],
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, Option<String>>(6)?,
-                r.get::<_, i64>(7)?,
-                r.get::<_, Option<String>>(8)?,
-            ))
-        })
-        .optional()?;
-    let Some((
-        [name, digest, trust, hosts, settings],
-        secret,
-        manifest_digest,
-        added_at,
-        credential_host,
-    )) = row
+    let Some(r) = db.row(
+        "SELECT name, digest, trust, hosts, secret, settings, manifest_digest, added_at,
+           credential_host
+         FROM gatekeepers WHERE name = ?1",
+        args![name],
+    )?
     else {
         return Ok(None);
     };
+    let (name, digest, trust, hosts, settings): (String, String, String, String, String) =
+        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(5)?);
+    let (secret, manifest_digest, added_at, credential_host): (
+        Option<String>,
+        Option<String>,
+        i64,
+        Option<String>,
+    ) = (r.get(4)?, r.get(6)?, r.get(7)?, r.get(8)?);
     let cached = manifest_digest.as_ref().and_then(|d| {
         manifest_cache()
             .lock()
@@ -69,9 +55,13 @@ pub(crate) fn gatekeeper_in(
     let manifest = match cached {
         Some(m) => m,
         None => {
-            let text: String = conn
-                .prepare_cached("SELECT manifest FROM gatekeepers WHERE name = ?1")?
-                .query_row([&name], |r| r.get(0))?;
+            let text: String = db
+                .row(
+                    "SELECT manifest FROM gatekeepers WHERE name = ?1",
+                    args![name],
+                )?
+                .ok_or_else(|| anyhow::anyhow!("gatekeeper {name:?} was removed meanwhile"))?
+                .get(0)?;
             let m: Arc<crate::manifest::Manifest> =
                 Arc::new(serde_json::from_str(&text).with_context(|| {
                     format!("the stored manifest of gatekeeper {name:?} is unreadable")
@@ -104,31 +94,21 @@ pub(crate) fn gatekeeper_in(
     })))
 }
 
-pub(crate) fn secret_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result<Option<String>> {
-    Ok(conn
-        .prepare_cached("SELECT value FROM secrets WHERE name = ?1")?
-        .query_row([name], |r| r.get(0))
-        .optional()?)
+pub(crate) fn secret_in(db: &dyn Sql, name: &str) -> anyhow::Result<Option<String>> {
+    db.row("SELECT value FROM secrets WHERE name = ?1", args![name])?
+        .map(|r| r.get(0))
+        .transpose()
 }
 
-pub(crate) fn introductions_in(
-    conn: &rusqlite::Connection,
-    chat: &str,
-) -> anyhow::Result<Vec<Introduction>> {
-    let mut st = conn.prepare_cached(
+pub(crate) fn introductions_in(db: &dyn Sql, chat: &str) -> anyhow::Result<Vec<Introduction>> {
+    let rows = db.rows(
         "SELECT chat, key, gatekeeper, tools FROM introductions WHERE chat = ?1 ORDER BY key",
+        args![chat],
     )?;
-    let rows = st.query_map([chat], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, Option<String>>(3)?,
-        ))
-    })?;
     let mut out = Vec::new();
-    for row in rows {
-        let (chat, key, gatekeeper, tools) = row?;
+    for r in rows {
+        let (chat, key, gatekeeper, tools): (String, String, String, Option<String>) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
         let tools = tools
             .map(|t| serde_json::from_str(&t))
             .transpose()

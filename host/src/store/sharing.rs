@@ -4,6 +4,7 @@
 //! runs inside one IMMEDIATE transaction here; the decisions about *whether*
 //! an observer is admitted are the kernel's (`crate::sharing`).
 
+use super::sql::{Sql, args};
 use super::{Store, now_ms};
 use crate::access::{Access, Standing};
 use rusqlite::{OptionalExtension as _, params};
@@ -134,24 +135,32 @@ fn observer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Observer> {
 }
 
 /// The account `label` of `user` at `gatekeeper` (the default if `None`)
-/// and its credential.
+/// and its credential. (`label = NULL` is NULL, so COALESCE falls back to
+/// the default: a test of `?3 IS NULL` would leave PostgreSQL unable to
+/// tell the parameter's type.)
 pub(crate) fn account_credential_in(
-    conn: &rusqlite::Connection,
+    db: &dyn Sql,
     user: &str,
     gatekeeper: &str,
     label: Option<&str>,
 ) -> anyhow::Result<Option<(Account, String)>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT a.user, a.gatekeeper, a.label, a.is_default, s.value
-             FROM accounts a JOIN secrets s ON s.name = a.secret
-             WHERE a.user = ?1 AND a.gatekeeper = ?2
-               AND (?3 IS NULL AND a.is_default = 1 OR a.label = ?3)",
-        )?
-        .query_row(params![user, gatekeeper, label], |r| {
-            Ok((account_from_row(r)?, r.get::<_, String>(4)?))
-        })
-        .optional()?)
+    db.row(
+        "SELECT a.\"user\", a.gatekeeper, a.label, a.is_default, s.value
+         FROM accounts a JOIN secrets s ON s.name = a.secret
+         WHERE a.\"user\" = ?1 AND a.gatekeeper = ?2
+           AND COALESCE(a.label = ?3, a.is_default = 1)",
+        args![user, gatekeeper, label],
+    )?
+    .map(|r| {
+        let account = Account {
+            user: r.get(0)?,
+            gatekeeper: r.get(1)?,
+            label: r.get(2)?,
+            is_default: r.get(3)?,
+        };
+        Ok((account, r.get(4)?))
+    })
+    .transpose()
 }
 
 /// Whether `chat` has collaborators or live share links (SPEC O3's "shared").
@@ -167,34 +176,33 @@ pub(super) fn is_shared(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Re
 /// person's standing in a chat and the chat's latch. A chat that does not
 /// exist gives [`Access::none`], the same as a chat the person is a
 /// stranger to.
-pub(crate) fn access(
-    conn: &rusqlite::Connection,
-    chat: &str,
-    person: &str,
-) -> rusqlite::Result<Access> {
-    let Some((owner, latched)) = chat_state(conn, chat)? else {
+pub(crate) fn access(db: &dyn Sql, chat: &str, person: &str) -> anyhow::Result<Access> {
+    let Some((owner, latched)) = chat_state(db, chat)? else {
         return Ok(Access::none());
     };
     if owner == person {
         return Ok(Access::of(Standing::Owner, latched));
     }
-    let row: Option<(Option<i64>, i64)> = conn
-        .prepare_cached(
-            "SELECT verified_at, may_decide FROM collaborators WHERE chat = ?1 AND user = ?2",
+    let row: Option<(Option<i64>, bool)> = db
+        .row(
+            "SELECT verified_at, may_decide FROM collaborators WHERE chat = ?1 AND \"user\" = ?2",
+            args![chat, person],
         )?
-        .query_row(params![chat, person], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
+        .map(|r| Ok::<_, anyhow::Error>((r.get(0)?, r.get(1)?)))
+        .transpose()?;
     let standing = match row {
         Some((verified, may_decide)) => Standing::Collaborator {
             verified: verified.is_some(),
-            may_decide: may_decide == 1,
+            may_decide,
         },
         None => {
-            let approver: bool = conn
-                .prepare_cached(
-                    "SELECT EXISTS (SELECT 1 FROM approvers WHERE chat = ?1 AND person = ?2)",
+            let approver = db
+                .row(
+                    "SELECT count(*) FROM approvers WHERE chat = ?1 AND person = ?2",
+                    args![chat, person],
                 )?
-                .query_row(params![chat, person], |r| r.get(0))?;
+                .map_or(Ok(0), |r| r.get::<i64>(0))?
+                > 0;
             if approver {
                 Standing::Approver
             } else {
@@ -205,13 +213,13 @@ pub(crate) fn access(
     Ok(Access::of(standing, latched))
 }
 
-pub(super) fn chat_state(
-    conn: &rusqlite::Connection,
-    chat: &str,
-) -> rusqlite::Result<Option<(String, bool)>> {
-    conn.prepare_cached("SELECT owner, latched FROM chats WHERE name = ?1")?
-        .query_row([chat], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? == 1)))
-        .optional()
+pub(super) fn chat_state(db: &dyn Sql, chat: &str) -> anyhow::Result<Option<(String, bool)>> {
+    db.row(
+        "SELECT owner, latched FROM chats WHERE name = ?1",
+        args![chat],
+    )?
+    .map(|r| Ok((r.get(0)?, r.get(1)?)))
+    .transpose()
 }
 
 /// The observers of `chat`, on a connection the caller holds.
@@ -453,7 +461,7 @@ impl Store {
 
     /// What `person` may do in `chat` (SPEC W1), by the one rule.
     pub fn access(&self, chat: &str, person: &str) -> anyhow::Result<Access> {
-        Ok(access(&self.lock(), chat, person)?)
+        access(&self.lock(), chat, person)
     }
 
     /// Whether `user` is a collaborator of `chat` (verified or not).
