@@ -14,6 +14,7 @@
 
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
+use super::sql::{Row, Sql, args};
 use super::stages;
 use super::words::{DecisionOutcome, Verdict};
 use super::{DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, Store, now_ms};
@@ -46,7 +47,7 @@ pub enum ActionState {
 }
 
 impl ActionState {
-    fn parse(s: &str) -> rusqlite::Result<ActionState> {
+    fn parse(s: &str) -> anyhow::Result<ActionState> {
         Ok(match s {
             "pending" => ActionState::Pending,
             "applying" => ActionState::Applying,
@@ -54,13 +55,7 @@ impl ActionState {
             "failed" => ActionState::Failed,
             "rejected" => ActionState::Rejected,
             "expired" => ActionState::Expired,
-            other => {
-                return Err(rusqlite::Error::InvalidColumnType(
-                    0,
-                    format!("state {other}"),
-                    rusqlite::types::Type::Text,
-                ));
-            }
+            other => anyhow::bail!("the ledger holds an action in an unknown state {other:?}"),
         })
     }
 
@@ -419,7 +414,7 @@ const ACTION_COLUMNS: &str =
     args_digest, state, await_decision, retryable, result, error, auto_approved, resolved_by,
     note, account, created_at, decided_at, finished_at, reverts";
 
-fn action_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
+fn action_from(r: &Row) -> anyhow::Result<Action> {
     let state: String = r.get(12)?;
     Ok(Action {
         id: r.get(0)?,
@@ -428,18 +423,18 @@ fn action_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
         person: r.get(3)?,
         gadget: r.get(4)?,
         key: r.get(5)?,
-        gatekeeper: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
-        tool: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
-        classified_by: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
-        trust: r.get::<_, Option<String>>(9)?.unwrap_or_default(),
-        args: r.get::<_, Option<String>>(10)?.unwrap_or_default(),
+        gatekeeper: r.get::<Option<String>>(6)?.unwrap_or_default(),
+        tool: r.get::<Option<String>>(7)?.unwrap_or_default(),
+        classified_by: r.get::<Option<String>>(8)?.unwrap_or_default(),
+        trust: r.get::<Option<String>>(9)?.unwrap_or_default(),
+        args: r.get::<Option<String>>(10)?.unwrap_or_default(),
         args_digest: r.get(11)?,
         state: ActionState::parse(&state)?,
-        await_decision: r.get::<_, Option<i64>>(13)? == Some(1),
-        retryable: r.get::<_, Option<i64>>(14)?.map(|v| v == 1),
+        await_decision: r.get::<Option<bool>>(13)? == Some(true),
+        retryable: r.get(14)?,
         result: r.get(15)?,
         error: r.get(16)?,
-        auto_approved: r.get::<_, i64>(17)? == 1,
+        auto_approved: r.get(17)?,
         resolved_by: r.get(18)?,
         note: r.get(19)?,
         account: r.get(20)?,
@@ -450,53 +445,52 @@ fn action_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
     })
 }
 
-fn action_in(conn: &Connection, id: i64) -> rusqlite::Result<Option<Action>> {
-    conn.prepare_cached(&format!(
-        "SELECT {ACTION_COLUMNS} FROM ledger WHERE id = ?1 AND kind = 'action'"
-    ))?
-    .query_row([id], action_from_row)
-    .optional()
+fn actions_from(rows: Vec<Row>) -> anyhow::Result<Vec<Action>> {
+    rows.iter().map(action_from).collect()
+}
+
+fn action_in(db: &dyn Sql, id: i64) -> anyhow::Result<Option<Action>> {
+    db.row(
+        &format!("SELECT {ACTION_COLUMNS} FROM ledger WHERE id = ?1 AND kind = 'action'"),
+        args![id],
+    )?
+    .as_ref()
+    .map(action_from)
+    .transpose()
 }
 
 /// The pending actions of `chat` at gatekeeper `g`, oldest first.
-pub(super) fn pending_at(conn: &Connection, chat: &str, g: &str) -> rusqlite::Result<Vec<Action>> {
-    let mut st = conn.prepare_cached(&format!(
-        "SELECT {ACTION_COLUMNS} FROM ledger
-         WHERE chat = ?1 AND kind = 'action' AND state = 'pending' AND gatekeeper = ?2
-           AND created_at + COALESCE(
-                 (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?3) > ?4
-         ORDER BY id"
-    ))?;
+pub(super) fn pending_at(db: &dyn Sql, chat: &str, g: &str) -> anyhow::Result<Vec<Action>> {
     // What expired (H3) will never happen: no overlay shows it.
-    let rows = st.query_map(
-        params![chat, g, DEFAULT_EXPIRY_MS, now_ms()],
-        action_from_row,
-    )?;
-    rows.collect()
+    actions_from(db.rows(
+        &format!(
+            "SELECT {ACTION_COLUMNS} FROM ledger
+             WHERE chat = ?1 AND kind = 'action' AND state = 'pending' AND gatekeeper = ?2
+               AND created_at + COALESCE(
+                     (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?3) > ?4
+             ORDER BY id"
+        ),
+        args![chat, g, DEFAULT_EXPIRY_MS, now_ms()],
+    )?)
 }
 
 /// The newest revert of `original` that was not rejected or expired, with
 /// its state: one that may still be sent, is being sent, or was sent.
-fn live_revert_in(
-    conn: &Connection,
-    original: i64,
-) -> rusqlite::Result<Option<(i64, ActionState)>> {
-    conn.prepare_cached(
+fn live_revert_in(db: &dyn Sql, original: i64) -> anyhow::Result<Option<(i64, ActionState)>> {
+    db.row(
         "SELECT id, state FROM ledger
          WHERE reverts = ?1 AND kind = 'action' AND state NOT IN ('rejected', 'expired')
          ORDER BY id DESC LIMIT 1",
+        args![original],
     )?
-    .query_row([original], |r| {
-        let state: String = r.get(1)?;
-        Ok((r.get(0)?, ActionState::parse(&state)?))
-    })
-    .optional()
+    .map(|r| Ok((r.get(0)?, ActionState::parse(&r.get::<String>(1)?)?)))
+    .transpose()
 }
 
 /// Whether the pending action `a` is past its chat's expiry now.
-fn is_due(conn: &Connection, a: &Action) -> anyhow::Result<bool> {
+fn is_due(db: &dyn Sql, a: &Action) -> anyhow::Result<bool> {
     Ok(a.state == ActionState::Pending
-        && a.created_at.saturating_add(stages::expiry(conn, &a.chat)?) <= now_ms())
+        && a.created_at.saturating_add(stages::expiry(db, &a.chat)?) <= now_ms())
 }
 
 /// What a covered workflow call keeps of its arguments and outcome: a
@@ -891,7 +885,7 @@ impl Store {
     /// The newest revert of `original` that was not rejected or expired
     /// (one that may still be, or was, sent), with its state.
     pub fn revert_of(&self, original: i64) -> anyhow::Result<Option<(i64, ActionState)>> {
-        Ok(live_revert_in(&self.lock(), original)?)
+        live_revert_in(&self.lock(), original)
     }
 
     /// Pending actions of one chat, oldest first (what expired is marked
@@ -899,24 +893,26 @@ impl Store {
     pub fn pending_in(&self, chat: &str) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
         stages::expire_due(&conn, Some(chat))?;
-        let mut st = conn.prepare_cached(&format!(
-            "SELECT {ACTION_COLUMNS} FROM ledger
-             WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
-        ))?;
-        let rows = st.query_map([chat], action_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        actions_from(conn.rows(
+            &format!(
+                "SELECT {ACTION_COLUMNS} FROM ledger
+                 WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
+            ),
+            args![chat],
+        )?)
     }
 
     /// Pending actions of every chat, oldest first.
     pub fn pending_all(&self) -> anyhow::Result<Vec<Action>> {
         let conn = self.lock();
         stages::expire_due(&conn, None)?;
-        let mut st = conn.prepare_cached(&format!(
-            "SELECT {ACTION_COLUMNS} FROM ledger
-             WHERE state = 'pending' AND kind = 'action' ORDER BY id"
-        ))?;
-        let rows = st.query_map([], action_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        actions_from(conn.rows(
+            &format!(
+                "SELECT {ACTION_COLUMNS} FROM ledger
+                 WHERE state = 'pending' AND kind = 'action' ORDER BY id"
+            ),
+            args![],
+        )?)
     }
 
     /// Claim an action for sending, durably, before anything leaves (SPEC
@@ -1147,12 +1143,17 @@ pub struct Recovered {
 /// request that was decided. The decision itself is not taken again: it
 /// was made, and this completes its send.
 fn resumable(
-    tx: &Connection,
+    tx: &dyn Sql,
     a: &Action,
 ) -> anyhow::Result<Option<(Arc<GatekeeperRecord>, Credential)>> {
-    let (logical_key, staged): (Option<String>, Option<String>) = tx
-        .prepare_cached("SELECT logical_key, facts FROM ledger WHERE id = ?1")?
-        .query_row([a.id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let Some(r) = tx.row(
+        "SELECT logical_key, facts FROM ledger WHERE id = ?1",
+        args![a.id],
+    )?
+    else {
+        return Ok(None);
+    };
+    let (logical_key, staged): (Option<String>, Option<String>) = (r.get(0)?, r.get(1)?);
     if logical_key.is_some() || a.args_digest.as_deref() != Some(args_digest(&a.args).as_str()) {
         return Ok(None);
     }
@@ -1201,7 +1202,7 @@ fn refusal_for(a: &Action) -> ClaimRefusal {
 /// caller still commits: a revalidation that sent the action back to
 /// pending records what changed.
 fn claim_in(
-    tx: &Connection,
+    tx: &dyn Sql,
     id: i64,
     by: &ClaimBy,
     owner: &str,
@@ -1270,8 +1271,10 @@ fn claim_in(
         }));
     }
     let staged: Option<Facts> = tx
-        .prepare_cached("SELECT facts FROM ledger WHERE id = ?1")?
-        .query_row([id], |r| r.get::<_, Option<String>>(0))?
+        .row("SELECT facts FROM ledger WHERE id = ?1", args![id])?
+        .map(|r| r.get::<Option<String>>(0))
+        .transpose()?
+        .flatten()
         .and_then(|f| serde_json::from_str(&f).ok());
     let changes = match &staged {
         Some(staged) => staged.changes(&now, &a.gatekeeper, &a.tool, &key),
@@ -1280,10 +1283,10 @@ fn claim_in(
     };
     if !changes.is_empty() {
         let note = changes.join("; ");
-        tx.execute(
+        tx.exec(
             "UPDATE ledger SET facts = ?2, note = ?3, trust = ?4, account = ?5
              WHERE id = ?1 AND state IN ('pending', 'failed')",
-            params![
+            args![
                 id,
                 serde_json::to_string(&now)?,
                 note,
@@ -1315,12 +1318,18 @@ fn claim_in(
             }
         }
         ClaimBy::Workflow { requests, .. } => {
-            let approved: i64 = tx.query_row(
-                "SELECT count(*) FROM approval_requests
-                 WHERE state = 'approved' AND id IN (SELECT value FROM json_each(?1))",
-                [serde_json::to_string(requests)?],
-                |r| r.get(0),
-            )?;
+            // Each distinct request once: a list naming one twice counts
+            // it once, and so falls short of its length, as it always did.
+            let distinct: std::collections::BTreeSet<i64> = requests.iter().copied().collect();
+            let mut approved = 0;
+            for request in distinct {
+                approved += tx
+                    .row(
+                        "SELECT count(*) FROM approval_requests WHERE id = ?1 AND state = 'approved'",
+                        args![request],
+                    )?
+                    .map_or(Ok(0), |r| r.get::<i64>(0))?;
+            }
             if requests.is_empty() || approved != requests.len() as i64 {
                 return Ok(Err(ClaimRefusal::CannotSend {
                     id,
@@ -1350,7 +1359,7 @@ fn claim_in(
 /// are now, and key two is that person's rule for exactly this tag, in a
 /// chat they own (or the one chat it names), where they may decide.
 fn auto_refusal(
-    tx: &Connection,
+    tx: &dyn Sql,
     a: &Action,
     current: &Resolved,
     rule: i64,
@@ -1365,9 +1374,12 @@ fn auto_refusal(
         ));
     }
     let found: Option<(String, String, Option<String>)> = tx
-        .prepare_cached("SELECT tag, person, chat FROM rules WHERE id = ?1")?
-        .query_row([rule], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
+        .row(
+            "SELECT tag, person, chat FROM rules WHERE id = ?1",
+            args![rule],
+        )?
+        .map(|r| Ok::<_, anyhow::Error>((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .transpose()?;
     let Some((tag, owner_of_rule, scope)) = found else {
         return Ok(Some("the rule was removed".into()));
     };
@@ -1388,36 +1400,36 @@ fn auto_refusal(
 }
 
 fn record_decision(
-    conn: &Connection,
+    db: &dyn Sql,
     a: &Action,
     decision: Verdict,
     by: &str,
     outcome: Option<DecisionOutcome>,
-) -> rusqlite::Result<()> {
-    conn.prepare_cached(
+) -> anyhow::Result<()> {
+    db.exec(
         "INSERT INTO decisions (action, chat, gatekeeper, tool, decision, by, args_digest, outcome, at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
-        a.id,
-        a.chat,
-        a.gatekeeper,
-        a.tool,
-        decision,
-        by,
-        a.args_digest.clone().unwrap_or_else(|| args_digest(&a.args)),
-        outcome,
-        now_ms()
-    ])?;
+        args![
+            a.id,
+            a.chat,
+            a.gatekeeper,
+            a.tool,
+            decision,
+            by,
+            a.args_digest.clone().unwrap_or_else(|| args_digest(&a.args)),
+            outcome,
+            now_ms()
+        ],
+    )?;
     Ok(())
 }
 
-fn record_outcome(conn: &Connection, id: i64, outcome: DecisionOutcome) -> rusqlite::Result<()> {
-    conn.prepare_cached(
+fn record_outcome(db: &dyn Sql, id: i64, outcome: DecisionOutcome) -> anyhow::Result<()> {
+    db.exec(
         "UPDATE decisions SET outcome = ?2
          WHERE id = (SELECT max(id) FROM decisions WHERE action = ?1) AND outcome IS NULL",
-    )?
-    .execute(params![id, outcome])?;
+        args![id, outcome],
+    )?;
     Ok(())
 }
 
@@ -1500,5 +1512,115 @@ fn not_applied(id: &i64, state: &ActionState) -> String {
             "#{id} cannot be reverted: it failed, so what it changed is unknown; only an applied action can be reverted (check the service and undo it there if needed)"
         ),
         ActionState::Applied => format!("#{id} is applied"),
+    }
+}
+
+/// The whole claim, its policy included (who may decide, the latch, the
+/// facts staged), on both engines: the same refusals, and of many people
+/// approving one action at once on connections of their own, one send.
+#[cfg(test)]
+mod on_both_engines {
+    use super::super::suite::{Backend, runtime, shared_chat};
+    use super::*;
+
+    /// `ann`'s pending action in the shared chat, staged with the facts
+    /// resolution gives now; its id.
+    fn stage(db: &dyn Sql) -> anyhow::Result<i64> {
+        let resolved = resolve(db, "c", "K", "ann")?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let facts = Facts::of(&resolved, "send").ok_or_else(|| anyhow::anyhow!("no facts"))?;
+        let a = NewAction {
+            chat: "c".into(),
+            principal: Principal::person("ann"),
+            gadget: None,
+            key: "K".into(),
+            gatekeeper: "g".into(),
+            tool: "send".into(),
+            classified_by: "default",
+            trust: Trust::Byo,
+            args: "{}".into(),
+            await_decision: false,
+            provisional: None,
+            facts,
+        };
+        Ok(stages::insert(db, &a, "{}", None, None)?)
+    }
+
+    #[test]
+    fn a_claim_refuses_alike_and_of_many_approvers_one_sends() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let name = backend.name();
+                let id = backend
+                    .run(|db| {
+                        shared_chat(db)?;
+                        stage(db)
+                    })
+                    .await
+                    .unwrap();
+                let stranger = backend
+                    .run(move |db| claim_in(db, id, &ClaimBy::Person("carl".into()), "h"))
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(stranger, Err(ClaimRefusal::NoSuchAction(i)) if i == id),
+                    "{name}: a stranger learns nothing"
+                );
+                let approvers: Vec<_> = (0..30)
+                    .map(|n| {
+                        let b = backend.clone();
+                        let person = if n % 2 == 0 { "ann" } else { "bob" };
+                        tokio::spawn(async move {
+                            b.run(move |db| {
+                                claim_in(
+                                    db,
+                                    id,
+                                    &ClaimBy::Person(person.into()),
+                                    &format!("host-{n}"),
+                                )
+                            })
+                            .await
+                            .unwrap()
+                        })
+                    })
+                    .collect();
+                let mut sent = 0;
+                for a in approvers {
+                    match a.await.unwrap() {
+                        Ok(claim) => {
+                            assert_eq!(claim.action().id, id, "{name}");
+                            sent += 1;
+                        }
+                        Err(ClaimRefusal::Applying(i)) => assert_eq!(i, id, "{name}"),
+                        Err(other) => panic!("{name}: {other}"),
+                    }
+                }
+                assert_eq!(sent, 1, "{name}: one send");
+                let decisions = backend
+                    .run(move |db| {
+                        db.row(
+                            "SELECT count(*) FROM decisions WHERE action = ?1",
+                            args![id],
+                        )?
+                        .map_or(Ok(0), |r| r.get::<i64>(0))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(decisions, 1, "{name}: one decision recorded");
+
+                // Under the latch nothing is sent (O3), whoever approves.
+                let latched = backend
+                    .run(|db| {
+                        let id = stage(db)?;
+                        db.exec("UPDATE chats SET latched = 1 WHERE name = 'c'", args![])?;
+                        claim_in(db, id, &ClaimBy::Person("ann".into()), "h")
+                    })
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(latched, Err(ClaimRefusal::LockedDown { .. })),
+                    "{name}: the latch holds"
+                );
+            }
+        });
     }
 }

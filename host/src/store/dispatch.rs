@@ -468,59 +468,9 @@ mod tests {
 /// account, and a stranger.
 #[cfg(test)]
 mod on_both_engines {
-    use super::super::sql::{Sql, args};
-    use super::super::suite::{Backend, runtime};
+    use super::super::suite::{Backend, runtime, shared_chat};
     use super::*;
     use crate::access::Standing;
-
-    fn fixture(db: &dyn Sql) -> anyhow::Result<()> {
-        let manifest = serde_json::to_string(&crate::manifest::Manifest::default())?;
-        for user in ["ann", "bob"] {
-            db.exec(
-                "INSERT INTO users (name, created_at) VALUES (?1, 0)",
-                args![user],
-            )?;
-        }
-        for (name, value) in [
-            ("op", "operator-credential"),
-            ("bob-work", "bob-credential"),
-        ] {
-            db.exec(
-                "INSERT INTO secrets (name, value) VALUES (?1, ?2)",
-                args![name, value],
-            )?;
-        }
-        db.exec(
-            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at)
-             VALUES ('g', ?1, 'byo', '[]', 'op', '{}', ?2, 0)",
-            args!["0".repeat(64), manifest],
-        )?;
-        db.exec(
-            "INSERT INTO chats (name, owner, created_at) VALUES ('c', 'ann', 0)",
-            args![],
-        )?;
-        db.exec(
-            "INSERT INTO introductions (chat, key, gatekeeper, tools, introduced_by)
-             VALUES ('c', 'K', 'g', '[\"send\"]', 'ann')",
-            args![],
-        )?;
-        db.exec(
-            "INSERT INTO accounts (\"user\", gatekeeper, label, secret, is_default, created_at)
-             VALUES ('bob', 'g', 'work', 'bob-work', 1, 0)",
-            args![],
-        )?;
-        db.exec(
-            "INSERT INTO collaborators (chat, \"user\", added_by, added_at, verified_at, may_decide)
-             VALUES ('c', 'bob', 'ann', 0, 1, 1)",
-            args![],
-        )?;
-        db.exec(
-            "INSERT INTO observers (chat, \"user\", gatekeeper, account, added_at)
-             VALUES ('c', 'bob', 'g', 'bob/work', 0)",
-            args![],
-        )?;
-        Ok(())
-    }
 
     fn credential(c: &Credential) -> String {
         match c {
@@ -537,7 +487,7 @@ mod on_both_engines {
             for backend in Backend::both().await {
                 let seen = backend
                     .run(|db| {
-                        fixture(db)?;
+                        shared_chat(db)?;
                         let mut seen = Vec::new();
                         for person in ["ann", "bob", "carl"] {
                             let r = resolve(db, "c", "K", person)?

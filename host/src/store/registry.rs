@@ -133,11 +133,14 @@ pub(crate) fn gadget_in(
         .optional()
 }
 
-pub(crate) fn chat_in(conn: &rusqlite::Connection, name: &str) -> anyhow::Result<Option<Chat>> {
-    Ok(conn
-        .prepare_cached("SELECT name, owner, latched, created_at FROM chats WHERE name = ?1")?
-        .query_row([name], chat_from_row)
-        .optional()?)
+pub(crate) fn chat_in(db: &dyn Sql, name: &str) -> anyhow::Result<Option<Chat>> {
+    db.row(
+        "SELECT name, owner, latched, created_at FROM chats WHERE name = ?1",
+        args![name],
+    )?
+    .as_ref()
+    .map(chat_from)
+    .transpose()
 }
 
 /// An installed gadget: a name bound to a component in the cache.
@@ -230,11 +233,11 @@ fn gadget_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GadgetRecord> {
     })
 }
 
-fn chat_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Chat> {
+fn chat_from(r: &super::sql::Row) -> anyhow::Result<Chat> {
     Ok(Chat {
         name: r.get(0)?,
         owner: r.get(1)?,
-        latched: r.get::<_, i64>(2)? == 1,
+        latched: r.get(2)?,
         created_at: r.get(3)?,
     })
 }
@@ -359,11 +362,14 @@ impl Store {
     }
 
     pub fn chats(&self) -> anyhow::Result<Vec<Chat>> {
-        let conn = self.lock();
-        let mut st = conn
-            .prepare_cached("SELECT name, owner, latched, created_at FROM chats ORDER BY name")?;
-        let rows = st.query_map([], chat_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.lock()
+            .rows(
+                "SELECT name, owner, latched, created_at FROM chats ORDER BY name",
+                args![],
+            )?
+            .iter()
+            .map(chat_from)
+            .collect()
     }
 
     /// The chats a gadget has called a service from, per the ledger.

@@ -126,3 +126,67 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a runtime")
 }
+
+/// A chat `c` of `ann` with key `K` naming gatekeeper `g` (granting
+/// `send`; an operator credential `op`), shared with `bob`, who may decide
+/// and observes through his own account `bob/work`: every table
+/// resolution and the authorization rule read is in play. Written in the
+/// dialect both engines accept.
+pub(crate) fn shared_chat(db: &dyn Sql) -> anyhow::Result<()> {
+    let manifest = serde_json::to_string(&crate::manifest::Manifest {
+        tools: vec![crate::manifest::Tool {
+            name: "send".into(),
+            description: "sends".into(),
+            input_schema: "{}".into(),
+            annotations: Default::default(),
+            reverted_by: None,
+            honours_idempotency_key: false,
+        }],
+        ..Default::default()
+    })?;
+    for user in ["ann", "bob"] {
+        db.exec(
+            "INSERT INTO users (name, created_at) VALUES (?1, 0)",
+            args![user],
+        )?;
+    }
+    for (name, value) in [
+        ("op", "operator-credential"),
+        ("bob-work", "bob-credential"),
+    ] {
+        db.exec(
+            "INSERT INTO secrets (name, value) VALUES (?1, ?2)",
+            args![name, value],
+        )?;
+    }
+    db.exec(
+        "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at)
+         VALUES ('g', ?1, 'byo', '[]', 'op', '{}', ?2, 0)",
+        args!["0".repeat(64), manifest],
+    )?;
+    db.exec(
+        "INSERT INTO chats (name, owner, created_at) VALUES ('c', 'ann', 0)",
+        args![],
+    )?;
+    db.exec(
+        "INSERT INTO introductions (chat, key, gatekeeper, tools, introduced_by)
+         VALUES ('c', 'K', 'g', '[\"send\"]', 'ann')",
+        args![],
+    )?;
+    db.exec(
+        "INSERT INTO accounts (\"user\", gatekeeper, label, secret, is_default, created_at)
+         VALUES ('bob', 'g', 'work', 'bob-work', 1, 0)",
+        args![],
+    )?;
+    db.exec(
+        "INSERT INTO collaborators (chat, \"user\", added_by, added_at, verified_at, may_decide)
+         VALUES ('c', 'bob', 'ann', 0, 1, 1)",
+        args![],
+    )?;
+    db.exec(
+        "INSERT INTO observers (chat, \"user\", gatekeeper, account, added_at)
+         VALUES ('c', 'bob', 'g', 'bob/work', 0)",
+        args![],
+    )?;
+    Ok(())
+}

@@ -97,6 +97,12 @@ macro_rules! stored_words {
             }
         }
 
+        impl super::sql::ToArg for $name {
+            fn arg(&self) -> super::sql::Arg<'_> {
+                super::sql::Arg::Text(self.as_str())
+            }
+        }
+
         impl FromSql for $name {
             fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
                 value.as_str().map($name::from_stored)
