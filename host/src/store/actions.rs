@@ -14,7 +14,7 @@
 
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
-use super::sql::{Row, Sql, args};
+use super::sql::{Engine, Row, Sql, args};
 use super::stages;
 use super::words::{DecisionOutcome, Verdict};
 use super::{DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, Store, now_ms};
@@ -1399,6 +1399,30 @@ fn auto_refusal(
     Ok(None)
 }
 
+/// The channel on which a shared database tells every host that an
+/// action was decided or finished (issue 15's wake-ups): the web inbox's
+/// live view, parked agent runs and gated workflow runs on any host wake
+/// on it instead of polling. The payload is the action's id and chat, never
+/// its arguments; a listener asks the kernel (and its one authorization
+/// rule) what it may show.
+pub(crate) const DECIDED: &str = "gatehouse_decided";
+
+/// Tell the other hosts that action `id` was decided or finished, once
+/// this transaction commits (never if it rolls back): PostgreSQL's
+/// `NOTIFY`, whose payload names the action and its chat. The embedded
+/// home has no other hosts, and its processes watch the file itself, so
+/// there this does nothing.
+fn announce(db: &dyn Sql, id: i64) -> anyhow::Result<()> {
+    if db.engine() == Engine::Postgres {
+        db.exec(
+            "SELECT pg_notify(?1, json_build_object('action', id, 'chat', chat)::text)
+             FROM ledger WHERE id = ?2",
+            args![DECIDED, id],
+        )?;
+    }
+    Ok(())
+}
+
 fn record_decision(
     db: &dyn Sql,
     a: &Action,
@@ -1406,6 +1430,7 @@ fn record_decision(
     by: &str,
     outcome: Option<DecisionOutcome>,
 ) -> anyhow::Result<()> {
+    announce(db, a.id)?;
     db.exec(
         "INSERT INTO decisions (action, chat, gatekeeper, tool, decision, by, args_digest, outcome, at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -1425,6 +1450,7 @@ fn record_decision(
 }
 
 fn record_outcome(db: &dyn Sql, id: i64, outcome: DecisionOutcome) -> anyhow::Result<()> {
+    announce(db, id)?;
     db.exec(
         "UPDATE decisions SET outcome = ?2
          WHERE id = (SELECT max(id) FROM decisions WHERE action = ?1) AND outcome IS NULL",
@@ -1620,6 +1646,54 @@ mod on_both_engines {
                     matches!(latched, Err(ClaimRefusal::LockedDown { .. })),
                     "{name}: the latch holds"
                 );
+            }
+        });
+    }
+
+    /// A decision taken on one host wakes a listener on another, once the
+    /// deciding transaction commits; a decision rolled back is never heard.
+    #[test]
+    fn a_decision_wakes_a_listener_on_another_host_only_once_committed() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let Backend::Postgres(_, url) = &backend else {
+                    continue; // the home has no other hosts to wake
+                };
+                let mut listener = super::super::postgres::Listener::open(url, DECIDED)
+                    .await
+                    .unwrap();
+                let undone = backend
+                    .run(|db| {
+                        shared_chat(db)?;
+                        let id = stage(db)?;
+                        let claimed = claim_in(db, id, &ClaimBy::Person("ann".into()), "h")?;
+                        assert!(claimed.is_ok());
+                        anyhow::bail!("rolled back after claiming {id}");
+                        #[allow(unreachable_code)]
+                        Ok(())
+                    })
+                    .await
+                    .unwrap_err();
+                assert!(undone.to_string().contains("rolled back"), "{undone}");
+                let id = backend
+                    .run(|db| {
+                        shared_chat(db)?;
+                        let id = stage(db)?;
+                        claim_in(db, id, &ClaimBy::Person("bob".into()), "h")?
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                        Ok(id)
+                    })
+                    .await
+                    .unwrap();
+                let heard =
+                    tokio::time::timeout(std::time::Duration::from_secs(30), listener.next())
+                        .await
+                        .expect("the decision was heard")
+                        .expect("the listener lives");
+                // The first thing heard is the committed decision: the
+                // rolled-back one was never sent.
+                let heard: serde_json::Value = serde_json::from_str(&heard).unwrap();
+                assert_eq!(heard, serde_json::json!({"action": id, "chat": "c"}));
             }
         });
     }

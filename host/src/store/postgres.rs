@@ -314,6 +314,66 @@ impl Shared {
     }
 }
 
+/// A connection listening on one channel of the shared database: how a
+/// host learns, without polling, that another host decided or finished an
+/// action ([`super::actions::DECIDED`]). Notifications arrive only after
+/// the transaction that sent them committed; one that rolled back is never
+/// heard. Dropping the listener closes its connection.
+pub(crate) struct Listener {
+    heard: tokio::sync::mpsc::UnboundedReceiver<String>,
+    _client: Client,
+}
+
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "hosts serving from the shared database listen on it; until then its suite does"
+    )
+)]
+impl Listener {
+    /// Listen on `channel` of the database at `url`.
+    pub async fn open(url: &DatabaseUrl, channel: &str) -> anyhow::Result<Listener> {
+        let (client, mut connection) = tokio_postgres::connect(&url.0, NoTls)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {url} ({})", reason(&e)))?;
+        let (tell, heard) = tokio::sync::mpsc::unbounded_channel();
+        // The driver hands notifications to whoever polls the connection:
+        // this task polls it, and passes each payload on.
+        tokio::spawn(async move {
+            while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                        if tell.send(n.payload().to_owned()).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %reason(&e), "a listening connection ended");
+                        return;
+                    }
+                }
+            }
+        });
+        // A channel name is an identifier: quoted, so no text of ours is
+        // ever read as SQL.
+        client
+            .batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {url} ({})", reason(&e)))?;
+        Ok(Listener {
+            heard,
+            _client: client,
+        })
+    }
+
+    /// The next payload heard; `None` once the connection ended.
+    pub async fn next(&mut self) -> Option<String> {
+        self.heard.recv().await
+    }
+}
+
 /// A host's presence in the shared database: the liveness signal a claim
 /// rests on across machines (SPEC P3). A claim names its host's owner
 /// token, as on one machine; there a lock file held for the process's life
