@@ -1069,34 +1069,12 @@ impl Store {
             conn.pragma_update(None, "synchronous", "FULL")?;
             let done = (|| -> anyhow::Result<()> {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let Some(a) = action_in(&tx, id)? else {
-                    return Ok(());
-                };
-                if a.state != ActionState::Applying {
-                    return Ok(()); // finished meanwhile
+                match recover_in(&tx, id, owner.as_deref(), resume_as)? {
+                    Interrupted::Left => return Ok(()),
+                    Interrupted::Resumed(claim) => out.resumed.push(*claim),
+                    Interrupted::Failed => out.failed.push(id),
                 }
-                match resumable(&tx, &a)? {
-                    Some(_) if resume_as.is_none() => return Ok(()),
-                    Some((gatekeeper, credential)) => {
-                        let to = resume_as.unwrap_or_default();
-                        if super::claims::pass(&*tx, id, owner.as_deref(), to)? {
-                            tx.commit()?;
-                            out.resumed.push(Claim {
-                                action: a,
-                                gatekeeper,
-                                credential,
-                                resumed: true,
-                            });
-                        }
-                        return Ok(());
-                    }
-                    None => {}
-                }
-                if super::claims::interrupt(&*tx, id, owner.as_deref(), now_ms())? {
-                    record_outcome(&tx, id, DecisionOutcome::Failed)?;
-                    tx.commit()?;
-                    out.failed.push(id);
-                }
+                tx.commit()?;
                 Ok(())
             })();
             conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -1133,6 +1111,57 @@ pub struct Recovered {
     /// Taken over by this process, to be re-sent with the same
     /// idempotency key.
     pub resumed: Vec<Claim>,
+}
+
+/// What recovery did with one interrupted claim.
+pub(crate) enum Interrupted {
+    /// Nothing: finished meanwhile, taken by another recoverer, or
+    /// resumable with no way to send now. Nothing to commit.
+    Left,
+    /// Passed to the recovering process, to be re-sent with the same key.
+    Resumed(Box<Claim>),
+    /// Failed, not retryable: its request may have reached the service.
+    Failed,
+}
+
+/// Recover the claim of action `id`, held by `owner`, whose process or
+/// host is gone (SPEC P3), in the caller's transaction: resumed as
+/// `resume_as` when it may be re-sent with the same idempotency key (see
+/// [`resumable`]), else failed for good. Both engines run this; the caller
+/// decides who is gone (lock files in a home, presence in a shared
+/// database) and commits unless it is [`Interrupted::Left`].
+pub(crate) fn recover_in(
+    tx: &dyn Sql,
+    id: i64,
+    owner: Option<&str>,
+    resume_as: Option<&str>,
+) -> anyhow::Result<Interrupted> {
+    let Some(a) = action_in(tx, id)? else {
+        return Ok(Interrupted::Left);
+    };
+    if a.state != ActionState::Applying {
+        return Ok(Interrupted::Left); // finished meanwhile
+    }
+    match (resumable(tx, &a)?, resume_as) {
+        (Some(_), None) => return Ok(Interrupted::Left),
+        (Some((gatekeeper, credential)), Some(to)) => {
+            if !super::claims::pass(tx, id, owner, to)? {
+                return Ok(Interrupted::Left);
+            }
+            return Ok(Interrupted::Resumed(Box::new(Claim {
+                action: a,
+                gatekeeper,
+                credential,
+                resumed: true,
+            })));
+        }
+        (None, _) => {}
+    }
+    if !super::claims::interrupt(tx, id, owner, now_ms())? {
+        return Ok(Interrupted::Left);
+    }
+    record_outcome(tx, id, DecisionOutcome::Failed)?;
+    Ok(Interrupted::Failed)
 }
 
 /// Whether the interrupted claim of `a` may be re-sent, and with what: its
@@ -1694,6 +1723,92 @@ mod on_both_engines {
                 // rolled-back one was never sent.
                 let heard: serde_json::Value = serde_json::from_str(&heard).unwrap();
                 assert_eq!(heard, serde_json::json!({"action": id, "chat": "c"}));
+            }
+        });
+    }
+
+    /// Recovery across hosts: a claim whose host is gone fails for good
+    /// (its request may have left), with its decision's outcome recorded;
+    /// a present host's claim is never touched. On PostgreSQL "present" is
+    /// a real advisory lock held by another connection.
+    #[test]
+    fn recovery_fails_a_gone_hosts_claim_and_never_touches_a_present_ones() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let name = backend.name();
+                let (live, gone) = backend
+                    .run(|db| {
+                        shared_chat(db)?;
+                        let (live, gone) = (stage(db)?, stage(db)?);
+                        for (id, host) in [(live, "host-live"), (gone, "host-gone")] {
+                            claim_in(db, id, &ClaimBy::Person("ann".into()), host)?
+                                .map_err(|e| anyhow::anyhow!("{e}"))?;
+                        }
+                        Ok((live, gone))
+                    })
+                    .await
+                    .unwrap();
+                let _presence = match &backend {
+                    Backend::Postgres(_, url) => Some(
+                        super::super::postgres::Presence::hold(url, "host-live")
+                            .await
+                            .unwrap(),
+                    ),
+                    Backend::Sqlite(_) => None,
+                };
+                let on_postgres = _presence.is_some();
+                let failed = backend
+                    .run(move |db| {
+                        let is_present = |db: &dyn Sql, host: &str| {
+                            if on_postgres {
+                                super::super::postgres::present(db, host)
+                            } else {
+                                Ok(host == "host-live")
+                            }
+                        };
+                        let mut failed = Vec::new();
+                        for c in super::super::claims::in_flight(db, &is_present)? {
+                            if c.present {
+                                continue;
+                            }
+                            match recover_in(db, c.action, c.host.as_deref(), Some("host-me"))? {
+                                Interrupted::Failed => failed.push(c.action),
+                                Interrupted::Left | Interrupted::Resumed(_) => {}
+                            }
+                        }
+                        Ok(failed)
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(failed, vec![gone], "{name}");
+                let states = backend
+                    .run(move |db| {
+                        let (l, g) = (action_in(db, live)?, action_in(db, gone)?);
+                        let outcome: Option<String> = db
+                            .row(
+                                "SELECT outcome FROM decisions WHERE action = ?1",
+                                args![gone],
+                            )?
+                            .map(|r| r.get(0))
+                            .transpose()?
+                            .flatten();
+                        Ok((
+                            l.map(|a| a.state),
+                            g.map(|a| (a.state, a.retryable)),
+                            outcome,
+                        ))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    states,
+                    (
+                        Some(ActionState::Applying),
+                        Some((ActionState::Failed, Some(false))),
+                        Some("failed".to_owned())
+                    ),
+                    "{name}"
+                );
             }
         });
     }
