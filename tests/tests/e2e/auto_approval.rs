@@ -8,6 +8,19 @@ use gatehouse_e2e::{World, call, pending_id};
 use gatehouse_services::tracker::Fault;
 use serde_json::json;
 
+/// A script of `n` eligible writes, labels `l0`, `l1`, ... on issue 1.
+fn labels(n: usize) -> serde_json::Value {
+    (0..n)
+        .map(|i| {
+            call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": format!("l{i}")}),
+            )
+        })
+        .collect()
+}
+
 fn state(w: &World, id: i64) -> ActionState {
     w.kernel.inspect().action(id).unwrap().unwrap().state
 }
@@ -212,16 +225,7 @@ async fn enabling_a_rule_drains_and_an_apply_failure_stops_the_drain() {
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_concurrent_drains_apply_each_action_once() {
     let w = World::standard(Trust::Vetted).await;
-    let steps: Vec<_> = (0..8)
-        .map(|i| {
-            call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": format!("l{i}")}),
-            )
-        })
-        .collect();
-    let out = w.script("work", json!(steps)).await;
+    let out = w.script("work", labels(8)).await;
     w.kernel.settle().await;
     // Nine drains spin, in this kernel (single flight) and in separate
     // kernels (claims), while the rule that makes the actions eligible is
@@ -305,16 +309,7 @@ async fn drains_in_four_processes_send_each_action_once_in_order_one_at_a_time()
             }
         }));
     }
-    let steps: Vec<_> = (0..6)
-        .map(|i| {
-            call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": format!("l{i}")}),
-            )
-        })
-        .collect();
-    let out = w.script("work", json!(steps)).await;
+    let out = w.script("work", labels(6)).await;
     let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
     let all_applied = gatehouse_e2e::wait_until(std::time::Duration::from_secs(60), || {
         ids.iter().all(|id| state(&w, *id) == ActionState::Applied)
