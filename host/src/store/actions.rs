@@ -998,44 +998,13 @@ impl Store {
     pub fn reject(&self, id: i64, by: &str) -> anyhow::Result<Result<(), ClaimRefusal>> {
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let Some(a) = action_in(&tx, id)? else {
-            return Ok(Err(ClaimRefusal::NoSuchAction(id)));
-        };
-        let access = super::sharing::access(&tx, &a.chat, by)?;
-        if let Err(refusal) = access.require(Need::Decide, &a.chat, by) {
-            return Ok(Err(if access.may_see() {
-                ClaimRefusal::Forbidden { id, refusal }
-            } else {
-                ClaimRefusal::NoSuchAction(id)
-            }));
-        }
-        if a.state != ActionState::Pending {
-            return Ok(Err(refusal_for(&a)));
-        }
-        if is_due(&tx, &a)? {
-            // It expired before this decision (H3): it stays expired.
-            stages::expire(&tx, id)?;
-            tx.commit()?;
-            return Ok(Err(ClaimRefusal::Expired(id)));
-        }
-        let now = now_ms();
-        tx.execute(
-            "UPDATE ledger SET state = 'rejected', resolved_by = ?2, decided_at = ?3,
-               finished_at = ?3
-             WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
-            params![id, by, now],
-        )?;
-        record_decision(
-            &tx,
-            &a,
-            Verdict::Rejected,
-            by,
-            Some(DecisionOutcome::Rejected),
-        )?;
+        let rejected = reject_in(&tx, id, by)?;
         tx.commit()?;
         drop(conn);
-        self.prune_of(id)?;
-        Ok(Ok(()))
+        if rejected.is_ok() {
+            self.prune_of(id)?;
+        }
+        Ok(rejected)
     }
 
     /// Recover every claim whose process is gone (SPEC P3). Only claims of
@@ -1111,6 +1080,57 @@ pub struct Recovered {
     /// Taken over by this process, to be re-sent with the same
     /// idempotency key.
     pub resumed: Vec<Claim>,
+}
+
+/// Reject the pending action `id` as `by`, in the caller's transaction,
+/// which the caller commits whatever the answer (an action found past its
+/// expiry is marked so). Whoever may not decide in its chat is refused.
+/// The rejection is one conditional update, like a claim: of a rejection
+/// and an approval at once, on any engine, exactly one decides, and only
+/// the one that changed the row records a decision.
+fn reject_in(tx: &dyn Sql, id: i64, by: &str) -> anyhow::Result<Result<(), ClaimRefusal>> {
+    let Some(a) = action_in(tx, id)? else {
+        return Ok(Err(ClaimRefusal::NoSuchAction(id)));
+    };
+    let access = super::sharing::access(tx, &a.chat, by)?;
+    if let Err(refusal) = access.require(Need::Decide, &a.chat, by) {
+        return Ok(Err(if access.may_see() {
+            ClaimRefusal::Forbidden { id, refusal }
+        } else {
+            ClaimRefusal::NoSuchAction(id)
+        }));
+    }
+    if a.state != ActionState::Pending {
+        return Ok(Err(refusal_for(&a)));
+    }
+    if is_due(tx, &a)? {
+        // It expired before this decision (H3): it stays expired.
+        stages::expire(tx, id)?;
+        return Ok(Err(ClaimRefusal::Expired(id)));
+    }
+    let now = now_ms();
+    let changed = tx.exec(
+        "UPDATE ledger SET state = 'rejected', resolved_by = ?2, decided_at = ?3,
+           finished_at = ?3
+         WHERE id = ?1 AND kind = 'action' AND state = 'pending'",
+        args![id, by, now],
+    )?;
+    if changed != 1 {
+        // Decided meanwhile by someone else (on PostgreSQL the row was
+        // read before a concurrent claim committed): that decision stands.
+        return Ok(Err(match action_in(tx, id)? {
+            Some(now) => refusal_for(&now),
+            None => ClaimRefusal::NoSuchAction(id),
+        }));
+    }
+    record_decision(
+        tx,
+        &a,
+        Verdict::Rejected,
+        by,
+        Some(DecisionOutcome::Rejected),
+    )?;
+    Ok(Ok(()))
 }
 
 /// What recovery did with one interrupted claim.
@@ -1369,7 +1389,12 @@ fn claim_in(
     }
     let auto = matches!(by, ClaimBy::Rule { .. });
     if !super::claims::take(tx, id, owner, by.by(), auto, now_ms())? {
-        return Ok(Err(ClaimRefusal::Applying(id)));
+        // Decided meanwhile by someone else (another claimer, or, on
+        // PostgreSQL, a rejection committed after this read): say which.
+        return Ok(Err(match action_in(tx, id)? {
+            Some(now) if now.state != ActionState::Pending => refusal_for(&now),
+            _ => ClaimRefusal::Applying(id),
+        }));
     }
     record_decision(tx, &a, by.decision(), by.by(), None)?;
     let Some(action) = action_in(tx, id)? else {
@@ -1809,6 +1834,70 @@ mod on_both_engines {
                     ),
                     "{name}"
                 );
+            }
+        });
+    }
+
+    /// A rejection and approvals at once, on connections of their own:
+    /// exactly one decides, the action ends in that decision's state, and
+    /// one decision is recorded.
+    #[test]
+    fn of_a_rejection_and_approvals_at_once_exactly_one_decides() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let name = backend.name();
+                backend.run(shared_chat).await.unwrap();
+                // Several rounds, so that a rejection reading the row just
+                // before a claim commits is met on every run.
+                for _ in 0..8 {
+                    let id = backend.run(stage).await.unwrap();
+                    let deciders: Vec<_> = (0..40)
+                        .map(|n| {
+                            let b = backend.clone();
+                            tokio::spawn(async move {
+                                b.run(move |db| {
+                                    Ok(if n % 2 == 0 {
+                                        reject_in(db, id, "bob")?.is_ok()
+                                    } else {
+                                        claim_in(db, id, &ClaimBy::Person("ann".into()), "h")?
+                                            .is_ok()
+                                    })
+                                })
+                                .await
+                                .unwrap()
+                            })
+                        })
+                        .collect();
+                    let mut decided = 0;
+                    for d in deciders {
+                        decided += usize::from(d.await.unwrap());
+                    }
+                    assert_eq!(decided, 1, "{name}: one decision");
+                    let (state, decisions) = backend
+                        .run(move |db| {
+                            let state = action_in(db, id)?.map(|a| a.state);
+                            let decisions = db
+                                .rows(
+                                    "SELECT decision FROM decisions WHERE action = ?1",
+                                    args![id],
+                                )?
+                                .iter()
+                                .map(|r| r.get::<String>(0))
+                                .collect::<anyhow::Result<Vec<_>>>()?;
+                            Ok((state, decisions))
+                        })
+                        .await
+                        .unwrap();
+                    match decisions.as_slice() {
+                        [d] if d == "rejected" => {
+                            assert_eq!(state, Some(ActionState::Rejected), "{name}")
+                        }
+                        [d] if d == "approved" => {
+                            assert_eq!(state, Some(ActionState::Applying), "{name}")
+                        }
+                        other => panic!("{name}: decisions recorded {other:?}"),
+                    }
+                }
             }
         });
     }
