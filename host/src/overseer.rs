@@ -539,18 +539,26 @@ impl Kernel {
             .await?;
         let mut blocked: std::collections::HashSet<(String, String)> = Default::default();
         let mut out = Vec::new();
+        let mut flight: Option<(String, crate::flight::Flight)> = None;
         for a in pending {
             let queue = (a.chat.clone(), a.gatekeeper.clone());
             if blocked.contains(&queue) {
                 continue;
             }
             let rules = self.candidate_rules(&a).await?;
-            let _flight = match rules.is_empty() {
-                true => None,
-                // One automatic send at a time per gatekeeper, across
-                // processes, from this claim to its outcome (U2, U3).
-                false => Some(crate::flight::on_home(&self.home().run_dir(), &a.gatekeeper).await?),
-            };
+            // One automatic send at a time per gatekeeper, across
+            // processes, from a claim to its outcome (U2, U3). Kept while
+            // the next action goes to the same gatekeeper (taking it costs
+            // a file lock); let go before another is taken, so that no
+            // drain ever holds two and waits for a third.
+            if !rules.is_empty() && flight.as_ref().is_none_or(|(g, _)| *g != a.gatekeeper) {
+                drop(flight.take());
+                let run = self.home().run_dir();
+                flight = Some((
+                    a.gatekeeper.clone(),
+                    crate::flight::on_home(&run, &a.gatekeeper).await?,
+                ));
+            }
             let mut decided = None;
             for rule in rules {
                 let by = ClaimBy::Rule {
