@@ -1,7 +1,7 @@
 //! The drain flight (SPEC U2, U3): one automatic send at a time per
 //! gatekeeper, across every process on a home and every host on a shared
-//! database, held from an automatic claim until that send's outcome is
-//! recorded.
+//! database, held from an automatic claim at least until that send's
+//! outcome is recorded. A drain holds one flight at a time.
 //!
 //! Why it exists beside the claim: the claim alone keeps each action to one
 //! send, and a rule's claim refuses to pass an earlier action of its queue
