@@ -1834,6 +1834,17 @@ mod on_both_engines {
                     ),
                     "{name}"
                 );
+                // For good: no one claims it again, and the gone host's
+                // late finish does not turn it into `applied`.
+                let (again, late) = backend
+                    .run(move |db| {
+                        let again = super::super::claims::take(db, gone, "other", "ann", false, 6)?;
+                        let late = super::super::claims::applied(db, gone, 7)?;
+                        Ok((again, late))
+                    })
+                    .await
+                    .unwrap();
+                assert!(!again && !late, "{name}");
             }
         });
     }

@@ -166,8 +166,6 @@ pub(crate) fn in_flight(
 /// its own, as separate processes or hosts would be.
 #[cfg(test)]
 mod tests {
-    use super::super::postgres::{self, Presence};
-    use super::super::sql::Sql;
     use super::super::suite::{Backend, runtime};
     use super::*;
 
@@ -210,81 +208,6 @@ mod tests {
                         .unwrap()
                 );
                 assert_eq!(backend.state(id).await.0, "applied", "{}", backend.name());
-            }
-        });
-    }
-
-    #[test]
-    fn a_gone_hosts_claim_fails_for_good_and_a_live_hosts_is_never_touched() {
-        runtime().block_on(async {
-            for backend in Backend::both().await {
-                let (live, gone) = (backend.pending().await, backend.pending().await);
-                let live_owner = format!("live-{}", crate::entropy::random_hex(6).unwrap());
-                let gone_owner = format!("gone-{}", crate::entropy::random_hex(6).unwrap());
-                let (lo, go) = (live_owner.clone(), gone_owner.clone());
-                backend
-                    .run(move |db| {
-                        assert!(take(db, live, &lo, "ana", false, 1)?);
-                        assert!(take(db, gone, &go, "ana", false, 1)?);
-                        Ok(())
-                    })
-                    .await
-                    .unwrap();
-                // The live host announces itself as hosts do on each engine:
-                // an advisory lock on a connection of its own in the shared
-                // database; in the embedded home the kernel's lock files
-                // (crate::kernel), stood for here by the list of the living.
-                let _presence = match &backend {
-                    Backend::Postgres(_, url) => {
-                        Some(Presence::hold(url, &live_owner).await.unwrap())
-                    }
-                    Backend::Sqlite(_) => None,
-                };
-                let is_sqlite = matches!(backend, Backend::Sqlite(_));
-                let alive_here = live_owner.clone();
-                let failed = backend
-                    .run(move |db| {
-                        let is_present = |db: &dyn Sql, host: &str| {
-                            if is_sqlite {
-                                Ok(host == alive_here)
-                            } else {
-                                postgres::present(db, host)
-                            }
-                        };
-                        let mut failed = Vec::new();
-                        for c in in_flight(db, &is_present)? {
-                            if !c.present && interrupt(db, c.action, c.host.as_deref(), 5)? {
-                                failed.push(c.action);
-                            }
-                        }
-                        Ok(failed)
-                    })
-                    .await
-                    .unwrap();
-                assert!(failed.contains(&gone), "{}: {failed:?}", backend.name());
-                assert!(!failed.contains(&live), "{}: {failed:?}", backend.name());
-                assert_eq!(
-                    backend.state(gone).await,
-                    ("failed".to_owned(), Some(0), None),
-                    "{}",
-                    backend.name()
-                );
-                assert_eq!(
-                    backend.state(live).await.0,
-                    "applying",
-                    "{}",
-                    backend.name()
-                );
-                // Not retryable: no one can claim it again, and the gone
-                // host's late finish does not turn it into `applied`.
-                assert!(
-                    !backend
-                        .run(move |db| take(db, gone, "other", "ana", false, 6))
-                        .await
-                        .unwrap()
-                );
-                assert!(!backend.run(move |db| applied(db, gone, 7)).await.unwrap());
-                assert_eq!(backend.state(gone).await.0, "failed", "{}", backend.name());
             }
         });
     }
