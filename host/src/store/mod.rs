@@ -55,6 +55,7 @@ pub use words::{
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OpenFlags};
+use sql::Sql;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -476,6 +477,62 @@ impl Store {
             }
         }
         self.read_now(f).await
+    }
+
+    /// Run `f` on the deployment's database, each statement its own
+    /// commit: for reads and one-statement writes.
+    ///
+    /// Why this and [`Store::write`] and never the connection itself: a
+    /// method written against [`Sql`] runs unchanged on the embedded file
+    /// and on the shared PostgreSQL database (issue 15), so a store method
+    /// reaches its engine only through these two doors.
+    pub(crate) fn with<T>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        f(&*self.lock())
+    }
+
+    /// Run `f` in one writing transaction, committed when it returns `Ok`
+    /// and rolled back otherwise. On SQLite it begins `IMMEDIATE`, so what
+    /// `f` reads stays true until it commits (no other writer
+    /// interleaves); on PostgreSQL a statement that must hold a row while
+    /// deciding locks it (`FOR UPDATE`, see [`sql::Engine`]).
+    pub(crate) fn write<T>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// [`Store::write`] for a commit a promise rests on (a claim before its
+    /// send, a stage a gadget was told of): on disk before it returns,
+    /// across a power cut. SQLite raises `synchronous` to FULL for this
+    /// commit only (a durable commit makes every earlier one in the log
+    /// durable too); PostgreSQL's commits are durable already.
+    pub(crate) fn write_durable<T, E: From<anyhow::Error>>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.lock();
+        let full = |conn: &Connection, level: &str| -> anyhow::Result<()> {
+            Ok(conn.pragma_update(None, "synchronous", level)?)
+        };
+        full(&conn, "FULL")?;
+        let out = (|| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(anyhow::Error::from)?;
+            let out = f(&tx)?;
+            tx.commit().map_err(anyhow::Error::from)?;
+            Ok(out)
+        })();
+        full(&conn, "NORMAL")?;
+        out
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {

@@ -2,8 +2,8 @@
 //! stored. Who is told of what is `crate::notify` (through the one
 //! authorization rule); this module records.
 
+use super::sql::{Row, Sql, args};
 use super::{Store, now_ms};
-use rusqlite::{OptionalExtension as _, TransactionBehavior, params};
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -24,41 +24,12 @@ impl Store {
     /// Set (or with `None`, clear) where `user`'s notices go. False: no
     /// such person.
     pub fn set_notify_url(&self, user: &str, url: Option<&str>) -> anyhow::Result<bool> {
-        let conn = self.lock();
-        let known: bool = conn.query_row(
-            "SELECT EXISTS (SELECT 1 FROM users WHERE name = ?1)",
-            [user],
-            |r| r.get(0),
-        )?;
-        if !known {
-            return Ok(false);
-        }
-        match url {
-            Some(url) => conn.execute(
-                "INSERT INTO notify_targets (user, url, set_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (user) DO UPDATE SET url = excluded.url, set_at = excluded.set_at",
-                params![user, url, now_ms()],
-            )?,
-            None => conn.execute("DELETE FROM notify_targets WHERE user = ?1", [user])?,
-        };
-        Ok(true)
+        self.write(|db| set_notify_url_in(db, user, url, now_ms()))
     }
 
     /// Everyone with a notification URL.
     pub fn notify_targets(&self) -> anyhow::Result<Vec<NoticeTarget>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT user, url, set_at, last_sent_at FROM notify_targets ORDER BY user",
-        )?;
-        let rows = st.query_map([], |r| {
-            Ok(NoticeTarget {
-                user: r.get(0)?,
-                url: r.get(1)?,
-                set_at: r.get(2)?,
-                last_sent_at: r.get(3)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(notify_targets_in)
     }
 
     /// One person's notification target.
@@ -70,15 +41,7 @@ impl Store {
     /// record of actions that no longer wait is dropped first, so an
     /// action that waits again later is told of again.
     pub fn noticed(&self, user: &str) -> anyhow::Result<HashSet<i64>> {
-        let conn = self.lock();
-        conn.execute(
-            "DELETE FROM notices WHERE action NOT IN
-               (SELECT id FROM ledger WHERE kind = 'action' AND state = 'pending')",
-            [],
-        )?;
-        let mut st = conn.prepare_cached("SELECT action FROM notices WHERE user = ?1")?;
-        let rows = st.query_map([user], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.write(|db| noticed_in(db, user))
     }
 
     /// Claim the telling of `actions` to `user`: the ones no other process
@@ -89,50 +52,214 @@ impl Store {
         user: &str,
         actions: &[i64],
     ) -> anyhow::Result<(Vec<i64>, Option<i64>)> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = now_ms();
-        let mut claimed = Vec::new();
-        for id in actions {
-            let n = tx.execute(
-                "INSERT OR IGNORE INTO notices (user, action, sent_at) VALUES (?1, ?2, ?3)",
-                params![user, id, now],
-            )?;
-            if n == 1 {
-                claimed.push(*id);
-            }
-        }
-        let last: Option<i64> = tx
-            .query_row(
-                "SELECT last_sent_at FROM notify_targets WHERE user = ?1",
-                [user],
-                |r| r.get(0),
-            )
-            .optional()?
-            .flatten();
-        tx.commit()?;
-        Ok((claimed, last))
+        self.write(|db| claim_notices_in(db, user, actions, now_ms()))
     }
 
     /// A claimed notice was not delivered: forget the claim, so the next
     /// pass tries again.
     pub fn release_notices(&self, user: &str, actions: &[i64]) -> anyhow::Result<()> {
-        let conn = self.lock();
-        for id in actions {
-            conn.execute(
-                "DELETE FROM notices WHERE user = ?1 AND action = ?2",
-                params![user, id],
-            )?;
-        }
-        Ok(())
+        self.write(|db| release_notices_in(db, user, actions))
     }
 
     /// Record that `user` was sent a notice now.
     pub fn notice_sent(&self, user: &str) -> anyhow::Result<()> {
-        self.lock().execute(
-            "UPDATE notify_targets SET last_sent_at = ?2 WHERE user = ?1",
-            params![user, now_ms()],
+        self.with(|db| notice_sent_in(db, user, now_ms()))
+    }
+}
+
+// The statements, written once for both engines (`store::sql`).
+
+fn set_notify_url_in(
+    db: &dyn Sql,
+    user: &str,
+    url: Option<&str>,
+    now: i64,
+) -> anyhow::Result<bool> {
+    let known = db
+        .row("SELECT 1 FROM users WHERE name = ?1", args![user])?
+        .is_some();
+    if !known {
+        return Ok(false);
+    }
+    match url {
+        Some(url) => db.exec(
+            "INSERT INTO notify_targets (\"user\", url, set_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (\"user\") DO UPDATE SET url = excluded.url, set_at = excluded.set_at",
+            args![user, url, now],
+        )?,
+        None => db.exec(
+            "DELETE FROM notify_targets WHERE \"user\" = ?1",
+            args![user],
+        )?,
+    };
+    Ok(true)
+}
+
+fn notify_targets_in(db: &dyn Sql) -> anyhow::Result<Vec<NoticeTarget>> {
+    db.rows(
+        "SELECT \"user\", url, set_at, last_sent_at FROM notify_targets ORDER BY \"user\"",
+        args![],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(NoticeTarget {
+            user: r.get(0)?,
+            url: r.get(1)?,
+            set_at: r.get(2)?,
+            last_sent_at: r.get(3)?,
+        })
+    })
+    .collect()
+}
+
+fn noticed_in(db: &dyn Sql, user: &str) -> anyhow::Result<HashSet<i64>> {
+    db.exec(
+        "DELETE FROM notices WHERE action NOT IN
+           (SELECT id FROM ledger WHERE kind = 'action' AND state = 'pending')",
+        args![],
+    )?;
+    db.rows(
+        "SELECT action FROM notices WHERE \"user\" = ?1",
+        args![user],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn claim_notices_in(
+    db: &dyn Sql,
+    user: &str,
+    actions: &[i64],
+    now: i64,
+) -> anyhow::Result<(Vec<i64>, Option<i64>)> {
+    let mut claimed = Vec::new();
+    for id in actions {
+        // The notice's key is (user, action): a second claimer's insert
+        // does nothing, on either engine.
+        let n = db.exec(
+            "INSERT INTO notices (\"user\", action, sent_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+            args![user, id, now],
         )?;
-        Ok(())
+        if n == 1 {
+            claimed.push(*id);
+        }
+    }
+    let last = db
+        .row(
+            "SELECT last_sent_at FROM notify_targets WHERE \"user\" = ?1",
+            args![user],
+        )?
+        .map(|r: Row| r.get::<Option<i64>>(0))
+        .transpose()?
+        .flatten();
+    Ok((claimed, last))
+}
+
+fn release_notices_in(db: &dyn Sql, user: &str, actions: &[i64]) -> anyhow::Result<()> {
+    for id in actions {
+        db.exec(
+            "DELETE FROM notices WHERE \"user\" = ?1 AND action = ?2",
+            args![user, id],
+        )?;
+    }
+    Ok(())
+}
+
+fn notice_sent_in(db: &dyn Sql, user: &str, now: i64) -> anyhow::Result<()> {
+    db.exec(
+        "UPDATE notify_targets SET last_sent_at = ?2 WHERE \"user\" = ?1",
+        args![user, now],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod on_both_engines {
+    use super::*;
+    use crate::store::suite::{Backend, runtime};
+
+    /// Several tellers race to tell one person of the same two actions:
+    /// each action is claimed by exactly one of them, and once an action
+    /// no longer waits its record is dropped.
+    #[test]
+    fn each_notice_is_claimed_once_and_forgotten_when_its_action_no_longer_waits() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                let (first, second) = (b.pending().await, b.pending().await);
+                b.run(|db| {
+                    db.exec(
+                        "INSERT INTO users (name, created_at) VALUES ('ana', 0)",
+                        args![],
+                    )
+                })
+                .await
+                .expect("a person");
+                let url = "http://127.0.0.1:9/notices";
+                assert!(
+                    b.run(move |db| set_notify_url_in(db, "ana", Some(url), 5))
+                        .await
+                        .expect("set"),
+                    "{e}"
+                );
+                assert!(
+                    !b.run(move |db| set_notify_url_in(db, "nobody", Some(url), 5))
+                        .await
+                        .expect("set"),
+                    "{e}: a stranger's target is not kept"
+                );
+                let tellers: Vec<_> = (0..8)
+                    .map(|_| {
+                        let b = b.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| claim_notices_in(db, "ana", &[first, second], 7))
+                                .await
+                        })
+                    })
+                    .collect();
+                let mut told = Vec::new();
+                for t in tellers {
+                    let (claimed, last) = t.await.expect("joined").expect("claimed");
+                    assert_eq!(last, None, "{e}: nothing was sent yet");
+                    told.extend(claimed);
+                }
+                told.sort_unstable();
+                assert_eq!(told, vec![first, second], "{e}: each told once");
+                b.run(|db| notice_sent_in(db, "ana", 11))
+                    .await
+                    .expect("sent");
+                let (again, last) = b
+                    .run(move |db| claim_notices_in(db, "ana", &[first], 12))
+                    .await
+                    .expect("claimed");
+                assert_eq!((again, last), (vec![], Some(11)), "{e}");
+                b.run(move |db| {
+                    db.exec(
+                        "UPDATE ledger SET state = 'rejected' WHERE id = ?1",
+                        args![first],
+                    )
+                })
+                .await
+                .expect("decided");
+                let noticed = b.run(|db| noticed_in(db, "ana")).await.expect("noticed");
+                assert_eq!(noticed, HashSet::from([second]), "{e}");
+                let targets = b.run(notify_targets_in).await.expect("targets");
+                assert_eq!(targets.len(), 1, "{e}");
+                assert_eq!(
+                    (targets[0].url.as_str(), targets[0].last_sent_at),
+                    (url, Some(11)),
+                    "{e}"
+                );
+                b.run(|db| set_notify_url_in(db, "ana", None, 13))
+                    .await
+                    .expect("cleared");
+                assert!(
+                    b.run(notify_targets_in).await.expect("targets").is_empty(),
+                    "{e}"
+                );
+            }
+        });
     }
 }
