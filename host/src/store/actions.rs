@@ -20,7 +20,7 @@ use super::words::{DecisionOutcome, Verdict};
 use super::{DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, Store, now_ms};
 use crate::access::{Need, Refusal};
 use crate::principal::{Credential, Principal};
-use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use std::fmt;
@@ -737,20 +737,37 @@ impl Store {
         owner: &str,
     ) -> Result<Result<Staged, ClaimRefusal>, StageError> {
         let args = validate_args(&a.args)?;
-        let mut conn = self.lock();
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let existing: Option<i64> = tx
-                .prepare_cached("SELECT id FROM ledger WHERE logical_key = ?1")?
-                .query_row([logical_key], |r| r.get(0))
-                .optional()?;
+        /// Why the staging transaction is rolled back: a fresh row whose
+        /// claim was refused is not kept (no ghost pending entries, A3).
+        enum Undone {
+            Refused(ClaimRefusal),
+            Failed(StageError),
+        }
+        impl From<anyhow::Error> for Undone {
+            fn from(e: anyhow::Error) -> Undone {
+                Undone::Failed(StageError::Store(e))
+            }
+        }
+        impl From<StageError> for Undone {
+            fn from(e: StageError) -> Undone {
+                Undone::Failed(e)
+            }
+        }
+        let staged = self.write_durable(|db| -> Result<_, Undone> {
+            let existing: Option<i64> = db
+                .row(
+                    "SELECT id FROM ledger WHERE logical_key = ?1",
+                    args![logical_key],
+                )?
+                .map(|r| r.get(0))
+                .transpose()?;
             let (id, fresh) = match existing {
                 Some(id) => {
-                    let Some(made) = action_in(&tx, id)? else {
+                    let Some(made) = action_in(db, id)? else {
                         return Err(StageError::Refused(format!(
                             "the earlier attempt of this call (#{id}) vanished"
-                        )));
+                        ))
+                        .into());
                     };
                     let again = made.state == ActionState::Pending
                         || (made.state == ActionState::Failed && made.retryable == Some(true));
@@ -760,28 +777,27 @@ impl Store {
                     (id, false)
                 }
                 None => {
-                    stages::admit(&tx, &a.chat)?;
-                    (
-                        stages::insert(&tx, a, &args, Some(logical_key), None)?,
-                        true,
-                    )
+                    stages::admit(db, &a.chat)?;
+                    (stages::insert(db, a, &args, Some(logical_key), None)?, true)
                 }
             };
-            let mut claimed = claim_in(&tx, id, by, owner)?;
-            // A fresh row whose claim was refused is not kept: no ghost
-            // pending entries (A3). An earlier row keeps what the claim
-            // wrote (a revalidation note).
-            if claimed.is_ok() || !fresh {
-                tx.commit()?;
+            // An earlier row keeps what a refused claim wrote (a
+            // revalidation note); a fresh one is rolled back.
+            match claim_in(db, id, by, owner)? {
+                Err(refused) if fresh => Err(Undone::Refused(refused)),
+                claimed => Ok(claimed.map(Staged::Claimed)),
             }
-            if let Ok(c) = &mut claimed {
+        });
+        match staged {
+            Ok(Ok(Staged::Claimed(mut claim))) => {
                 // The row keeps a digest; the send gets the arguments.
-                c.action.args = args;
+                claim.action.args = args;
+                Ok(Ok(Staged::Claimed(claim)))
             }
-            Ok(claimed.map(Staged::Claimed))
-        })();
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        result
+            Ok(other) => Ok(other),
+            Err(Undone::Refused(refused)) => Ok(Err(refused)),
+            Err(Undone::Failed(e)) => Err(e),
+        }
     }
 
     /// Stage `a`, a revert of the applied action `original` (SPEC H2): a new
@@ -797,14 +813,13 @@ impl Store {
     ) -> Result<Result<i64, RevertRefusal>, StageError> {
         let args = validate_args(&a.args)?;
         let by = a.principal.acting_for().to_owned();
-        let mut conn = self.lock();
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let Some(o) = action_in(&tx, original)? else {
+        // What the refusals read before them may be committed: an action
+        // found past its expiry is marked so whatever the answer (H3).
+        self.write_durable(|tx| {
+            let Some(o) = action_in(tx, original)? else {
                 return Ok(Err(RevertRefusal::NotFound(original)));
             };
-            let access = super::sharing::access(&tx, &o.chat, &by)?;
+            let access = super::sharing::access(tx, &o.chat, &by)?;
             if let Err(refusal) = access.require(Need::Decide, &o.chat, &by) {
                 return Ok(Err(if access.may_see() {
                     RevertRefusal::Forbidden {
@@ -828,27 +843,24 @@ impl Store {
                 }));
             }
             // A revert that expired unseen is not a live one (H3).
-            stages::expire_due(&tx, Some(&a.chat))?;
-            if let Some((revert, state)) = live_revert_in(&tx, original)? {
+            stages::expire_due(tx, Some(&a.chat))?;
+            if let Some((revert, state)) = live_revert_in(tx, original)? {
                 return Ok(Err(RevertRefusal::AlreadyReverted {
                     id: original,
                     revert,
                     state,
                 }));
             }
-            stages::admit(&tx, &a.chat)?;
-            let id = stages::insert(&tx, a, &args, None, Some(original))?;
-            tx.commit()?;
+            stages::admit(tx, &a.chat)?;
+            let id = stages::insert(tx, a, &args, None, Some(original))?;
             Ok(Ok(id))
-        })();
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        result
+        })
     }
 
     /// How long actions of `chat` may wait for a decision (SPEC H3), in
     /// milliseconds.
     pub fn expiry(&self, chat: &str) -> anyhow::Result<i64> {
-        stages::expiry(&self.lock(), chat)
+        self.with(|db| stages::expiry(db, chat))
     }
 
     /// Set how long actions of `chat` may wait for a decision, as `by`: the
@@ -856,63 +868,63 @@ impl Store {
     /// transaction). Pending actions already past the new expiry expire
     /// now.
     pub fn set_expiry(&self, chat: &str, by: &str, ms: i64) -> anyhow::Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        super::sharing::access(&tx, chat, by)?.require(Need::Manage, chat, by)?;
-        tx.execute(
-            "UPDATE chats SET expire_after_ms = ?2 WHERE name = ?1",
-            params![chat, ms],
-        )?;
-        stages::expire_due(&tx, Some(chat))?;
-        tx.commit()?;
-        Ok(())
+        self.write(|tx| {
+            super::sharing::access(tx, chat, by)?.require(Need::Manage, chat, by)?;
+            tx.exec(
+                "UPDATE chats SET expire_after_ms = ?2 WHERE name = ?1",
+                args![chat, ms],
+            )?;
+            stages::expire_due(tx, Some(chat))?;
+            Ok(())
+        })
     }
 
     /// One action. A pending action past its chat's expiry is marked
     /// `expired` as it is read (SPEC H3: the clock decided, not the reader).
     pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
-        let conn = self.lock();
-        match action_in(&conn, id)? {
-            Some(a) if is_due(&conn, &a)? => {
-                stages::expire(&conn, id)?;
-                stages::prune(&conn, &a.chat)?;
-                Ok(action_in(&conn, id)?)
+        self.with(|db| match action_in(db, id)? {
+            Some(a) if is_due(db, &a)? => {
+                stages::expire(db, id)?;
+                stages::prune(db, &a.chat)?;
+                action_in(db, id)
             }
             a => Ok(a),
-        }
+        })
     }
 
     /// The newest revert of `original` that was not rejected or expired
     /// (one that may still be, or was, sent), with its state.
     pub fn revert_of(&self, original: i64) -> anyhow::Result<Option<(i64, ActionState)>> {
-        live_revert_in(&self.lock(), original)
+        self.with(|db| live_revert_in(db, original))
     }
 
     /// Pending actions of one chat, oldest first (what expired is marked
     /// so first, H3).
     pub fn pending_in(&self, chat: &str) -> anyhow::Result<Vec<Action>> {
-        let conn = self.lock();
-        stages::expire_due(&conn, Some(chat))?;
-        actions_from(conn.rows(
-            &format!(
-                "SELECT {ACTION_COLUMNS} FROM ledger
-                 WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
-            ),
-            args![chat],
-        )?)
+        self.with(|db| {
+            stages::expire_due(db, Some(chat))?;
+            actions_from(db.rows(
+                &format!(
+                    "SELECT {ACTION_COLUMNS} FROM ledger
+                     WHERE chat = ?1 AND kind = 'action' AND state = 'pending' ORDER BY id"
+                ),
+                args![chat],
+            )?)
+        })
     }
 
     /// Pending actions of every chat, oldest first.
     pub fn pending_all(&self) -> anyhow::Result<Vec<Action>> {
-        let conn = self.lock();
-        stages::expire_due(&conn, None)?;
-        actions_from(conn.rows(
-            &format!(
-                "SELECT {ACTION_COLUMNS} FROM ledger
-                 WHERE state = 'pending' AND kind = 'action' ORDER BY id"
-            ),
-            args![],
-        )?)
+        self.with(|db| {
+            stages::expire_due(db, None)?;
+            actions_from(db.rows(
+                &format!(
+                    "SELECT {ACTION_COLUMNS} FROM ledger
+                     WHERE state = 'pending' AND kind = 'action' ORDER BY id"
+                ),
+                args![],
+            )?)
+        })
     }
 
     /// Claim an action for sending, durably, before anything leaves (SPEC
@@ -927,32 +939,21 @@ impl Store {
         by: &ClaimBy,
         owner: &str,
     ) -> anyhow::Result<Result<Claim, ClaimRefusal>> {
-        let mut conn = self.lock();
         // The one commit that must survive a power cut: the claim is on disk
         // before the request can leave, so a crash can only lose a send,
-        // never repeat one.
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        let result = (|| -> anyhow::Result<Result<Claim, ClaimRefusal>> {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let claimed = claim_in(&tx, id, by, owner)?;
-            // A revalidation that sent the action back to pending wrote its
-            // note and the current facts: keep them.
-            tx.commit()?;
-            Ok(claimed)
-        })();
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        result
+        // never repeat one. A revalidation that sent the action back to
+        // pending wrote its note and the current facts: they are kept.
+        self.write_durable(|tx| claim_in(tx, id, by, owner))
     }
 
     /// Record a successful apply. The state is written first, in its own
     /// commit, then the result: an unstorable result still leaves the action
     /// `applied` (SPEC P2).
     pub fn finish_applied(&self, id: i64, result: &str) -> anyhow::Result<()> {
-        {
-            let conn = self.lock();
-            super::claims::applied(&*conn, id, now_ms())?;
-            record_outcome(&conn, id, DecisionOutcome::Applied)?;
-        }
+        self.with(|db| {
+            super::claims::applied(db, id, now_ms())?;
+            record_outcome(db, id, DecisionOutcome::Applied)
+        })?;
         let stored = if result.len() > MAX_RESULT_BYTES {
             serde_json::json!({
                 "note": format!(
@@ -972,23 +973,24 @@ impl Store {
         };
         // A covered workflow call keeps no result (G7): it was handed to
         // the step that made it.
-        self.lock().execute(
-            "UPDATE ledger SET result = CASE WHEN logical_key IS NULL THEN ?2
-               ELSE '{\"note\":\"the result of a workflow call is handed to its step and not kept\"}' END
-             WHERE id = ?1",
-            params![id, stored],
-        )?;
+        self.with(|db| {
+            db.exec(
+                "UPDATE ledger SET result = CASE WHEN logical_key IS NULL THEN ?2
+                   ELSE '{\"note\":\"the result of a workflow call is handed to its step and not kept\"}' END
+                 WHERE id = ?1",
+                args![id, stored],
+            )
+        })?;
         self.prune_of(id)?;
         Ok(())
     }
 
     /// Record a failed apply.
     pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<()> {
-        {
-            let conn = self.lock();
-            super::claims::failed(&*conn, id, message, retryable, now_ms())?;
-            record_outcome(&conn, id, DecisionOutcome::Failed)?;
-        }
+        self.with(|db| {
+            super::claims::failed(db, id, message, retryable, now_ms())?;
+            record_outcome(db, id, DecisionOutcome::Failed)
+        })?;
         self.prune_of(id)?;
         Ok(())
     }
@@ -996,11 +998,7 @@ impl Store {
     /// Reject a pending action as `by`: it will never be sent (SPEC A2).
     /// Whoever may not decide in its chat is refused, in the transaction.
     pub fn reject(&self, id: i64, by: &str) -> anyhow::Result<Result<(), ClaimRefusal>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let rejected = reject_in(&tx, id, by)?;
-        tx.commit()?;
-        drop(conn);
+        let rejected = self.write(|tx| reject_in(tx, id, by))?;
         if rejected.is_ok() {
             self.prune_of(id)?;
         }
@@ -1028,26 +1026,18 @@ impl Store {
         is_alive: impl Fn(&str) -> bool,
         resume_as: Option<&str>,
     ) -> anyhow::Result<Recovered> {
-        let claims = super::claims::open(&*self.lock())?;
+        let claims = self.with(super::claims::open)?;
         let mut out = Recovered::default();
         for (id, owner) in claims {
             if owner.as_deref().is_some_and(&is_alive) {
                 continue;
             }
-            let mut conn = self.lock();
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            let done = (|| -> anyhow::Result<()> {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                match recover_in(&tx, id, owner.as_deref(), resume_as)? {
-                    Interrupted::Left => return Ok(()),
-                    Interrupted::Resumed(claim) => out.resumed.push(*claim),
-                    Interrupted::Failed => out.failed.push(id),
-                }
-                tx.commit()?;
-                Ok(())
-            })();
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
-            done?;
+            match self.write_durable(|tx| recover_in(tx, id, owner.as_deref(), resume_as))? {
+                // Left as it was: the transaction wrote nothing.
+                Interrupted::Left => {}
+                Interrupted::Resumed(claim) => out.resumed.push(*claim),
+                Interrupted::Failed => out.failed.push(id),
+            }
         }
         Ok(out)
     }
@@ -1057,18 +1047,18 @@ impl Store {
         &self,
         is_alive: impl Fn(&str) -> bool,
     ) -> anyhow::Result<Vec<super::InFlight>> {
-        super::claims::in_flight(&*self.lock(), &|_, owner| Ok(is_alive(owner)))
+        self.with(|db| super::claims::in_flight(db, &|_, owner| Ok(is_alive(owner))))
     }
 
     /// Keep the newest finished actions of `id`'s chat; never prune open
     /// ones (SPEC P5). The decision history is kept regardless.
     fn prune_of(&self, id: i64) -> anyhow::Result<u64> {
-        let conn = self.lock();
-        let chat: Option<String> = conn
-            .query_row("SELECT chat FROM ledger WHERE id = ?1", [id], |r| r.get(0))
-            .optional()?;
-        let Some(chat) = chat else { return Ok(0) };
-        stages::prune(&conn, &chat)
+        self.with(|db| {
+            let Some(chat) = db.row("SELECT chat FROM ledger WHERE id = ?1", args![id])? else {
+                return Ok(0);
+            };
+            stages::prune(db, &chat.get::<String>(0)?)
+        })
     }
 }
 

@@ -5,28 +5,74 @@
 //! Owns the `deployment_secrets` table only. What a secret is for is its
 //! user's business (`crate::idempotency` for `idempotency`).
 
+use super::sql::{Sql, args};
 use super::{Store, now_ms};
-use rusqlite::{OptionalExtension as _, params};
 
 impl Store {
     /// The deployment secret `name`: 32 random bytes, hex-encoded, made on
     /// first use. Two processes making it at once agree on one (the first
     /// insert wins; the other reads it).
     pub fn deployment_secret(&self, name: &str) -> anyhow::Result<String> {
-        let conn = self.lock();
-        let read = |conn: &rusqlite::Connection| -> rusqlite::Result<Option<String>> {
-            conn.prepare_cached("SELECT value FROM deployment_secrets WHERE name = ?1")?
-                .query_row([name], |r| r.get(0))
-                .optional()
-        };
-        if let Some(v) = read(&conn)? {
-            return Ok(v);
-        }
         let fresh = crate::entropy::random_hex(32)?;
-        conn.execute(
-            "INSERT OR IGNORE INTO deployment_secrets (name, value, created_at) VALUES (?1, ?2, ?3)",
-            params![name, fresh, now_ms()],
-        )?;
-        read(&conn)?.ok_or_else(|| anyhow::anyhow!("the deployment secret {name} vanished"))
+        self.with(|db| deployment_secret_in(db, name, &fresh, now_ms()))
+    }
+}
+
+/// The deployment secret `name`, `fresh` kept as it if there was none.
+fn deployment_secret_in(db: &dyn Sql, name: &str, fresh: &str, now: i64) -> anyhow::Result<String> {
+    let read = || -> anyhow::Result<Option<String>> {
+        db.row(
+            "SELECT value FROM deployment_secrets WHERE name = ?1",
+            args![name],
+        )?
+        .map(|r| r.get(0))
+        .transpose()
+    };
+    if let Some(v) = read()? {
+        return Ok(v);
+    }
+    db.exec(
+        "INSERT INTO deployment_secrets (name, value, created_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT DO NOTHING",
+        args![name, fresh, now],
+    )?;
+    read()?.ok_or_else(|| anyhow::anyhow!("the deployment secret {name} vanished"))
+}
+
+#[cfg(test)]
+mod on_both_engines {
+    use super::*;
+    use crate::store::suite::{Backend, runtime};
+
+    /// Hosts making the same secret at once agree on one value, and it is
+    /// the first made: one deployment signs with one key.
+    #[test]
+    fn hosts_making_a_secret_at_once_agree_on_one() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                let makers: Vec<_> = (0..8)
+                    .map(|i| {
+                        let b = b.clone();
+                        tokio::spawn(async move {
+                            // The schema keeps only secrets of 32 bytes or more, hex-encoded.
+                            let fresh = format!("{i:0>64}");
+                            b.run(move |db| deployment_secret_in(db, "key", &fresh, 1))
+                                .await
+                        })
+                    })
+                    .collect();
+                let mut seen = std::collections::BTreeSet::new();
+                for m in makers {
+                    seen.insert(m.await.expect("joined").expect("made"));
+                }
+                assert_eq!(seen.len(), 1, "{e}: {seen:?}");
+                let kept = b
+                    .run(|db| deployment_secret_in(db, "key", &"f".repeat(64), 2))
+                    .await
+                    .expect("read");
+                assert_eq!(Some(&kept), seen.iter().next(), "{e}: made once");
+            }
+        });
     }
 }

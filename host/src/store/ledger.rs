@@ -1,5 +1,6 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
+use super::sql::{Row, Sql, args};
 use super::words::LedgerKind;
 use super::{Store, now_ms};
 use rusqlite::{OptionalExtension as _, params};
@@ -119,60 +120,69 @@ impl Store {
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
-        let conn = self.lock();
-        let chats = f.chats.as_ref().map(serde_json::to_string).transpose()?;
-        if let Some(person) = &f.approved_by {
-            // Everything a person approved, from the decision history: it
-            // is never pruned, whatever happens to the actions' payloads.
-            let mut st = conn.prepare_cached(
-                "SELECT d.action, d.chat, 'action', COALESCE(l.caller, ''), COALESCE(l.person, ''),
-                        l.gadget, d.gatekeeper, d.tool, l.classified_by, l.trust,
-                        COALESCE(l.state, d.outcome, 'applying'), COALESCE(l.auto_approved, 0),
-                        d.by, l.retryable, l.error, l.note, NULL, NULL,
-                        COALESCE(l.created_at, d.at), d.at, l.finished_at, l.account, l.hook
-                 FROM decisions d LEFT JOIN ledger l ON l.id = d.action
-                 WHERE d.by = ?1 AND d.decision = 'approved'
-                   AND (?2 IS NULL OR d.chat = ?2)
-                   AND (?3 IS NULL OR d.chat IN (SELECT value FROM json_each(?3)))
-                   AND (?4 IS NULL OR l.hook = ?4)
-                 ORDER BY d.action, d.id",
-            )?;
-            let rows = st.query_map(params![person, f.chat, chats, f.hook], entry_from_row)?;
-            let mut out: Vec<LedgerEntry> = rows.collect::<Result<_, _>>()?;
-            out.dedup_by_key(|e| e.id);
-            return Ok(out);
+        let mut out = self.with(|db| ledger_in(db, f))?;
+        // The set of chats a person may see is applied here rather than in
+        // the statement: it is a list, which the two engines would spell
+        // differently.
+        if let Some(chats) = &f.chats {
+            out.retain(|e| chats.contains(&e.chat));
         }
-        let mut st = conn.prepare_cached(
-            "SELECT id, chat, kind, caller, person, gadget, gatekeeper, tool, classified_by, trust,
-                    state, auto_approved, resolved_by, retryable, error, note, sources, action_ref,
-                    created_at, decided_at, finished_at, account, hook
-             FROM ledger
-             WHERE (?1 IS NULL OR chat = ?1)
-               AND (?2 IS NULL OR chat IN (SELECT value FROM json_each(?2)))
-               AND (?3 IS NULL OR kind = ?3)
-               AND (?4 = 0 OR (kind = 'observation' AND classified_by = 'server-annotation'))
-               AND (?5 = 0 OR auto_approved = 1)
-               AND (?6 IS NULL OR (kind = 'observation' AND gadget = ?6))
-               AND (?7 IS NULL OR (kind = 'hook' AND id = ?7) OR hook = ?7)
-             ORDER BY id",
-        )?;
-        let rows = st.query_map(
-            params![
-                f.chat,
-                chats,
-                f.kind,
-                f.server_claims as i64,
-                f.auto_approved as i64,
-                f.observed_by,
-                f.hook
-            ],
-            entry_from_row,
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(out)
     }
 }
 
-fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerEntry> {
+/// The entries `f` selects, but for its `chats` list.
+fn ledger_in(db: &dyn Sql, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
+    if let Some(person) = &f.approved_by {
+        // Everything a person approved, from the decision history: it
+        // is never pruned, whatever happens to the actions' payloads.
+        let rows = db.rows(
+            "SELECT d.action, d.chat, 'action', COALESCE(l.caller, ''), COALESCE(l.person, ''),
+                    l.gadget, d.gatekeeper, d.tool, l.classified_by, l.trust,
+                    COALESCE(l.state, d.outcome, 'applying'), COALESCE(l.auto_approved, 0),
+                    d.by, l.retryable, l.error, l.note, NULL, NULL,
+                    COALESCE(l.created_at, d.at), d.at, l.finished_at, l.account, l.hook
+             FROM decisions d LEFT JOIN ledger l ON l.id = d.action
+             WHERE d.by = ?1 AND d.decision = 'approved'
+               AND (?2 IS NULL OR d.chat = ?2)
+               AND (?3 IS NULL OR l.hook = ?3)
+             ORDER BY d.action, d.id",
+            args![person, f.chat, f.hook],
+        )?;
+        let mut out = rows
+            .iter()
+            .map(entry_from)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        out.dedup_by_key(|e| e.id);
+        return Ok(out);
+    }
+    db.rows(
+        "SELECT id, chat, kind, caller, person, gadget, gatekeeper, tool, classified_by, trust,
+                state, auto_approved, resolved_by, retryable, error, note, sources, action_ref,
+                created_at, decided_at, finished_at, account, hook
+         FROM ledger
+         WHERE (?1 IS NULL OR chat = ?1)
+           AND (?2 IS NULL OR kind = ?2)
+           AND (?3 = 0 OR (kind = 'observation' AND classified_by = 'server-annotation'))
+           AND (?4 = 0 OR auto_approved = 1)
+           AND (?5 IS NULL OR (kind = 'observation' AND gadget = ?5))
+           AND (?6 IS NULL OR (kind = 'hook' AND id = ?6) OR hook = ?6)
+         ORDER BY id",
+        args![
+            f.chat,
+            f.kind,
+            f.server_claims,
+            f.auto_approved,
+            f.observed_by,
+            f.hook
+        ],
+    )?
+    .iter()
+    .map(entry_from)
+    .collect()
+}
+
+fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
     let sources: Option<String> = r.get(16)?;
     Ok(LedgerEntry {
         id: r.get(0)?,
@@ -186,9 +196,9 @@ fn entry_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LedgerEntry> {
         classified_by: r.get(8)?,
         trust: r.get(9)?,
         state: r.get(10)?,
-        auto_approved: r.get::<_, i64>(11)? == 1,
+        auto_approved: r.get::<i64>(11)? == 1,
         resolved_by: r.get(12)?,
-        retryable: r.get::<_, Option<i64>>(13)?.map(|v| v == 1),
+        retryable: r.get::<Option<i64>>(13)?.map(|v| v == 1),
         error: r.get(14)?,
         note: r.get(15)?,
         sources: sources.and_then(|s| serde_json::from_str(&s).ok()),
@@ -284,52 +294,42 @@ impl Store {
         &self,
     ) -> anyhow::Result<std::collections::BTreeMap<String, (u64, u64)>> {
         use std::hash::{Hash as _, Hasher as _};
-        let conn = self.lock();
+        let (actions, runs) = self.with(|db| {
+            let actions = db.rows(
+                "SELECT chat, id, state, COALESCE(note, '') FROM ledger
+                 WHERE kind = 'action' AND state IN ('pending', 'applying') ORDER BY id",
+                args![],
+            )?;
+            let runs = db.rows(
+                "SELECT w.chat, 'run', w.id, w.state, w.updated_at FROM workflow_runs w
+                 UNION ALL
+                 SELECT w.chat, 'request', a.id, a.state, COALESCE(a.decided_at, a.created_at)
+                   FROM approval_requests a JOIN workflow_runs w ON w.id = a.run
+                 ORDER BY 1, 2, 3",
+                args![],
+            )?;
+            Ok((actions, runs))
+        })?;
         let mut inbox: std::collections::BTreeMap<
             String,
             std::collections::hash_map::DefaultHasher,
         > = Default::default();
-        let mut st = conn.prepare_cached(
-            "SELECT chat, id, state, COALESCE(note, '') FROM ledger
-             WHERE kind = 'action' AND state IN ('pending', 'applying') ORDER BY id",
-        )?;
-        let rows = st.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-            ))
-        })?;
-        for row in rows {
-            let (chat, id, state, note) = row?;
-            let h = inbox.entry(chat).or_default();
-            (id, state, note).hash(h);
+        for r in actions {
+            let (id, state, note) = (r.get::<i64>(1)?, r.get::<String>(2)?, r.get::<String>(3)?);
+            (id, state, note).hash(inbox.entry(r.get::<String>(0)?).or_default());
         }
         let mut requests: std::collections::BTreeMap<
             String,
             std::collections::hash_map::DefaultHasher,
         > = Default::default();
-        let mut st = conn.prepare_cached(
-            "SELECT w.chat, 'run', w.id, w.state, w.updated_at FROM workflow_runs w
-             UNION ALL
-             SELECT w.chat, 'request', a.id, a.state, COALESCE(a.decided_at, a.created_at)
-               FROM approval_requests a JOIN workflow_runs w ON w.id = a.run
-             ORDER BY 1, 2, 3",
-        )?;
-        let rows = st.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, i64>(4)?,
-            ))
-        })?;
-        for row in rows {
-            let (chat, what, id, state, at) = row?;
-            let h = requests.entry(chat).or_default();
-            (what, id, state, at).hash(h);
+        for r in runs {
+            let (what, id, state, at) = (
+                r.get::<String>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<String>(3)?,
+                r.get::<i64>(4)?,
+            );
+            (what, id, state, at).hash(requests.entry(r.get::<String>(0)?).or_default());
         }
         let mut out = std::collections::BTreeMap::new();
         for (chat, h) in inbox {

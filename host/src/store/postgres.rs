@@ -291,26 +291,37 @@ impl Shared {
         T: Send + 'static,
         F: FnOnce(&dyn Sql) -> anyhow::Result<T> + Send + 'static,
     {
-        let mut client = self
-            .pool
-            .get()
+        let shared = self.clone();
+        tokio::task::spawn_blocking(move || shared.run_here(f))
             .await
+            .context("a database task panicked")?
+    }
+
+    /// [`Shared::run`] on this thread, which must be one that may block
+    /// (the store's calls run on the runtime's blocking threads, as the
+    /// embedded store's do): the driver's futures are driven to completion
+    /// here on the runtime this thread belongs to. Generic over the error,
+    /// so that a caller's own refusal (`Err`) also rolls back.
+    pub fn run_here<T, E: From<anyhow::Error>>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| {
+            anyhow::anyhow!("the shared database was used outside the host's runtime")
+        })?;
+        let mut client = rt
+            .block_on(self.pool.get())
             .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
-        let rt = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let tx = rt
-                .block_on(client.transaction())
-                .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
-            let out = f(&super::sql::Postgres {
-                client: &tx,
-                rt: &rt,
-            })?;
-            rt.block_on(tx.commit())
-                .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
-            Ok(out)
-        })
-        .await
-        .context("a database task panicked")?
+        let tx = rt
+            .block_on(client.transaction())
+            .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
+        let out = f(&super::sql::Postgres {
+            client: &tx,
+            rt: &rt,
+        })?;
+        rt.block_on(tx.commit())
+            .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
+        Ok(out)
     }
 }
 

@@ -103,6 +103,16 @@ macro_rules! stored_words {
             }
         }
 
+        impl super::sql::FromCell for $name {
+            const WHAT: &'static str = "a stored word";
+            fn from_cell(cell: &super::sql::Cell) -> Option<$name> {
+                match cell {
+                    super::sql::Cell::Text(word) => Some($name::from_stored(word)),
+                    _ => None,
+                }
+            }
+        }
+
         impl FromSql for $name {
             fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
                 value.as_str().map($name::from_stored)
