@@ -2,11 +2,19 @@
 //! approval requests, certificates issued, and the audit of every decided
 //! call. Triggers in the schema keep what must never change (a published
 //! version, a step's tool set, a requested list) unchangeable even by a
-//! hand edit. Decisions live in `crate::workflow`.
+//! hand edit, on both engines. Decisions live in `crate::workflow`.
+//!
+//! Every statement is written once over [`Sql`] for both engines (issue
+//! 15). What several hosts may do at once is decided by the database: a
+//! request is decided by one conditional `UPDATE` (decided once, whoever
+//! races), a new version of a design is numbered by an insert that a
+//! concurrent publisher's row makes do nothing (then it numbers again), and
+//! a step's requests are replaced under its run's row lock on PostgreSQL
+//! (SQLite's writing transactions already exclude each other).
 
+use super::sql::{Engine, Row, Sql, args};
 use super::words::{InvocationDecision, RequestState, RunState, StepStatus};
 use super::{Store, now_ms};
-use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
 /// A workflow run: one start of a published design, by its initiator.
@@ -166,33 +174,6 @@ impl AuditRow {
     }
 }
 
-/// Insert an audit row on `conn`, inside the caller's transaction.
-pub(super) fn insert_invocation(
-    conn: &rusqlite::Connection,
-    i: &NewInvocation<'_>,
-) -> anyhow::Result<i64> {
-    conn.execute(
-        "INSERT INTO invocations (run, step, certificate, requests, authority, tool, args_digest,
-           decision, action, failed_input, reason, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        params![
-            i.run,
-            i.step,
-            i.certificate,
-            serde_json::to_string(i.requests)?,
-            i.authority,
-            i.tool,
-            i.args_digest,
-            i.decision,
-            i.action,
-            i.failed_input,
-            i.reason,
-            now_ms()
-        ],
-    )?;
-    Ok(conn.last_insert_rowid())
-}
-
 /// An audit row about to be written.
 pub struct NewInvocation<'a> {
     /// The run.
@@ -243,7 +224,7 @@ fn json_list<T: serde::de::DeserializeOwned>(s: String) -> Vec<T> {
     serde_json::from_str(&s).unwrap_or_default()
 }
 
-fn step_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StepRecord> {
+fn step_from_row(r: &Row) -> anyhow::Result<StepRecord> {
     Ok(StepRecord {
         run: r.get(0)?,
         step: r.get(1)?,
@@ -252,13 +233,13 @@ fn step_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StepRecord> {
         input: r.get(4)?,
         tools: json_list(r.get(5)?),
         preds: json_list(r.get(6)?),
-        status: r.get(7)?,
+        status: StepStatus::from_stored(&r.get::<String>(7)?),
         attempts: r.get(8)?,
         note: r.get(9)?,
     })
 }
 
-fn request_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RequestRecord> {
+fn request_from_row(r: &Row) -> anyhow::Result<RequestRecord> {
     let allowed: String = r.get(3)?;
     Ok(RequestRecord {
         id: r.get(0)?,
@@ -266,19 +247,19 @@ fn request_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RequestRecord> {
         step: r.get(2)?,
         allowed: serde_json::from_str(&allowed).unwrap_or_default(),
         reason: r.get(4)?,
-        state: r.get(5)?,
+        state: RequestState::from_stored(&r.get::<String>(5)?),
         decided_by: r.get(6)?,
     })
 }
 
-fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+fn run_from_row(r: &Row) -> anyhow::Result<RunRecord> {
     Ok(RunRecord {
         id: r.get(0)?,
         workflow: r.get(1)?,
         version: r.get(2)?,
         initiator: r.get(3)?,
         chat: r.get(4)?,
-        state: r.get(5)?,
+        state: RunState::from_stored(&r.get::<String>(5)?),
     })
 }
 
@@ -295,20 +276,7 @@ impl Store {
         digest: &str,
         by: &str,
     ) -> anyhow::Result<i64> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let version: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(version), 0) + 1 FROM workflows WHERE name = ?1",
-            [name],
-            |r| r.get(0),
-        )?;
-        tx.execute(
-            "INSERT INTO workflows (name, version, design, digest, published_by, published_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![name, version, design, digest, by, now_ms()],
-        )?;
-        tx.commit()?;
-        Ok(version)
+        self.write(|db| publish_workflow_in(db, name, design, digest, by, now_ms()))
     }
 
     /// The design of `name` at `version` (the newest if `None`).
@@ -317,17 +285,11 @@ impl Store {
         name: &str,
         version: Option<i64>,
     ) -> anyhow::Result<Option<(i64, String)>> {
-        Ok(self
-            .lock()
-            .query_row(
-                "SELECT version, design FROM workflows WHERE name = ?1
-                   AND (?2 IS NULL OR version = ?2) ORDER BY version DESC LIMIT 1",
-                params![name, version],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?)
+        self.with(|db| workflow_in(db, name, version))
     }
 
+    /// Start a run of `workflow` at `version` with its steps, all pending;
+    /// returns the run's id.
     pub fn create_run(
         &self,
         workflow: &str,
@@ -336,62 +298,25 @@ impl Store {
         chat: &str,
         steps: &[NewStep],
     ) -> anyhow::Result<i64> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let now = now_ms();
-        tx.execute(
-            "INSERT INTO workflow_runs (workflow, version, initiator, chat, state, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5)",
-            params![workflow, version, initiator, chat, now],
-        )?;
-        let run = tx.last_insert_rowid();
-        for (i, s) in steps.iter().enumerate() {
-            tx.execute(
-                "INSERT INTO run_steps (run, step, position, gadget, input, tools, preds, status)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending')",
-                params![
-                    run,
-                    s.step,
-                    i as i64,
-                    s.gadget,
-                    s.input,
-                    serde_json::to_string(&s.tools)?,
-                    serde_json::to_string(&s.preds)?
-                ],
-            )?;
-        }
-        tx.commit()?;
-        Ok(run)
+        self.write(|db| create_run_in(db, workflow, version, initiator, chat, steps, now_ms()))
     }
 
+    /// The run `run`, if there is one.
     pub fn workflow_run(&self, run: i64) -> anyhow::Result<Option<RunRecord>> {
-        Ok(self
-            .lock()
-            .query_row(
-                "SELECT id, workflow, version, initiator, chat, state FROM workflow_runs WHERE id = ?1",
-                [run],
-                run_from_row,
-            )
-            .optional()?)
+        self.with(|db| workflow_run_in(db, run))
     }
 
+    /// Set the run's state.
     pub fn set_run_state(&self, run: i64, state: RunState) -> anyhow::Result<()> {
-        self.lock().execute(
-            "UPDATE workflow_runs SET state = ?2, updated_at = ?3 WHERE id = ?1",
-            params![run, state, now_ms()],
-        )?;
-        Ok(())
+        self.with(|db| set_run_state_in(db, run, state, now_ms()))
     }
 
+    /// The run's steps, in the design's order.
     pub fn run_steps(&self, run: i64) -> anyhow::Result<Vec<StepRecord>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(&format!(
-            "SELECT {STEP_COLUMNS} FROM run_steps WHERE run = ?1 ORDER BY position"
-        ))?;
-        let rows = st.query_map([run], step_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(|db| run_steps_in(db, run))
     }
 
+    /// Set a step's status and note, counting an attempt if it ran.
     pub fn set_step_status(
         &self,
         run: i64,
@@ -400,12 +325,7 @@ impl Store {
         note: Option<&str>,
         attempted: bool,
     ) -> anyhow::Result<()> {
-        self.lock().execute(
-            "UPDATE run_steps SET status = ?3, note = ?4, attempts = attempts + ?5
-             WHERE run = ?1 AND step = ?2",
-            params![run, step, status, note, attempted as i64],
-        )?;
-        Ok(())
+        self.with(|db| set_step_status_in(db, run, step, status, note, attempted))
     }
 
     /// Record a request; an earlier one of the same step is replaced by it
@@ -417,58 +337,17 @@ impl Store {
         allowed: &str,
         reason: &str,
     ) -> anyhow::Result<i64> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        // A re-run of the step asking for exactly what it asked before is
-        // the same request: an approved (or still pending) one stands, so
-        // the step is not gated again by its own re-run (SPEC G8).
-        let same: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM approval_requests
-                 WHERE run = ?1 AND step = ?2 AND state IN ('pending', 'approved')
-                   AND allowed = ?3 AND reason = ?4
-                 ORDER BY id DESC LIMIT 1",
-                params![run, step, allowed, reason],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if let Some(id) = same {
-            return Ok(id);
-        }
-        tx.execute(
-            "UPDATE approval_requests SET state = 'replaced'
-             WHERE run = ?1 AND step = ?2 AND state <> 'replaced'",
-            params![run, step],
-        )?;
-        tx.execute(
-            "INSERT INTO approval_requests (run, step, allowed, reason, state, created_at)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
-            params![run, step, allowed, reason, now_ms()],
-        )?;
-        let id = tx.last_insert_rowid();
-        tx.commit()?;
-        Ok(id)
+        self.write(|db| add_request_in(db, run, step, allowed, reason, now_ms()))
     }
 
+    /// The request `id`, if there is one.
     pub fn request(&self, id: i64) -> anyhow::Result<Option<RequestRecord>> {
-        Ok(self
-            .lock()
-            .query_row(
-                &format!("SELECT {REQUEST_COLUMNS} FROM approval_requests WHERE id = ?1"),
-                [id],
-                request_from_row,
-            )
-            .optional()?)
+        self.with(|db| request_in(db, id))
     }
 
     /// Requests of a run (all runs if `None`), oldest first.
     pub fn requests(&self, run: Option<i64>) -> anyhow::Result<Vec<RequestRecord>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(&format!(
-            "SELECT {REQUEST_COLUMNS} FROM approval_requests WHERE (?1 IS NULL OR run = ?1) ORDER BY id"
-        ))?;
-        let rows = st.query_map([run], request_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(|db| requests_in(db, run))
     }
 
     /// Move a request from `from` to `to`; false if it was not in `from`.
@@ -479,84 +358,783 @@ impl Store {
         to: RequestState,
         by: &str,
     ) -> anyhow::Result<bool> {
-        let n = self.lock().execute(
-            "UPDATE approval_requests SET state = ?3, decided_by = ?4, decided_at = ?5
-             WHERE id = ?1 AND state = ?2",
-            params![id, from, to, by, now_ms()],
-        )?;
-        Ok(n == 1)
+        self.with(|db| decide_request_in(db, id, from, to, by, now_ms()))
     }
 
     /// Record a certificate issued for a step (its serial names it for
     /// revocation, SPEC G3).
     pub fn put_certificate(&self, c: &NewCertificate<'_>) -> anyhow::Result<()> {
-        self.lock().execute(
-            "INSERT INTO certificates (serial, run, step, authority, tools, issued_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                c.serial,
-                c.run,
-                c.step,
-                c.authority,
-                serde_json::to_string(c.tools)?,
-                c.issued_at,
-                c.expires_at
-            ],
-        )?;
-        Ok(())
+        self.with(|db| put_certificate_in(db, c))
     }
 
     /// `None`: no certificate with this serial was issued here.
     pub fn certificate_revoked(&self, serial: &str) -> anyhow::Result<Option<bool>> {
-        Ok(self
-            .lock()
-            .query_row(
-                "SELECT revoked_at IS NOT NULL FROM certificates WHERE serial = ?1",
-                [serial],
-                |r| r.get(0),
-            )
-            .optional()?)
+        self.with(|db| certificate_revoked_in(db, serial))
     }
 
+    /// Revoke the step's certificates not revoked yet (its step ended, G6).
     pub fn revoke_certificates(&self, run: i64, step: &str) -> anyhow::Result<()> {
-        self.lock().execute(
-            "UPDATE certificates SET revoked_at = ?3 WHERE run = ?1 AND step = ?2 AND revoked_at IS NULL",
-            params![run, step, now_ms()],
-        )?;
-        Ok(())
+        self.with(|db| revoke_certificates_in(db, run, step, now_ms()))
     }
 
     /// Write an audit row.
     pub fn audit(&self, i: &NewInvocation<'_>) -> anyhow::Result<i64> {
-        insert_invocation(&self.lock(), i)
+        self.with(|db| insert_invocation(db, i))
     }
 
+    /// The run's audit, oldest first; a covered call's state is its
+    /// ledger action's.
     pub fn invocations(&self, run: i64) -> anyhow::Result<Vec<Invocation>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT i.id, i.run, i.step, i.certificate, i.requests, i.authority, i.tool,
-                    i.args_digest, i.decision, COALESCE(l.state, i.state), i.failed_input,
-                    i.reason, i.action
-             FROM invocations i LEFT JOIN ledger l ON l.id = i.action
-             WHERE i.run = ?1 ORDER BY i.id",
+        self.with(|db| invocations_in(db, run))
+    }
+}
+
+// The statements, written once for both engines (`store::sql`).
+
+/// The next version of `name` is inserted; a publisher of the same name
+/// that committed that number first makes the insert do nothing (on
+/// PostgreSQL it waits for that publisher's commit), and the number is
+/// taken again after it. On SQLite the writing transaction excludes every
+/// other publisher, so the first insert is kept.
+fn publish_workflow_in(
+    db: &dyn Sql,
+    name: &str,
+    design: &str,
+    digest: &str,
+    by: &str,
+    now: i64,
+) -> anyhow::Result<i64> {
+    for _ in 0..PUBLISH_ATTEMPTS {
+        let published = db.row(
+            "INSERT INTO workflows (name, version, design, digest, published_by, published_at)
+             VALUES (?1, (SELECT COALESCE(MAX(version), 0) + 1 FROM workflows WHERE name = ?1),
+                     ?2, ?3, ?4, ?5)
+             ON CONFLICT (name, version) DO NOTHING
+             RETURNING version",
+            args![name, design, digest, by, now],
         )?;
-        let rows = st.query_map([run], |r| {
-            Ok(Invocation {
-                id: r.get(0)?,
-                run: r.get(1)?,
-                step: r.get(2)?,
-                certificate: r.get(3)?,
-                requests: json_list(r.get(4)?),
-                authority: r.get(5)?,
-                tool: r.get(6)?,
-                args_digest: r.get(7)?,
-                decision: r.get(8)?,
-                state: r.get(9)?,
-                failed_input: r.get(10)?,
-                reason: r.get(11)?,
-                action: r.get(12)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        if let Some(r) = published {
+            return r.get(0);
+        }
+    }
+    anyhow::bail!(
+        "workflow {name:?} was published by others {PUBLISH_ATTEMPTS} times while this version was numbered; publish again"
+    )
+}
+
+/// How often a publisher numbers its version again when others keep
+/// taking the number first.
+const PUBLISH_ATTEMPTS: usize = 100;
+
+fn workflow_in(
+    db: &dyn Sql,
+    name: &str,
+    version: Option<i64>,
+) -> anyhow::Result<Option<(i64, String)>> {
+    let found = match version {
+        Some(v) => db.row(
+            "SELECT version, design FROM workflows WHERE name = ?1 AND version = ?2",
+            args![name, v],
+        )?,
+        None => db.row(
+            "SELECT version, design FROM workflows WHERE name = ?1
+             ORDER BY version DESC LIMIT 1",
+            args![name],
+        )?,
+    };
+    found.map(|r| Ok((r.get(0)?, r.get(1)?))).transpose()
+}
+
+fn create_run_in(
+    db: &dyn Sql,
+    workflow: &str,
+    version: i64,
+    initiator: &str,
+    chat: &str,
+    steps: &[NewStep],
+    now: i64,
+) -> anyhow::Result<i64> {
+    let run: i64 = db
+        .row(
+            "INSERT INTO workflow_runs (workflow, version, initiator, chat, state, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5)
+             RETURNING id",
+            args![workflow, version, initiator, chat, now],
+        )?
+        .ok_or_else(|| anyhow::anyhow!("the run's insert returned no id"))?
+        .get(0)?;
+    for (i, s) in steps.iter().enumerate() {
+        db.exec(
+            "INSERT INTO run_steps (run, step, position, gadget, input, tools, preds, status)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending')",
+            args![
+                run,
+                s.step,
+                i as i64,
+                s.gadget,
+                s.input,
+                serde_json::to_string(&s.tools)?,
+                serde_json::to_string(&s.preds)?
+            ],
+        )?;
+    }
+    Ok(run)
+}
+
+fn workflow_run_in(db: &dyn Sql, run: i64) -> anyhow::Result<Option<RunRecord>> {
+    db.row(
+        "SELECT id, workflow, version, initiator, chat, state FROM workflow_runs WHERE id = ?1",
+        args![run],
+    )?
+    .map(|r| run_from_row(&r))
+    .transpose()
+}
+
+fn set_run_state_in(db: &dyn Sql, run: i64, state: RunState, now: i64) -> anyhow::Result<()> {
+    db.exec(
+        "UPDATE workflow_runs SET state = ?2, updated_at = ?3 WHERE id = ?1",
+        args![run, state, now],
+    )?;
+    Ok(())
+}
+
+fn run_steps_in(db: &dyn Sql, run: i64) -> anyhow::Result<Vec<StepRecord>> {
+    db.rows(
+        &format!("SELECT {STEP_COLUMNS} FROM run_steps WHERE run = ?1 ORDER BY position"),
+        args![run],
+    )?
+    .iter()
+    .map(step_from_row)
+    .collect()
+}
+
+fn set_step_status_in(
+    db: &dyn Sql,
+    run: i64,
+    step: &str,
+    status: StepStatus,
+    note: Option<&str>,
+    attempted: bool,
+) -> anyhow::Result<()> {
+    db.exec(
+        "UPDATE run_steps SET status = ?3, note = ?4, attempts = attempts + ?5
+         WHERE run = ?1 AND step = ?2",
+        args![run, step, status, note, i64::from(attempted)],
+    )?;
+    Ok(())
+}
+
+fn add_request_in(
+    db: &dyn Sql,
+    run: i64,
+    step: &str,
+    allowed: &str,
+    reason: &str,
+    now: i64,
+) -> anyhow::Result<i64> {
+    // The run's requests change one adder at a time: on PostgreSQL the
+    // run's row is held until this transaction ends, so a concurrent adder
+    // sees this one's request and replaces it (or is it), never leaving
+    // two standing.
+    if db.engine() == Engine::Postgres {
+        db.row(
+            "SELECT id FROM workflow_runs WHERE id = ?1 FOR UPDATE",
+            args![run],
+        )?;
+    }
+    // A re-run of the step asking for exactly what it asked before is
+    // the same request: an approved (or still pending) one stands, so
+    // the step is not gated again by its own re-run (SPEC G8).
+    let same: Option<i64> = db
+        .row(
+            "SELECT id FROM approval_requests
+             WHERE run = ?1 AND step = ?2 AND state IN ('pending', 'approved')
+               AND allowed = ?3 AND reason = ?4
+             ORDER BY id DESC LIMIT 1",
+            args![run, step, allowed, reason],
+        )?
+        .map(|r| r.get(0))
+        .transpose()?;
+    if let Some(id) = same {
+        return Ok(id);
+    }
+    db.exec(
+        "UPDATE approval_requests SET state = 'replaced'
+         WHERE run = ?1 AND step = ?2 AND state <> 'replaced'",
+        args![run, step],
+    )?;
+    db.row(
+        "INSERT INTO approval_requests (run, step, allowed, reason, state, created_at)
+         VALUES (?1, ?2, ?3, ?4, 'pending', ?5)
+         RETURNING id",
+        args![run, step, allowed, reason, now],
+    )?
+    .ok_or_else(|| anyhow::anyhow!("the request's insert returned no id"))?
+    .get(0)
+}
+
+fn request_in(db: &dyn Sql, id: i64) -> anyhow::Result<Option<RequestRecord>> {
+    db.row(
+        &format!("SELECT {REQUEST_COLUMNS} FROM approval_requests WHERE id = ?1"),
+        args![id],
+    )?
+    .map(|r| request_from_row(&r))
+    .transpose()
+}
+
+fn requests_in(db: &dyn Sql, run: Option<i64>) -> anyhow::Result<Vec<RequestRecord>> {
+    match run {
+        Some(run) => db.rows(
+            &format!("SELECT {REQUEST_COLUMNS} FROM approval_requests WHERE run = ?1 ORDER BY id"),
+            args![run],
+        )?,
+        None => db.rows(
+            &format!("SELECT {REQUEST_COLUMNS} FROM approval_requests ORDER BY id"),
+            args![],
+        )?,
+    }
+    .iter()
+    .map(request_from_row)
+    .collect()
+}
+
+/// One conditional `UPDATE` decides: of deciders racing on one request,
+/// on either engine, only the first finds it still in `from`.
+fn decide_request_in(
+    db: &dyn Sql,
+    id: i64,
+    from: RequestState,
+    to: RequestState,
+    by: &str,
+    now: i64,
+) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "UPDATE approval_requests SET state = ?3, decided_by = ?4, decided_at = ?5
+         WHERE id = ?1 AND state = ?2",
+        args![id, from, to, by, now],
+    )?;
+    Ok(n == 1)
+}
+
+fn put_certificate_in(db: &dyn Sql, c: &NewCertificate<'_>) -> anyhow::Result<()> {
+    db.exec(
+        "INSERT INTO certificates (serial, run, step, authority, tools, issued_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        args![
+            c.serial,
+            c.run,
+            c.step,
+            c.authority,
+            serde_json::to_string(c.tools)?,
+            c.issued_at,
+            c.expires_at
+        ],
+    )?;
+    Ok(())
+}
+
+fn certificate_revoked_in(db: &dyn Sql, serial: &str) -> anyhow::Result<Option<bool>> {
+    db.row(
+        "SELECT revoked_at FROM certificates WHERE serial = ?1",
+        args![serial],
+    )?
+    .map(|r| Ok(r.get::<Option<i64>>(0)?.is_some()))
+    .transpose()
+}
+
+fn revoke_certificates_in(db: &dyn Sql, run: i64, step: &str, now: i64) -> anyhow::Result<()> {
+    db.exec(
+        "UPDATE certificates SET revoked_at = ?3 WHERE run = ?1 AND step = ?2 AND revoked_at IS NULL",
+        args![run, step, now],
+    )?;
+    Ok(())
+}
+
+/// Insert an audit row on `db`, inside the caller's transaction (an
+/// allowed read's row is written with its observation, in one commit).
+pub(super) fn insert_invocation(db: &dyn Sql, i: &NewInvocation<'_>) -> anyhow::Result<i64> {
+    db.row(
+        "INSERT INTO invocations (run, step, certificate, requests, authority, tool, args_digest,
+           decision, action, failed_input, reason, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         RETURNING id",
+        args![
+            i.run,
+            i.step,
+            i.certificate,
+            serde_json::to_string(i.requests)?,
+            i.authority,
+            i.tool,
+            i.args_digest,
+            i.decision,
+            i.action,
+            i.failed_input,
+            i.reason,
+            now_ms()
+        ],
+    )?
+    .ok_or_else(|| anyhow::anyhow!("the audit row's insert returned no id"))?
+    .get(0)
+}
+
+fn invocations_in(db: &dyn Sql, run: i64) -> anyhow::Result<Vec<Invocation>> {
+    db.rows(
+        "SELECT i.id, i.run, i.step, i.certificate, i.requests, i.authority, i.tool,
+                i.args_digest, i.decision, COALESCE(l.state, i.state), i.failed_input,
+                i.reason, i.action
+         FROM invocations i LEFT JOIN ledger l ON l.id = i.action
+         WHERE i.run = ?1 ORDER BY i.id",
+        args![run],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(Invocation {
+            id: r.get(0)?,
+            run: r.get(1)?,
+            step: r.get(2)?,
+            certificate: r.get(3)?,
+            requests: json_list(r.get(4)?),
+            authority: r.get(5)?,
+            tool: r.get(6)?,
+            args_digest: r.get(7)?,
+            decision: InvocationDecision::from_stored(&r.get::<String>(8)?),
+            state: r.get(9)?,
+            failed_input: r.get(10)?,
+            reason: r.get(11)?,
+            action: r.get(12)?,
+        })
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod on_both_engines {
+    use super::*;
+    use crate::store::suite::{Backend, runtime};
+
+    const DESIGN: &str = r#"{"steps": []}"#;
+
+    fn digest() -> String {
+        "d".repeat(64)
+    }
+
+    /// A run of `w` v1 in `chat` with two steps, `fetch` (tools `K:read`)
+    /// and `send` (tools `K:send`, after `fetch`); its id.
+    async fn run_of(b: &Backend, chat: &str) -> i64 {
+        let chat = chat.to_owned();
+        b.run(move |db| {
+            let steps = [
+                ("fetch", "K:read", vec![]),
+                ("send", "K:send", vec!["fetch"]),
+            ]
+            .map(|(step, tool, preds)| NewStep {
+                step: step.into(),
+                gadget: "g".into(),
+                input: "in".into(),
+                tools: vec![tool.into()],
+                preds: preds.into_iter().map(String::from).collect(),
+            });
+            create_run_in(db, "w", 1, "ann", &chat, &steps, 1)
+        })
+        .await
+        .expect("a run")
+    }
+
+    /// Publishers of one name at once each get a version of their own,
+    /// numbered from 1 without a gap; what was published, a step's tool
+    /// set and a requested list are then refused every change by the
+    /// schema's triggers, while a step's status still moves.
+    #[test]
+    fn a_published_version_and_a_steps_tool_set_never_change() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                let publishers: Vec<_> = (0..8)
+                    .map(|n| {
+                        let b = b.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| {
+                                let design = format!(r#"{{"n": {n}}}"#);
+                                publish_workflow_in(db, "w", &design, &digest(), "ann", n)
+                            })
+                            .await
+                        })
+                    })
+                    .collect();
+                let mut versions = Vec::new();
+                for p in publishers {
+                    versions.push(p.await.expect("joined").expect(e));
+                }
+                versions.sort_unstable();
+                assert_eq!(versions, (1..=8).collect::<Vec<_>>(), "{e}");
+                let v9 = b
+                    .run(|db| publish_workflow_in(db, "w", DESIGN, &digest(), "ann", 9))
+                    .await
+                    .expect("published");
+                assert_eq!(v9, 9, "{e}");
+                let newest = b.run(|db| workflow_in(db, "w", None)).await.expect("read");
+                assert_eq!(newest, Some((9, DESIGN.to_owned())), "{e}");
+                let first = b
+                    .run(|db| workflow_in(db, "w", Some(3)))
+                    .await
+                    .expect("read")
+                    .expect("version 3");
+                assert_eq!(first.0, 3, "{e}");
+                assert!(
+                    b.run(|db| workflow_in(db, "w", Some(10)))
+                        .await
+                        .expect("read")
+                        .is_none(),
+                    "{e}"
+                );
+                assert!(
+                    b.run(|db| workflow_in(db, "other", None))
+                        .await
+                        .expect("read")
+                        .is_none(),
+                    "{e}"
+                );
+
+                let run = run_of(&b, "c").await;
+                let id = b
+                    .run(move |db| add_request_in(db, run, "send", r#"{"K:send": {}}"#, "why", 2))
+                    .await
+                    .expect("requested");
+                let changes: [(&str, &str); 4] = [
+                    (
+                        "UPDATE workflows SET design = '{\"n\": 99}' WHERE name = 'w' AND version = 1",
+                        "a published workflow version never changes",
+                    ),
+                    (
+                        "UPDATE run_steps SET tools = '[\"K:send\", \"K:delete\"]' WHERE run = ?1",
+                        "a run step's tool set never changes",
+                    ),
+                    (
+                        "UPDATE run_steps SET gadget = 'other' WHERE run = ?1",
+                        "a run step's tool set never changes",
+                    ),
+                    (
+                        "UPDATE approval_requests SET allowed = '{\"K:delete\": {}}' WHERE run = ?1",
+                        "an allowed-calls list never changes once requested",
+                    ),
+                ];
+                for (change, why) in changes {
+                    let refused = b
+                        .run(move |db| {
+                            if change.contains("?1") {
+                                db.exec(change, args![run])
+                            } else {
+                                db.exec(change, args![])
+                            }
+                        })
+                        .await;
+                    let err = format!("{:#}", refused.expect_err(change));
+                    assert!(err.contains(why), "{e}: {change} was refused with {err}");
+                }
+                let version1 = b
+                    .run(|db| workflow_in(db, "w", Some(1)))
+                    .await
+                    .expect("read")
+                    .expect("version 1");
+                assert_ne!(version1.1, r#"{"n": 99}"#, "{e}");
+                b.run(move |db| {
+                    set_step_status_in(db, run, "fetch", StepStatus::Done, Some("ok"), true)?;
+                    set_step_status_in(db, run, "send", StepStatus::Gated, Some("gate"), false)
+                })
+                .await
+                .expect("the status moves");
+                let steps = b.run(move |db| run_steps_in(db, run)).await.expect("read");
+                let seen: Vec<_> = steps
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.step.as_str(),
+                            s.tools.clone(),
+                            s.preds.clone(),
+                            s.status,
+                            s.attempts,
+                            s.note.as_deref(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    seen,
+                    vec![
+                        (
+                            "fetch",
+                            vec!["K:read".to_owned()],
+                            vec![],
+                            StepStatus::Done,
+                            1,
+                            Some("ok")
+                        ),
+                        (
+                            "send",
+                            vec!["K:send".to_owned()],
+                            vec!["fetch".to_owned()],
+                            StepStatus::Gated,
+                            0,
+                            Some("gate")
+                        ),
+                    ],
+                    "{e}"
+                );
+                let request = b
+                    .run(move |db| request_in(db, id))
+                    .await
+                    .expect("read")
+                    .expect("the request");
+                assert_eq!(
+                    request.allowed,
+                    serde_json::json!({"K:send": {}}),
+                    "{e}: the list is as requested"
+                );
+                b.run(move |db| set_run_state_in(db, run, RunState::Waiting, 3))
+                    .await
+                    .expect("set");
+                let r = b
+                    .run(move |db| workflow_run_in(db, run))
+                    .await
+                    .expect("read")
+                    .expect("the run");
+                assert_eq!(
+                    (r.workflow.as_str(), r.version, r.state),
+                    ("w", 1, RunState::Waiting),
+                    "{e}"
+                );
+            }
+        });
+    }
+
+    /// Deciders racing on one pending request (some approving, some
+    /// rejecting), each on a connection of its own: exactly one decides
+    /// it, and the request says who. Adders racing on one step leave
+    /// exactly one request standing; asking again for the same list is
+    /// the same request.
+    #[test]
+    fn a_request_is_decided_once_when_deciders_race() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                let run = run_of(&b, "c").await;
+                let list = r#"{"K:send": {"to": ["a@example.com"]}}"#;
+                let id = b
+                    .run(move |db| add_request_in(db, run, "send", list, "mail a", 1))
+                    .await
+                    .expect("requested");
+                let again = b
+                    .run(move |db| add_request_in(db, run, "send", list, "mail a", 2))
+                    .await
+                    .expect("asked again");
+                assert_eq!(again, id, "{e}: the same ask is the same request (G8)");
+
+                let deciders: Vec<_> = (0..12)
+                    .map(|n| {
+                        let b = b.clone();
+                        let to = if n % 2 == 0 {
+                            RequestState::Approved
+                        } else {
+                            RequestState::Rejected
+                        };
+                        tokio::spawn(async move {
+                            let by = format!("d{n}");
+                            let won = b
+                                .run(move |db| {
+                                    decide_request_in(db, id, RequestState::Pending, to, &by, 3)
+                                })
+                                .await;
+                            (n, to, won)
+                        })
+                    })
+                    .collect();
+                let mut won = Vec::new();
+                for d in deciders {
+                    let (n, to, decided) = d.await.expect("joined");
+                    if decided.expect(e) {
+                        won.push((n, to));
+                    }
+                }
+                assert_eq!(won.len(), 1, "{e}: winners {won:?}");
+                let (n, to) = won[0];
+                let r = b
+                    .run(move |db| request_in(db, id))
+                    .await
+                    .expect("read")
+                    .expect("the request");
+                assert_eq!((r.state, r.decided_by), (to, Some(format!("d{n}"))), "{e}");
+                // Decided is decided: a late decider changes nothing.
+                assert!(
+                    !b.run(move |db| decide_request_in(
+                        db,
+                        id,
+                        RequestState::Pending,
+                        RequestState::Approved,
+                        "late",
+                        4
+                    ))
+                    .await
+                    .expect("decided"),
+                    "{e}"
+                );
+
+                // Adders of one step asking for different lists at once:
+                // each replaces the one before, and one is left standing.
+                let adders: Vec<_> = (0..8)
+                    .map(|n| {
+                        let b = b.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| {
+                                let list = format!(r#"{{"K:send": {{"n": {n}}}}}"#);
+                                add_request_in(db, run, "send", &list, "again", 5)
+                            })
+                            .await
+                        })
+                    })
+                    .collect();
+                for a in adders {
+                    a.await.expect("joined").expect(e);
+                }
+                let all = b
+                    .run(move |db| requests_in(db, Some(run)))
+                    .await
+                    .expect("read");
+                assert_eq!(all.len(), 9, "{e}");
+                let standing: Vec<_> = all
+                    .iter()
+                    .filter(|r| r.state != RequestState::Replaced)
+                    .map(|r| r.id)
+                    .collect();
+                assert_eq!(standing.len(), 1, "{e}: standing {standing:?}");
+                assert_eq!(
+                    standing[0],
+                    all.iter().map(|r| r.id).max().unwrap_or_default(),
+                    "{e}: the newest request stands"
+                );
+                let other = run_of(&b, "c").await;
+                b.run(move |db| add_request_in(db, other, "fetch", "{}", "read", 6))
+                    .await
+                    .expect("requested");
+                let everyone = b.run(|db| requests_in(db, None)).await.expect("read");
+                assert_eq!(everyone.len(), 10, "{e}");
+                assert!(
+                    everyone.windows(2).all(|w| w[0].id < w[1].id),
+                    "{e}: oldest first"
+                );
+            }
+        });
+    }
+
+    /// A certificate is known by its serial and revoked once its step
+    /// ends; the audit keeps every decided call, and a covered call's
+    /// state is its ledger action's.
+    #[test]
+    fn certificates_are_revoked_by_step_and_the_audit_reads_the_ledger() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                let run = run_of(&b, "c").await;
+                let action = b.pending().await;
+                b.run(move |db| {
+                    for (serial, step) in [("s1", "fetch"), ("s2", "send")] {
+                        put_certificate_in(
+                            db,
+                            &NewCertificate {
+                                serial,
+                                run,
+                                step,
+                                authority: "carol",
+                                tools: &["K:send".to_owned()],
+                                issued_at: 1,
+                                expires_at: 2,
+                            },
+                        )?;
+                    }
+                    revoke_certificates_in(db, run, "send", 3)
+                })
+                .await
+                .expect("issued");
+                let revoked = b
+                    .run(|db| {
+                        ["s1", "s2", "unknown"]
+                            .iter()
+                            .map(|s| certificate_revoked_in(db, s))
+                            .collect::<anyhow::Result<Vec<_>>>()
+                    })
+                    .await
+                    .expect("read");
+                assert_eq!(revoked, vec![Some(false), Some(true), None], "{e}");
+
+                let ids = b
+                    .run(move |db| {
+                        let row = NewInvocation {
+                            run,
+                            step: "send",
+                            certificate: Some("s2"),
+                            requests: &[4, 5],
+                            authority: "carol + dave",
+                            tool: "K:send",
+                            args_digest: &"a".repeat(64),
+                            decision: InvocationDecision::Allowed,
+                            action: Some(action),
+                            failed_input: None,
+                            reason: None,
+                        };
+                        let allowed = insert_invocation(db, &row)?;
+                        let denied = insert_invocation(
+                            db,
+                            &NewInvocation {
+                                decision: InvocationDecision::Denied,
+                                action: None,
+                                failed_input: Some("to"),
+                                reason: Some("outside the list"),
+                                ..row
+                            },
+                        )?;
+                        Ok((allowed, denied))
+                    })
+                    .await
+                    .expect("audited");
+                assert!(ids.0 < ids.1, "{e}");
+                let audit = b
+                    .run(move |db| invocations_in(db, run))
+                    .await
+                    .expect("read");
+                let seen: Vec<_> = audit
+                    .iter()
+                    .map(|i| {
+                        (
+                            i.id,
+                            i.requests.clone(),
+                            i.decision,
+                            i.action,
+                            i.state.as_deref(),
+                            i.failed_input.as_deref(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    seen,
+                    vec![
+                        (
+                            ids.0,
+                            vec![4, 5],
+                            InvocationDecision::Allowed,
+                            Some(action),
+                            Some("pending"),
+                            None
+                        ),
+                        (
+                            ids.1,
+                            vec![4, 5],
+                            InvocationDecision::Denied,
+                            None,
+                            None,
+                            Some("to")
+                        ),
+                    ],
+                    "{e}"
+                );
+            }
+        });
     }
 }
