@@ -1,13 +1,15 @@
 //! People, their accounts, collaborators, share links and observers, as
 //! stored (SPEC S, O3). Every check that must hold against a concurrent
 //! writer (the latch against a share, a share against a restricted read)
-//! runs inside one IMMEDIATE transaction here; the decisions about *whether*
-//! an observer is admitted are the kernel's (`crate::sharing`).
+//! runs inside one writing transaction here (SQLite's IMMEDIATE; on
+//! PostgreSQL the chat's row is locked first, see [`lock_chat`]); the
+//! decisions about *whether* an observer is admitted are the kernel's
+//! (`crate::sharing`). Its statements are written once for both engines
+//! (`store::sql`).
 
-use super::sql::{Sql, args};
+use super::sql::{Engine, Row, Sql, args};
 use super::{Store, now_ms};
 use crate::access::{Access, Standing};
-use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
 /// One of a person's accounts at a gatekeeper's service (never its secret).
@@ -114,16 +116,16 @@ pub enum Observed {
     RestrictedInSharedChat,
 }
 
-fn account_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
+fn account_from(r: &Row) -> anyhow::Result<Account> {
     Ok(Account {
         user: r.get(0)?,
         gatekeeper: r.get(1)?,
         label: r.get(2)?,
-        is_default: r.get::<_, i64>(3)? == 1,
+        is_default: r.get(3)?,
     })
 }
 
-fn observer_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Observer> {
+fn observer_from(r: &Row) -> anyhow::Result<Observer> {
     let scope: Option<String> = r.get(4)?;
     Ok(Observer {
         chat: r.get(0)?,
@@ -151,25 +153,44 @@ pub(crate) fn account_credential_in(
            AND COALESCE(a.label = ?3, a.is_default = 1)",
         args![user, gatekeeper, label],
     )?
-    .map(|r| {
-        let account = Account {
-            user: r.get(0)?,
-            gatekeeper: r.get(1)?,
-            label: r.get(2)?,
-            is_default: r.get(3)?,
-        };
-        Ok((account, r.get(4)?))
-    })
+    .map(|r| Ok((account_from(&r)?, r.get(4)?)))
     .transpose()
 }
 
-/// Whether `chat` has collaborators or live share links (SPEC O3's "shared").
-pub(super) fn is_shared(conn: &rusqlite::Connection, chat: &str) -> rusqlite::Result<bool> {
-    conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1)
-             OR EXISTS (SELECT 1 FROM share_links WHERE chat = ?1)",
-    )?
-    .query_row([chat], |r| r.get(0))
+/// On PostgreSQL, hold `chat`'s row until the transaction ends. The share,
+/// the link, the open and the latch's check ([`is_shared`]) each take it
+/// before they read the chat, so of two concurrent ones the second waits
+/// and then reads what the first committed (READ COMMITTED: each statement
+/// sees what was committed before it began). SQLite's writing
+/// transactions (IMMEDIATE) already exclude each other.
+fn lock_chat(db: &dyn Sql, chat: &str) -> anyhow::Result<()> {
+    if db.engine() == Engine::Postgres {
+        db.row(
+            "SELECT 1 FROM chats WHERE name = ?1 FOR UPDATE",
+            args![chat],
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether `chat` has collaborators or live share links (SPEC O3's
+/// "shared"). Called in the transaction that would latch the chat, so it
+/// holds the chat's row first ([`lock_chat`]): a concurrent share either
+/// sees the latch or makes the restricted read refused.
+pub(super) fn is_shared(db: &dyn Sql, chat: &str) -> anyhow::Result<bool> {
+    lock_chat(db, chat)?;
+    Ok(db
+        .row(
+            "SELECT 1 FROM collaborators WHERE chat = ?1 LIMIT 1",
+            args![chat],
+        )?
+        .is_some()
+        || db
+            .row(
+                "SELECT 1 FROM share_links WHERE chat = ?1 LIMIT 1",
+                args![chat],
+            )?
+            .is_some())
 }
 
 /// What the one authorization rule (`crate::access`) is applied to: a
@@ -222,46 +243,36 @@ pub(super) fn chat_state(db: &dyn Sql, chat: &str) -> anyhow::Result<Option<(Str
     .transpose()
 }
 
-/// The observers of `chat`, on a connection the caller holds.
-pub(crate) fn observers_in(
-    conn: &rusqlite::Connection,
-    chat: &str,
-) -> rusqlite::Result<Vec<Observer>> {
-    let mut st = conn.prepare_cached(
-        "SELECT chat, user, gatekeeper, account, scope FROM observers
-         WHERE chat = ?1 ORDER BY user, gatekeeper",
-    )?;
-    let rows = st.query_map([chat], observer_from_row)?;
-    rows.collect()
+/// The observers of `chat`.
+pub(crate) fn observers_in(db: &dyn Sql, chat: &str) -> anyhow::Result<Vec<Observer>> {
+    db.rows(
+        "SELECT chat, \"user\", gatekeeper, account, scope FROM observers
+         WHERE chat = ?1 ORDER BY \"user\", gatekeeper",
+        args![chat],
+    )?
+    .iter()
+    .map(observer_from)
+    .collect()
 }
 
-fn user_exists(conn: &rusqlite::Connection, user: &str) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM users WHERE name = ?1)",
-        [user],
-        |r| r.get(0),
-    )
+fn user_exists_in(db: &dyn Sql, user: &str) -> anyhow::Result<bool> {
+    Ok(db
+        .row("SELECT 1 FROM users WHERE name = ?1", args![user])?
+        .is_some())
 }
 
 impl Store {
     /// Add a person; adding one who exists is not an error.
     pub fn add_user(&self, name: &str) -> anyhow::Result<bool> {
-        let n = self.lock().execute(
-            "INSERT INTO users (name, created_at) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
-            params![name, now_ms()],
-        )?;
-        Ok(n == 1)
+        self.with(|db| add_user_in(db, name, now_ms()))
     }
 
     pub fn user_exists(&self, name: &str) -> anyhow::Result<bool> {
-        Ok(user_exists(&self.lock(), name)?)
+        self.with(|db| user_exists_in(db, name))
     }
 
     pub fn users(&self) -> anyhow::Result<Vec<String>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached("SELECT name FROM users ORDER BY name")?;
-        let rows = st.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(users_in)
     }
 
     /// Connect (or replace) one of `user`'s accounts at `gatekeeper`, its
@@ -276,52 +287,22 @@ impl Store {
         credential: &str,
         make_default: bool,
     ) -> anyhow::Result<Account> {
-        let secret = format!("account/{user}/{gatekeeper}/{label}");
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute(
-            "INSERT INTO secrets (name, value) VALUES (?1, ?2)
-             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-            params![secret, credential],
-        )?;
-        let has_default: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM accounts WHERE user = ?1 AND gatekeeper = ?2
-                              AND is_default = 1 AND label <> ?3)",
-            params![user, gatekeeper, label],
-            |r| r.get(0),
-        )?;
-        let default = make_default || !has_default;
-        if default {
-            tx.execute(
-                "UPDATE accounts SET is_default = 0 WHERE user = ?1 AND gatekeeper = ?2",
-                params![user, gatekeeper],
-            )?;
-        }
-        tx.execute(
-            "INSERT INTO accounts (user, gatekeeper, label, secret, is_default, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (user, gatekeeper, label) DO UPDATE SET secret = excluded.secret,
-               is_default = excluded.is_default",
-            params![user, gatekeeper, label, secret, default as i64, now_ms()],
-        )?;
-        tx.commit()?;
-        Ok(Account {
-            user: user.to_owned(),
-            gatekeeper: gatekeeper.to_owned(),
-            label: label.to_owned(),
-            is_default: default,
+        self.write(|db| {
+            connect_account_in(
+                db,
+                user,
+                gatekeeper,
+                label,
+                credential,
+                make_default,
+                now_ms(),
+            )
         })
     }
 
     /// A person's accounts (all people's if `None`), by gatekeeper.
     pub fn accounts(&self, user: Option<&str>) -> anyhow::Result<Vec<Account>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT user, gatekeeper, label, is_default FROM accounts
-             WHERE (?1 IS NULL OR user = ?1) ORDER BY user, gatekeeper, is_default DESC, label",
-        )?;
-        let rows = st.query_map([user], account_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(|db| accounts_in(db, user))
     }
 
     /// The account `label` of `user` at `gatekeeper` (the default if `None`)
@@ -332,7 +313,7 @@ impl Store {
         gatekeeper: &str,
         label: Option<&str>,
     ) -> anyhow::Result<Option<(Account, String)>> {
-        account_credential_in(&self.lock(), user, gatekeeper, label)
+        self.with(|db| account_credential_in(db, user, gatekeeper, label))
     }
 
     /// Share `chat` with `user`, unless the chat is latched (SPEC O3). The
@@ -346,36 +327,7 @@ impl Store {
         by: &str,
         may_decide: bool,
     ) -> anyhow::Result<Result<bool, ShareRefusal>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let Some((owner, latched)) = chat_state(&tx, chat)? else {
-            return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
-        };
-        if !user_exists(&tx, user)? {
-            return Ok(Err(ShareRefusal::NoUser(user.to_owned())));
-        }
-        if owner == user {
-            return Ok(Err(ShareRefusal::Owner {
-                chat: chat.to_owned(),
-                user: user.to_owned(),
-            }));
-        }
-        if latched {
-            return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
-        }
-        let existed: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
-            params![chat, user],
-            |r| r.get(0),
-        )?;
-        tx.execute(
-            "INSERT INTO collaborators (chat, user, added_by, added_at, may_decide)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (chat, user) DO UPDATE SET may_decide = excluded.may_decide",
-            params![chat, user, by, now_ms(), may_decide as i64],
-        )?;
-        tx.commit()?;
-        Ok(Ok(!existed))
+        self.write(|db| share_in(db, chat, user, by, may_decide, now_ms()))
     }
 
     /// Create a share link (its token's digest), unless the chat is latched.
@@ -385,126 +337,57 @@ impl Store {
         digest: &str,
         by: &str,
     ) -> anyhow::Result<Result<(), ShareRefusal>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let Some((_, latched)) = chat_state(&tx, chat)? else {
-            return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
-        };
-        if latched {
-            return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
-        }
-        tx.execute(
-            "INSERT INTO share_links (digest, chat, created_by, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![digest, chat, by, now_ms()],
-        )?;
-        tx.commit()?;
-        Ok(Ok(()))
+        self.write(|db| create_link_in(db, chat, digest, by, now_ms()))
     }
 
     /// Revoke every share link of `chat`; returns how many there were.
     pub fn revoke_links(&self, chat: &str) -> anyhow::Result<usize> {
-        Ok(self
-            .lock()
-            .execute("DELETE FROM share_links WHERE chat = ?1", [chat])?)
+        self.with(|db| revoke_links_in(db, chat))
     }
 
     /// Remove a collaborator and, with them, their observers (SPEC S5).
     pub fn unshare(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
-        let n = self.lock().execute(
-            "DELETE FROM collaborators WHERE chat = ?1 AND user = ?2",
-            params![chat, user],
-        )?;
-        Ok(n == 1)
+        self.write(|db| unshare_in(db, chat, user))
     }
 
     pub fn collaborators(&self, chat: &str) -> anyhow::Result<Vec<Collaborator>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT chat, user, added_by, added_at, verified_at, may_decide FROM collaborators
-             WHERE chat = ?1 ORDER BY added_at, user",
-        )?;
-        let rows = st.query_map([chat], |r| {
-            Ok(Collaborator {
-                chat: r.get(0)?,
-                user: r.get(1)?,
-                added_by: r.get(2)?,
-                added_at: r.get(3)?,
-                verified_at: r.get(4)?,
-                may_decide: r.get::<_, i64>(5)? == 1,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(|db| collaborators_in(db, chat))
     }
 
     /// Whether the share link with this digest opens `chat`.
     pub fn link_opens(&self, chat: &str, digest: &str) -> anyhow::Result<bool> {
-        Ok(self.lock().query_row(
-            "SELECT EXISTS (SELECT 1 FROM share_links WHERE digest = ?1 AND chat = ?2)",
-            params![digest, chat],
-            |r| r.get(0),
-        )?)
+        self.with(|db| link_opens_in(db, chat, digest))
     }
 
     /// Name `person` an approver of the workflow run whose chat is `chat`.
     pub fn add_approver(&self, chat: &str, person: &str, by: &str) -> anyhow::Result<()> {
-        let conn = self.lock();
-        if !user_exists(&conn, person)? {
-            anyhow::bail!(ShareRefusal::NoUser(person.to_owned()));
-        }
-        conn.execute(
-            "INSERT INTO approvers (chat, person, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (chat, person) DO NOTHING",
-            params![chat, person, by, now_ms()],
-        )?;
-        Ok(())
+        self.write(|db| add_approver_in(db, chat, person, by, now_ms()))
     }
 
     /// What `person` may do in `chat` (SPEC W1), by the one rule.
     pub fn access(&self, chat: &str, person: &str) -> anyhow::Result<Access> {
-        access(&self.lock(), chat, person)
+        self.with(|db| access(db, chat, person))
     }
 
     /// Whether `user` is a collaborator of `chat` (verified or not).
     pub fn is_collaborator(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
-        Ok(self.lock().query_row(
-            "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
-            params![chat, user],
-            |r| r.get(0),
-        )?)
+        self.with(|db| is_collaborator_in(db, chat, user))
     }
 
     /// A re-verification of `user` failed (SPEC S2, W2): they see nothing
     /// of `chat` until an open succeeds again. Their observers go too.
     pub fn unverify(&self, chat: &str, user: &str) -> anyhow::Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute(
-            "UPDATE collaborators SET verified_at = NULL WHERE chat = ?1 AND user = ?2",
-            params![chat, user],
-        )?;
-        tx.execute(
-            "DELETE FROM observers WHERE chat = ?1 AND user = ?2",
-            params![chat, user],
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.write(|db| unverify_in(db, chat, user))
     }
 
     pub fn observers(&self, chat: &str) -> anyhow::Result<Vec<Observer>> {
-        Ok(observers_in(&self.lock(), chat)?)
+        self.with(|db| observers_in(db, chat))
     }
 
     /// The sources `chat` has observed (SPEC S1), per gatekeeper: the JSON
     /// arrays of every observation, oldest first.
     pub fn observed_sources(&self, chat: &str) -> anyhow::Result<Vec<(String, String)>> {
-        let conn = self.lock();
-        let mut st = conn.prepare_cached(
-            "SELECT gatekeeper, sources FROM ledger
-             WHERE chat = ?1 AND kind = 'observation' AND gatekeeper IS NOT NULL
-               AND sources IS NOT NULL ORDER BY id",
-        )?;
-        let rows = st.query_map([chat], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.with(|db| observed_sources_in(db, chat))
     }
 
     /// Admit `user` to `chat` with these observers, replacing any they had
@@ -517,65 +400,773 @@ impl Store {
         link: Option<&str>,
         observers: &[Observer],
     ) -> anyhow::Result<Result<(), ShareRefusal>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let Some((owner, latched)) = chat_state(&tx, chat)? else {
-            return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+        self.write(|db| admit_in(db, chat, user, link, observers, now_ms()))
+    }
+}
+
+// The statements, written once for both engines (`store::sql`).
+
+fn add_user_in(db: &dyn Sql, name: &str, now: i64) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "INSERT INTO users (name, created_at) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
+        args![name, now],
+    )?;
+    Ok(n == 1)
+}
+
+fn users_in(db: &dyn Sql) -> anyhow::Result<Vec<String>> {
+    db.rows("SELECT name FROM users ORDER BY name", args![])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// [`Store::connect_account`] in the caller's writing transaction. On
+/// PostgreSQL the person's row is held first, so two accounts connected at
+/// once cannot both find no default and both become it.
+fn connect_account_in(
+    db: &dyn Sql,
+    user: &str,
+    gatekeeper: &str,
+    label: &str,
+    credential: &str,
+    make_default: bool,
+    now: i64,
+) -> anyhow::Result<Account> {
+    let secret = format!("account/{user}/{gatekeeper}/{label}");
+    if db.engine() == Engine::Postgres {
+        db.row(
+            "SELECT 1 FROM users WHERE name = ?1 FOR UPDATE",
+            args![user],
+        )?;
+    }
+    db.exec(
+        "INSERT INTO secrets (name, value) VALUES (?1, ?2)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        args![secret, credential],
+    )?;
+    let has_default = db
+        .row(
+            "SELECT 1 FROM accounts WHERE \"user\" = ?1 AND gatekeeper = ?2
+               AND is_default = 1 AND label <> ?3",
+            args![user, gatekeeper, label],
+        )?
+        .is_some();
+    let default = make_default || !has_default;
+    if default {
+        db.exec(
+            "UPDATE accounts SET is_default = 0 WHERE \"user\" = ?1 AND gatekeeper = ?2",
+            args![user, gatekeeper],
+        )?;
+    }
+    db.exec(
+        "INSERT INTO accounts (\"user\", gatekeeper, label, secret, is_default, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (\"user\", gatekeeper, label) DO UPDATE SET secret = excluded.secret,
+           is_default = excluded.is_default",
+        args![user, gatekeeper, label, secret, default, now],
+    )?;
+    Ok(Account {
+        user: user.to_owned(),
+        gatekeeper: gatekeeper.to_owned(),
+        label: label.to_owned(),
+        is_default: default,
+    })
+}
+
+/// Accounts, never their credentials. Two statements rather than a test
+/// of `?1 IS NULL`, whose type PostgreSQL could not tell.
+fn accounts_in(db: &dyn Sql, user: Option<&str>) -> anyhow::Result<Vec<Account>> {
+    let rows = match user {
+        Some(user) => db.rows(
+            "SELECT \"user\", gatekeeper, label, is_default FROM accounts
+             WHERE \"user\" = ?1 ORDER BY \"user\", gatekeeper, is_default DESC, label",
+            args![user],
+        )?,
+        None => db.rows(
+            "SELECT \"user\", gatekeeper, label, is_default FROM accounts
+             ORDER BY \"user\", gatekeeper, is_default DESC, label",
+            args![],
+        )?,
+    };
+    rows.iter().map(account_from).collect()
+}
+
+/// [`Store::share`] in the caller's writing transaction, the chat's row
+/// held first ([`lock_chat`]) so that the latch it checks stays as read.
+fn share_in(
+    db: &dyn Sql,
+    chat: &str,
+    user: &str,
+    by: &str,
+    may_decide: bool,
+    now: i64,
+) -> anyhow::Result<Result<bool, ShareRefusal>> {
+    lock_chat(db, chat)?;
+    let Some((owner, latched)) = chat_state(db, chat)? else {
+        return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+    };
+    if !user_exists_in(db, user)? {
+        return Ok(Err(ShareRefusal::NoUser(user.to_owned())));
+    }
+    if owner == user {
+        return Ok(Err(ShareRefusal::Owner {
+            chat: chat.to_owned(),
+            user: user.to_owned(),
+        }));
+    }
+    if latched {
+        return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
+    }
+    let existed = is_collaborator_in(db, chat, user)?;
+    db.exec(
+        "INSERT INTO collaborators (chat, \"user\", added_by, added_at, may_decide)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (chat, \"user\") DO UPDATE SET may_decide = excluded.may_decide",
+        args![chat, user, by, now, may_decide],
+    )?;
+    Ok(Ok(!existed))
+}
+
+/// [`Store::create_link`] in the caller's writing transaction, the chat's
+/// row held first, as for a share.
+fn create_link_in(
+    db: &dyn Sql,
+    chat: &str,
+    digest: &str,
+    by: &str,
+    now: i64,
+) -> anyhow::Result<Result<(), ShareRefusal>> {
+    lock_chat(db, chat)?;
+    let Some((_, latched)) = chat_state(db, chat)? else {
+        return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+    };
+    if latched {
+        return Ok(Err(ShareRefusal::Latched(chat.to_owned())));
+    }
+    db.exec(
+        "INSERT INTO share_links (digest, chat, created_by, created_at) VALUES (?1, ?2, ?3, ?4)",
+        args![digest, chat, by, now],
+    )?;
+    Ok(Ok(()))
+}
+
+fn revoke_links_in(db: &dyn Sql, chat: &str) -> anyhow::Result<usize> {
+    Ok(usize::try_from(db.exec(
+        "DELETE FROM share_links WHERE chat = ?1",
+        args![chat],
+    )?)?)
+}
+
+/// Remove a collaborator; the schema's cascade removes their observers
+/// with them (on both engines).
+fn unshare_in(db: &dyn Sql, chat: &str, user: &str) -> anyhow::Result<bool> {
+    let n = db.exec(
+        "DELETE FROM collaborators WHERE chat = ?1 AND \"user\" = ?2",
+        args![chat, user],
+    )?;
+    Ok(n == 1)
+}
+
+fn collaborators_in(db: &dyn Sql, chat: &str) -> anyhow::Result<Vec<Collaborator>> {
+    db.rows(
+        "SELECT chat, \"user\", added_by, added_at, verified_at, may_decide FROM collaborators
+         WHERE chat = ?1 ORDER BY added_at, \"user\"",
+        args![chat],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(Collaborator {
+            chat: r.get(0)?,
+            user: r.get(1)?,
+            added_by: r.get(2)?,
+            added_at: r.get(3)?,
+            verified_at: r.get(4)?,
+            may_decide: r.get(5)?,
+        })
+    })
+    .collect()
+}
+
+fn link_opens_in(db: &dyn Sql, chat: &str, digest: &str) -> anyhow::Result<bool> {
+    Ok(db
+        .row(
+            "SELECT 1 FROM share_links WHERE digest = ?1 AND chat = ?2",
+            args![digest, chat],
+        )?
+        .is_some())
+}
+
+fn add_approver_in(
+    db: &dyn Sql,
+    chat: &str,
+    person: &str,
+    by: &str,
+    now: i64,
+) -> anyhow::Result<()> {
+    if !user_exists_in(db, person)? {
+        anyhow::bail!(ShareRefusal::NoUser(person.to_owned()));
+    }
+    db.exec(
+        "INSERT INTO approvers (chat, person, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (chat, person) DO NOTHING",
+        args![chat, person, by, now],
+    )?;
+    Ok(())
+}
+
+fn is_collaborator_in(db: &dyn Sql, chat: &str, user: &str) -> anyhow::Result<bool> {
+    Ok(db
+        .row(
+            "SELECT 1 FROM collaborators WHERE chat = ?1 AND \"user\" = ?2",
+            args![chat, user],
+        )?
+        .is_some())
+}
+
+fn unverify_in(db: &dyn Sql, chat: &str, user: &str) -> anyhow::Result<()> {
+    db.exec(
+        "UPDATE collaborators SET verified_at = NULL WHERE chat = ?1 AND \"user\" = ?2",
+        args![chat, user],
+    )?;
+    db.exec(
+        "DELETE FROM observers WHERE chat = ?1 AND \"user\" = ?2",
+        args![chat, user],
+    )?;
+    Ok(())
+}
+
+fn observed_sources_in(db: &dyn Sql, chat: &str) -> anyhow::Result<Vec<(String, String)>> {
+    db.rows(
+        "SELECT gatekeeper, sources FROM ledger
+         WHERE chat = ?1 AND kind = 'observation' AND gatekeeper IS NOT NULL
+           AND sources IS NOT NULL ORDER BY id",
+        args![chat],
+    )?
+    .iter()
+    .map(|r| Ok((r.get(0)?, r.get(1)?)))
+    .collect()
+}
+
+/// [`Store::admit`] in the caller's writing transaction, the chat's row
+/// held first, as for a share. Every refusal comes before anything is
+/// written.
+fn admit_in(
+    db: &dyn Sql,
+    chat: &str,
+    user: &str,
+    link: Option<&str>,
+    observers: &[Observer],
+    now: i64,
+) -> anyhow::Result<Result<(), ShareRefusal>> {
+    lock_chat(db, chat)?;
+    let Some((owner, latched)) = chat_state(db, chat)? else {
+        return Ok(Err(ShareRefusal::NoChat(chat.to_owned())));
+    };
+    if owner == user {
+        return Ok(Ok(()));
+    }
+    if latched {
+        return Ok(Err(ShareRefusal::LatchedOpen(chat.to_owned())));
+    }
+    if let Some(digest) = link {
+        let by: Option<String> = db
+            .row(
+                "SELECT created_by FROM share_links WHERE digest = ?1 AND chat = ?2",
+                args![digest, chat],
+            )?
+            .map(|r| r.get(0))
+            .transpose()?;
+        let Some(by) = by else {
+            return Ok(Err(ShareRefusal::BadLink(chat.to_owned())));
         };
-        if owner == user {
-            return Ok(Ok(()));
+        if !user_exists_in(db, user)? {
+            return Ok(Err(ShareRefusal::NoUser(user.to_owned())));
         }
-        if latched {
-            return Ok(Err(ShareRefusal::LatchedOpen(chat.to_owned())));
+        db.exec(
+            "INSERT INTO collaborators (chat, \"user\", added_by, added_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (chat, \"user\") DO NOTHING",
+            args![chat, user, format!("link from {by}"), now],
+        )?;
+    }
+    if !is_collaborator_in(db, chat, user)? {
+        return Ok(Err(ShareRefusal::NotCollaborator {
+            chat: chat.to_owned(),
+            user: user.to_owned(),
+        }));
+    }
+    db.exec(
+        "DELETE FROM observers WHERE chat = ?1 AND \"user\" = ?2",
+        args![chat, user],
+    )?;
+    db.exec(
+        "UPDATE collaborators SET verified_at = ?3 WHERE chat = ?1 AND \"user\" = ?2",
+        args![chat, user, now],
+    )?;
+    for o in observers {
+        let scope = o.scope.as_ref().map(serde_json::to_string).transpose()?;
+        db.exec(
+            "INSERT INTO observers (chat, \"user\", gatekeeper, account, scope, added_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            args![chat, user, o.gatekeeper, o.account, scope, now],
+        )?;
+    }
+    Ok(Ok(()))
+}
+
+/// Sharing as stored, written once and run on both engines (an SQLite
+/// file and a real PostgreSQL): a share, an open, an unshare and the latch
+/// change who may see and decide through the one rule (`access`); a
+/// collaborator's accounts and observers are theirs; no listing carries a
+/// credential; and a share racing the latch never leaves a locked-down
+/// chat shared.
+#[cfg(test)]
+mod on_both_engines {
+    use super::*;
+    use crate::access::{Need, Refusal};
+    use crate::store::suite::{Backend, runtime};
+    use std::time::Duration;
+
+    /// People `ann`, `bob` and `cy`; gatekeeper `g`; chats `c` and `d` of
+    /// `ann`.
+    fn people(db: &dyn Sql) -> anyhow::Result<()> {
+        for user in ["ann", "bob", "cy"] {
+            assert!(add_user_in(db, user, 0)?);
         }
-        if let Some(digest) = link {
-            let by: Option<String> = tx
-                .query_row(
-                    "SELECT created_by FROM share_links WHERE digest = ?1 AND chat = ?2",
-                    params![digest, chat],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let Some(by) = by else {
-                return Ok(Err(ShareRefusal::BadLink(chat.to_owned())));
-            };
-            if !user_exists(&tx, user)? {
-                return Ok(Err(ShareRefusal::NoUser(user.to_owned())));
+        assert!(!add_user_in(db, "ann", 1)?, "added once");
+        db.exec(
+            "INSERT INTO gatekeepers (name, digest, trust, hosts, secret, settings, manifest, added_at)
+             VALUES ('g', ?1, 'byo', '[]', NULL, '{}', '{\"tools\":[]}', 0)",
+            args!["0".repeat(64)],
+        )?;
+        for chat in ["c", "d"] {
+            db.exec(
+                "INSERT INTO chats (name, owner, created_at) VALUES (?1, 'ann', 0)",
+                args![chat],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn observer(user: &str, scope: Option<Vec<String>>) -> Observer {
+        Observer {
+            chat: "c".into(),
+            user: user.into(),
+            gatekeeper: "g".into(),
+            account: Some(format!("{user}/work")),
+            scope,
+        }
+    }
+
+    #[test]
+    fn sharing_opening_and_unsharing_change_who_may_see_and_decide() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                b.run(people).await.expect("the fixture");
+                let of = |who: &'static str| {
+                    let b = b.clone();
+                    async move { b.run(move |db| access(db, "c", who)).await.expect("access") }
+                };
+                assert_eq!(
+                    b.run(users_in).await.expect("users"),
+                    ["ann", "bob", "cy"],
+                    "{e}"
+                );
+
+                // Shared: bob sees nothing until he opens (W2).
+                let shared = b.run(|db| share_in(db, "c", "bob", "ann", false, 1)).await;
+                assert_eq!(shared.expect("share"), Ok(true), "{e}");
+                assert!(
+                    b.run(|db| is_collaborator_in(db, "c", "bob"))
+                        .await
+                        .expect("read"),
+                    "{e}"
+                );
+                assert!(!of("bob").await.may_see(), "{e}");
+                assert_eq!(
+                    of("bob").await.require(Need::See, "c", "bob"),
+                    Err(Refusal::NoSuchChat("c".into())),
+                    "{e}"
+                );
+                let scope = Some(vec!["s1".to_owned(), "s2".to_owned()]);
+                let seen = vec![observer("bob", scope.clone())];
+                let opened = b
+                    .run(move |db| admit_in(db, "c", "bob", None, &seen, 2))
+                    .await;
+                assert_eq!(opened.expect("open"), Ok(()), "{e}");
+                assert!(of("bob").await.may_see(), "{e}");
+                assert!(!of("bob").await.may_decide(), "{e}");
+                let observers = b.run(|db| observers_in(db, "c")).await.expect("read");
+                assert_eq!(observers, [observer("bob", scope.clone())], "{e}");
+
+                // Shared again: only whether he may decide changes.
+                let again = b.run(|db| share_in(db, "c", "bob", "ann", true, 3)).await;
+                assert_eq!(again.expect("share"), Ok(false), "{e}");
+                assert!(of("bob").await.may_decide(), "{e}");
+                assert_eq!(
+                    of("bob").await.require(Need::Share, "c", "bob"),
+                    Err(Refusal::OwnerOnly {
+                        chat: "c".into(),
+                        person: "bob".into()
+                    }),
+                    "{e}: sharing stays the owner's"
+                );
+                let collaborators = b.run(|db| collaborators_in(db, "c")).await.expect("read");
+                let listed: Vec<_> = collaborators
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.user.as_str(),
+                            c.added_by.as_str(),
+                            c.added_at,
+                            c.verified_at,
+                            c.may_decide,
+                        )
+                    })
+                    .collect();
+                assert_eq!(listed, [("bob", "ann", 1, Some(2), true)], "{e}");
+
+                // A failed re-verification takes his sight and observers.
+                b.run(|db| unverify_in(db, "c", "bob"))
+                    .await
+                    .expect("unverified");
+                assert!(!of("bob").await.may_see(), "{e}");
+                assert!(!of("bob").await.may_decide(), "{e}");
+                assert!(
+                    b.run(|db| observers_in(db, "c"))
+                        .await
+                        .expect("read")
+                        .is_empty(),
+                    "{e}"
+                );
+                let seen = vec![observer("bob", None)];
+                let reopened = b
+                    .run(move |db| admit_in(db, "c", "bob", None, &seen, 4))
+                    .await;
+                assert_eq!(reopened.expect("open"), Ok(()), "{e}");
+
+                // Unshared: a stranger again, his observers gone with him.
+                assert!(
+                    b.run(|db| unshare_in(db, "c", "bob"))
+                        .await
+                        .expect("unshare"),
+                    "{e}"
+                );
+                assert_eq!(
+                    of("bob").await.require(Need::See, "c", "bob"),
+                    Err(Refusal::NoSuchChat("c".into())),
+                    "{e}"
+                );
+                assert!(
+                    b.run(|db| observers_in(db, "c"))
+                        .await
+                        .expect("read")
+                        .is_empty(),
+                    "{e}: an unshared collaborator keeps no observer"
+                );
+                assert!(
+                    !b.run(|db| unshare_in(db, "c", "bob"))
+                        .await
+                        .expect("unshare"),
+                    "{e}: once"
+                );
+                let refused = b.run(|db| admit_in(db, "c", "bob", None, &[], 5)).await;
+                assert_eq!(
+                    refused.expect("open"),
+                    Err(ShareRefusal::NotCollaborator {
+                        chat: "c".into(),
+                        user: "bob".into()
+                    }),
+                    "{e}"
+                );
+
+                // Refusals, each before anything is written.
+                for (chat, user, refusal) in [
+                    ("nowhere", "bob", ShareRefusal::NoChat("nowhere".into())),
+                    ("c", "zed", ShareRefusal::NoUser("zed".into())),
+                    (
+                        "c",
+                        "ann",
+                        ShareRefusal::Owner {
+                            chat: "c".into(),
+                            user: "ann".into(),
+                        },
+                    ),
+                ] {
+                    let got = b
+                        .run(move |db| share_in(db, chat, user, "ann", false, 6))
+                        .await;
+                    assert_eq!(got.expect("share"), Err(refusal), "{e}");
+                }
+                let zed = b.run(|db| add_approver_in(db, "d", "zed", "ann", 6)).await;
+                assert_eq!(
+                    zed.expect_err("no such person").to_string(),
+                    ShareRefusal::NoUser("zed".into()).to_string(),
+                    "{e}"
+                );
+
+                // A link makes its opener a collaborator, until revoked.
+                let (link, other) = ("1".repeat(64), "2".repeat(64));
+                let l = link.clone();
+                let created = b.run(move |db| create_link_in(db, "c", &l, "ann", 7)).await;
+                assert_eq!(created.expect("link"), Ok(()), "{e}");
+                let (l, o) = (link.clone(), other.clone());
+                let opens = b
+                    .run(move |db| Ok((link_opens_in(db, "c", &l)?, link_opens_in(db, "c", &o)?)))
+                    .await;
+                assert_eq!(opens.expect("read"), (true, false), "{e}");
+                let o = other.clone();
+                let bad = b
+                    .run(move |db| admit_in(db, "c", "cy", Some(&o), &[], 8))
+                    .await;
+                assert_eq!(
+                    bad.expect("open"),
+                    Err(ShareRefusal::BadLink("c".into())),
+                    "{e}"
+                );
+                let l = link.clone();
+                let by_link = b
+                    .run(move |db| admit_in(db, "c", "cy", Some(&l), &[], 8))
+                    .await;
+                assert_eq!(by_link.expect("open"), Ok(()), "{e}");
+                let collaborators = b.run(|db| collaborators_in(db, "c")).await.expect("read");
+                let listed: Vec<_> = collaborators
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.user.as_str(),
+                            c.added_by.as_str(),
+                            c.verified_at,
+                            c.may_decide,
+                        )
+                    })
+                    .collect();
+                assert_eq!(listed, [("cy", "link from ann", Some(8), false)], "{e}");
+                assert!(of("cy").await.may_see(), "{e}");
+                assert_eq!(
+                    b.run(|db| revoke_links_in(db, "c")).await.expect("revoked"),
+                    1,
+                    "{e}"
+                );
+                let l = link.clone();
+                assert!(
+                    !b.run(move |db| link_opens_in(db, "c", &l))
+                        .await
+                        .expect("read"),
+                    "{e}"
+                );
+
+                // Locked down (O3): nobody joins, only the owner opens.
+                b.run(|db| db.exec("UPDATE chats SET latched = 1 WHERE name = 'c'", args![]))
+                    .await
+                    .expect("latched");
+                let share = b.run(|db| share_in(db, "c", "bob", "ann", false, 9)).await;
+                assert_eq!(
+                    share.expect("share"),
+                    Err(ShareRefusal::Latched("c".into())),
+                    "{e}"
+                );
+                let l = link.clone();
+                let link = b.run(move |db| create_link_in(db, "c", &l, "ann", 9)).await;
+                assert_eq!(
+                    link.expect("link"),
+                    Err(ShareRefusal::Latched("c".into())),
+                    "{e}"
+                );
+                let open = b.run(|db| admit_in(db, "c", "cy", None, &[], 9)).await;
+                assert_eq!(
+                    open.expect("open"),
+                    Err(ShareRefusal::LatchedOpen("c".into())),
+                    "{e}"
+                );
+                let owner = b.run(|db| admit_in(db, "c", "ann", None, &[], 9)).await;
+                assert_eq!(owner.expect("open"), Ok(()), "{e}");
+                assert!(!of("cy").await.may_see(), "{e}");
+                assert!(of("ann").await.may_decide(), "{e}");
+
+                // An approver decides a run's requests and sees nothing else.
+                b.run(|db| add_approver_in(db, "d", "bob", "ann", 10))
+                    .await
+                    .expect("approver");
+                let approver = b.run(|db| access(db, "d", "bob")).await.expect("access");
+                assert!(approver.may_decide_requests(), "{e}");
+                assert!(!approver.may_see(), "{e}");
             }
-            tx.execute(
-                "INSERT INTO collaborators (chat, user, added_by, added_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (chat, user) DO NOTHING",
-                params![chat, user, format!("link from {by}"), now_ms()],
-            )?;
-        }
-        let collaborator: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM collaborators WHERE chat = ?1 AND user = ?2)",
-            params![chat, user],
-            |r| r.get(0),
-        )?;
-        if !collaborator {
-            return Ok(Err(ShareRefusal::NotCollaborator {
-                chat: chat.to_owned(),
-                user: user.to_owned(),
-            }));
-        }
-        tx.execute(
-            "DELETE FROM observers WHERE chat = ?1 AND user = ?2",
-            params![chat, user],
-        )?;
-        tx.execute(
-            "UPDATE collaborators SET verified_at = ?3 WHERE chat = ?1 AND user = ?2",
-            params![chat, user, now_ms()],
-        )?;
-        for o in observers {
-            let scope = o.scope.as_ref().map(serde_json::to_string).transpose()?;
-            tx.execute(
-                "INSERT INTO observers (chat, user, gatekeeper, account, scope, added_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![chat, user, o.gatekeeper, o.account, scope, now_ms()],
-            )?;
-        }
-        tx.commit()?;
-        Ok(Ok(()))
+        });
+    }
+
+    #[test]
+    fn accounts_keep_one_default_and_no_listing_carries_a_credential() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                b.run(people).await.expect("the fixture");
+                let connect = |user: &'static str, label: String, default: bool| {
+                    let b = b.clone();
+                    async move {
+                        b.run(move |db| {
+                            let credential = format!("credential-of-{user}-{label}");
+                            connect_account_in(db, user, "g", &label, &credential, default, 1)
+                        })
+                        .await
+                        .expect("connected")
+                    }
+                };
+                assert!(
+                    connect("bob", "work".into(), false).await.is_default,
+                    "{e}: the first"
+                );
+                assert!(
+                    !connect("bob", "home".into(), false).await.is_default,
+                    "{e}"
+                );
+                let chosen = |label: Option<&'static str>| {
+                    let b = b.clone();
+                    async move {
+                        b.run(move |db| account_credential_in(db, "bob", "g", label))
+                            .await
+                            .expect("read")
+                            .map(|(a, credential)| (a.label, credential))
+                    }
+                };
+                assert_eq!(
+                    chosen(None).await,
+                    Some(("work".into(), "credential-of-bob-work".into())),
+                    "{e}"
+                );
+                assert_eq!(
+                    chosen(Some("home")).await,
+                    Some(("home".into(), "credential-of-bob-home".into())),
+                    "{e}"
+                );
+                assert_eq!(chosen(Some("none")).await, None, "{e}");
+                assert!(connect("bob", "home".into(), true).await.is_default, "{e}");
+                assert_eq!(chosen(None).await.map(|c| c.0), Some("home".into()), "{e}");
+                connect("ann", "main".into(), false).await;
+
+                let mine = b
+                    .run(|db| accounts_in(db, Some("bob")))
+                    .await
+                    .expect("read");
+                let listed: Vec<_> = mine.iter().map(|a| (a.id(), a.is_default)).collect();
+                assert_eq!(
+                    listed,
+                    [
+                        ("bob/home".to_owned(), true),
+                        ("bob/work".to_owned(), false)
+                    ],
+                    "{e}: the default first"
+                );
+                let all = b.run(|db| accounts_in(db, None)).await.expect("read");
+                let ids: Vec<_> = all.iter().map(Account::id).collect();
+                assert_eq!(ids, ["ann/main", "bob/home", "bob/work"], "{e}");
+                let shown = serde_json::to_string(&all).expect("json");
+                assert!(!shown.contains("credential-of"), "{e}: {shown}");
+
+                // Connected at once, each holding its transaction open a
+                // while: one of them becomes the default.
+                let racers: Vec<_> = (0..4)
+                    .map(|n| {
+                        let b = b.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| {
+                                let label = format!("l{n}");
+                                let a = connect_account_in(db, "cy", "g", &label, "c", false, 1)?;
+                                std::thread::sleep(Duration::from_millis(200));
+                                Ok(a)
+                            })
+                            .await
+                        })
+                    })
+                    .collect();
+                let mut defaults = 0;
+                for r in racers {
+                    let a = r.await.expect("joined").expect("connected");
+                    defaults += usize::from(a.is_default);
+                }
+                let stored = b.run(|db| accounts_in(db, Some("cy"))).await.expect("read");
+                let stored = stored.iter().filter(|a| a.is_default).count();
+                assert_eq!((defaults, stored), (1, 1), "{e}: one default");
+            }
+        });
+    }
+
+    /// The latch's check (`is_shared`, then the latch in the same
+    /// transaction) and a share, at once, in either order: a locked-down
+    /// chat never ends shared (SPEC O3). Each holds its transaction open a
+    /// while so the other runs meanwhile.
+    #[test]
+    fn a_share_and_the_latch_at_once_never_leave_a_locked_down_chat_shared() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                b.run(people).await.expect("the fixture");
+                for (chat, latch_first) in [("c", true), ("d", false)] {
+                    let hold = |first: bool| Duration::from_millis(if first { 400 } else { 0 });
+                    let latcher = {
+                        let b = b.clone();
+                        async move {
+                            b.run(move |db| {
+                                let shared = is_shared(db, chat)?;
+                                std::thread::sleep(hold(latch_first));
+                                if !shared {
+                                    db.exec(
+                                        "UPDATE chats SET latched = 1 WHERE name = ?1",
+                                        args![chat],
+                                    )?;
+                                }
+                                Ok(!shared)
+                            })
+                            .await
+                            .expect("the latch")
+                        }
+                    };
+                    let sharer = {
+                        let b = b.clone();
+                        async move {
+                            b.run(move |db| {
+                                let shared = share_in(db, chat, "bob", "ann", false, 1)?;
+                                std::thread::sleep(hold(!latch_first));
+                                Ok(shared)
+                            })
+                            .await
+                            .expect("the share")
+                        }
+                    };
+                    let (latched, shared) = if latch_first {
+                        let l = tokio::spawn(latcher);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let s = tokio::spawn(sharer);
+                        (l.await.expect("joined"), s.await.expect("joined"))
+                    } else {
+                        let s = tokio::spawn(sharer);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let l = tokio::spawn(latcher);
+                        (l.await.expect("joined"), s.await.expect("joined"))
+                    };
+                    let state = b
+                        .run(move |db| {
+                            Ok((chat_state(db, chat)?, is_collaborator_in(db, chat, "bob")?))
+                        })
+                        .await
+                        .expect("read");
+                    let (stored_latch, stored_share) = (state.0.is_some_and(|s| s.1), state.1);
+                    assert!(
+                        !(stored_latch && stored_share),
+                        "{e}: chat {chat} (latch first: {latch_first}) is locked down and shared"
+                    );
+                    assert_eq!(
+                        (latched, shared == Ok(true)),
+                        (stored_latch, stored_share),
+                        "{e}: chat {chat}: what each was told is what was stored"
+                    );
+                    assert!(
+                        latched != (shared == Ok(true)),
+                        "{e}: chat {chat}: one of them"
+                    );
+                }
+            }
+        });
     }
 }
