@@ -309,10 +309,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             .map(|()| true),
         Command::Check => {
             kernel.check_integrity().await?;
-            outln!(
-                "the state database {} is intact",
-                kernel.state_path().display()
-            );
+            outln!("the state database {} is intact", kernel.state_location());
             Ok(true)
         }
         Command::Web(cmd) => web::execute(kernel, cmd).await,

@@ -370,9 +370,10 @@ impl Kernel {
         self.store().run(|s| s.check_integrity()).await
     }
 
-    /// The state database's file.
-    pub fn state_path(&self) -> &std::path::Path {
-        self.store().path()
+    /// Where the deployment's database is, to be shown: the home's file,
+    /// or the shared database's URL without its password.
+    pub fn state_location(&self) -> String {
+        self.store().location()
     }
 
     /// The schema version of the state database (opening it migrated it

@@ -72,7 +72,7 @@ impl Kernel {
             .run(move |s| s.in_flight(|owner| k.is_alive(owner)))
             .await?;
         Ok(Status {
-            database: self.state_path().display().to_string(),
+            database: self.state_location(),
             schema: self.state_schema()?,
             in_flight,
         })

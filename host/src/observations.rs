@@ -113,9 +113,7 @@ async fn record(
         audit,
     };
     // Right here when the database is free (the read path's one commit).
-    store
-        .run_now(move |c| crate::store::observe_in(c, &o))
-        .await
+    store.observe_now(o).await
 }
 
 /// Record that an applied action's result was handed to the gadget (A4):

@@ -93,13 +93,13 @@ pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool>
         DbCmd::Migrate { json } => {
             let schema = kernel.state_schema()?;
             let record = serde_json::json!({
-                "database": kernel.state_path().display().to_string(),
+                "database": kernel.state_location(),
                 "now": schema,
             });
             print_record(&record, json, |_| {
                 outln!(
                     "the state database {} is at schema {schema}",
-                    kernel.state_path().display()
+                    kernel.state_location()
                 );
             })?;
         }

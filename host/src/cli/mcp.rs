@@ -66,7 +66,7 @@ pub async fn execute(kernel: &Kernel, cmd: McpCmd, me: &str) -> anyhow::Result<b
                         _ = super::web::shutdown_signal() => None,
                         _ = kernel.state_vanished() => Some(Err(anyhow::anyhow!(
                             "the state database {} was removed or replaced while serving; the MCP server stopped",
-                            kernel.state_path().display()
+                            kernel.state_location()
                         ))),
                     };
                     server.stop().await;

@@ -98,7 +98,7 @@ async fn serve(kernel: &Kernel, port: u16, notify_every: u64) -> anyhow::Result<
         Stop::Asked => Ok(()),
         Stop::Vanished => bail!(
             "the state database {} was removed or replaced while serving; the inbox stopped so that nothing more is written to a file nobody will read (restore the database, then start `serve` again)",
-            kernel.state_path().display()
+            kernel.state_location()
         ),
     }
 }

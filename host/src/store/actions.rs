@@ -603,8 +603,23 @@ impl Store {
     /// that one refusal never undoes another's row. The caps are checked
     /// inside that transaction, row by row, so a batch can never overfill
     /// a chat.
+    ///
+    /// On a shared database each stage is a transaction of its own, and
+    /// the database's own group commit makes many at once cheap; two
+    /// stagers of one chat take turns on its row ([`stages::admit`]).
     pub async fn stage(&self, a: &NewAction) -> Result<i64, StageError> {
         let args = self.admissible(a).await?;
+        if self.is_shared() {
+            let a = a.clone();
+            return self
+                .run(move |s| {
+                    Ok(s.write_durable(|db| {
+                        stages::admit(db, &a.chat)?;
+                        stages::insert(db, &a, &args, None, None)
+                    }))
+                })
+                .await?;
+        }
         self.join_group(Some((a.clone(), args))).await
     }
 
@@ -616,7 +631,12 @@ impl Store {
     async fn admissible(&self, a: &NewAction) -> Result<String, StageError> {
         let args = validate_args(&a.args)?;
         let chat = a.chat.clone();
-        let open = self.read_now(move |c| stages::open_count(c, &chat)).await?;
+        let open = if self.is_shared() {
+            self.run(move |s| s.with(|db| stages::open_count(db, &chat)))
+                .await?
+        } else {
+            self.read_now(move |c| stages::open_count(c, &chat)).await?
+        };
         if open >= MAX_OPEN_ACTIONS {
             return Err(StageError::TooManyOpen(open));
         }
@@ -628,6 +648,10 @@ impl Store {
     /// What a turn staged in place ([`Store::stage_now`]) is durable once
     /// this returns.
     pub async fn sync(&self) -> anyhow::Result<()> {
+        if self.is_shared() {
+            // Every commit of a shared database is durable when it returns.
+            return Ok(());
+        }
         self.join_group(None).await.map(drop).map_err(|e| match e {
             StageError::Store(e) => e,
             other => anyhow::anyhow!(other),
@@ -642,7 +666,7 @@ impl Store {
     async fn join_group(&self, stage: Option<(NewAction, String)>) -> Result<i64, StageError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let start = {
-            let mut queue = lock_queue(&self.staging);
+            let mut queue = lock_queue(&self.home()?.staging);
             queue.waiting.push(QueuedStage {
                 action: stage,
                 answer,
@@ -675,11 +699,14 @@ impl Store {
                 }
             }
         }
-        let _unwinding = Unwinding(&self.staging);
+        let Ok(home) = self.home() else {
+            return;
+        };
+        let _unwinding = Unwinding(&home.staging);
         loop {
-            let mut conn = self.lock();
+            let mut conn = home.lock();
             let batch = {
-                let mut queue = lock_queue(&self.staging);
+                let mut queue = lock_queue(&home.staging);
                 if queue.waiting.is_empty() {
                     queue.committing = false;
                     return;
@@ -699,6 +726,14 @@ impl Store {
     /// the same transaction, and the same refusal of a full chat from a
     /// read first.
     pub async fn stage_now(&self, a: &NewAction) -> anyhow::Result<Result<i64, StageError>> {
+        if self.is_shared() {
+            // No in-place stage on a shared database: each is durable.
+            return match self.stage(a).await {
+                Ok(id) => Ok(Ok(id)),
+                Err(StageError::Store(e)) => Err(e),
+                Err(refused) => Ok(Err(refused)),
+            };
+        }
         let args = match self.admissible(a).await {
             Ok(args) => args,
             Err(StageError::Store(e)) => return Err(e),
@@ -1899,6 +1934,126 @@ mod on_both_engines {
                         other => panic!("{name}: decisions recorded {other:?}"),
                     }
                 }
+            }
+        });
+    }
+
+    /// The same `Store` methods the kernel calls, on a store opened on
+    /// either engine: resolution, staging up to the cap by concurrent
+    /// stagers, a claim taken once, an outcome, a rejection that a
+    /// stranger may not make, and the ledger read back.
+    #[test]
+    fn a_store_on_either_engine_serves_a_chat_through_the_same_methods() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let e = backend.name();
+                backend.run(shared_chat).await.expect("the chat");
+                let store = backend.store();
+                let (resolved, _) = store
+                    .run(|s| s.resolve("c", "K", "ann"))
+                    .await
+                    .expect("resolved")
+                    .unwrap_or_else(|u| panic!("{e}: {u:?}"));
+                let a = NewAction {
+                    chat: "c".into(),
+                    principal: Principal::person("ann"),
+                    gadget: None,
+                    key: "K".into(),
+                    gatekeeper: "g".into(),
+                    tool: "send".into(),
+                    classified_by: "default",
+                    trust: Trust::Byo,
+                    args: "{}".into(),
+                    await_decision: false,
+                    provisional: None,
+                    facts: Facts::of(&resolved, "send").expect("facts"),
+                };
+                let stagers: Vec<_> = (0..MAX_OPEN_ACTIONS + 5)
+                    .map(|_| {
+                        let (store, a) = (store.clone(), a.clone());
+                        tokio::spawn(async move { store.stage(&a).await })
+                    })
+                    .collect();
+                let (mut staged, mut full) = (Vec::new(), 0);
+                for t in stagers {
+                    match t.await.expect("joined") {
+                        Ok(id) => staged.push(id),
+                        Err(StageError::TooManyOpen(_)) => full += 1,
+                        Err(other) => panic!("{e}: {other}"),
+                    }
+                }
+                assert_eq!(
+                    (staged.len(), full),
+                    (MAX_OPEN_ACTIONS as usize, 5),
+                    "{e}: the cap holds"
+                );
+                staged.sort_unstable();
+                let pending = store.run(|s| s.pending_in("c")).await.expect("pending");
+                let ids: Vec<i64> = pending.iter().map(|a| a.id).collect();
+                assert_eq!(ids, staged, "{e}");
+
+                let (first, second) = (staged[0], staged[1]);
+                let claimed = store
+                    .run(move |s| s.claim(first, &ClaimBy::Person("bob".into()), "host-1"))
+                    .await
+                    .expect("claim");
+                assert!(claimed.is_ok(), "{e}: bob may decide");
+                let again = store
+                    .run(move |s| s.claim(first, &ClaimBy::Person("ann".into()), "host-2"))
+                    .await
+                    .expect("claim");
+                assert!(again.is_err(), "{e}: claimed twice");
+                store
+                    .run(move |s| s.finish_applied(first, "{\"ok\":true}"))
+                    .await
+                    .expect("finished");
+                let stranger = store
+                    .run(move |s| s.reject(second, "eve"))
+                    .await
+                    .expect("reject");
+                assert!(
+                    matches!(stranger, Err(ClaimRefusal::NoSuchAction(_))),
+                    "{e}: a stranger learns nothing"
+                );
+                let rejected = store
+                    .run(move |s| s.reject(second, "ann"))
+                    .await
+                    .expect("reject");
+                assert!(rejected.is_ok(), "{e}");
+                let state = |id| {
+                    let store = store.clone();
+                    async move {
+                        store
+                            .run(move |s| s.action(id))
+                            .await
+                            .expect("read")
+                            .map(|a| a.state)
+                    }
+                };
+                assert_eq!(
+                    (state(first).await, state(second).await),
+                    (Some(ActionState::Applied), Some(ActionState::Rejected)),
+                    "{e}"
+                );
+                let ledger = store
+                    .run(|s| {
+                        s.ledger(&crate::store::LedgerFilter {
+                            chat: Some("c".into()),
+                            ..Default::default()
+                        })
+                    })
+                    .await
+                    .expect("the ledger");
+                assert_eq!(ledger.len(), MAX_OPEN_ACTIONS as usize, "{e}");
+                assert_eq!(
+                    ledger
+                        .iter()
+                        .find(|l| l.id == first)
+                        .and_then(|l| l.resolved_by.clone()),
+                    Some("bob".into()),
+                    "{e}"
+                );
+                assert!(store.stage(&a).await.is_ok(), "{e}: two closed, room again");
             }
         });
     }

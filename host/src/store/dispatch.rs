@@ -159,6 +159,33 @@ impl Resolutions {
         kept.insert(call, (epoch, r.clone()));
     }
 
+    /// [`Resolutions::resolve`] in the caller's transaction on any engine.
+    /// The epoch is read before what it covers: under READ COMMITTED a
+    /// change committed between the two makes what is kept newer than its
+    /// epoch, never older, and the next call, seeing the epoch moved,
+    /// resolves again.
+    pub(crate) fn resolve_on(
+        &self,
+        db: &dyn Sql,
+        chat: &str,
+        key: &str,
+        person: &str,
+    ) -> anyhow::Result<Result<Resolved, Unresolved>> {
+        let call = (chat.to_owned(), key.to_owned(), person.to_owned());
+        let epoch: i64 = db
+            .row("SELECT n FROM policy_epoch WHERE id = 1", args![])?
+            .ok_or_else(|| anyhow::anyhow!("the database has no policy epoch"))?
+            .get(0)?;
+        if let Some(r) = self.kept(&call, epoch) {
+            return Ok(Ok(r));
+        }
+        let resolved = resolve(db, chat, key, person)?;
+        if let Ok(r) = &resolved {
+            self.keep(call, epoch, r);
+        }
+        Ok(resolved)
+    }
+
     /// [`resolve`], reusing what was resolved under the current epoch. A
     /// miss resolves in one read transaction that also reads the epoch, so
     /// what is kept is kept under the epoch it was true at.
@@ -376,6 +403,8 @@ mod tests {
             .unwrap();
         store.share("c", "bob", "ann", false).unwrap().unwrap();
         store
+            .home()
+            .expect("the home")
             .lock()
             .execute(
                 "INSERT INTO observers (chat, user, gatekeeper, account, added_at)
@@ -455,6 +484,8 @@ mod tests {
         let third = store.resolve("c", "K", "bob").unwrap().unwrap().0;
         assert!(third.collaborators.is_empty(), "{:?}", third.collaborators);
         store
+            .home()
+            .expect("the home")
             .lock()
             .execute("DELETE FROM introductions WHERE chat = 'c'", [])
             .unwrap();

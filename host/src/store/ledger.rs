@@ -3,7 +3,6 @@
 use super::sql::{Row, Sql, args};
 use super::words::LedgerKind;
 use super::{Store, now_ms};
-use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
 /// A read about to hand data to a gadget (SPEC O1).
@@ -116,7 +115,19 @@ impl Store {
     /// Record an observation. The caller hands the data over only if this
     /// returns `Ok` (SPEC O1).
     pub fn observe(&self, o: &NewObservation) -> anyhow::Result<super::Observed> {
-        observe_in(&mut self.lock(), o)
+        if self.is_shared() {
+            return self.write(|db| observe_tx(db, o));
+        }
+        observe_in(&mut self.home()?.lock(), o)
+    }
+
+    /// [`Store::observe`] on the read path: on the home's connection right
+    /// here when it is free (see [`Store::run_now`]), the read's one commit.
+    pub async fn observe_now(&self, o: NewObservation) -> anyhow::Result<super::Observed> {
+        if self.is_shared() {
+            return self.run(move |s| s.observe(&o)).await;
+        }
+        self.run_now(move |c| observe_in(c, &o)).await
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
@@ -131,7 +142,9 @@ impl Store {
     }
 }
 
-/// The entries `f` selects, but for its `chats` list.
+/// The entries `f` selects, but for its `chats` list. An optional
+/// filter is `CAST(?N AS type) IS NULL OR ...`: PostgreSQL must be told the
+/// type of an argument that is only compared with NULL.
 fn ledger_in(db: &dyn Sql, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
     if let Some(person) = &f.approved_by {
         // Everything a person approved, from the decision history: it
@@ -144,8 +157,8 @@ fn ledger_in(db: &dyn Sql, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>>
                     COALESCE(l.created_at, d.at), d.at, l.finished_at, l.account, l.hook
              FROM decisions d LEFT JOIN ledger l ON l.id = d.action
              WHERE d.by = ?1 AND d.decision = 'approved'
-               AND (?2 IS NULL OR d.chat = ?2)
-               AND (?3 IS NULL OR l.hook = ?3)
+               AND (CAST(?2 AS TEXT) IS NULL OR d.chat = ?2)
+               AND (CAST(?3 AS BIGINT) IS NULL OR l.hook = ?3)
              ORDER BY d.action, d.id",
             args![person, f.chat, f.hook],
         )?;
@@ -161,12 +174,12 @@ fn ledger_in(db: &dyn Sql, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>>
                 state, auto_approved, resolved_by, retryable, error, note, sources, action_ref,
                 created_at, decided_at, finished_at, account, hook
          FROM ledger
-         WHERE (?1 IS NULL OR chat = ?1)
-           AND (?2 IS NULL OR kind = ?2)
+         WHERE (CAST(?1 AS TEXT) IS NULL OR chat = ?1)
+           AND (CAST(?2 AS TEXT) IS NULL OR kind = ?2)
            AND (?3 = 0 OR (kind = 'observation' AND classified_by = 'server-annotation'))
            AND (?4 = 0 OR auto_approved = 1)
-           AND (?5 IS NULL OR (kind = 'observation' AND gadget = ?5))
-           AND (?6 IS NULL OR (kind = 'hook' AND id = ?6) OR hook = ?6)
+           AND (CAST(?5 AS TEXT) IS NULL OR (kind = 'observation' AND gadget = ?5))
+           AND (CAST(?6 AS BIGINT) IS NULL OR (kind = 'hook' AND id = ?6) OR hook = ?6)
          ORDER BY id",
         args![
             f.chat,
@@ -211,78 +224,94 @@ fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
     })
 }
 
-/// [`Store::observe`] on a connection the caller holds.
-pub(crate) fn observe_in(
+/// [`Store::observe`] on the home's connection, which the caller holds.
+fn observe_in(
     conn: &mut rusqlite::Connection,
     o: &NewObservation,
 ) -> anyhow::Result<super::Observed> {
-    let restricted = serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
-        .iter()
-        .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true)));
     // A plain read writes one row, and one statement is its own
     // transaction: a BEGIN and a COMMIT around it would cost two more
     // statements on the read path (issue 17).
-    if !restricted && o.action_ref.is_none() && o.audit.is_none() {
-        return Ok(super::Observed::Recorded(insert_observation(conn, o)?));
+    if !needs_transaction(o)? {
+        return Ok(super::Observed::Recorded(insert_observation(&*conn, o)?));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let observed = observe_tx(&tx, o)?;
+    tx.commit()?;
+    Ok(observed)
+}
+
+/// Whether recording `o` takes more than its one row: owner-only data
+/// (which latches), a hand-over (recorded once), or a workflow's audit row.
+fn needs_transaction(o: &NewObservation) -> anyhow::Result<bool> {
+    Ok(restricted(o)? || o.action_ref.is_some() || o.audit.is_some())
+}
+
+/// Whether `o` names a source marked owner-only.
+fn restricted(o: &NewObservation) -> anyhow::Result<bool> {
+    Ok(serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
+        .iter()
+        .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true))))
+}
+
+/// Record `o` in the caller's writing transaction, on either engine.
+fn observe_tx(db: &dyn Sql, o: &NewObservation) -> anyhow::Result<super::Observed> {
+    let restricted = restricted(o)?;
     // Owner-only data is never admitted into a shared chat (SPEC O3);
     // checked in the transaction that would latch, so a concurrent
     // `share` either sees the latch or makes this read refused.
-    if restricted && super::sharing::is_shared(&tx, &o.chat)? {
+    if restricted && super::sharing::is_shared(db, &o.chat)? {
         return Ok(super::Observed::RestrictedInSharedChat);
     }
     // A hand-over is recorded once per action and caller: polling a
     // finished action again observes nothing new (SPEC A4).
     if let Some(action) = o.action_ref {
-        let first: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM ledger WHERE kind = 'observation' AND action_ref = ?1
-                   AND caller = ?2 AND chat = ?3 ORDER BY id LIMIT 1",
-                params![action, o.principal.label(), o.chat],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if let Some(id) = first {
-            return Ok(super::Observed::Recorded(id));
+        let first = db.row(
+            "SELECT id FROM ledger WHERE kind = 'observation' AND action_ref = ?1
+               AND caller = ?2 AND chat = ?3 ORDER BY id LIMIT 1",
+            args![action, o.principal.label(), o.chat],
+        )?;
+        if let Some(first) = first {
+            return Ok(super::Observed::Recorded(first.get(0)?));
         }
     }
-    let id = insert_observation(&tx, o)?;
+    let id = insert_observation(db, o)?;
     if let Some(a) = &o.audit {
-        super::workflows::insert_invocation(&tx, &a.allowed())?;
+        super::workflows::insert_invocation(db, &a.allowed())?;
     }
     // The latch and the observation are written together (SPEC O3).
     if restricted {
-        tx.execute("UPDATE chats SET latched = 1 WHERE name = ?1", [&o.chat])?;
+        db.exec(
+            "UPDATE chats SET latched = 1 WHERE name = ?1",
+            args![o.chat],
+        )?;
     }
-    tx.commit()?;
     Ok(super::Observed::Recorded(id))
 }
 
 /// The observation's ledger row; its id.
-fn insert_observation(conn: &rusqlite::Connection, o: &NewObservation) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
+fn insert_observation(db: &dyn Sql, o: &NewObservation) -> anyhow::Result<i64> {
+    db.insert(
         "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, classified_by,
            trust, sources, account, action_ref, result_bytes, created_at, hook)
          VALUES (?1, 'observation', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-    )?
-    .execute(params![
-        o.chat,
-        o.principal.label(),
-        o.principal.acting_for(),
-        o.gadget,
-        o.gatekeeper,
-        o.tool,
-        o.classified_by,
-        o.trust.as_str(),
-        o.sources,
-        o.account,
-        o.action_ref,
-        o.result_bytes as i64,
-        now_ms(),
-        o.principal.hook()
-    ])?;
-    Ok(conn.last_insert_rowid())
+        args![
+            o.chat,
+            o.principal.label(),
+            o.principal.acting_for(),
+            o.gadget,
+            o.gatekeeper,
+            o.tool,
+            o.classified_by,
+            o.trust.as_str(),
+            o.sources,
+            o.account,
+            o.action_ref,
+            o.result_bytes as i64,
+            now_ms(),
+            o.principal.hook()
+        ],
+    )
 }
 
 impl Store {

@@ -39,7 +39,6 @@ pub use actions::{
 pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
-pub(crate) use ledger::observe_in;
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
 pub use notices::NoticeTarget;
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
@@ -144,23 +143,41 @@ impl std::fmt::Display for Damaged {
 
 impl std::error::Error for Damaged {}
 
-/// A handle on the state database, cheap to clone. Crate-private: only the
-/// kernel holds one, and surfaces reach the state only through the kernel
-/// (issue 11: no public store handle).
+/// A handle on the deployment's database, cheap to clone. Crate-private:
+/// only the kernel holds one, and surfaces reach the state only through the
+/// kernel (issue 11: no public store handle).
 #[derive(Clone)]
 pub(crate) struct Store {
-    conn: Arc<Mutex<Connection>>,
+    db: Db,
+    /// What this process resolved, per policy epoch (see
+    /// [`dispatch::Resolutions`]).
+    resolutions: Arc<dispatch::Resolutions>,
+}
+
+/// Which database holds the deployment: every store method reaches it
+/// through [`Store::with`] and [`Store::write`], which are the only places
+/// that tell the two apart, but for the embedded file's own fast paths
+/// (the group commit, the in-place read path), which are kept beside them.
+#[derive(Clone)]
+enum Db {
+    /// The embedded SQLite file in the home (the default).
+    Home(Arc<Home>),
+    /// A shared PostgreSQL database that several hosts serve from (issue
+    /// 15).
+    Shared(postgres::Shared),
+}
+
+/// The embedded file and this process's connections to it.
+pub(crate) struct Home {
+    pub(super) conn: Mutex<Connection>,
     /// Read-only connections for the read path (resolve, the cap's
     /// pre-check), opened on first use. In WAL mode a reader never waits
     /// for the writer, so a read does not queue behind a durable commit's
     /// fsync on `conn` (issue 17: with one connection, 64 concurrent
     /// stagers serialised on it and staged slower than bare commits).
-    readers: Arc<[Mutex<Option<Connection>>]>,
-    /// What this process resolved, per policy epoch (see
-    /// [`dispatch::Resolutions`]).
-    resolutions: Arc<dispatch::Resolutions>,
+    readers: Box<[Mutex<Option<Connection>>]>,
     /// Stages waiting for the next group commit (see [`Store::stage`]).
-    staging: Arc<Mutex<actions::StagingQueue>>,
+    pub(super) staging: Mutex<actions::StagingQueue>,
     path: PathBuf,
     /// The file opened (device and inode), to notice it was removed or
     /// replaced under a long-running process.
@@ -272,27 +289,67 @@ impl Store {
         .map_err(corrupt)?;
         migrate(&mut conn, path)?;
         Ok(Store {
-            conn: Arc::new(Mutex::new(conn)),
-            readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
+            db: Db::Home(Arc::new(Home {
+                conn: Mutex::new(conn),
+                readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
+                staging: Mutex::default(),
+                path: path.to_owned(),
+                identity: identity(path),
+            })),
             resolutions: Arc::default(),
-            staging: Arc::default(),
-            path: path.to_owned(),
-            identity: identity(path),
         })
     }
 
+    /// The store of a deployment held in the shared database behind
+    /// `shared` (migrated to this binary's schema: [`postgres::Shared::open`]
+    /// refuses any other).
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "a host serves from the shared database once the kernel opens it; until then the store's suites do"
+        )
+    )]
+    pub(crate) fn on_shared(shared: postgres::Shared) -> Store {
+        Store {
+            db: Db::Shared(shared),
+            resolutions: Arc::default(),
+        }
+    }
+
+    /// Whether the deployment is held in a shared database.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self.db, Db::Shared(_))
+    }
+
+    /// The embedded file, for what only it has (its integrity check, its
+    /// group commit, its in-place read path); an error on a shared
+    /// database, whose callers take another way before asking.
+    pub(super) fn home(&self) -> anyhow::Result<&Home> {
+        match &self.db {
+            Db::Home(home) => Ok(home),
+            Db::Shared(_) => anyhow::bail!(
+                "this needs the home's embedded database, and this host serves from a shared one"
+            ),
+        }
+    }
+
     /// Check every page of the database (`PRAGMA quick_check`); a
-    /// [`Damaged`] error that says what to do when it is damaged.
+    /// [`Damaged`] error that says what to do when it is damaged. A shared
+    /// database checks its own pages.
     pub fn check_integrity(&self) -> anyhow::Result<()> {
-        let conn = self.lock();
+        let Db::Home(home) = &self.db else {
+            return Ok(());
+        };
+        let conn = home.lock();
         let mut st = conn.prepare("PRAGMA quick_check(5)")?;
         let found = st
             .query_map([], |r| r.get::<_, String>(0))?
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| open_error(&self.path, e, system_error(&conn)))?;
+            .map_err(|e| open_error(&home.path, e, system_error(&conn)))?;
         if found.iter().any(|f| f != "ok") {
             return Err(Damaged {
-                path: self.path.clone(),
+                path: home.path.clone(),
                 findings: found,
             }
             .into());
@@ -300,23 +357,41 @@ impl Store {
         Ok(())
     }
 
-    /// The schema version the database is at (`PRAGMA user_version`).
+    /// The schema version the database is at (`PRAGMA user_version`, or
+    /// the shared database's migration history).
     pub fn schema_version(&self) -> anyhow::Result<i64> {
-        Ok(self
-            .lock()
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+        match &self.db {
+            Db::Home(home) => Ok(home
+                .lock()
+                .query_row("PRAGMA user_version", [], |r| r.get(0))?),
+            Db::Shared(_) => self.with(|db| {
+                db.row(
+                    "SELECT CAST(COALESCE(max(version), 0) AS BIGINT) FROM gatehouse_schema_history",
+                    sql::args![],
+                )?
+                .map_or(Ok(0), |r| r.get(0))
+            }),
+        }
     }
 
     /// Whether the file this store opened is still the one at its path.
     /// A removed or replaced database keeps working for the process that
-    /// opened it, writing into a file nobody will read again.
+    /// opened it, writing into a file nobody will read again. A shared
+    /// database has no file here.
     pub fn still_on_disk(&self) -> bool {
-        self.identity.is_some() && identity(&self.path) == self.identity
+        match &self.db {
+            Db::Home(home) => home.identity.is_some() && identity(&home.path) == home.identity,
+            Db::Shared(_) => true,
+        }
     }
 
     /// Returns once the database file was removed or replaced (checked
-    /// every two seconds): a long-running process must stop then.
+    /// every two seconds): a long-running process must stop then. Never,
+    /// for a shared database.
     pub async fn vanished(&self) {
+        if let Db::Shared(_) = self.db {
+            return std::future::pending().await;
+        }
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
             if !self.still_on_disk() {
@@ -325,9 +400,13 @@ impl Store {
         }
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the deployment's database is, to be shown: the home's file,
+    /// or the shared database's URL without its password.
+    pub fn location(&self) -> String {
+        match &self.db {
+            Db::Home(home) => home.path.display().to_string(),
+            Db::Shared(shared) => shared.url().to_string(),
+        }
     }
 
     /// Run `f` on a blocking thread: SQLite never runs on the async executor.
@@ -359,7 +438,7 @@ impl Store {
         T: Send + 'static,
         F: Fn(&mut Connection) -> anyhow::Result<T> + Send + Sync + 'static,
     {
-        if let Ok(mut conn) = self.conn.try_lock() {
+        if let Ok(mut conn) = self.home()?.conn.try_lock() {
             conn.busy_timeout(Duration::ZERO)?;
             let done = f(&mut conn);
             conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -368,10 +447,7 @@ impl Store {
                 done => return done,
             }
         }
-        let store = self.clone();
-        tokio::task::spawn_blocking(move || f(&mut store.lock()))
-            .await
-            .context("a state database task panicked")?
+        self.run(move |s| f(&mut s.home()?.lock())).await
     }
 
     /// Run the read-only `f` on a reader connection: in place when one is
@@ -379,14 +455,30 @@ impl Store {
     /// else on a blocking thread that may wait. `f` sees what was committed
     /// before it began; it cannot write (the connection is opened
     /// read-only), so running it again after a busy attempt is harmless.
+    /// On a shared database, `f` runs in a transaction of its own on a
+    /// blocking thread.
     pub async fn read_now<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&dyn Sql) -> anyhow::Result<T> + Send + Sync + 'static,
+    {
+        if self.is_shared() {
+            return self.run(move |s| s.with(|db| f(db))).await;
+        }
+        self.read_home(move |c| f(c)).await
+    }
+
+    /// [`Store::read_now`] on the home's readers, with the connection
+    /// itself (for what only SQLite has: the kept resolution's snapshot).
+    async fn read_home<T, F>(&self, f: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> anyhow::Result<T> + Send + Sync + 'static,
     {
-        for slot in self.readers.iter() {
+        let home = self.home()?;
+        for slot in home.readers.iter() {
             if let Ok(mut reader) = slot.try_lock() {
-                let conn = self.reader_in(&mut reader)?;
+                let conn = home.reader_in(&mut reader)?;
                 conn.busy_timeout(Duration::ZERO)?;
                 let done = f(conn);
                 conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -396,36 +488,20 @@ impl Store {
                 }
             }
         }
-        let store = self.clone();
-        tokio::task::spawn_blocking(move || store.read(f))
-            .await
-            .context("a state database task panicked")?
+        self.run(move |s| s.read(f)).await
     }
 
-    /// Run the read-only `f` on a reader connection, waiting for one.
+    /// Run the read-only `f` on a reader connection of the home's file,
+    /// waiting for one.
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> anyhow::Result<T>) -> anyhow::Result<T> {
-        for slot in self.readers.iter() {
+        let home = self.home()?;
+        for slot in home.readers.iter() {
             if let Ok(mut reader) = slot.try_lock() {
-                return f(self.reader_in(&mut reader)?);
+                return f(home.reader_in(&mut reader)?);
             }
         }
-        let mut reader = self.readers[0].lock().unwrap_or_else(|e| e.into_inner());
-        f(self.reader_in(&mut reader)?)
-    }
-
-    /// The reader in `slot`, opened now if it was not yet.
-    fn reader_in<'a>(&self, slot: &'a mut Option<Connection>) -> anyhow::Result<&'a Connection> {
-        if slot.is_none() {
-            let conn = Connection::open_with_flags(
-                &self.path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(|e| open_error(&self.path, e, None))?;
-            conn.busy_timeout(BUSY_TIMEOUT)?;
-            *slot = Some(conn);
-        }
-        slot.as_ref()
-            .ok_or_else(|| anyhow::anyhow!("the state database's reader did not open"))
+        let mut reader = home.readers[0].lock().unwrap_or_else(|e| e.into_inner());
+        f(home.reader_in(&mut reader)?)
     }
 
     /// Resolve `key` in `chat` for `person` (see [`dispatch::resolve`]),
@@ -437,7 +513,12 @@ impl Store {
         key: &str,
         person: &str,
     ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
-        self.read(|c| resolve_in(c, &self.resolutions, chat, key, person))
+        match &self.db {
+            Db::Home(_) => self.read(|c| resolve_in(c, &self.resolutions, chat, key, person)),
+            Db::Shared(_) => {
+                self.with(|db| resolve_shared(db, &self.resolutions, chat, key, person))
+            }
+        }
     }
 
     /// [`Store::resolve`] on the read path: in place when a reader is free
@@ -449,6 +530,9 @@ impl Store {
         person: &str,
     ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
         let (chat, key, person) = (chat.to_owned(), key.to_owned(), person.to_owned());
+        if let Db::Shared(_) = self.db {
+            return self.run(move |s| s.resolve(&chat, &key, &person)).await;
+        }
         let resolutions = self.resolutions.clone();
         self.read_warm(move |c| resolve_in(c, &resolutions, &chat, &key, &person))
             .await
@@ -467,7 +551,7 @@ impl Store {
         T: Send + 'static,
         F: Fn(&Connection) -> anyhow::Result<T> + Send + Sync + 'static,
     {
-        if let Ok(conn) = self.conn.try_lock() {
+        if let Ok(conn) = self.home()?.conn.try_lock() {
             conn.busy_timeout(Duration::ZERO)?;
             let done = f(&conn);
             conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -476,21 +560,26 @@ impl Store {
                 done => return done,
             }
         }
-        self.read_now(f).await
+        self.read_home(f).await
     }
 
     /// Run `f` on the deployment's database, each statement its own
-    /// commit: for reads and one-statement writes.
+    /// commit: for reads and one-statement writes. (On a shared database
+    /// `f` is one transaction.)
     ///
     /// Why this and [`Store::write`] and never the connection itself: a
     /// method written against [`Sql`] runs unchanged on the embedded file
     /// and on the shared PostgreSQL database (issue 15), so a store method
-    /// reaches its engine only through these two doors.
+    /// reaches its engine only through these doors. Like every store call,
+    /// it runs on a thread that may block ([`Store::run`]).
     pub(crate) fn with<T>(
         &self,
         f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        f(&*self.lock())
+        match &self.db {
+            Db::Home(home) => f(&*home.lock()),
+            Db::Shared(shared) => shared.run_here(f),
+        }
     }
 
     /// Run `f` in one writing transaction, committed when it returns `Ok`
@@ -502,11 +591,17 @@ impl Store {
         &self,
         f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
+        match &self.db {
+            Db::Home(home) => {
+                let mut conn = home.lock();
+                let tx =
+                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let out = f(&tx)?;
+                tx.commit()?;
+                Ok(out)
+            }
+            Db::Shared(shared) => shared.run_here(f),
+        }
     }
 
     /// [`Store::write`] for a commit a promise rests on (a claim before its
@@ -518,7 +613,11 @@ impl Store {
         &self,
         f: impl FnOnce(&dyn Sql) -> Result<T, E>,
     ) -> Result<T, E> {
-        let mut conn = self.lock();
+        let home = match &self.db {
+            Db::Home(home) => home,
+            Db::Shared(shared) => return shared.run_here(f),
+        };
+        let mut conn = home.lock();
         let full = |conn: &Connection, level: &str| -> anyhow::Result<()> {
             Ok(conn.pragma_update(None, "synchronous", level)?)
         };
@@ -534,11 +633,28 @@ impl Store {
         full(&conn, "NORMAL")?;
         out
     }
+}
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+impl Home {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite itself consistent (each
         // statement is atomic), so the connection stays usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The reader in `slot`, opened now if it was not yet.
+    fn reader_in<'a>(&self, slot: &'a mut Option<Connection>) -> anyhow::Result<&'a Connection> {
+        if slot.is_none() {
+            let conn = Connection::open_with_flags(
+                &self.path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| open_error(&self.path, e, None))?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            *slot = Some(conn);
+        }
+        slot.as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the state database's reader did not open"))
     }
 }
 
@@ -574,6 +690,26 @@ fn resolve_in(
     };
     let overlay = if resolved.gatekeeper.manifest.simulates {
         actions::pending_at(conn, chat, &resolved.gatekeeper.name)?
+    } else {
+        Vec::new()
+    };
+    Ok(Ok((resolved, overlay)))
+}
+
+/// [`Store::resolve`] in a transaction on the shared database.
+fn resolve_shared(
+    db: &dyn Sql,
+    resolutions: &dispatch::Resolutions,
+    chat: &str,
+    key: &str,
+    person: &str,
+) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+    let resolved = match resolutions.resolve_on(db, chat, key, person)? {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let overlay = if resolved.gatekeeper.manifest.simulates {
+        actions::pending_at(db, chat, &resolved.gatekeeper.name)?
     } else {
         Vec::new()
     };

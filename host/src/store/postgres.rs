@@ -246,6 +246,7 @@ pub async fn migrate(client: &mut Client, url: &DatabaseUrl) -> anyhow::Result<(
 #[derive(Clone)]
 pub(crate) struct Shared {
     pool: deadpool_postgres::Pool,
+    url: DatabaseUrl,
 }
 
 impl Shared {
@@ -280,7 +281,15 @@ impl Shared {
             .max_size(connections.max(1))
             .build()
             .map_err(|e| anyhow::anyhow!("cannot set up connections to {url} ({e})"))?;
-        Ok(Shared { pool })
+        Ok(Shared {
+            pool,
+            url: url.clone(),
+        })
+    }
+
+    /// The database's URL (shown without its password).
+    pub fn url(&self) -> &DatabaseUrl {
+        &self.url
     }
 
     /// Run `f` in one transaction (READ COMMITTED) on a pooled connection,
@@ -825,7 +834,7 @@ mod tests {
     fn the_copy_knows_every_table_in_foreign_key_order() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = Store::open(&dir.path().join("gatehouse.db")).expect("the store opens");
-        let conn = store.lock();
+        let conn = store.home().expect("the home").lock();
         let tables: Vec<String> = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())

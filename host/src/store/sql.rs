@@ -15,7 +15,9 @@
 //! written once. The dialect rule for authors: `?N` placeholders, `IS ?N`
 //! for a comparison that must match NULL (rewritten to `IS NOT DISTINCT
 //! FROM` for PostgreSQL), integers for truth values (both schemas store
-//! 0/1), and no engine's own functions.
+//! 0/1), `CAST(?N AS TEXT) IS NULL` (or `BIGINT`) for an optional
+//! argument (PostgreSQL cannot type one only compared with NULL), and no
+//! engine's own functions.
 
 use anyhow::Context as _;
 
@@ -188,6 +190,14 @@ pub(crate) trait Sql {
     fn row(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<Option<Row>> {
         Ok(self.rows(sql, args)?.into_iter().next())
     }
+    /// Run an `INSERT` of one row into a table whose key is `id`; the new
+    /// row's id. (`RETURNING id` on PostgreSQL; on SQLite the connection's
+    /// last row id, which spares the read path a row to read back.)
+    fn insert(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<i64> {
+        self.row(&format!("{sql} RETURNING id"), args)?
+            .ok_or_else(|| anyhow::anyhow!("an insert returned no id"))?
+            .get(0)
+    }
 }
 
 // ---------------------------------------------------------------- SQLite
@@ -217,6 +227,12 @@ impl Sql for rusqlite::Connection {
     fn exec(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<u64> {
         let mut st = self.prepare_cached(sql)?;
         Ok(st.execute(sqlite_args(args))? as u64)
+    }
+
+    fn insert(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<i64> {
+        let mut st = self.prepare_cached(sql)?;
+        st.execute(sqlite_args(args))?;
+        Ok(self.last_insert_rowid())
     }
 
     fn rows(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<Vec<Row>> {
@@ -260,6 +276,9 @@ macro_rules! sql_by_deref {
             }
             fn rows(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<Vec<Row>> {
                 (**self).rows(sql, args)
+            }
+            fn insert(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<i64> {
+                (**self).insert(sql, args)
             }
         }
     )*};

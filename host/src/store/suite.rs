@@ -39,6 +39,16 @@ impl Backend {
         }
     }
 
+    /// A whole store on this engine's deployment, as a host opens it.
+    pub fn store(&self) -> crate::store::Store {
+        match self {
+            Backend::Sqlite(dir) => {
+                crate::store::Store::open(&dir.path().join("state.db")).expect("the embedded store")
+            }
+            Backend::Postgres(shared, _) => crate::store::Store::on_shared(shared.clone()),
+        }
+    }
+
     /// Run `f` in one transaction on a connection of its own, as one
     /// process would: SQLite's `BEGIN IMMEDIATE` as the store's
     /// writers take it, PostgreSQL's READ COMMITTED as a host's pool

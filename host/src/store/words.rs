@@ -305,6 +305,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(&dir.path().join("state.db")).unwrap();
         let sql: String = store
+            .home()
+            .expect("the home")
             .lock()
             .query_row(
                 "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
