@@ -1633,7 +1633,12 @@ mod on_both_engines {
     fn stage(db: &dyn Sql) -> anyhow::Result<i64> {
         let resolved = resolve(db, "c", "K", "ann")?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let facts = Facts::of(&resolved, "send").ok_or_else(|| anyhow::anyhow!("no facts"))?;
-        let a = NewAction {
+        Ok(stages::insert(db, &sent_by_ann(facts), "{}", None, None)?)
+    }
+
+    /// `ann`'s call of `send` through `K` in the shared chat.
+    fn sent_by_ann(facts: Facts) -> NewAction {
+        NewAction {
             chat: "c".into(),
             principal: Principal::person("ann"),
             gadget: None,
@@ -1646,8 +1651,7 @@ mod on_both_engines {
             await_decision: false,
             provisional: None,
             facts,
-        };
-        Ok(stages::insert(db, &a, "{}", None, None)?)
+        }
     }
 
     #[test]
@@ -1954,20 +1958,7 @@ mod on_both_engines {
                     .await
                     .expect("resolved")
                     .unwrap_or_else(|u| panic!("{e}: {u:?}"));
-                let a = NewAction {
-                    chat: "c".into(),
-                    principal: Principal::person("ann"),
-                    gadget: None,
-                    key: "K".into(),
-                    gatekeeper: "g".into(),
-                    tool: "send".into(),
-                    classified_by: "default",
-                    trust: Trust::Byo,
-                    args: "{}".into(),
-                    await_decision: false,
-                    provisional: None,
-                    facts: Facts::of(&resolved, "send").expect("facts"),
-                };
+                let a = sent_by_ann(Facts::of(&resolved, "send").expect("facts"));
                 let stagers: Vec<_> = (0..MAX_OPEN_ACTIONS + 5)
                     .map(|_| {
                         let (store, a) = (store.clone(), a.clone());

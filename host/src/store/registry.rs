@@ -467,17 +467,7 @@ mod on_both_engines {
             secret: secret.map(str::to_owned),
             credential_host: None,
             settings: vec![("region".to_owned(), "eu".to_owned())],
-            manifest: Arc::new(crate::manifest::Manifest {
-                tools: vec![crate::manifest::Tool {
-                    name: "send".into(),
-                    description: "sends".into(),
-                    input_schema: "{}".into(),
-                    annotations: Default::default(),
-                    reverted_by: None,
-                    honours_idempotency_key: false,
-                }],
-                ..Default::default()
-            }),
+            manifest: Arc::new(crate::store::suite::send_manifest()),
             added_at: 3,
         }
     }

@@ -270,29 +270,8 @@ fn csrf_ok_in(db: &dyn Sql, session_secret: &str, token: &str) -> anyhow::Result
 #[cfg(test)]
 mod on_both_engines {
     use super::*;
-    use crate::store::sql::Engine;
-    use crate::store::suite::{Backend, runtime};
+    use crate::store::suite::{Backend, raced, runtime};
     use std::sync::{Arc, Barrier};
-    use std::time::Duration;
-
-    /// Run `f` as one of the racers `gate` waits for. On PostgreSQL every
-    /// racer's transaction has begun before any of them reads, and each
-    /// holds what it wrote a moment before committing, so their reads and
-    /// writes truly overlap; SQLite's writing transactions exclude each
-    /// other, so there they run one after another (the gate is not used).
-    fn raced<T>(
-        db: &dyn Sql,
-        gate: &Barrier,
-        f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        if db.engine() == Engine::Sqlite {
-            return f(db);
-        }
-        gate.wait();
-        let out = f(db)?;
-        std::thread::sleep(Duration::from_millis(100));
-        Ok(out)
-    }
 
     const MINUTE: i64 = 60_000;
 

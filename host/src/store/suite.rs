@@ -129,6 +129,41 @@ impl Backend {
     }
 }
 
+/// Run `f` as one of the racers `gate` waits for. On PostgreSQL every
+/// racer's transaction has begun before any of them reads, and each holds
+/// what it wrote a moment before committing, so their reads and writes
+/// truly overlap (without this, racers on a pool rarely met); SQLite's
+/// writing transactions exclude each other, so there they run one after
+/// another (the gate is not used).
+pub(crate) fn raced<T>(
+    db: &dyn Sql,
+    gate: &std::sync::Barrier,
+    f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    if db.engine() == super::sql::Engine::Sqlite {
+        return f(db);
+    }
+    gate.wait();
+    let out = f(db)?;
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    Ok(out)
+}
+
+/// A manifest of one tool, `send`, that declares nothing about itself.
+pub(crate) fn send_manifest() -> crate::manifest::Manifest {
+    crate::manifest::Manifest {
+        tools: vec![crate::manifest::Tool {
+            name: "send".into(),
+            description: "sends".into(),
+            input_schema: "{}".into(),
+            annotations: Default::default(),
+            reverted_by: None,
+            honours_idempotency_key: false,
+        }],
+        ..Default::default()
+    }
+}
+
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -143,17 +178,7 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 /// resolution and the authorization rule read is in play. Written in the
 /// dialect both engines accept.
 pub(crate) fn shared_chat(db: &dyn Sql) -> anyhow::Result<()> {
-    let manifest = serde_json::to_string(&crate::manifest::Manifest {
-        tools: vec![crate::manifest::Tool {
-            name: "send".into(),
-            description: "sends".into(),
-            input_schema: "{}".into(),
-            annotations: Default::default(),
-            reverted_by: None,
-            honours_idempotency_key: false,
-        }],
-        ..Default::default()
-    })?;
+    let manifest = serde_json::to_string(&send_manifest())?;
     for user in ["ann", "bob"] {
         db.exec(
             "INSERT INTO users (name, created_at) VALUES (?1, 0)",

@@ -139,7 +139,7 @@ async fn bad_arguments_are_refused_before_staging() {
 /// How many durability barriers the state database has seen (a barrier
 /// with no stage beside it in its group commit moves this mark).
 fn barriers(w: &World) -> i64 {
-    let db = rusqlite::Connection::open(w.kernel.state_path())
+    let db = rusqlite::Connection::open(w.dir.path().join("gatehouse.db"))
         .unwrap_or_else(|e| panic!("opening the state database failed: {e}"));
     db.query_row("SELECT n FROM durability_mark WHERE id = 1", [], |r| {
         r.get(0)
