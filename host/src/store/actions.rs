@@ -1979,7 +1979,15 @@ mod on_both_engines {
                     "{e}: the cap holds"
                 );
                 staged.sort_unstable();
-                let pending = store.run(|s| s.pending_in("c")).await.expect("pending");
+                // Called on an executor thread, not a blocking one: the
+                // embedded store tolerates it, and so must the shared one.
+                let pending = {
+                    let store = store.clone();
+                    tokio::spawn(async move { store.pending_in("c") })
+                        .await
+                        .expect("joined")
+                        .expect("pending")
+                };
                 let ids: Vec<i64> = pending.iter().map(|a| a.id).collect();
                 assert_eq!(ids, staged, "{e}");
 

@@ -318,19 +318,29 @@ impl Shared {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| {
             anyhow::anyhow!("the shared database was used outside the host's runtime")
         })?;
-        let mut client = rt
-            .block_on(self.pool.get())
-            .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
-        let tx = rt
-            .block_on(client.transaction())
-            .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
-        let out = f(&super::sql::Postgres {
-            client: &tx,
-            rt: &rt,
-        })?;
-        rt.block_on(tx.commit())
-            .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
-        Ok(out)
+        let go = || -> Result<T, E> {
+            let mut client = rt
+                .block_on(self.pool.get())
+                .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
+            let tx = rt
+                .block_on(client.transaction())
+                .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
+            let out = f(&super::sql::Postgres {
+                client: &tx,
+                rt: &rt,
+            })?;
+            rt.block_on(tx.commit())
+                .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
+            Ok(out)
+        };
+        // A store call made on one of the executor's own threads (which
+        // the embedded store tolerates: SQLite is a library call) would
+        // panic in `block_on`; the thread is handed over to blocking work
+        // first. On a blocking thread this changes nothing.
+        match rt.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => go(),
+            _ => tokio::task::block_in_place(go),
+        }
     }
 }
 
