@@ -684,16 +684,8 @@ fn resolve_in(
     key: &str,
     person: &str,
 ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
-    let resolved = match resolutions.resolve(conn, chat, key, person)? {
-        Ok(r) => r,
-        Err(e) => return Ok(Err(e)),
-    };
-    let overlay = if resolved.gatekeeper.manifest.simulates {
-        actions::pending_at(conn, chat, &resolved.gatekeeper.name)?
-    } else {
-        Vec::new()
-    };
-    Ok(Ok((resolved, overlay)))
+    let resolved = resolutions.resolve(conn, chat, key, person)?;
+    with_overlay(conn, chat, resolved)
 }
 
 /// [`Store::resolve`] in a transaction on the shared database.
@@ -704,7 +696,18 @@ fn resolve_shared(
     key: &str,
     person: &str,
 ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
-    let resolved = match resolutions.resolve_on(db, chat, key, person)? {
+    let resolved = resolutions.resolve_on(db, chat, key, person)?;
+    with_overlay(db, chat, resolved)
+}
+
+/// `resolved` with the chat's pending actions at its gatekeeper when it
+/// simulates (its reads overlay them, SPEC V1), read in the same trip.
+fn with_overlay(
+    db: &dyn Sql,
+    chat: &str,
+    resolved: Result<Resolved, Unresolved>,
+) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+    let resolved = match resolved {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),
     };
