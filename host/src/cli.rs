@@ -47,9 +47,9 @@ pub(crate) struct Cli {
     /// State directory (default: $GATEHOUSE_HOME, else ~/.local/share/gatehouse).
     #[arg(long, global = true, env = "GATEHOUSE_HOME")]
     home: Option<PathBuf>,
-    /// A PostgreSQL database (postgres://...) shared by several hosts.
-    /// Only `db migrate` uses it in this version; every other command
-    /// refuses to run rather than use the home's embedded database instead.
+    /// A PostgreSQL database (postgres://...) shared by several hosts:
+    /// every command serves from it (after `gatehouse db migrate`), and the
+    /// home keeps only this host's compiled components.
     #[arg(
         long,
         global = true,
@@ -254,7 +254,8 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
         );
         return Ok(true);
     }
-    if let Some(url) = cli.database.as_deref().filter(|u| !u.trim().is_empty()) {
+    let database = cli.database.as_deref().filter(|u| !u.trim().is_empty());
+    if let Some(url) = database {
         match &cli.command {
             Command::Db(db::DbCmd::Migrate { json }) => {
                 return db::migrate_shared(url, *json).await;
@@ -262,13 +263,7 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
             Command::Db(db::DbCmd::Status { json }) => {
                 return db::status_shared(url, *json).await;
             }
-            // A copy names its target itself and reads the home.
-            Command::Db(db::DbCmd::Copy { .. }) => {}
-            // The safe side: a person who named a shared database must not
-            // find their decisions written to a local file instead.
-            _ => anyhow::bail!(
-                "a PostgreSQL database is named (GATEHOUSE_DATABASE_URL or --database), and this version of gatehouse serves chats from the embedded home only; unset it to use the home, or use `gatehouse db migrate`, `db copy --to URL` and `db status` to prepare the database"
-            ),
+            _ => {}
         }
     }
     let home = match &cli.home {
@@ -279,7 +274,17 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
     // The acting person becomes owners and `resolved-by`: a name like any
     // other, never an escape sequence or a flag.
     crate::kernel::check_name(&me, "person (--as)")?;
-    let kernel = Kernel::open(home, Limits::from_env()?)?;
+    let limits = Limits::from_env()?;
+    let kernel = match database {
+        // A copy names its target itself and reads the home.
+        Some(_) if matches!(cli.command, Command::Db(db::DbCmd::Copy { .. })) => {
+            Kernel::open(home, limits)?
+        }
+        // The deployment lives in the shared database; the home keeps
+        // this host's compiled components only.
+        Some(url) => Kernel::open_shared(home, url, limits).await?,
+        None => Kernel::open(home, limits)?,
+    };
     // Sends this start resumed for dead processes (an interrupted claim of
     // a tool whose service honours the idempotency key) finish first, so
     // the command sees where they ended.

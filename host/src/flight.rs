@@ -68,13 +68,6 @@ pub(crate) async fn on_home(run: &Path, gatekeeper: &str) -> anyhow::Result<Flig
 
 /// Take `gatekeeper`'s flight in the shared database at `url`, waiting
 /// while another host (or process) holds it.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "hosts serving from the shared database drain under it; until then its suite does"
-    )
-)]
 pub(crate) async fn on_database(url: &DatabaseUrl, gatekeeper: &str) -> anyhow::Result<Flight> {
     let holder = postgres::connect(url).await?;
     holder

@@ -128,6 +128,16 @@ impl Authority {
         Ok(Authority::from_key(key))
     }
 
+    /// The authority whose key's seed is `hex` (a shared database keeps it
+    /// under [`SHARED_KEY_NAME`]).
+    pub(crate) fn from_seed_hex(hex: &str) -> anyhow::Result<Authority> {
+        let seed: [u8; 32] = hex::decode(hex)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| anyhow::anyhow!("the shared database's certificate authority key is damaged (expected 32 bytes of hex); restore it from a backup"))?;
+        Ok(Authority::from_key(SigningKey::from_bytes(&seed)))
+    }
+
     /// A fresh authority that is not any deployment's (for tests of
     /// foreign certificates).
     pub fn ephemeral() -> anyhow::Result<Authority> {

@@ -16,6 +16,7 @@ use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
 use crate::runtime::view::{Answer, KernelView};
 use crate::runtime::{Limits, Role, Runtime};
+use crate::store::postgres::Presence;
 use crate::store::{
     Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
     StageError, Store, Trust, Unresolved,
@@ -67,6 +68,11 @@ impl Binding {
     }
 }
 
+/// Connections a host keeps to the shared database for its store calls
+/// (besides its presence, its listener and a drain's flight, each one
+/// connection of its own).
+const SHARED_CONNECTIONS: usize = 8;
+
 /// The kernel. Cheap to clone; all clones share one state.
 #[derive(Clone)]
 pub struct Kernel {
@@ -79,7 +85,12 @@ struct Inner {
     runtime: Runtime,
     /// Names this process in claims; see [`Kernel::open`].
     owner: String,
-    _liveness: File,
+    liveness: Liveness,
+    /// Bumped whenever another host decided or finished an action in the
+    /// shared database (LISTEN/NOTIFY), so that live views and resumers
+    /// wake without polling; never bumped on a home, where every process
+    /// reads the same file and the live view's tick is the signal.
+    elsewhere: tokio::sync::watch::Receiver<u64>,
     /// Single flight for auto-approval drains (see `crate::overseer`).
     drain_gate: tokio::sync::Mutex<()>,
     drain_wanted: std::sync::Mutex<DrainScope>,
@@ -124,10 +135,25 @@ impl DrainScope {
     }
 }
 
+/// What tells the other processes sharing this state that this one lives
+/// (SPEC P3: a claim is interrupted exactly when its owner is gone).
+enum Liveness {
+    /// A home: an exclusive lock on a file named by the owner token in
+    /// the home's run directory, released by the system however the
+    /// process ends.
+    File(#[allow(dead_code, reason = "held for its lock, released on drop")] File),
+    /// A shared database: a session-level advisory lock on a connection of
+    /// its own, released by PostgreSQL when the connection closes, however
+    /// the host ends (see [`Presence`]).
+    Database(#[allow(dead_code, reason = "held for its lock, released on drop")] Presence),
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // Releasing the lock is what matters; the file itself is tidied.
-        let _ = std::fs::remove_file(self.home.liveness(&self.owner));
+        if let Liveness::File(_) = self.liveness {
+            let _ = std::fs::remove_file(self.home.liveness(&self.owner));
+        }
     }
 }
 
@@ -166,6 +192,71 @@ impl Kernel {
             .context("cannot lock this process's liveness file")?;
         std::fs::rename(&staging, home.liveness(&owner)).with_context(cannot)?;
         let runtime = Runtime::new(home.cache_dir(), limits)?;
+        let (_, elsewhere) = tokio::sync::watch::channel(0);
+        Kernel::start(
+            home,
+            store,
+            runtime,
+            owner,
+            Liveness::File(liveness),
+            elsewhere,
+        )
+    }
+
+    /// Open the deployment held in the shared PostgreSQL database at
+    /// `url` (issue 15): any host serves any chat from it, and `home`
+    /// keeps only this host's compiled-component cache.
+    ///
+    /// What a home keeps as files is kept as rows: an installed
+    /// component's bytes (content-addressed, fetched into the local cache
+    /// on first use), the certificate authority's key, the idempotency
+    /// secret. The host announces itself with a presence lock (claims name
+    /// it, and a claim is failed only once its host's connection is gone),
+    /// and listens for the decisions of other hosts. The database must be
+    /// at this binary's schema (`gatehouse db migrate`); opening never
+    /// migrates it.
+    pub async fn open_shared(home: Home, url: &str, limits: Limits) -> anyhow::Result<Kernel> {
+        use crate::store::postgres;
+        let url = postgres::DatabaseUrl::parse(url)?;
+        home.create()?;
+        let shared = postgres::Shared::open(&url, SHARED_CONNECTIONS).await?;
+        let owner = format!("{}-{}", std::process::id(), random_hex(8)?);
+        let presence = Presence::hold(&url, &owner).await?;
+        let store = Store::on_shared(shared);
+        let mut runtime = Runtime::new(home.cache_dir(), limits)?;
+        let sources = store.clone();
+        runtime.fetch_sources_from(Box::new(move |digest| sources.component(digest)));
+        let (tell, elsewhere) = tokio::sync::watch::channel(0u64);
+        let mut listener = postgres::Listener::open(&url, crate::store::DECIDED).await?;
+        tokio::spawn(async move {
+            while listener.next().await.is_some() {
+                tell.send_modify(|n| *n = n.wrapping_add(1));
+                if tell.is_closed() {
+                    return;
+                }
+            }
+        });
+        Kernel::start(
+            home,
+            store,
+            runtime,
+            owner,
+            Liveness::Database(presence),
+            elsewhere,
+        )
+    }
+
+    /// A kernel on `store`, once this process is announced: the
+    /// deployment's secrets read, interrupted claims and firings of gone
+    /// processes recovered (P3), their leftover files swept.
+    fn start(
+        home: Home,
+        store: Store,
+        runtime: Runtime,
+        owner: String,
+        liveness: Liveness,
+        elsewhere: tokio::sync::watch::Receiver<u64>,
+    ) -> anyhow::Result<Kernel> {
         let idempotency_secret = store.deployment_secret(crate::idempotency::SECRET)?;
         let kernel = Kernel {
             inner: Arc::new(Inner {
@@ -173,7 +264,8 @@ impl Kernel {
                 store,
                 runtime,
                 owner,
-                _liveness: liveness,
+                liveness,
+                elsewhere,
                 drain_gate: tokio::sync::Mutex::new(()),
                 drain_wanted: Default::default(),
                 background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
@@ -274,6 +366,15 @@ impl Kernel {
         if owner == self.inner.owner {
             return true;
         }
+        if let Liveness::Database(_) = self.inner.liveness {
+            // A host whose presence cannot be read now is taken for alive:
+            // its claims are left, never failed on a guess (P3).
+            return self
+                .inner
+                .store
+                .with(|db| crate::store::postgres::present(db, owner))
+                .unwrap_or(true);
+        }
         let path = self.inner.home.liveness(owner);
         let Ok(f) = File::options().read(true).write(true).open(&path) else {
             return false;
@@ -318,7 +419,16 @@ impl Kernel {
         if let Some(a) = self.inner.authority.get() {
             return Ok(a.clone());
         }
-        let a = Arc::new(crate::grants::Authority::open(&self.inner.home)?);
+        let a = Arc::new(if self.inner.store.is_shared() {
+            // One deployment signs with one key, on every host.
+            let seed = self
+                .inner
+                .store
+                .deployment_secret(crate::grants::SHARED_KEY_NAME)?;
+            crate::grants::Authority::from_seed_hex(&seed)?
+        } else {
+            crate::grants::Authority::open(&self.inner.home)?
+        });
         Ok(self.inner.authority.get_or_init(|| a).clone())
     }
 
@@ -328,6 +438,23 @@ impl Kernel {
 
     pub(crate) fn idempotency_secret(&self) -> &str {
         &self.inner.idempotency_secret
+    }
+
+    /// Take `gatekeeper`'s drain flight (SPEC U2, U3) where every process
+    /// sharing this state meets it: the home's run directory, or the
+    /// shared database.
+    pub(crate) async fn flight(&self, gatekeeper: &str) -> anyhow::Result<crate::flight::Flight> {
+        match self.inner.store.shared_url() {
+            Some(url) => crate::flight::on_database(url, gatekeeper).await,
+            None => crate::flight::on_home(&self.inner.home.run_dir(), gatekeeper).await,
+        }
+    }
+
+    /// Bumped each time another host decides or finishes an action in the
+    /// shared database: a live view or resumer waits on `changed()` beside
+    /// its tick (on a home it never changes).
+    pub(crate) fn decided_elsewhere(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.elsewhere.clone()
     }
 
     pub(crate) fn drain_gate(&self) -> &tokio::sync::Mutex<()> {
@@ -400,6 +527,7 @@ impl Kernel {
     ) -> anyhow::Result<GadgetRecord> {
         check_name(name, "gadget")?;
         let digest = self.inner.runtime.admit(bytes, Role::Gadget, progress)?;
+        self.inner.store.keep_component(&digest, bytes)?;
         self.inner.store.put_gadget(name, &digest)?;
         self.inner
             .store
@@ -487,6 +615,7 @@ impl Kernel {
             added_at: crate::store::now_ms(),
         };
         record.manifest = Arc::new(self.describe(&record).await?);
+        self.inner.store.keep_component(&record.digest, bytes)?;
         self.inner.store.put_gatekeeper(&record)?;
         Ok(record)
     }

@@ -553,11 +553,7 @@ impl Kernel {
             // drain ever holds two and waits for a third.
             if !rules.is_empty() && flight.as_ref().is_none_or(|(g, _)| *g != a.gatekeeper) {
                 drop(flight.take());
-                let run = self.home().run_dir();
-                flight = Some((
-                    a.gatekeeper.clone(),
-                    crate::flight::on_home(&run, &a.gatekeeper).await?,
-                ));
+                flight = Some((a.gatekeeper.clone(), self.flight(&a.gatekeeper).await?));
             }
             let mut decided = None;
             for rule in rules {

@@ -25,6 +25,9 @@ pub struct World {
     pub dir: tempfile::TempDir,
     pub tracker: Tracker,
     pub kernel: Kernel,
+    /// The shared PostgreSQL database the kernel serves from, when it does
+    /// (issue 15); `None` for the embedded home.
+    pub database: Option<String>,
 }
 
 /// Limits short enough that hostile guests are stopped quickly in tests.
@@ -55,22 +58,82 @@ impl World {
 
     fn build(limits: Limits, tokens: &[&str]) -> World {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut tracker = Tracker::builder();
-        for t in tokens {
-            tracker = tracker.token(t);
-        }
-        let tracker = tracker
-            .token(TOKEN)
-            .issue("Login page shows a blank screen", &["bug"])
-            .issue("Export to CSV drops the header row", &[])
-            .start()
-            .expect("the tracker starts on 127.0.0.1");
+        let tracker = World::tracker(tokens);
         let kernel = Kernel::open(Home::at(dir.path()), limits).expect("the kernel opens");
         World {
             dir,
             tracker,
             kernel,
+            database: None,
         }
+    }
+
+    /// A fresh world whose kernel is one host of the shared database at
+    /// `url` (migrated to the schema here); its home keeps only this
+    /// host's compiled components. Needs a multi-threaded runtime.
+    pub async fn shared(url: &str) -> World {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let o = cli_command(dir.path(), &["db", "migrate"])
+            .env("GATEHOUSE_DATABASE_URL", url)
+            .output()
+            .expect("gatehouse runs");
+        assert!(o.status.success(), "db migrate: {}", stderr(&o));
+        let tracker = World::tracker(&[]);
+        let kernel = Kernel::open_shared(Home::at(dir.path()), url, test_limits())
+            .await
+            .expect("the kernel opens on the shared database");
+        World {
+            dir,
+            tracker,
+            kernel,
+            database: Some(url.to_owned()),
+        }
+    }
+
+    /// [`World::standard_with`] on the shared database at `url`.
+    pub async fn standard_shared(
+        url: &str,
+        trust: Trust,
+        settings: Vec<(String, String)>,
+    ) -> World {
+        let w = World::shared(url).await;
+        w.set_up(trust, settings).await;
+        w
+    }
+
+    /// Another host of this world's shared database: a kernel on a home
+    /// of its own (`home`), in this process.
+    pub async fn host(&self, home: &Path) -> Kernel {
+        let url = self
+            .database
+            .as_deref()
+            .expect("a world on a shared database");
+        Kernel::open_shared(Home::at(home), url, test_limits())
+            .await
+            .expect("another host opens")
+    }
+
+    /// The CLI as a separate host: a process on `home`, serving from this
+    /// world's shared database (or on the world's home when it has none).
+    pub fn cli_host(&self, home: &Path, args: &[&str]) -> Command {
+        let mut c = cli_command(home, args);
+        if let Some(url) = &self.database {
+            c.env("GATEHOUSE_DATABASE_URL", url);
+        }
+        c
+    }
+
+    fn tracker(tokens: &[&str]) -> Tracker {
+        let mut tracker = Tracker::builder();
+        for t in tokens {
+            tracker = tracker.token(t);
+        }
+        tracker
+            .token(TOKEN)
+            .issue("Login page shows a blank screen", &["bug"])
+            .issue("Export to CSV drops the header row", &[])
+            .start()
+            .expect("the tracker starts on 127.0.0.1")
     }
 
     pub fn home(&self) -> &Path {
@@ -132,15 +195,19 @@ impl World {
     /// [`World::standard`], the `issues` instance added with `settings`.
     pub async fn standard_with(trust: Trust, settings: Vec<(String, String)>) -> World {
         let w = World::new();
-        w.install("script");
-        w.install("triage");
-        w.add_gatekeeper_with("issues", "issues", trust, settings)
+        w.set_up(trust, settings).await;
+        w
+    }
+
+    async fn set_up(&self, trust: Trust, settings: Vec<(String, String)>) {
+        self.install("script");
+        self.install("triage");
+        self.add_gatekeeper_with("issues", "issues", trust, settings)
             .await;
-        w.kernel.new_chat("work", "alice").expect("chat");
-        w.kernel
+        self.kernel.new_chat("work", "alice").expect("chat");
+        self.kernel
             .introduce("work", "issues", "ISSUES", None, "alice")
             .expect("introduce");
-        w
     }
 
     /// Run the `script` gadget with these steps; returns its JSON answer.
@@ -157,9 +224,10 @@ impl World {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("script output {out:?}: {e}"))
     }
 
-    /// Run the CLI as a separate process on this world's home.
+    /// Run the CLI as a separate process on this world's home (and its
+    /// shared database, if it has one).
     pub fn cli(&self, args: &[&str]) -> Output {
-        cli_command(self.home(), args)
+        self.cli_host(self.home(), args)
             .output()
             .expect("the gatehouse binary runs")
     }

@@ -200,7 +200,15 @@ pub struct Runtime {
     loaded_gatekeepers:
         Mutex<HashMap<String, gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>>>,
     ticker_stop: Arc<AtomicBool>,
+    /// Where a component's bytes come from when this host's cache does not
+    /// have them: a shared database, from which any host serves any chat
+    /// (issue 15). `None` on a home, whose cache is where they were put.
+    sources: Option<Sources>,
 }
+
+/// Fetches the bytes of an installed component by digest, or `None` when
+/// nobody kept them.
+pub type Sources = Box<dyn Fn(&str) -> anyhow::Result<Option<Vec<u8>>> + Send + Sync>;
 
 impl Drop for Runtime {
     fn drop(&mut self) {
@@ -265,6 +273,7 @@ impl Runtime {
             loaded_gadgets: Mutex::new(HashMap::new()),
             loaded_gatekeepers: Mutex::new(HashMap::new()),
             ticker_stop: stop,
+            sources: None,
         })
     }
 
@@ -307,6 +316,12 @@ impl Runtime {
             write_atomic(&source, bytes)?;
         }
         Ok(digest)
+    }
+
+    /// Take components this host's cache lacks from `sources` (a host
+    /// serving from a shared database).
+    pub fn fetch_sources_from(&mut self, sources: Sources) {
+        self.sources = Some(sources);
     }
 
     /// The prepared gadget component with this digest.
@@ -357,12 +372,27 @@ impl Runtime {
     /// (for blueprints, SPEC B1).
     pub fn component_bytes(&self, digest: &str) -> anyhow::Result<Vec<u8>> {
         let source = self.source_path(digest);
-        let bytes = std::fs::read(&source).with_context(|| {
+        let missing = || {
             format!(
                 "the installed component {digest} is missing from {}; install it again",
                 source.display()
             )
-        })?;
+        };
+        let bytes = match (std::fs::read(&source), &self.sources) {
+            (Ok(bytes), _) => bytes,
+            (Err(e), Some(fetch)) if e.kind() == std::io::ErrorKind::NotFound => {
+                let bytes = fetch(digest)?.with_context(missing)?;
+                if hex::encode(Sha256::digest(&bytes)) != digest {
+                    bail!(
+                        "the shared database's copy of component {digest} does not match its digest; install it again"
+                    );
+                }
+                // Kept in this host's cache: later loads read the file.
+                write_atomic(&source, &bytes)?;
+                return Ok(bytes);
+            }
+            (Err(e), _) => return Err(e).with_context(missing),
+        };
         if hex::encode(Sha256::digest(&bytes)) != digest {
             bail!(
                 "the stored component {} does not match its digest; install it again",

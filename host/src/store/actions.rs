@@ -1479,19 +1479,19 @@ fn auto_refusal(
 }
 
 /// The channel on which a shared database tells every host that an
-/// action was decided or finished (issue 15's wake-ups): the web inbox's
+/// action was staged, decided or finished (issue 15's wake-ups): the web inbox's
 /// live view, parked agent runs and gated workflow runs on any host wake
 /// on it instead of polling. The payload is the action's id and chat, never
 /// its arguments; a listener asks the kernel (and its one authorization
 /// rule) what it may show.
 pub(crate) const DECIDED: &str = "gatehouse_decided";
 
-/// Tell the other hosts that action `id` was decided or finished, once
-/// this transaction commits (never if it rolls back): PostgreSQL's
+/// Tell the other hosts that action `id` was staged, decided or finished,
+/// once this transaction commits (never if it rolls back): PostgreSQL's
 /// `NOTIFY`, whose payload names the action and its chat. The embedded
 /// home has no other hosts, and its processes watch the file itself, so
 /// there this does nothing.
-fn announce(db: &dyn Sql, id: i64) -> anyhow::Result<()> {
+pub(super) fn announce(db: &dyn Sql, id: i64) -> anyhow::Result<()> {
     if db.engine() == Engine::Postgres {
         db.exec(
             "SELECT pg_notify(?1, json_build_object('action', id, 'chat', chat)::text)

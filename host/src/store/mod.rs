@@ -32,6 +32,7 @@ pub(crate) mod suite;
 pub mod words;
 pub mod workflows;
 
+pub(crate) use actions::DECIDED;
 pub use actions::{
     Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, RevertRefusal,
     StageError, Staged, args_digest, validate_args,
@@ -303,13 +304,6 @@ impl Store {
     /// The store of a deployment held in the shared database behind
     /// `shared` (migrated to this binary's schema: [`postgres::Shared::open`]
     /// refuses any other).
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "a host serves from the shared database once the kernel opens it; until then the store's suites do"
-        )
-    )]
     pub(crate) fn on_shared(shared: postgres::Shared) -> Store {
         Store {
             db: Db::Shared(shared),
@@ -320,6 +314,14 @@ impl Store {
     /// Whether the deployment is held in a shared database.
     pub(crate) fn is_shared(&self) -> bool {
         matches!(self.db, Db::Shared(_))
+    }
+
+    /// The shared database's URL, when the deployment is held in one.
+    pub(crate) fn shared_url(&self) -> Option<&postgres::DatabaseUrl> {
+        match &self.db {
+            Db::Home(_) => None,
+            Db::Shared(shared) => Some(shared.url()),
+        }
     }
 
     /// The embedded file, for what only it has (its integrity check, its

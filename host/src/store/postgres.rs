@@ -354,13 +354,6 @@ pub(crate) struct Listener {
     _client: Client,
 }
 
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "hosts serving from the shared database listen on it; until then its suite does"
-    )
-)]
 impl Listener {
     /// Listen on `channel` of the database at `url`.
     pub async fn open(url: &DatabaseUrl, channel: &str) -> anyhow::Result<Listener> {

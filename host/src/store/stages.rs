@@ -177,6 +177,8 @@ pub(crate) fn insert(
         )?
         .ok_or_else(|| anyhow::anyhow!("the insert returned no id"))?
         .get(0)?;
+    // Other hosts' inboxes show it without polling.
+    super::actions::announce(db, id)?;
     Ok(id)
 }
 

@@ -35,9 +35,11 @@ pub(crate) struct Change {
 const SESSION_CHECK: Duration = Duration::from_secs(2);
 
 /// Watch the kernel's fingerprints and broadcast what changed, every
-/// `tick`, until the server stops.
+/// `tick` and whenever another host sharing the database decided or
+/// finished an action, until the server stops.
 pub(crate) async fn watch(state: AppState, tick: Duration) {
     let mut stopping = state.stopping.clone();
+    let mut elsewhere = state.kernel.decided_elsewhere();
     let mut last: Option<BTreeMap<String, (u64, u64)>> = None;
     loop {
         match state.kernel.live_fingerprints().await {
@@ -67,6 +69,9 @@ pub(crate) async fn watch(state: AppState, tick: Duration) {
         }
         tokio::select! {
             _ = tokio::time::sleep(tick.max(Duration::from_millis(50))) => {}
+            // Never changes on a home; on a shared database, the other
+            // host's commit is already visible when this is heard.
+            Ok(()) = elsewhere.changed() => {}
             _ = stopping.wait_for(|s| *s) => return,
         }
     }

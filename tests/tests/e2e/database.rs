@@ -12,9 +12,11 @@
 //!   every table arrives row for row, ids included, and the ledger's ids
 //!   continue above every id the home ever handed out.
 //! - The safe sides: a copy into a database that already holds a
-//!   deployment, or while another process uses the home, is refused; and
-//!   while this version serves chats from the home only, naming a shared
-//!   database makes every other command refuse rather than write locally.
+//!   deployment, or while another process uses the home, is refused; a
+//!   named database not yet migrated is refused rather than served from
+//!   the home, and a named one keeps every row (the home keeps none).
+//! - A copied home continues in PostgreSQL: its pending action is
+//!   approved and sent, its waiting workflow runs to the end.
 
 use gatehouse::sharing::OpenRequest;
 use gatehouse::store::postgres::{self, DatabaseUrl, Presence};
@@ -83,27 +85,50 @@ fn migrate_brings_a_database_to_the_schema_once_and_refuses_a_newer_one() {
 }
 
 #[test]
-fn naming_a_shared_database_makes_other_commands_refuse_rather_than_write_locally() {
+fn a_named_database_serves_every_command_and_the_home_keeps_no_state() {
     let pg = cluster();
     let url = pg.database();
     let home = tempfile::tempdir().unwrap();
+    let on_pg = |args: &[&str]| {
+        let mut cmd = cli_command(home.path(), args);
+        cmd.env("GATEHOUSE_DATABASE_URL", &url);
+        cmd.output().unwrap()
+    };
+    // Not migrated yet: refused in one line that says what to run, and
+    // never served from the home instead.
     for args in [
         &["chat", "new", "work"][..],
         &["pending"][..],
         &["serve"][..],
     ] {
-        let mut cmd = cli_command(home.path(), args);
-        cmd.env("GATEHOUSE_DATABASE_URL", &url);
-        let e = one_line(&cmd.output().unwrap());
-        assert!(
-            e.contains("a PostgreSQL database is named"),
-            "{args:?}: {e}"
-        );
+        let e = one_line(&on_pg(args));
+        assert!(e.contains("gatehouse db migrate"), "{args:?}: {e}");
     }
+    assert!(!home.path().join("gatehouse.db").exists());
+
+    let o = migrate(home.path(), &url);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = on_pg(&["chat", "new", "work"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = on_pg(&["chat", "new", "work"]);
+    assert!(
+        one_line(&o).contains("work"),
+        "the name is taken in the database"
+    );
+    assert_eq!(
+        pg.psql(name_of(&url), "SELECT owner FROM chats WHERE name = 'work'")
+            .trim(),
+        "alice"
+    );
     assert!(
         !home.path().join("gatehouse.db").exists(),
-        "nothing was written to the home"
+        "nothing was written to the home's embedded database"
     );
+    // The home without the URL is another deployment: it has no such chat.
+    let o = cli_command(home.path(), &["chat", "new", "work"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 /// A statement to set up (must succeed on both), then one that each
@@ -456,8 +481,9 @@ async fn a_home_moves_into_postgres_whole_and_its_ids_continue() {
     );
     let World {
         dir,
-        tracker: _tracker,
+        tracker,
         kernel,
+        ..
     } = w;
     drop(kernel);
     let home = dir.path();
@@ -572,6 +598,55 @@ async fn a_home_moves_into_postgres_whole_and_its_ids_continue() {
     let o = cli_command(home, &["pending", "--json"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(&states[0].0.to_string()));
+
+    // And the deployment continues in PostgreSQL, served by a host whose
+    // home is empty (it fetches the components from the database): the
+    // pending action is approved and sent, and the workflow waiting on
+    // its request runs on to the end once bob approves it.
+    let host = tempfile::tempdir().unwrap();
+    let on_pg = |args: &[&str], person: &str| {
+        let o = cli_command(host.path(), args)
+            .env("GATEHOUSE_DATABASE_URL", &url)
+            .env("GATEHOUSE_USER", person)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let pending = states[0].0;
+    let out = on_pg(&["approve", &pending.to_string()], "alice");
+    assert!(out.contains(&format!("#{pending} applied")), "{out}");
+    assert_eq!(
+        pg.psql(
+            db,
+            &format!("SELECT state FROM ledger WHERE id = {pending}")
+        )
+        .trim(),
+        "applied"
+    );
+    let requests: Value =
+        serde_json::from_str(&on_pg(&["workflow", "requests", "--json"], "bob")).unwrap();
+    let request = requests
+        .as_array()
+        .and_then(|r| r.first())
+        .and_then(|r| r["id"].as_i64())
+        .unwrap_or_else(|| panic!("the copied request: {requests}"));
+    let out = on_pg(&["workflow", "approve", &request.to_string()], "bob");
+    assert!(
+        out.contains("run 1 done"),
+        "the run went on to its end: {out}"
+    );
+    assert!(
+        tracker
+            .issues()
+            .iter()
+            .any(|i| i.labels.iter().any(|l| l == "approved")),
+        "the workflow's covered call reached the service"
+    );
+    assert_eq!(
+        pg.psql(db, "SELECT state FROM workflow_runs").trim(),
+        "done"
+    );
 }
 
 /// Wait until `owner`'s presence is `want`, asking on `client`.

@@ -17,6 +17,7 @@ mod hooks;
 mod hostile_input;
 mod hostile_ops;
 mod hostile_web;
+mod hosts;
 mod install;
 mod introductions;
 mod languages;

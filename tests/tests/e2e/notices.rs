@@ -170,7 +170,7 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
 
 /// Read server-sent events from a stream until `want` returns true for one
 /// (its `event:` name and `data:`), or `PATIENCE` passes.
-async fn read_until(
+pub(crate) async fn read_until(
     body: &mut hyper::body::Incoming,
     buffer: &mut String,
     mut want: impl FnMut(&str, &str) -> bool,
@@ -205,7 +205,7 @@ async fn read_until(
     }
 }
 
-async fn open_stream(api: &Api) -> hyper::Response<hyper::body::Incoming> {
+pub(crate) async fn open_stream(api: &Api) -> hyper::Response<hyper::body::Incoming> {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
     let req = http::Request::get(format!("{}/api/events", api.base))

@@ -1,0 +1,338 @@
+//! Issue 15: many hosts, one truth. Several hosts, each with a home of its
+//! own (only its compiled components), serve one deployment from a real
+//! PostgreSQL database (a throwaway cluster the tests start), and SPEC P,
+//! U and L hold across them as they do across the processes of one home.
+//!
+//! - 50 concurrent approvals of one action, as separate `gatehouse`
+//!   processes spread over three homes: one send, one decision.
+//! - A host killed with SIGKILL after its claim: while it lives no other
+//!   host touches the claim; once its connection is gone, the next host to
+//!   start fails it (P3), and it is never sent again.
+//! - Two hosts draining one gatekeeper: each eligible action sent once, in
+//!   id order, one at a time (U2, U3).
+//! - A decision in one host's web inbox resumes an agent run parked by
+//!   another host (the resuming host fetches the gadget from the database),
+//!   and that inbox's live view hears another host's changes with its
+//!   polling tick set to an hour: the database's notifications wake it.
+
+use crate::notices::{open_stream, read_until};
+use crate::web_api::Api;
+use gatehouse::kernel::Harness;
+use gatehouse::store::{ActionState, Trust};
+use gatehouse::web;
+use gatehouse_e2e::postgres::{cluster, name_of};
+use gatehouse_e2e::{World, call, keys_ignored, pending_id, stderr, stdout, wait_until};
+use gatehouse_services::tracker::Fault;
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::Duration;
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn state(w: &World, id: i64) -> ActionState {
+    w.kernel.inspect().action(id).unwrap().unwrap().state
+}
+
+/// A world on a fresh database of the tests' cluster.
+async fn shared_world(trust: Trust, settings: Vec<(String, String)>) -> World {
+    let url = cluster().database();
+    World::standard_shared(&url, trust, settings).await
+}
+
+async fn stage_one(w: &World, label: &str) -> i64 {
+    let out = w
+        .script(
+            "work",
+            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": label}))]),
+        )
+        .await;
+    pending_id(&out[0])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_approvals_of_one_action_over_three_hosts_send_it_once() {
+    let w = shared_world(Trust::Byo, Vec::new()).await;
+    let id = stage_one(&w, "once").await;
+    let homes: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let id_arg = id.to_string();
+    let approvers: Vec<_> = (0..50)
+        .map(|i| {
+            w.cli_host(homes[i % 3].path(), &["approve", &id_arg])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("gatehouse starts")
+        })
+        .collect();
+    let outs: Vec<_> = approvers
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("gatehouse ends"))
+        .collect();
+    // One process applied it; every other was told, in one line, that
+    // it was being applied or already was, and sent nothing.
+    let (mut applied, mut told) = (0, 0);
+    for o in &outs {
+        let (out, err) = (stdout(o), stderr(o));
+        if o.status.success() && !out.contains("already applied") {
+            assert!(out.contains(&format!("#{id} applied")), "{out}");
+            applied += 1;
+            continue;
+        }
+        let said = if o.status.success() { out } else { err };
+        assert_eq!(said.trim_end().lines().count(), 1, "one line: {said}");
+        assert!(
+            said.contains("nothing was sent again"),
+            "the loser names what happened: {said}"
+        );
+        told += 1;
+    }
+    assert_eq!((applied, told), (1, 49));
+    assert_eq!(w.tracker.writes().len(), 1, "sent once");
+    assert_eq!(state(&w, id), ActionState::Applied);
+    let url = w.database.as_deref().unwrap();
+    let decisions = cluster().psql(
+        name_of(url),
+        &format!("SELECT count(*) FROM decisions WHERE action = {id}"),
+    );
+    assert_eq!(decisions.trim(), "1", "one decision");
+}
+
+/// The claims in flight as `db status --json` on the shared database
+/// shows them: (action, host, present).
+fn in_flight(w: &World, home: &std::path::Path) -> Vec<(i64, String, bool)> {
+    let o = w
+        .cli_host(home, &["db", "status", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    v["in_flight"]
+        .as_array()
+        .unwrap_or_else(|| panic!("claims in flight: {v}"))
+        .iter()
+        .map(|c| {
+            (
+                c["action"].as_i64().unwrap(),
+                c["host"].as_str().unwrap_or_default().to_owned(),
+                c["present"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again() {
+    // The service does not honour idempotency keys: an interrupted send
+    // can only be failed (P3), never re-sent.
+    let w = shared_world(Trust::Byo, keys_ignored()).await;
+    let id = stage_one(&w, "interrupted").await;
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+
+    // Host A claims and sends; the service takes the write and is slow to
+    // answer, so A is killed with its claim held.
+    w.tracker.inject(Fault::Slow(Duration::from_secs(60)), 1);
+    let mut host_a = w
+        .cli_host(a.path(), &["approve", &id.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(PATIENCE, || w.tracker.writes().len() == 1),
+        "host A's send reached the service"
+    );
+    assert_eq!(state(&w, id), ActionState::Applying);
+
+    // While A lives, host B starting (it recovers claims as every host
+    // does) leaves A's claim alone, and sees A present.
+    let flight = in_flight(&w, b.path());
+    assert_eq!(flight.len(), 1, "{flight:?}");
+    assert_eq!(flight[0].0, id);
+    assert!(flight[0].2, "host {} is present", flight[0].1);
+    let o = w.cli_host(b.path(), &["pending"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        state(&w, id),
+        ActionState::Applying,
+        "a live host's claim is never touched"
+    );
+
+    host_a.kill().unwrap(); // SIGKILL
+    host_a.wait().unwrap();
+
+    // Once A's connection is gone, the next host to start fails the claim.
+    assert!(
+        wait_until(PATIENCE, || {
+            let o = w.cli_host(b.path(), &["pending"]).output().unwrap();
+            assert!(o.status.success(), "{}", stderr(&o));
+            state(&w, id) == ActionState::Failed
+        }),
+        "another host failed the dead host's claim"
+    );
+    let action = w.kernel.inspect().action(id).unwrap().unwrap();
+    assert_eq!(action.retryable, Some(false), "failed for good: {action:?}");
+    assert!(
+        action
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("interrupted"),
+        "{action:?}"
+    );
+    assert!(in_flight(&w, b.path()).is_empty());
+    // More hosts starting, and an approval tried again, send nothing.
+    let o = w
+        .cli_host(b.path(), &["approve", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a failed action is not approved again");
+    assert_eq!(w.tracker.writes().len(), 1, "never sent again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_draining_one_gatekeeper_send_each_action_once_in_id_order() {
+    let w = shared_world(Trust::Vetted, Vec::new()).await;
+    w.kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
+    w.tracker.inject(Fault::Slow(Duration::from_millis(150)), 6);
+    let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut drainers = Vec::new();
+    for home in &homes {
+        let (k, done) = (w.host(home.path()).await, done.clone());
+        drainers.push(tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                k.drain().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    // Staged on a third host, which drains beside them too.
+    let steps: Vec<Value> = (0..6)
+        .map(|i| {
+            call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": format!("l{i}")}),
+            )
+        })
+        .collect();
+    let out = w.script("work", Value::Array(steps)).await;
+    let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
+    let all_applied = wait_until(PATIENCE, || {
+        ids.iter().all(|id| state(&w, *id) == ActionState::Applied)
+    });
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for d in drainers {
+        d.await.unwrap();
+    }
+    w.kernel.settle().await;
+    assert!(all_applied, "every action was applied");
+    let labels: Vec<String> = w
+        .tracker
+        .writes()
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap()["label"].to_string())
+        .collect();
+    let want: Vec<String> = (0..6).map(|i| format!("\"l{i}\"")).collect();
+    assert_eq!(labels, want, "each sent once, in id order");
+    let actions: Vec<_> = ids
+        .iter()
+        .map(|id| w.kernel.inspect().action(*id).unwrap().unwrap())
+        .collect();
+    for pair in actions.windows(2) {
+        assert!(
+            pair[1].decided_at >= pair[0].finished_at,
+            "action {} was claimed before action {} finished",
+            pair[1].id,
+            pair[0].id
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes_its_live_view() {
+    let w = shared_world(Trust::Byo, Vec::new()).await;
+    w.install("agent");
+    w.kernel.add_user("alice").unwrap();
+
+    // Host A serves the web inbox; its live view looks for changes once an
+    // hour, so only the database's notifications can wake it in time.
+    let home_a = tempfile::tempdir().unwrap();
+    let host_a = w.host(home_a.path()).await;
+    let server = web::start(
+        host_a,
+        web::Config {
+            port: 0,
+            tick: Duration::from_secs(3600),
+            ..web::Config::default()
+        },
+    )
+    .await
+    .unwrap();
+    let alice = Api::signed_in(&w, &server.url(), "alice").await;
+    let mut stream = open_stream(&alice).await.into_body();
+    let mut buffer = String::new();
+    assert!(read_until(&mut stream, &mut buffer, |n, _| n == "ready").await);
+
+    // Host B (this world's kernel) runs an agent that stages a write and
+    // parks, awaiting the decision.
+    let run = w
+        .kernel
+        .agent(
+            "agent",
+            "work",
+            "ensure Flaky login test | ci",
+            Harness::Honest,
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.state.to_string(), "waiting");
+    let awaited = run.awaited[0];
+    assert!(
+        read_until(&mut stream, &mut buffer, |n, d| n == "change"
+            && d.contains("\"chat\":\"work\""))
+        .await,
+        "host A's live view heard host B's stage"
+    );
+
+    // Alice approves in host A's inbox: A sends it and resumes B's run,
+    // loading the agent gadget from the database into its own cache.
+    let cached =
+        |dir: &std::path::Path| std::fs::read_dir(dir.join("components")).map_or(0, |d| d.count());
+    let before = cached(home_a.path());
+    let a = alice
+        .post(&format!("/api/actions/{awaited}/approve"), json!({}))
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert!(
+        wait_until(PATIENCE, || {
+            let r = w.kernel.inspect().agent_run(run.run).unwrap().unwrap();
+            r.turns == 2
+        }),
+        "the parked run was resumed"
+    );
+    let r = w.kernel.inspect().agent_run(run.run).unwrap().unwrap();
+    assert!(
+        r.last_output
+            .as_deref()
+            .unwrap_or_default()
+            .contains("addLabel"),
+        "{r:?}"
+    );
+    assert!(
+        cached(home_a.path()) > before,
+        "host A fetched the agent gadget into its own cache"
+    );
+    assert_eq!(
+        w.tracker
+            .issues()
+            .iter()
+            .filter(|i| i.title == "Flaky login test")
+            .count(),
+        1
+    );
+    server.stop().await;
+}
