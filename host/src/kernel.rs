@@ -274,7 +274,10 @@ impl Kernel {
             }),
         };
         kernel.recover()?;
-        kernel.inner.store.recover_firings(|o| kernel.is_alive(o))?;
+        kernel
+            .inner
+            .store
+            .recover_firings(&|db, o| kernel.is_present(db, o))?;
         kernel.sweep_liveness();
         Ok(kernel)
     }
@@ -290,7 +293,7 @@ impl Kernel {
         let recovered = self
             .inner
             .store
-            .recover(|o| self.is_alive(o), resume_as.as_deref())?;
+            .recover(&|db, o| self.is_present(db, o), resume_as.as_deref())?;
         for id in recovered.failed {
             tracing::warn!(id, "action was interrupted while applying; marked failed");
         }
@@ -360,20 +363,29 @@ impl Kernel {
             .collect()
     }
 
-    /// Whether the kernel process named `owner` still lives (it holds the
-    /// lock on its file). A dead owner's lock file is removed.
+    /// Whether the process or host named `owner` lives, asked in the
+    /// caller's transaction `db`: the one place that tells (SPEC P3). In a
+    /// home, it holds the lock on its file; in a shared database, its
+    /// presence lock. An error (the database did not answer) is an error,
+    /// never a guess that it is gone: failing a claim is final.
+    pub(crate) fn is_present(
+        &self,
+        db: &dyn crate::store::sql::Sql,
+        owner: &str,
+    ) -> anyhow::Result<bool> {
+        match self.inner.liveness {
+            _ if owner == self.inner.owner => Ok(true),
+            Liveness::Database(_) => crate::store::postgres::present(db, owner),
+            Liveness::File(_) => Ok(self.is_alive(owner)),
+        }
+    }
+
+    /// Whether the kernel process named `owner` still lives on this home
+    /// (it holds the lock on its file). A dead owner's lock file is
+    /// removed. A host on a shared database asks [`Kernel::is_present`].
     pub(crate) fn is_alive(&self, owner: &str) -> bool {
         if owner == self.inner.owner {
             return true;
-        }
-        if let Liveness::Database(_) = self.inner.liveness {
-            // A host whose presence cannot be read now is taken for alive:
-            // its claims are left, never failed on a guess (P3).
-            return self
-                .inner
-                .store
-                .with(|db| crate::store::postgres::present(db, owner))
-                .unwrap_or(true);
         }
         let path = self.inner.home.liveness(owner);
         let Ok(f) = File::options().read(true).write(true).open(&path) else {

@@ -69,7 +69,7 @@ impl Kernel {
         let k = self.clone();
         let in_flight = self
             .store()
-            .run(move |s| s.in_flight(|owner| k.is_alive(owner)))
+            .run(move |s| s.in_flight(&|db, owner| k.is_present(db, owner)))
             .await?;
         Ok(Status {
             database: self.state_location(),

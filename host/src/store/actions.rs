@@ -1058,16 +1058,19 @@ impl Store {
     ///   next process that can.
     pub fn recover(
         &self,
-        is_alive: impl Fn(&str) -> bool,
+        is_present: &super::IsPresent<'_>,
         resume_as: Option<&str>,
     ) -> anyhow::Result<Recovered> {
         let claims = self.with(super::claims::open)?;
         let mut out = Recovered::default();
         for (id, owner) in claims {
-            if owner.as_deref().is_some_and(&is_alive) {
-                continue;
-            }
-            match self.write_durable(|tx| recover_in(tx, id, owner.as_deref(), resume_as))? {
+            // Asked in the recovery's own transaction: on a shared
+            // database, on the connection that then writes.
+            let recovered = self.write_durable(|tx| match owner.as_deref() {
+                Some(host) if is_present(tx, host)? => Ok(Interrupted::Left),
+                _ => recover_in(tx, id, owner.as_deref(), resume_as),
+            })?;
+            match recovered {
                 // Left as it was: the transaction wrote nothing.
                 Interrupted::Left => {}
                 Interrupted::Resumed(claim) => out.resumed.push(*claim),
@@ -1080,9 +1083,9 @@ impl Store {
     /// The claims in flight, each with whether its process lives.
     pub fn in_flight(
         &self,
-        is_alive: impl Fn(&str) -> bool,
+        is_present: &super::IsPresent<'_>,
     ) -> anyhow::Result<Vec<super::InFlight>> {
-        self.with(|db| super::claims::in_flight(db, &|_, owner| Ok(is_alive(owner))))
+        self.with(|db| super::claims::in_flight(db, is_present))
     }
 
     /// Keep the newest finished actions of `id`'s chat; never prune open

@@ -202,8 +202,8 @@ impl Store {
 
     /// Fail every firing left `running` by a process that is gone: its
     /// turn stopped with it (what it staged stays staged).
-    pub fn recover_firings(&self, is_alive: impl Fn(&str) -> bool) -> anyhow::Result<usize> {
-        self.with(|db| recover_firings_in(db, &is_alive, now_ms()))
+    pub fn recover_firings(&self, is_present: &super::IsPresent<'_>) -> anyhow::Result<usize> {
+        self.with(|db| recover_firings_in(db, is_present, now_ms()))
     }
 }
 
@@ -495,7 +495,7 @@ fn claim_due_schedules_in(db: &dyn Sql, now: i64) -> anyhow::Result<Vec<Hook>> {
 
 fn recover_firings_in(
     db: &dyn Sql,
-    is_alive: &dyn Fn(&str) -> bool,
+    is_present: &super::IsPresent<'_>,
     now: i64,
 ) -> anyhow::Result<usize> {
     let running: Vec<(i64, Option<String>)> = db
@@ -508,7 +508,9 @@ fn recover_firings_in(
         .collect::<anyhow::Result<_>>()?;
     let mut n = 0;
     for (id, owner) in running {
-        if owner.as_deref().is_some_and(is_alive) {
+        if let Some(host) = owner.as_deref()
+            && is_present(db, host)?
+        {
             continue;
         }
         n += db.exec(
@@ -781,7 +783,7 @@ mod on_both_engines {
                     .await
                     .expect("refused");
                 let recovered = b
-                    .run(move |db| recover_firings_in(db, &|owner| owner == "host-2", 40))
+                    .run(move |db| recover_firings_in(db, &|_, owner| Ok(owner == "host-2"), 40))
                     .await
                     .expect("recovered");
                 assert_eq!(recovered, 2, "{e}: the gone host's two running firings");
@@ -827,7 +829,7 @@ mod on_both_engines {
                     .expect("fired");
                 assert!(live.is_ok(), "{e}");
                 let recovered = b
-                    .run(move |db| recover_firings_in(db, &|owner| owner == "host-2", 60))
+                    .run(move |db| recover_firings_in(db, &|_, owner| Ok(owner == "host-2"), 60))
                     .await
                     .expect("recovered");
                 assert_eq!(recovered, 0, "{e}");

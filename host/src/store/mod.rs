@@ -60,6 +60,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// Whether the process or host named by an owner token lives, asked in
+/// the caller's transaction (a claim is interrupted exactly when its
+/// owner is gone, SPEC P3). The kernel answers it: by the owner's lock
+/// file in a home, by its presence lock in a shared database.
+pub(crate) type IsPresent<'a> = dyn Fn(&dyn Sql, &str) -> anyhow::Result<bool> + 'a;
+
 /// At most this many actions of one chat may be pending or applying
 /// (SPEC A5); one chat never blocks another.
 pub const MAX_OPEN_ACTIONS: i64 = 50;

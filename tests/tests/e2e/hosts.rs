@@ -9,7 +9,9 @@
 //!   host touches the claim; once its connection is gone, the next host to
 //!   start fails it (P3), and it is never sent again.
 //! - Two hosts draining one gatekeeper: each eligible action sent once, in
-//!   id order, one at a time (U2, U3).
+//!   id order, one at a time (U2, U3); an eligible action staged on one
+//!   host is sent by the drain another host starts when a person decides
+//!   the action it waited behind.
 //! - A decision in one host's web inbox resumes an agent run parked by
 //!   another host (the resuming host fetches the gadget from the database),
 //!   and that inbox's live view hears another host's changes with its
@@ -250,6 +252,50 @@ async fn two_hosts_draining_one_gatekeeper_send_each_action_once_in_id_order() {
             pair[0].id
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eligible_action_staged_on_one_host_is_sent_by_a_drain_on_another() {
+    let w = shared_world(Trust::Vetted, Vec::new()).await;
+    w.kernel
+        .add_rule("alice", "issues:addLabel", None)
+        .await
+        .unwrap();
+    // Host A (this world's kernel) stages a write that needs a person,
+    // then an eligible one, which waits behind it (U2).
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "createIssue", json!({"title": "needs a person"})),
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"})),
+            ]),
+        )
+        .await;
+    let (manual, eligible) = (pending_id(&out[0]), pending_id(&out[1]));
+    w.kernel.settle().await;
+    assert_eq!(state(&w, eligible), ActionState::Pending);
+
+    // A person approves the first on host B, a process of its own: B's
+    // drain then sends the one A staged, in order.
+    let b = tempfile::tempdir().unwrap();
+    let o = w
+        .cli_host(b.path(), &["approve", &manual.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(state(&w, manual), ActionState::Applied);
+    assert_eq!(
+        state(&w, eligible),
+        ActionState::Applied,
+        "host B's drain sent it"
+    );
+    let a = w.kernel.inspect().action(eligible).unwrap().unwrap();
+    assert!(a.auto_approved, "{a:?}");
+    let writes = w.tracker.writes();
+    assert_eq!(writes.len(), 2);
+    assert_eq!(writes[0].path, "/issues", "in id order");
+    assert!(writes[1].path.ends_with("/labels"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
