@@ -86,11 +86,12 @@ struct Inner {
     /// Names this process in claims; see [`Kernel::open`].
     owner: String,
     liveness: Liveness,
-    /// Bumped whenever another host decided or finished an action in the
-    /// shared database (LISTEN/NOTIFY), so that live views and resumers
-    /// wake without polling; never bumped on a home, where every process
-    /// reads the same file and the live view's tick is the signal.
-    elsewhere: tokio::sync::watch::Receiver<u64>,
+    /// Bumped whenever a host staged, decided or finished an action in the
+    /// shared database (LISTEN/NOTIFY), so that live views wake without
+    /// polling; listened for from the first ask on (a one-shot command
+    /// never asks, and keeps no listening connection). Never bumped on a
+    /// home, where the live view's tick reads the same file.
+    elsewhere: tokio::sync::OnceCell<tokio::sync::watch::Receiver<u64>>,
     /// Single flight for auto-approval drains (see `crate::overseer`).
     drain_gate: tokio::sync::Mutex<()>,
     drain_wanted: std::sync::Mutex<DrainScope>,
@@ -192,15 +193,7 @@ impl Kernel {
             .context("cannot lock this process's liveness file")?;
         std::fs::rename(&staging, home.liveness(&owner)).with_context(cannot)?;
         let runtime = Runtime::new(home.cache_dir(), limits)?;
-        let (_, elsewhere) = tokio::sync::watch::channel(0);
-        Kernel::start(
-            home,
-            store,
-            runtime,
-            owner,
-            Liveness::File(liveness),
-            elsewhere,
-        )
+        Kernel::start(home, store, runtime, owner, Liveness::File(liveness))
     }
 
     /// Open the deployment held in the shared PostgreSQL database at
@@ -226,24 +219,7 @@ impl Kernel {
         let mut runtime = Runtime::new(home.cache_dir(), limits)?;
         let sources = store.clone();
         runtime.fetch_sources_from(Box::new(move |digest| sources.component(digest)));
-        let (tell, elsewhere) = tokio::sync::watch::channel(0u64);
-        let mut listener = postgres::Listener::open(&url, crate::store::DECIDED).await?;
-        tokio::spawn(async move {
-            while listener.next().await.is_some() {
-                tell.send_modify(|n| *n = n.wrapping_add(1));
-                if tell.is_closed() {
-                    return;
-                }
-            }
-        });
-        Kernel::start(
-            home,
-            store,
-            runtime,
-            owner,
-            Liveness::Database(presence),
-            elsewhere,
-        )
+        Kernel::start(home, store, runtime, owner, Liveness::Database(presence))
     }
 
     /// A kernel on `store`, once this process is announced: the
@@ -255,7 +231,6 @@ impl Kernel {
         runtime: Runtime,
         owner: String,
         liveness: Liveness,
-        elsewhere: tokio::sync::watch::Receiver<u64>,
     ) -> anyhow::Result<Kernel> {
         let idempotency_secret = store.deployment_secret(crate::idempotency::SECRET)?;
         let kernel = Kernel {
@@ -265,7 +240,7 @@ impl Kernel {
                 runtime,
                 owner,
                 liveness,
-                elsewhere,
+                elsewhere: tokio::sync::OnceCell::new(),
                 drain_gate: tokio::sync::Mutex::new(()),
                 drain_wanted: Default::default(),
                 background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
@@ -462,11 +437,42 @@ impl Kernel {
         }
     }
 
-    /// Bumped each time another host decides or finishes an action in the
-    /// shared database: a live view or resumer waits on `changed()` beside
-    /// its tick (on a home it never changes).
-    pub(crate) fn decided_elsewhere(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.elsewhere.clone()
+    /// Bumped each time a host stages, decides or finishes an action in
+    /// the shared database: a live view waits on `changed()` beside its
+    /// tick (on a home, or if the database cannot be listened to, it never
+    /// changes, and the tick alone wakes it). Listening starts at the first
+    /// ask, and is in place when this returns.
+    pub(crate) async fn decided_elsewhere(&self) -> tokio::sync::watch::Receiver<u64> {
+        let url = self.inner.store.shared_url().cloned();
+        self.inner
+            .elsewhere
+            .get_or_init(|| async move {
+                let (tell, heard) = tokio::sync::watch::channel(0u64);
+                let Some(url) = url else {
+                    return heard;
+                };
+                let mut listener =
+                    match crate::store::postgres::Listener::open(&url, crate::store::DECIDED)
+                        .await
+                    {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::warn!(error = %format!("{e:#}"), "cannot listen for other hosts' decisions; the live view looks every tick instead");
+                            return heard;
+                        }
+                    };
+                tokio::spawn(async move {
+                    while listener.next().await.is_some() {
+                        tell.send_modify(|n| *n = n.wrapping_add(1));
+                        if tell.is_closed() {
+                            return; // the kernel is gone
+                        }
+                    }
+                });
+                heard
+            })
+            .await
+            .clone()
     }
 
     pub(crate) fn drain_gate(&self) -> &tokio::sync::Mutex<()> {

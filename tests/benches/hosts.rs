@@ -11,7 +11,10 @@
 //!    one PostgreSQL: each host is this benchmark re-run as a child process
 //!    with a home of its own, opening the shared database, warmed up, then
 //!    staging from 8 concurrent turns in chats of its own on a common start
-//!    signal. Reported in actions/s, and as the ratio to one host.
+//!    signal. Reported in actions/s, as the ratio to one host, and with
+//!    the machine's CPU busy share meanwhile (hosts and the database server
+//!    share the machine's cores: where they are busy, more hosts cannot
+//!    stage more).
 //!
 //! `cargo bench --locked -p gatehouse-e2e --bench hosts`
 //! (`HOSTS_QUICK=1` runs fewer rounds.)
@@ -120,9 +123,10 @@ async fn stage(w: &World, chat: &str) -> i64 {
 fn scaling(rt: &tokio::runtime::Runtime, url: &str, rounds: usize) {
     let w = rt.block_on(World::standard_shared(url, Trust::Byo, Vec::new()));
     let mut rates: Vec<(usize, Vec<f64>)> = [1, 2, 4].iter().map(|n| (*n, vec![])).collect();
+    let mut busy: Vec<Vec<f64>> = vec![vec![]; rates.len()];
     let mut next_chat = 0;
     for _ in 0..rounds {
-        for (hosts, rate) in rates.iter_mut() {
+        for (i, (hosts, rate)) in rates.iter_mut().enumerate() {
             let mut children = Vec::new();
             for _ in 0..*hosts {
                 let names: Vec<String> = (0..TURNS)
@@ -156,6 +160,7 @@ fn scaling(rt: &tokio::runtime::Runtime, url: &str, rounds: usize) {
                 assert_eq!(l.next().and_then(Result::ok).as_deref(), Some("ready"));
             }
             let t = Instant::now();
+            let cpu = Cpu::now();
             for (c, _) in &mut children {
                 writeln!(c.stdin.as_mut().expect("stdin"), "go").expect("go");
             }
@@ -165,6 +170,7 @@ fn scaling(rt: &tokio::runtime::Runtime, url: &str, rounds: usize) {
                 staged += n.trim().parse::<usize>().expect("a count");
             }
             let elapsed = t.elapsed();
+            busy[i].push(cpu.busy_since());
             for (mut c, _) in children {
                 drop(c.stdin.take());
                 assert!(c.wait().expect("the host ends").success());
@@ -174,11 +180,52 @@ fn scaling(rt: &tokio::runtime::Runtime, url: &str, rounds: usize) {
         }
     }
     let one = median_f(&mut rates[0].1.clone());
-    println!("\n| host processes | staged actions/s | vs one host |");
-    println!("|---|---|---|");
-    for (hosts, rate) in &mut rates {
+    println!(
+        "\n| host processes | staged actions/s | vs one host | machine CPU busy ({} cores) |",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("|---|---|---|---|");
+    for ((hosts, rate), busy) in rates.iter_mut().zip(&mut busy) {
         let r = median_f(rate);
-        println!("| {hosts} | {r:.0} | {:.2}× |", r / one);
+        println!(
+            "| {hosts} | {r:.0} | {:.2}× | {:.0}% |",
+            r / one,
+            median_f(busy) * 100.0
+        );
+    }
+}
+
+/// The machine's CPU time as `/proc/stat` counts it: busy and all.
+struct Cpu {
+    busy: u64,
+    all: u64,
+}
+
+impl Cpu {
+    fn now() -> Cpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let all: u64 = ticks.iter().sum();
+        // idle and iowait are the fourth and fifth.
+        let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+        Cpu {
+            busy: all - idle,
+            all,
+        }
+    }
+
+    /// The share of the machine's CPU time that was busy since `self`
+    /// (every process, the database server's included).
+    fn busy_since(&self) -> f64 {
+        let now = Cpu::now();
+        (now.busy - self.busy) as f64 / (now.all - self.all).max(1) as f64
     }
 }
 

@@ -572,8 +572,8 @@ impl Store {
     }
 
     /// Run `f` on the deployment's database, each statement its own
-    /// commit: for reads and one-statement writes. (On a shared database
-    /// `f` is one transaction.)
+    /// commit, on either engine: for reads and one-statement writes (a
+    /// conditional update decides by its changed-row count alone).
     ///
     /// Why this and [`Store::write`] and never the connection itself: a
     /// method written against [`Sql`] runs unchanged on the embedded file
@@ -586,7 +586,7 @@ impl Store {
     ) -> anyhow::Result<T> {
         match &self.db {
             Db::Home(home) => f(&*home.lock()),
-            Db::Shared(shared) => shared.run_here(f),
+            Db::Shared(shared) => shared.each_here(f),
         }
     }
 

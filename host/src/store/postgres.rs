@@ -18,6 +18,7 @@ use super::Store;
 use super::sql::{Cell, Sql, args};
 use anyhow::{Context as _, bail};
 use rusqlite::types::ValueRef;
+use std::time::Duration;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls};
@@ -109,6 +110,31 @@ impl DatabaseUrl {
     }
 }
 
+/// How long a connection attempt may take when the URL does not say
+/// (`connect_timeout`): an unreachable database is reported in seconds,
+/// not after the system's TCP timeout of minutes.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a store call waits for a pooled connection before it is
+/// refused with an error (every connection busy for that long means the
+/// database is stuck, and waiting on would hang the host).
+const POOL_WAIT: Duration = Duration::from_secs(60);
+
+impl DatabaseUrl {
+    /// The driver's configuration for this URL (checked by
+    /// [`DatabaseUrl::parse`]), with [`CONNECT_TIMEOUT`] unless it names
+    /// its own.
+    fn config(&self) -> anyhow::Result<tokio_postgres::Config> {
+        let mut config: tokio_postgres::Config = self
+            .0
+            .parse()
+            .map_err(|e| anyhow::anyhow!("the database URL {self} is not valid ({e})"))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        Ok(config)
+    }
+}
+
 impl std::fmt::Display for DatabaseUrl {
     /// The URL with any password replaced by `***`: it is printed in
     /// errors and reports.
@@ -144,7 +170,9 @@ impl std::fmt::Debug for DatabaseUrl {
 /// Connect to `url`; the connection's own task runs on the current runtime
 /// until the client is dropped.
 pub async fn connect(url: &DatabaseUrl) -> anyhow::Result<Client> {
-    let (client, connection) = tokio_postgres::connect(&url.0, NoTls)
+    let (client, connection) = url
+        .config()?
+        .connect(NoTls)
         .await
         .map_err(|e| {
             anyhow::anyhow!(
@@ -266,10 +294,7 @@ impl Shared {
                 "the database {url} is at schema {at} and this gatehouse needs {newest}; run `gatehouse db migrate --database URL` first"
             );
         }
-        let config: tokio_postgres::Config = url
-            .0
-            .parse()
-            .map_err(|e| anyhow::anyhow!("the database URL {url} is not valid ({e})"))?;
+        let config = url.config()?;
         let manager = deadpool_postgres::Manager::from_config(
             config,
             NoTls,
@@ -279,6 +304,8 @@ impl Shared {
         );
         let pool = deadpool_postgres::Pool::builder(manager)
             .max_size(connections.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
             .build()
             .map_err(|e| anyhow::anyhow!("cannot set up connections to {url} ({e})"))?;
         Ok(Shared {
@@ -344,6 +371,34 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Run `f` on a pooled connection with no transaction around it: each
+    /// statement its own commit, as [`super::Store::with`] promises on the
+    /// embedded file too. Under READ COMMITTED a transaction gives a run of
+    /// reads nothing more (each statement sees what was committed when it
+    /// began either way), and saves two round trips (`BEGIN`, `COMMIT`)
+    /// per call; whoever needs statements to stand or fall together, or a
+    /// row held while deciding, uses [`Shared::run_here`].
+    pub fn each_here<T>(&self, f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| {
+            anyhow::anyhow!("the shared database was used outside the host's runtime")
+        })?;
+        let go = || -> anyhow::Result<T> {
+            let client = rt
+                .block_on(self.pool.get())
+                .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
+            f(&super::sql::Postgres {
+                client: &client,
+                rt: &rt,
+            })
+        };
+        match rt.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => go(),
+            _ => tokio::task::block_in_place(go),
+        }
+    }
+}
+
 /// A connection listening on one channel of the shared database: how a
 /// host learns, without polling, that another host decided or finished an
 /// action ([`super::actions::DECIDED`]). Notifications arrive only after
@@ -357,7 +412,9 @@ pub(crate) struct Listener {
 impl Listener {
     /// Listen on `channel` of the database at `url`.
     pub async fn open(url: &DatabaseUrl, channel: &str) -> anyhow::Result<Listener> {
-        let (client, mut connection) = tokio_postgres::connect(&url.0, NoTls)
+        let (client, mut connection) = url
+            .config()?
+            .connect(NoTls)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {url} ({})", reason(&e)))?;
         let (tell, heard) = tokio::sync::mpsc::unbounded_channel();

@@ -37,9 +37,12 @@ const SESSION_CHECK: Duration = Duration::from_secs(2);
 /// Watch the kernel's fingerprints and broadcast what changed, every
 /// `tick` and whenever another host sharing the database decided or
 /// finished an action, until the server stops.
-pub(crate) async fn watch(state: AppState, tick: Duration) {
+pub(crate) async fn watch(
+    state: AppState,
+    tick: Duration,
+    mut elsewhere: tokio::sync::watch::Receiver<u64>,
+) {
     let mut stopping = state.stopping.clone();
-    let mut elsewhere = state.kernel.decided_elsewhere();
     let mut last: Option<BTreeMap<String, (u64, u64)>> = None;
     loop {
         match state.kernel.live_fingerprints().await {

@@ -234,8 +234,11 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
         )),
         stopping,
     };
+    // Listening is in place before the server answers: nothing another
+    // host does after this is missed by the live view.
+    let elsewhere = state.kernel.decided_elsewhere().await;
     let background = vec![
-        tokio::spawn(events::watch(state.clone(), config.tick)),
+        tokio::spawn(events::watch(state.clone(), config.tick, elsewhere)),
         tokio::spawn(hooks::schedules(state.clone(), config.tick)),
         tokio::spawn(notices(state.clone(), config.notify_every, config.tick)),
     ];
