@@ -224,6 +224,64 @@ impl World {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("script output {out:?}: {e}"))
     }
 
+    /// Stage one `addLabel` of issue 1 in `work` through the `script`
+    /// gadget; the pending action's id.
+    pub async fn stage_label(&self, label: &str) -> i64 {
+        let out = self
+            .script(
+                "work",
+                json!([call("ISSUES", "addLabel", json!({"id": 1, "label": label}))]),
+            )
+            .await;
+        pending_id(&out[0])
+    }
+
+    /// Stage in `work` a write that needs a person (`createIssue`), then an
+    /// eligible one (`addLabel`), which waits behind it (SPEC U2); their
+    /// ids.
+    pub async fn stage_manual_then_eligible(&self) -> (i64, i64) {
+        let out = self
+            .script(
+                "work",
+                json!([
+                    call("ISSUES", "createIssue", json!({"title": "needs a person"})),
+                    call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"})),
+                ]),
+            )
+            .await;
+        (pending_id(&out[0]), pending_id(&out[1]))
+    }
+
+    /// Assert that the actions `ids`, staged as labels `l0`, `l1`, ... in
+    /// that order, reached the tracker once each, in id order, and that
+    /// none was claimed before the one before it finished (SPEC U2, U3).
+    pub fn assert_sent_once_in_order(&self, ids: &[i64]) {
+        let labels: Vec<String> = self
+            .tracker
+            .writes()
+            .iter()
+            .map(|r| {
+                serde_json::from_str::<Value>(&r.body).expect("a JSON body")["label"].to_string()
+            })
+            .collect();
+        let want: Vec<String> = (0..ids.len()).map(|i| format!("\"l{i}\"")).collect();
+        assert_eq!(labels, want, "each sent once, in id order");
+        let actions: Vec<_> = ids
+            .iter()
+            .map(|id| self.kernel.inspect().action(*id).unwrap().unwrap())
+            .collect();
+        for pair in actions.windows(2) {
+            assert!(
+                pair[1].decided_at >= pair[0].finished_at,
+                "action {} was claimed at {:?}, before action {} finished at {:?}",
+                pair[1].id,
+                pair[1].decided_at,
+                pair[0].id,
+                pair[0].finished_at
+            );
+        }
+    }
+
     /// Run the CLI as a separate process on this world's home (and its
     /// shared database, if it has one).
     pub fn cli(&self, args: &[&str]) -> Output {
@@ -301,6 +359,19 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// A `call` step for the script gadget.
+/// The `script` steps of `n` writes, labels `l0`, `l1`, ... on issue 1.
+pub fn labels(n: usize) -> Value {
+    (0..n)
+        .map(|i| {
+            call(
+                "ISSUES",
+                "addLabel",
+                json!({"id": 1, "label": format!("l{i}")}),
+            )
+        })
+        .collect()
+}
+
 pub fn call(key: &str, tool: &str, args: Value) -> Value {
     json!({"call": {"key": key, "tool": tool, "args": args}})
 }
@@ -558,4 +629,39 @@ pub fn signal(pid: u32, signal: &str) {
         .expect("kill runs")
         .success();
     assert!(ok, "kill -{signal} {pid} failed");
+}
+
+/// Kernels draining over and over, each on a task of its own, until
+/// [`Drainers::stop`] (as other processes or hosts would, each after its
+/// own events).
+pub struct Drainers {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drainers {
+    pub fn start(kernels: Vec<Kernel>) -> Drainers {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tasks = kernels
+            .into_iter()
+            .map(|k| {
+                let done = done.clone();
+                tokio::spawn(async move {
+                    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                        k.drain().await.expect("a drain");
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        Drainers { done, tasks }
+    }
+
+    /// Stop draining, once every drain under way has ended.
+    pub async fn stop(self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.expect("a drainer");
+        }
+    }
 }

@@ -4,23 +4,11 @@
 
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, pending_id};
+use gatehouse_e2e::{World, call, labels, pending_id};
 use gatehouse_services::tracker::Fault;
 use serde_json::json;
 
 /// A script of `n` eligible writes, labels `l0`, `l1`, ... on issue 1.
-fn labels(n: usize) -> serde_json::Value {
-    (0..n)
-        .map(|i| {
-            call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": format!("l{i}")}),
-            )
-        })
-        .collect()
-}
-
 fn state(w: &World, id: i64) -> ActionState {
     w.kernel.inspect().action(id).unwrap().unwrap().state
 }
@@ -35,16 +23,7 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
         .unwrap();
     assert!(r.key_one && r.missing.is_none());
 
-    let out = w
-        .script(
-            "work",
-            json!([
-                call("ISSUES", "createIssue", json!({"title": "needs a person"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"})),
-            ]),
-        )
-        .await;
-    let (manual, eligible) = (pending_id(&out[0]), pending_id(&out[1]));
+    let (manual, eligible) = w.stage_manual_then_eligible().await;
     w.kernel.settle().await;
     assert_eq!(state(&w, manual), ActionState::Pending);
     assert_eq!(
@@ -298,48 +277,14 @@ async fn drains_in_four_processes_send_each_action_once_in_order_one_at_a_time()
         .inject(Fault::Slow(std::time::Duration::from_millis(150)), 6);
     // Four other processes drain over and over while the gadget stages
     // (its own kernel drains beside it, as after every submit).
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let (k, done) = (w.reopen(), done.clone());
-        tasks.push(tokio::spawn(async move {
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                k.drain().await.unwrap();
-                tokio::task::yield_now().await;
-            }
-        }));
-    }
+    let drainers = gatehouse_e2e::Drainers::start((0..4).map(|_| w.reopen()).collect());
     let out = w.script("work", labels(6)).await;
     let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
     let all_applied = gatehouse_e2e::wait_until(std::time::Duration::from_secs(60), || {
         ids.iter().all(|id| state(&w, *id) == ActionState::Applied)
     });
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    for t in tasks {
-        t.await.unwrap();
-    }
+    drainers.stop().await;
     w.kernel.settle().await;
     assert!(all_applied, "every action was applied");
-    let labels: Vec<String> = w
-        .tracker
-        .writes()
-        .iter()
-        .map(|r| serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["label"].to_string())
-        .collect();
-    let want: Vec<String> = (0..6).map(|i| format!("\"l{i}\"")).collect();
-    assert_eq!(labels, want, "each sent once, in id order");
-    let actions: Vec<_> = ids
-        .iter()
-        .map(|id| w.kernel.inspect().action(*id).unwrap().unwrap())
-        .collect();
-    for pair in actions.windows(2) {
-        assert!(
-            pair[1].decided_at >= pair[0].finished_at,
-            "action {} was claimed at {:?}, before action {} finished at {:?}",
-            pair[1].id,
-            pair[1].decided_at,
-            pair[0].id,
-            pair[0].finished_at
-        );
-    }
+    w.assert_sent_once_in_order(&ids);
 }

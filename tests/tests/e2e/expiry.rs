@@ -7,7 +7,7 @@
 
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, Trust};
-use gatehouse_e2e::{World, call, cli_command, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{World, cli_command, pending_id, stderr, stdout, wait_until};
 use serde_json::{Value, json};
 use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -34,16 +34,6 @@ fn one_line(o: &Output) -> String {
     e
 }
 
-async fn stage_label(w: &World, label: &str) -> i64 {
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": label}))]),
-        )
-        .await;
-    pending_id(&out[0])
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_action_is_never_sent_even_if_approved_afterwards() {
     let w = World::standard(Trust::Byo).await;
@@ -53,7 +43,7 @@ async fn an_expired_action_is_never_sent_even_if_approved_afterwards() {
     let chats: Value = serde_json::from_str(&stdout(&w.cli(&["chats", "--json"]))).unwrap();
     assert_eq!(chats[0]["expire_after_ms"], 1000);
 
-    let id = stage_label(&w, "late").await;
+    let id = w.stage_label("late").await;
     let staged_at = w.kernel.inspect().action(id).unwrap().unwrap().created_at;
     wait_past(staged_at, 1000);
 
@@ -105,7 +95,7 @@ async fn a_sweep_marks_what_is_due_and_the_drain_sends_none_of_it() {
     let w = World::standard(Trust::Vetted).await;
     let o = w.cli(&["chat", "set", "work", "--expire-after", "1s"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let id = stage_label(&w, "unruled").await;
+    let id = w.stage_label("unruled").await;
     let staged_at = w.kernel.inspect().action(id).unwrap().unwrap().created_at;
     wait_past(staged_at, 1000);
     // The rule arrives after the expiry: its drain sends nothing.
@@ -122,7 +112,7 @@ async fn a_sweep_marks_what_is_due_and_the_drain_sends_none_of_it() {
         ActionState::Expired
     );
     // A fresh one, staged within the expiry, is auto-approved as usual.
-    let fresh = stage_label(&w, "fresh").await;
+    let fresh = w.stage_label("fresh").await;
     w.kernel.settle().await;
     let a = w.kernel.inspect().action(fresh).unwrap().unwrap();
     if a.state == ActionState::Applied {
@@ -137,16 +127,7 @@ async fn a_sweep_marks_what_is_due_and_the_drain_sends_none_of_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_action_counts_as_closed_for_the_cap() {
     let w = World::standard(Trust::Byo).await;
-    let steps: Vec<Value> = (0..51)
-        .map(|i| {
-            call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": format!("l{i}")}),
-            )
-        })
-        .collect();
-    let out = w.script("work", Value::Array(steps)).await;
+    let out = w.script("work", gatehouse_e2e::labels(51)).await;
     let answers = out.as_array().unwrap();
     assert!(answers[49]["pending"].is_object(), "{}", answers[49]);
     let full = answers[50]["error"]["message"].as_str().unwrap_or_default();
@@ -164,7 +145,7 @@ async fn an_expired_action_counts_as_closed_for_the_cap() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(w.kernel.inspect().pending(Some("work")).unwrap().is_empty());
     // ...and the chat takes new work again: expired is closed.
-    let id = stage_label(&w, "after").await;
+    let id = w.stage_label("after").await;
     assert_eq!(
         w.kernel.inspect().action(id).unwrap().unwrap().state,
         ActionState::Pending

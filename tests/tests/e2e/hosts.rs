@@ -23,7 +23,9 @@ use gatehouse::kernel::Harness;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse::web;
 use gatehouse_e2e::postgres::{cluster, name_of};
-use gatehouse_e2e::{World, call, keys_ignored, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{
+    Drainers, World, keys_ignored, labels, pending_id, stderr, stdout, wait_until,
+};
 use gatehouse_services::tracker::Fault;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -41,20 +43,10 @@ async fn shared_world(trust: Trust, settings: Vec<(String, String)>) -> World {
     World::standard_shared(&url, trust, settings).await
 }
 
-async fn stage_one(w: &World, label: &str) -> i64 {
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": label}))]),
-        )
-        .await;
-    pending_id(&out[0])
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn fifty_approvals_of_one_action_over_three_hosts_send_it_once() {
     let w = shared_world(Trust::Byo, Vec::new()).await;
-    let id = stage_one(&w, "once").await;
+    let id = w.stage_label("once").await;
     let homes: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let id_arg = id.to_string();
     let approvers: Vec<_> = (0..50)
@@ -127,7 +119,7 @@ async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again
     // The service does not honour idempotency keys: an interrupted send
     // can only be failed (P3), never re-sent.
     let w = shared_world(Trust::Byo, keys_ignored()).await;
-    let id = stage_one(&w, "interrupted").await;
+    let id = w.stage_label("interrupted").await;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
 
     // Host A claims and sends; the service takes the write and is slow to
@@ -200,58 +192,21 @@ async fn two_hosts_draining_one_gatekeeper_send_each_action_once_in_id_order() {
         .unwrap();
     w.tracker.inject(Fault::Slow(Duration::from_millis(150)), 6);
     let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut drainers = Vec::new();
+    let mut hosts = Vec::new();
     for home in &homes {
-        let (k, done) = (w.host(home.path()).await, done.clone());
-        drainers.push(tokio::spawn(async move {
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                k.drain().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }));
+        hosts.push(w.host(home.path()).await);
     }
+    let drainers = Drainers::start(hosts);
     // Staged on a third host, which drains beside them too.
-    let steps: Vec<Value> = (0..6)
-        .map(|i| {
-            call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": format!("l{i}")}),
-            )
-        })
-        .collect();
-    let out = w.script("work", Value::Array(steps)).await;
+    let out = w.script("work", labels(6)).await;
     let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
     let all_applied = wait_until(PATIENCE, || {
         ids.iter().all(|id| state(&w, *id) == ActionState::Applied)
     });
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    for d in drainers {
-        d.await.unwrap();
-    }
+    drainers.stop().await;
     w.kernel.settle().await;
     assert!(all_applied, "every action was applied");
-    let labels: Vec<String> = w
-        .tracker
-        .writes()
-        .iter()
-        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap()["label"].to_string())
-        .collect();
-    let want: Vec<String> = (0..6).map(|i| format!("\"l{i}\"")).collect();
-    assert_eq!(labels, want, "each sent once, in id order");
-    let actions: Vec<_> = ids
-        .iter()
-        .map(|id| w.kernel.inspect().action(*id).unwrap().unwrap())
-        .collect();
-    for pair in actions.windows(2) {
-        assert!(
-            pair[1].decided_at >= pair[0].finished_at,
-            "action {} was claimed before action {} finished",
-            pair[1].id,
-            pair[0].id
-        );
-    }
+    w.assert_sent_once_in_order(&ids);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -263,16 +218,7 @@ async fn an_eligible_action_staged_on_one_host_is_sent_by_a_drain_on_another() {
         .unwrap();
     // Host A (this world's kernel) stages a write that needs a person,
     // then an eligible one, which waits behind it (U2).
-    let out = w
-        .script(
-            "work",
-            json!([
-                call("ISSUES", "createIssue", json!({"title": "needs a person"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "auto"})),
-            ]),
-        )
-        .await;
-    let (manual, eligible) = (pending_id(&out[0]), pending_id(&out[1]));
+    let (manual, eligible) = w.stage_manual_then_eligible().await;
     w.kernel.settle().await;
     assert_eq!(state(&w, eligible), ActionState::Pending);
 
