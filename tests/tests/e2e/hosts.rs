@@ -8,8 +8,8 @@
 //! - A host killed with SIGKILL after its claim: while it lives no other
 //!   host touches the claim; once its connection is gone, the next host to
 //!   start fails it (P3), and it is never sent again.
-//! - Two hosts draining one gatekeeper: each eligible action sent once, in
-//!   id order, one at a time (U2, U3); an eligible action staged on one
+//! - Two host processes draining one gatekeeper at once: each eligible
+//!   action sent once, in id order, one at a time (U2, U3); one staged on one
 //!   host is sent by the drain another host starts when a person decides
 //!   the action it waited behind.
 //! - A decision in one host's web inbox resumes an agent run parked by
@@ -23,9 +23,7 @@ use gatehouse::kernel::Harness;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse::web;
 use gatehouse_e2e::postgres::{cluster, name_of};
-use gatehouse_e2e::{
-    Drainers, World, keys_ignored, labels, pending_id, stderr, stdout, wait_until,
-};
+use gatehouse_e2e::{World, keys_ignored, labels, pending_id, stderr, stdout, wait_until};
 use gatehouse_services::tracker::Fault;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -186,26 +184,34 @@ async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hosts_draining_one_gatekeeper_send_each_action_once_in_id_order() {
     let w = shared_world(Trust::Vetted, Vec::new()).await;
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    // Six eligible writes wait for a rule; each send is slow, so the two
+    // hosts' drains overlap.
     w.tracker.inject(Fault::Slow(Duration::from_millis(150)), 6);
-    let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut hosts = Vec::new();
-    for home in &homes {
-        hosts.push(w.host(home.path()).await);
-    }
-    let drainers = Drainers::start(hosts);
-    // Staged on a third host, which drains beside them too.
     let out = w.script("work", labels(6)).await;
     let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
-    let all_applied = wait_until(PATIENCE, || {
-        ids.iter().all(|id| state(&w, *id) == ActionState::Applied)
-    });
-    drainers.stop().await;
     w.kernel.settle().await;
-    assert!(all_applied, "every action was applied");
+    assert!(w.tracker.writes().is_empty(), "no rule yet: nothing sent");
+
+    // Two host processes, each enabling the rule (a drain starts with
+    // it) at the same moment.
+    let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let hosts: Vec<_> = homes
+        .iter()
+        .map(|h| {
+            w.cli_host(h.path(), &["rules", "add", "issues:addLabel"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for h in hosts {
+        let o = h.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    for id in &ids {
+        assert_eq!(state(&w, *id), ActionState::Applied, "action #{id}");
+    }
     w.assert_sent_once_in_order(&ids);
 }
 
