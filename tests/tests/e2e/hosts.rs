@@ -13,7 +13,8 @@
 //!   host is sent by the drain another host starts when a person decides
 //!   the action it waited behind.
 //! - A decision in one host's web inbox resumes an agent run parked by
-//!   another host (the resuming host fetches the gadget from the database),
+//!   another host (the resuming host fetches the gadget from the database;
+//!   once in kernels of their own, once as `serve` and `agent` processes),
 //!   and that inbox's live view hears another host's changes with its
 //!   polling tick set to an hour: the database's notifications wake it.
 
@@ -333,4 +334,78 @@ async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes
         1
     );
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process() {
+    let w = shared_world(Trust::Byo, Vec::new()).await;
+    w.install("agent");
+    w.kernel.add_user("alice").unwrap();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+
+    // Host A: `gatehouse serve`, a process of its own.
+    let mut serve = w
+        .cli_host(a.path(), &["serve", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut out = std::io::BufReader::new(serve.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
+    let url = first
+        .strip_prefix("serving the inbox at ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no URL in {first:?}"))
+        .trim_end_matches('/')
+        .to_owned();
+
+    // Host B: an agent run in a process of its own, which parks.
+    let o = w
+        .cli_host(
+            b.path(),
+            &[
+                "agent",
+                "agent",
+                "--chat",
+                "work",
+                "ensure Flaky login test | ci",
+                "--json",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(run["state"], "waiting", "{run}");
+    let awaited = run["awaited"][0].as_i64().unwrap();
+    let id = run["run"].as_i64().unwrap();
+
+    // Alice signs in at A (a token made on a third host) and approves.
+    let o = w
+        .cli_host(w.home(), &["token", "create", "alice", "--url", &url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let token = stdout(&o).trim().rsplit('=').next().unwrap().to_owned();
+    let mut alice = Api::new(&url);
+    assert_eq!(alice.sign_in(&token).await.status, 200);
+    let d = alice
+        .post(&format!("/api/actions/{awaited}/approve"), json!({}))
+        .await;
+    assert_eq!(d.status, 200, "{}", d.text);
+
+    // A sent it and resumed B's run: its second turn staged the label.
+    let r = w.kernel.inspect().agent_run(id).unwrap().unwrap();
+    assert_eq!(r.turns, 2, "{r:?}");
+    assert_eq!(r.state.to_string(), "waiting", "{r:?}");
+    assert!(
+        r.last_output
+            .as_deref()
+            .unwrap_or_default()
+            .contains("addLabel"),
+        "{r:?}"
+    );
+    serve.kill().unwrap();
+    let _ = serve.wait();
 }
