@@ -10,19 +10,18 @@
 
 use crate::classify::{self, Kind};
 use crate::home::Home;
+use crate::liveness::Liveness;
 use crate::principal::{Credential, Principal};
 use crate::runtime::gadget::TurnReport;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
 use crate::runtime::view::{Answer, KernelView};
 use crate::runtime::{Limits, Role, Runtime};
-use crate::store::postgres::Presence;
 use crate::store::{
     Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
     StageError, Store, Trust, Unresolved,
 };
 use anyhow::{Context as _, bail};
-use std::fs::File;
 use std::sync::Arc;
 
 pub use crate::turn::{Harness, StepContext, Turn};
@@ -83,8 +82,8 @@ struct Inner {
     home: Home,
     store: Store,
     runtime: Runtime,
-    /// Names this process in claims; see [`Kernel::open`].
-    owner: String,
+    /// This process's owner token, and how it tells whether another's
+    /// lives (claims carry the token; see `crate::liveness`).
     liveness: Liveness,
     /// Bumped whenever a host staged, decided or finished an action in the
     /// shared database (LISTEN/NOTIFY), so that live views wake without
@@ -136,28 +135,6 @@ impl DrainScope {
     }
 }
 
-/// What tells the other processes sharing this state that this one lives
-/// (SPEC P3: a claim is interrupted exactly when its owner is gone).
-enum Liveness {
-    /// A home: an exclusive lock on a file named by the owner token in
-    /// the home's run directory, released by the system however the
-    /// process ends.
-    File(#[allow(dead_code, reason = "held for its lock, released on drop")] File),
-    /// A shared database: a session-level advisory lock on a connection of
-    /// its own, released by PostgreSQL when the connection closes, however
-    /// the host ends (see [`Presence`]).
-    Database(#[allow(dead_code, reason = "held for its lock, released on drop")] Presence),
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Releasing the lock is what matters; the file itself is tidied.
-        if let Liveness::File(_) = self.liveness {
-            let _ = std::fs::remove_file(self.home.liveness(&self.owner));
-        }
-    }
-}
-
 impl Kernel {
     /// Open the state under `home`, then recover interrupted claims (P3).
     ///
@@ -181,19 +158,9 @@ impl Kernel {
         }
         let store = Store::open(&database)?;
         home.mark()?;
-        let owner = format!("{}-{}", std::process::id(), random_hex(8)?);
-        // The file appears under its real name only once locked (rename is
-        // atomic), so no other process can ever see it unlocked and take
-        // this live process for a dead one.
-        let staging = home.liveness(&owner).with_extension("lock.new");
-        let cannot = || format!("cannot create a lock file in {}", home.run_dir().display());
-        let liveness = File::create(&staging).with_context(cannot)?;
-        liveness
-            .lock()
-            .context("cannot lock this process's liveness file")?;
-        std::fs::rename(&staging, home.liveness(&owner)).with_context(cannot)?;
+        let liveness = Liveness::on_home(&home)?;
         let runtime = Runtime::new(home.cache_dir(), limits)?;
-        Kernel::start(home, store, runtime, owner, Liveness::File(liveness))
+        Kernel::start(home, store, runtime, liveness)
     }
 
     /// Open the deployment held in the shared PostgreSQL database at
@@ -204,8 +171,9 @@ impl Kernel {
     /// component's bytes (content-addressed, fetched into the local cache
     /// on first use), the certificate authority's key, the idempotency
     /// secret. The host announces itself with a presence lock (claims name
-    /// it, and a claim is failed only once its host's connection is gone),
-    /// and listens for the decisions of other hosts. The database must be
+    /// it, and a claim is failed only once its host's connection is gone;
+    /// see `crate::liveness`), and its live views listen for what other
+    /// hosts decide ([`Kernel::decided_elsewhere`]). The database must be
     /// at this binary's schema (`gatehouse db migrate`); opening never
     /// migrates it.
     pub async fn open_shared(home: Home, url: &str, limits: Limits) -> anyhow::Result<Kernel> {
@@ -213,13 +181,12 @@ impl Kernel {
         let url = postgres::DatabaseUrl::parse(url)?;
         home.create()?;
         let shared = postgres::Shared::open(&url, SHARED_CONNECTIONS).await?;
-        let owner = format!("{}-{}", std::process::id(), random_hex(8)?);
-        let presence = Presence::hold(&url, &owner).await?;
+        let liveness = Liveness::on_database(&home, &url).await?;
         let store = Store::on_shared(shared);
         let mut runtime = Runtime::new(home.cache_dir(), limits)?;
         let sources = store.clone();
         runtime.fetch_sources_from(Box::new(move |digest| sources.component(digest)));
-        Kernel::start(home, store, runtime, owner, Liveness::Database(presence))
+        Kernel::start(home, store, runtime, liveness)
     }
 
     /// A kernel on `store`, once this process is announced: the
@@ -229,7 +196,6 @@ impl Kernel {
         home: Home,
         store: Store,
         runtime: Runtime,
-        owner: String,
         liveness: Liveness,
     ) -> anyhow::Result<Kernel> {
         let idempotency_secret = store.deployment_secret(crate::idempotency::SECRET)?;
@@ -238,7 +204,6 @@ impl Kernel {
                 home,
                 store,
                 runtime,
-                owner,
                 liveness,
                 elsewhere: tokio::sync::OnceCell::new(),
                 drain_gate: tokio::sync::Mutex::new(()),
@@ -253,7 +218,7 @@ impl Kernel {
             .inner
             .store
             .recover_firings(&|db, o| kernel.is_present(db, o))?;
-        kernel.sweep_liveness();
+        kernel.inner.liveness.sweep();
         Ok(kernel)
     }
 
@@ -264,7 +229,7 @@ impl Kernel {
     /// runtime to send on, a resumable claim is left for the next process.
     fn recover(&self) -> anyhow::Result<()> {
         let can_send = tokio::runtime::Handle::try_current().is_ok();
-        let resume_as = can_send.then(|| self.inner.owner.clone());
+        let resume_as = can_send.then(|| self.owner().to_owned());
         let recovered = self
             .inner
             .store
@@ -284,95 +249,25 @@ impl Kernel {
         Ok(())
     }
 
-    /// Remove the files of processes that are gone (their claims, if any,
-    /// were recovered just before): lock files, the inbox addresses they
-    /// recorded, and lock files left half-made by a process killed while it
-    /// started (unlocked and older than a minute; a live process holds its
-    /// half-made file locked, and for microseconds only).
-    fn sweep_liveness(&self) {
-        let run = self.inner.home.run_dir();
-        let Ok(entries) = std::fs::read_dir(&run) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else {
-                continue;
-            };
-            if let Some(owner) = name.strip_suffix(".lock") {
-                self.is_alive(owner); // removes the file of a dead owner
-            } else if let Some(owner) = name.strip_suffix(".url") {
-                if !self.is_alive(owner) {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            } else if name.ends_with(".lock.new") {
-                let old = e
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
-                let path = e.path();
-                if old
-                    && let Ok(f) = File::options().read(true).write(true).open(&path)
-                    && f.try_lock().is_ok()
-                {
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
-        }
-    }
-
-    /// The other kernel processes alive on this home (their lock files are
-    /// held), by owner token.
+    /// The other kernel processes alive on this home, by owner token.
     pub(crate) fn others_alive(&self) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.inner.home.run_dir()) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_str()?.strip_suffix(".lock")?.to_owned();
-                (name != self.inner.owner && self.is_alive(&name)).then_some(name)
-            })
-            .collect()
+        self.inner.liveness.others_alive()
     }
 
     /// Whether the process or host named `owner` lives, asked in the
-    /// caller's transaction `db`: the one place that tells (SPEC P3). In a
-    /// home, it holds the lock on its file; in a shared database, its
-    /// presence lock. An error (the database did not answer) is an error,
-    /// never a guess that it is gone: failing a claim is final.
+    /// caller's transaction `db` (see [`Liveness::is_present`]).
     pub(crate) fn is_present(
         &self,
         db: &dyn crate::store::sql::Sql,
         owner: &str,
     ) -> anyhow::Result<bool> {
-        match self.inner.liveness {
-            _ if owner == self.inner.owner => Ok(true),
-            Liveness::Database(_) => crate::store::postgres::present(db, owner),
-            Liveness::File(_) => Ok(self.is_alive(owner)),
-        }
+        self.inner.liveness.is_present(db, owner)
     }
 
-    /// Whether the kernel process named `owner` still lives on this home
-    /// (it holds the lock on its file). A dead owner's lock file is
-    /// removed. A host on a shared database asks [`Kernel::is_present`].
+    /// Whether the process named `owner` lives on this home (its `serve`
+    /// address file is current).
     pub(crate) fn is_alive(&self, owner: &str) -> bool {
-        if owner == self.inner.owner {
-            return true;
-        }
-        let path = self.inner.home.liveness(owner);
-        let Ok(f) = File::options().read(true).write(true).open(&path) else {
-            return false;
-        };
-        match f.try_lock() {
-            Ok(()) => {
-                let _ = std::fs::remove_file(&path);
-                false
-            }
-            Err(_) => true,
-        }
+        self.inner.liveness.is_alive(owner)
     }
 
     /// The state database. Kernel modules only: surfaces ask the kernel,
@@ -420,7 +315,7 @@ impl Kernel {
     }
 
     pub(crate) fn owner(&self) -> &str {
-        &self.inner.owner
+        self.inner.liveness.owner()
     }
 
     pub(crate) fn idempotency_secret(&self) -> &str {

@@ -55,6 +55,7 @@ pub mod idempotency;
 pub mod inbox;
 pub mod inspect;
 pub mod kernel;
+pub(crate) mod liveness;
 pub mod manifest;
 pub mod mcp_serve;
 pub mod moving;

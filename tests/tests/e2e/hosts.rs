@@ -381,13 +381,19 @@ async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process
     let awaited = run["awaited"][0].as_i64().unwrap();
     let id = run["run"].as_i64().unwrap();
 
-    // Alice signs in at A (a token made on a third host) and approves.
+    // Alice signs in at A, with a link made by another process on A's
+    // home (it finds the running `serve`'s address there), and approves.
     let o = w
-        .cli_host(w.home(), &["token", "create", "alice", "--url", &url])
+        .cli_host(a.path(), &["token", "create", "alice"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let token = stdout(&o).trim().rsplit('=').next().unwrap().to_owned();
+    let link = stdout(&o).trim().to_owned();
+    assert!(
+        link.starts_with(&format!("{url}/signin?token=")),
+        "{link} vs {url}"
+    );
+    let token = link.rsplit('=').next().unwrap().to_owned();
     let mut alice = Api::new(&url);
     assert_eq!(alice.sign_in(&token).await.status, 200);
     let d = alice
