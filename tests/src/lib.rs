@@ -665,3 +665,60 @@ impl Drainers {
         }
     }
 }
+
+/// A `gatehouse serve --port 0` process, stopped (killed) when dropped.
+pub struct Serving {
+    pub child: std::process::Child,
+    /// The inbox's address, as the process printed it (no trailing `/`).
+    pub url: String,
+    /// The rest of its output, kept open: the server keeps serving.
+    _out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Serving {
+    /// Start `serve` (`cmd` is the whole command, environment set) and
+    /// wait for the address it prints first.
+    pub fn start(mut cmd: Command) -> Serving {
+        use std::io::BufRead as _;
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve starts");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("serve prints its address");
+        let url = first
+            .strip_prefix("serving the inbox at ")
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no URL in {first:?}"))
+            .trim_end_matches('/')
+            .to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        Serving {
+            child,
+            url,
+            _out: out,
+        }
+    }
+
+    /// The one-time token of the sign-in link `token create` printed in
+    /// `o`, which must point at this server.
+    pub fn token_from(&self, o: &Output) -> String {
+        assert!(o.status.success(), "{}", stderr(o));
+        let link = stdout(o).trim().to_owned();
+        assert!(
+            link.starts_with(&format!("{}/signin?token=", self.url)),
+            "{link} vs {}",
+            self.url
+        );
+        link.rsplit('=').next().unwrap_or_default().to_owned()
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -24,7 +24,7 @@ use gatehouse::kernel::Harness;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse::web;
 use gatehouse_e2e::postgres::{cluster, name_of};
-use gatehouse_e2e::{World, keys_ignored, labels, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{Serving, World, keys_ignored, labels, pending_id, stderr, stdout, wait_until};
 use gatehouse_services::tracker::Fault;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -307,19 +307,8 @@ async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes
         .await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(
-        wait_until(PATIENCE, || {
-            let r = w.kernel.inspect().agent_run(run.run).unwrap().unwrap();
-            r.turns == 2
-        }),
+        wait_until(PATIENCE, || resumed_once(&w, run.run)),
         "the parked run was resumed"
-    );
-    let r = w.kernel.inspect().agent_run(run.run).unwrap().unwrap();
-    assert!(
-        r.last_output
-            .as_deref()
-            .unwrap_or_default()
-            .contains("addLabel"),
-        "{r:?}"
     );
     assert!(
         cached(home_a.path()) > before,
@@ -344,21 +333,7 @@ async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
 
     // Host A: `gatehouse serve`, a process of its own.
-    let mut serve = w
-        .cli_host(a.path(), &["serve", "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    let mut out = std::io::BufReader::new(serve.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
-    let url = first
-        .strip_prefix("serving the inbox at ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .trim_end_matches('/')
-        .to_owned();
+    let serve = Serving::start(w.cli_host(a.path(), &["serve", "--port", "0"]));
 
     // Host B: an agent run in a process of its own, which parks.
     let o = w
@@ -383,18 +358,12 @@ async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process
 
     // Alice signs in at A, with a link made by another process on A's
     // home (it finds the running `serve`'s address there), and approves.
-    let o = w
-        .cli_host(a.path(), &["token", "create", "alice"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let link = stdout(&o).trim().to_owned();
-    assert!(
-        link.starts_with(&format!("{url}/signin?token=")),
-        "{link} vs {url}"
+    let token = serve.token_from(
+        &w.cli_host(a.path(), &["token", "create", "alice"])
+            .output()
+            .unwrap(),
     );
-    let token = link.rsplit('=').next().unwrap().to_owned();
-    let mut alice = Api::new(&url);
+    let mut alice = Api::new(&serve.url);
     assert_eq!(alice.sign_in(&token).await.status, 200);
     let d = alice
         .post(&format!("/api/actions/{awaited}/approve"), json!({}))
@@ -402,16 +371,16 @@ async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process
     assert_eq!(d.status, 200, "{}", d.text);
 
     // A sent it and resumed B's run: its second turn staged the label.
+    assert!(resumed_once(&w, id), "the parked run was resumed");
+}
+
+/// Whether agent run `id` has taken its second turn, which stages the
+/// label (the run was resumed once after its first write was applied).
+fn resumed_once(w: &World, id: i64) -> bool {
     let r = w.kernel.inspect().agent_run(id).unwrap().unwrap();
-    assert_eq!(r.turns, 2, "{r:?}");
-    assert_eq!(r.state.to_string(), "waiting", "{r:?}");
-    assert!(
-        r.last_output
+    r.turns == 2
+        && r.last_output
             .as_deref()
             .unwrap_or_default()
-            .contains("addLabel"),
-        "{r:?}"
-    );
-    serve.kill().unwrap();
-    let _ = serve.wait();
+            .contains("addLabel")
 }

@@ -14,7 +14,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -904,41 +903,17 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
 fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
     let w = World::new();
     w.kernel.add_user("alice").unwrap();
-    let mut serve = cli_command(w.home(), &["serve", "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve starts");
-    let mut first = String::new();
-    let mut out = BufReader::new(serve.stdout.take().unwrap());
-    out.read_line(&mut first).unwrap();
-    let url = first
-        .strip_prefix("serving the inbox at ")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no URL in {first:?}"))
-        .trim_end_matches('/')
-        .to_owned();
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let serve = gatehouse_e2e::Serving::start(cli_command(w.home(), &["serve", "--port", "0"]));
     // With no --url, the link points at the running server.
-    let o = w.cli(&["token", "create", "alice"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let link = stdout(&o).trim().to_owned();
-    assert!(
-        link.starts_with(&format!("{url}/signin?token=")),
-        "{link} vs {url}"
-    );
-    let token = link.rsplit('=').next().unwrap().to_owned();
+    let token = serve.token_from(&w.cli(&["token", "create", "alice"]));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut api = Api::new(&url);
+        let mut api = Api::new(&serve.url);
         let a = api.sign_in(&token).await;
         assert_eq!(a.status, 200, "{}", a.text);
         assert_eq!(api.get("/api/session").await.json()["user"], "alice");
     });
-    // The server kept serving after printing (its output still open).
-    serve.kill().expect("serve stops");
-    let _ = serve.wait();
-    drop(out);
+    // Dropping `serve` stops it.
 }
 
 #[tokio::test(flavor = "multi_thread")]
