@@ -985,7 +985,8 @@ impl Store {
     /// commit, then the result: an unstorable result still leaves the action
     /// `applied` (SPEC P2).
     pub fn finish_applied(&self, id: i64, result: &str) -> anyhow::Result<()> {
-        self.with(|db| {
+        // The state and its decision's outcome stand or fall together.
+        self.write(|db| {
             super::claims::applied(db, id, now_ms())?;
             record_outcome(db, id, DecisionOutcome::Applied)
         })?;
@@ -1022,7 +1023,7 @@ impl Store {
 
     /// Record a failed apply.
     pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<()> {
-        self.with(|db| {
+        self.write(|db| {
             super::claims::failed(db, id, message, retryable, now_ms())?;
             record_outcome(db, id, DecisionOutcome::Failed)
         })?;

@@ -342,36 +342,17 @@ impl Shared {
         &self,
         f: impl FnOnce(&dyn Sql) -> Result<T, E>,
     ) -> Result<T, E> {
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| {
-            anyhow::anyhow!("the shared database was used outside the host's runtime")
-        })?;
-        let go = || -> Result<T, E> {
-            let mut client = rt
-                .block_on(self.pool.get())
-                .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
+        self.on_connection(|client, rt| {
             let tx = rt
                 .block_on(client.transaction())
                 .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
-            let out = f(&super::sql::Postgres {
-                client: &tx,
-                rt: &rt,
-            })?;
+            let out = f(&super::sql::Postgres { client: &tx, rt })?;
             rt.block_on(tx.commit())
                 .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
             Ok(out)
-        };
-        // A store call made on one of the executor's own threads (which
-        // the embedded store tolerates: SQLite is a library call) would
-        // panic in `block_on`; the thread is handed over to blocking work
-        // first. On a blocking thread this changes nothing.
-        match rt.runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::CurrentThread => go(),
-            _ => tokio::task::block_in_place(go),
-        }
+        })
     }
-}
 
-impl Shared {
     /// Run `f` on a pooled connection with no transaction around it: each
     /// statement its own commit, as [`super::Store::with`] promises on the
     /// embedded file too. Under READ COMMITTED a transaction gives a run of
@@ -380,21 +361,36 @@ impl Shared {
     /// per call; whoever needs statements to stand or fall together, or a
     /// row held while deciding, uses [`Shared::run_here`].
     pub fn each_here<T>(&self, f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        self.on_connection(|client, rt| {
+            f(&super::sql::Postgres {
+                client: &*client,
+                rt,
+            })
+        })
+    }
+
+    /// Run `go` on this thread with a pooled connection and the runtime
+    /// that drives the driver's futures (see [`Shared::run_here`]).
+    fn on_connection<T, E: From<anyhow::Error>>(
+        &self,
+        go: impl FnOnce(&mut deadpool_postgres::Object, &tokio::runtime::Handle) -> Result<T, E>,
+    ) -> Result<T, E> {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| {
             anyhow::anyhow!("the shared database was used outside the host's runtime")
         })?;
-        let go = || -> anyhow::Result<T> {
-            let client = rt
+        let run = || -> Result<T, E> {
+            let mut client = rt
                 .block_on(self.pool.get())
                 .map_err(|e| anyhow::anyhow!("cannot reach the database ({e})"))?;
-            f(&super::sql::Postgres {
-                client: &client,
-                rt: &rt,
-            })
+            go(&mut client, &rt)
         };
+        // A store call made on one of the executor's own threads (which
+        // the embedded store tolerates: SQLite is a library call) would
+        // panic in `block_on`; the thread is handed over to blocking work
+        // first. On a blocking thread this changes nothing.
         match rt.runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::CurrentThread => go(),
-            _ => tokio::task::block_in_place(go),
+            tokio::runtime::RuntimeFlavor::CurrentThread => run(),
+            _ => tokio::task::block_in_place(run),
         }
     }
 }
