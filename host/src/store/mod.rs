@@ -54,7 +54,7 @@ pub use words::{
 };
 
 use anyhow::Context as _;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _};
 use sql::Sql;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -737,6 +737,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("migrations/V4__revert_expiry_once.sql")),
     (5, include_str!("migrations/V5__hooks_notices.sql")),
     (6, include_str!("migrations/V6__fast_path.sql")),
+    (7, include_str!("migrations/V7__ledger_sequence.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,
@@ -763,6 +764,23 @@ fn migrate(conn: &mut Connection, path: &Path) -> anyhow::Result<()> {
             path.display()
         );
     }
+    if version == newest {
+        return Ok(());
+    }
+    // A version that rebuilds a table others reference (schema 7 rebuilds
+    // the ledger, which `hooks` references) must not have its DROP checked
+    // row by row: foreign keys are off while migrating, as SQLite's own
+    // procedure for a rebuild says, and every reference is checked before
+    // each version commits. The pragma cannot change inside a transaction.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let migrated = migrate_from(conn, version);
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    migrated
+}
+
+/// Every version above `version`, one transaction each; foreign keys are
+/// off ([`migrate`]) and checked before each commit.
+fn migrate_from(conn: &mut Connection, version: i64) -> anyhow::Result<()> {
     for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > version) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
         // Another process may have migrated while this one waited.
@@ -772,6 +790,14 @@ fn migrate(conn: &mut Connection, path: &Path) -> anyhow::Result<()> {
         }
         tx.execute_batch(sql)
             .with_context(|| format!("cannot bring the state database to schema {v}"))?;
+        let dangling: Option<String> = tx
+            .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+            .optional()?;
+        if let Some(table) = dangling {
+            anyhow::bail!(
+                "cannot bring the state database to schema {v}: a row of {table} would reference nothing; nothing was changed (run `gatehouse check`)"
+            );
+        }
         tx.pragma_update(None, "user_version", v)?;
         tx.commit()?;
     }
@@ -784,4 +810,134 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod upgrade {
+    use super::sql::args;
+    use super::*;
+
+    /// A home as schema 6 left it: entries of every kind, a hook whose row
+    /// references its ledger entry, and the two newest entries deleted by
+    /// hand, so ids up to 7 were handed out while the highest left is 5.
+    fn home_of_schema_6(path: &Path) -> Connection {
+        let mut conn = Connection::open(path).expect("a file");
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= 6) {
+            let tx = conn.transaction().unwrap();
+            tx.execute_batch(sql).unwrap();
+            tx.pragma_update(None, "user_version", v).unwrap();
+            tx.commit().unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+               VALUES ('work', 'observation', 'alice', 'alice', '[]', 1);
+             INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, args, state, created_at)
+               VALUES ('work', 'action', 'alice', 'alice', 'mail', 'send', '{\"to\":\"bob\"}', 'pending', 2);
+             INSERT INTO ledger (chat, kind, caller, person, created_at)
+               VALUES ('work', 'hook', 'alice', 'alice', 3);
+             INSERT INTO hooks (id, chat, gatekeeper, trigger, gadget, kind, every_secs, created_by, created_at)
+               VALUES (3, 'work', 'mail', 'tick', 'digest', 'schedule', 60, 'alice', 3);
+             INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, args, state, created_at)
+               VALUES ('work', 'action', 'alice', 'alice', 'mail', 'send', '{}', 'applied', 4);
+             INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+               VALUES ('work', 'observation', 'alice', 'alice', '[]', 5);
+             INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+               VALUES ('work', 'observation', 'alice', 'alice', '[]', 6);
+             INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+               VALUES ('work', 'observation', 'alice', 'alice', '[]', 7);
+             DELETE FROM ledger WHERE id IN (6, 7);",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn entries(conn: &Connection) -> Vec<String> {
+        conn.prepare("SELECT * FROM ledger WHERE id <= 5 ORDER BY id")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((0..36)
+                    .map(|i| format!("{:?}", r.get_ref(i).ok()))
+                    .collect::<Vec<_>>()
+                    .join("|"))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn schema_7_keeps_every_entry_and_never_hands_an_id_out_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let before = entries(&home_of_schema_6(&path));
+        assert_eq!(before.len(), 5);
+
+        let store = Store::open(&path).expect("schema 6 is brought to the newest");
+        assert_eq!(store.schema_version().unwrap(), 7);
+        store
+            .with(|db| {
+                // Nothing lost, nothing dangling; the sequence row is gone
+                // with AUTOINCREMENT.
+                let conn = Connection::open(&path)?;
+                assert_eq!(entries(&conn), before);
+                let dangling: Option<String> = conn
+                    .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+                    .optional()?;
+                assert_eq!(dangling, None);
+                assert_eq!(
+                    db.row("SELECT count(*) FROM hooks WHERE id = 3", args![])?
+                        .map(|r| r.get::<i64>(0))
+                        .transpose()?,
+                    Some(1)
+                );
+                assert!(
+                    db.row(
+                        "SELECT seq FROM sqlite_sequence WHERE name = 'ledger'",
+                        args![]
+                    )?
+                    .is_none()
+                );
+                // Ids 6 and 7 were handed out once: an entry holds 7, and
+                // the next id is 8.
+                let floor = db
+                    .row("SELECT chat, kind FROM ledger WHERE id = 7", args![])?
+                    .expect("the highest id ever handed out is held");
+                assert_eq!(
+                    (floor.get::<String>(0)?, floor.get::<String>(1)?),
+                    (String::new(), "observation".to_owned())
+                );
+                let next = db.insert(
+                    "INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+                     VALUES ('work', 'observation', 'alice', 'alice', '[]', 8)",
+                    args![],
+                )?;
+                assert_eq!(next, 8);
+                // The newest entry is never deleted (its id would come
+                // back); an older one may be (pruning).
+                let refused = db
+                    .exec("DELETE FROM ledger WHERE id = 8", args![])
+                    .expect_err("the newest entry is kept");
+                assert!(
+                    format!("{refused:#}").contains("never deleted"),
+                    "{refused:#}"
+                );
+                assert_eq!(db.exec("DELETE FROM ledger WHERE id = 4", args![])?, 1);
+                // The CHECKs came along.
+                assert!(
+                    db.exec(
+                        "INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+                         VALUES ('work', 'observation', 'alice', 'alice', '{}', 9)",
+                        args![],
+                    )
+                    .is_err()
+                );
+                Ok(())
+            })
+            .unwrap();
+        // Opening again finds nothing to do.
+        drop(store);
+        assert_eq!(Store::open(&path).unwrap().schema_version().unwrap(), 7);
+    }
 }

@@ -553,9 +553,11 @@ enum Part {
     /// The rows that follow belong to this table and these columns.
     Table(&'static str, Vec<String>),
     Row(Vec<Cell>),
-    /// The highest id each AUTOINCREMENT table ever handed out (SQLite's
-    /// `sqlite_sequence`): ids are never reused (SPEC L1), so the copy's
-    /// sequences start above it, not above the highest id left.
+    /// The highest id each sequenced table ever handed out: an
+    /// AUTOINCREMENT table's `sqlite_sequence`, and the ledger's newest
+    /// entry, which is never deleted (schema 7). Ids are never reused
+    /// (SPEC L1), so the copy's sequences start above it, not above the
+    /// highest id left.
     Sequences(Vec<(String, i64)>),
 }
 
@@ -842,7 +844,8 @@ fn snapshot(
     let mut sequences: Vec<(String, i64)> = tx
         .prepare(
             "SELECT m.name, MAX(COALESCE((SELECT seq FROM sqlite_sequence s WHERE s.name = m.name), 0), 0)
-             FROM sqlite_master m WHERE m.type = 'table' AND m.sql LIKE '%AUTOINCREMENT%'",
+             FROM sqlite_master m
+             WHERE m.type = 'table' AND (m.sql LIKE '%AUTOINCREMENT%' OR m.name = 'ledger')",
         )?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;

@@ -228,11 +228,16 @@ mod tests {
                     format!("other-{}", crate::entropy::random_hex(6).unwrap()),
                 );
                 // The chats exist (one staged action each would do it; the
-                // fixture makes them), then are emptied of it.
+                // fixture makes them), then hold nothing open.
                 for chat in [&full, &other] {
                     let id = backend.pending_in(chat).await;
                     backend
-                        .run(move |db| db.exec("DELETE FROM ledger WHERE id = ?1", args![id]))
+                        .run(move |db| {
+                            db.exec(
+                                "UPDATE ledger SET state = 'rejected' WHERE id = ?1",
+                                args![id],
+                            )
+                        })
                         .await
                         .unwrap();
                 }

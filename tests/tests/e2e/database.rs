@@ -560,11 +560,7 @@ async fn a_home_moves_into_postgres_whole_and_its_ids_continue() {
     // Ids are never reused (SPEC L1): the next id is above every id the
     // home ever handed out, and is the one the copy reported.
     let handed_out: i64 = conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'ledger'",
-            [],
-            |r| r.get(0),
-        )
+        .query_row("SELECT max(id) FROM ledger", [], |r| r.get(0))
         .unwrap();
     let next: i64 = pg
         .psql(
