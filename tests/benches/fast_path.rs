@@ -17,7 +17,9 @@
 //! | start-up, 1 GB database | `gatehouse gadgets` (the real binary) on a 1 GB state database | the same on a fresh one | ≤ 1.2× |
 //!
 //! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
-//! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run).
+//! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run); `FAST_PATH_ROUNDS=n`
+//! sets the rounds; `FAST_PATH_ONLY=reads` stops after the read rows (the
+//! noisiest ratios, worth many rounds).
 //! `FAST_PATH_PROFILE=read|reads|stage|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
 //! (`valgrind --tool=callgrind target/release/deps/fast_path-*`).
@@ -37,7 +39,11 @@ use std::time::{Duration, Instant};
 
 fn main() {
     let quick = std::env::var_os("FAST_PATH_QUICK").is_some();
-    let rounds = if quick { 3 } else { 15 };
+    let rounds = std::env::var("FAST_PATH_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if quick { 3 } else { 15 });
+    let only_reads = std::env::var("FAST_PATH_ONLY").is_ok_and(|o| o == "reads");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -110,6 +116,11 @@ fn main() {
             "< 1× (faster)",
             1.0,
         );
+    }
+
+    if only_reads {
+        table.print();
+        return;
     }
 
     // A fresh instance: the kernel's sandbox (limits, powerless WASI,
