@@ -790,12 +790,14 @@ fn migrate_from(conn: &mut Connection, version: i64) -> anyhow::Result<()> {
         }
         tx.execute_batch(sql)
             .with_context(|| format!("cannot bring the state database to schema {v}"))?;
-        let dangling: Option<String> = tx
-            .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+        let dangling: Option<(String, i64, String)> = tx
+            .query_row("PRAGMA foreign_key_check", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()?;
-        if let Some(table) = dangling {
+        if let Some((table, row, parent)) = dangling {
             anyhow::bail!(
-                "cannot bring the state database to schema {v}: a row of {table} would reference nothing; nothing was changed (run `gatehouse check`)"
+                "cannot bring the state database to schema {v}: row {row} of {table} names a {parent} entry that does not exist (the file was changed outside Gatehouse); schema {v} was not applied, restore the file from a backup"
             );
         }
         tx.pragma_update(None, "user_version", v)?;
@@ -939,5 +941,38 @@ mod upgrade {
         // Opening again finds nothing to do.
         drop(store);
         assert_eq!(Store::open(&path).unwrap().schema_version().unwrap(), 7);
+    }
+
+    #[test]
+    fn a_rebuild_that_would_leave_a_dangling_reference_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let conn = home_of_schema_6(&path);
+        conn.pragma_update(None, "foreign_keys", "OFF").unwrap();
+        conn.execute_batch(
+            "INSERT INTO hooks (id, chat, gatekeeper, trigger, gadget, kind, every_secs, created_by, created_at)
+               VALUES (99, 'work', 'mail', 'tick', 'digest', 'schedule', 60, 'alice', 9)",
+        )
+        .unwrap();
+        drop(conn);
+
+        let refused = Store::open(&path).err().expect("refused");
+        assert_eq!(
+            format!("{refused:#}"),
+            "cannot bring the state database to schema 7: row 99 of hooks names a ledger entry that does not exist (the file was changed outside Gatehouse); schema 7 was not applied, restore the file from a backup"
+        );
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 6);
+        let seq: i64 = conn
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'ledger'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(seq, 7, "the ledger was not rebuilt");
     }
 }
