@@ -14,6 +14,7 @@
 //! so that a read never queues behind a durable commit.
 
 mod actions;
+mod checkpoint;
 pub(crate) mod claims;
 mod deployment;
 pub mod dispatch;
@@ -189,6 +190,8 @@ pub(crate) struct Home {
     /// The file opened (device and inode), to notice it was removed or
     /// replaced under a long-running process.
     identity: Option<(u64, u64)>,
+    /// The thread that checkpoints the file's log; it stops with this.
+    _checkpoints: checkpoint::Checkpoints,
 }
 
 /// The device and inode of a file, where the platform has them.
@@ -295,13 +298,17 @@ impl Store {
         })
         .map_err(corrupt)?;
         migrate(&mut conn, path)?;
+        // Checkpoints run beside the paths ([`checkpoint`]).
+        let file = identity(path);
+        let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn: Mutex::new(conn),
                 readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
                 staging: Mutex::default(),
                 path: path.to_owned(),
-                identity: identity(path),
+                identity: file,
+                _checkpoints: checkpoints,
             })),
             resolutions: Arc::default(),
         })

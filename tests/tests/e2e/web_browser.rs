@@ -112,13 +112,18 @@ async fn wait_for(c: &Client, what: &str, script: &str) {
     }
 }
 
+/// What `script` returns, as text. The live view may be replacing the
+/// element the script reads at that moment (it re-renders whatever
+/// changed): a script that fails is asked again until [`PATIENCE`].
 async fn text(c: &Client, script: &str) -> String {
-    c.execute(script, vec![])
-        .await
-        .expect("the script runs")
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    let start = Instant::now();
+    loop {
+        match c.execute(script, vec![]).await {
+            Ok(v) => return v.as_str().unwrap_or_default().to_owned(),
+            Err(e) if start.elapsed() > PATIENCE => panic!("the script runs: {e:?}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// Save a screenshot under `<target>/web-screenshots/` and print its path.

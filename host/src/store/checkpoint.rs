@@ -1,0 +1,155 @@
+//! Checkpoints: copying the home's write-ahead log back into its database
+//! file, beside the read and stage paths instead of on them.
+//!
+//! SQLite checkpoints by default in the commit that takes the log past a
+//! thousand pages: that commit copies every page the log holds and syncs
+//! the database file before it returns. On the read path that commit is a
+//! read's observation, so a gadget's read now and then waited for a copy
+//! and two fsyncs it did not need (issue 17 measured it at 6-10 µs a read
+//! on average, a fifth of an observation's commit). Here the writer counts
+//! its commits, and a thread of the store's own checkpoints once
+//! [`COMMITS`] more were made (about as often as SQLite would), on a
+//! connection of its own, without waiting for any lock (`PASSIVE`: it
+//! copies what no reader still needs and leaves the rest for next time).
+//! The writer checkpoints itself only past [`BACKSTOP_PAGES`], should this
+//! thread fall behind.
+//!
+//! Owns: that thread, its connection and the writer's commit hook.
+//! Touches nothing else: a checkpoint changes no row, and SQLite makes an
+//! interrupted one safe.
+
+use super::identity;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+/// How often the thread looks at the count. At the read path's fastest
+/// (about 10,000 observations a second, two pages each) the log gathers
+/// some 2,000 pages in between, well under [`BACKSTOP_PAGES`].
+const EVERY: Duration = Duration::from_millis(100);
+
+/// Commits between checkpoints: two to five pages each (an observation,
+/// a stage), so about SQLite's own thousand pages. Checkpointing more
+/// often would add two fsyncs each time, beside the durable commits that
+/// wait for theirs.
+const COMMITS: u64 = 400;
+
+/// Past this many pages in the log, the writer's own commit checkpoints
+/// (SQLite's automatic checkpoint): the log stays bounded (about 40 MB)
+/// even if the thread cannot keep up.
+const BACKSTOP_PAGES: i64 = 10_000;
+
+/// The checkpointing thread of one store; it stops once this is dropped
+/// (with the store's last clone).
+pub(super) struct Checkpoints {
+    _stop: mpsc::Sender<()>,
+}
+
+impl Checkpoints {
+    /// Start checkpointing the file at `path`, written by `writer`, the
+    /// one whose identity is `file` (device and inode): a file removed or
+    /// replaced under the process is left alone, and never created.
+    pub(super) fn start(
+        path: &Path,
+        file: Option<(u64, u64)>,
+        writer: &Connection,
+    ) -> anyhow::Result<Checkpoints> {
+        writer.pragma_update(None, "wal_autocheckpoint", BACKSTOP_PAGES)?;
+        let commits = Arc::new(AtomicU64::new(0));
+        let counted = commits.clone();
+        writer.commit_hook(Some(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            false // never turns the commit into a rollback
+        }));
+        let (stop, stopped) = mpsc::channel();
+        let path = path.to_owned();
+        std::thread::Builder::new()
+            .name("gatehouse-checkpoints".into())
+            .spawn(move || run(path, file, commits, stopped))?;
+        Ok(Checkpoints { _stop: stop })
+    }
+}
+
+fn run(
+    path: PathBuf,
+    file: Option<(u64, u64)>,
+    commits: Arc<AtomicU64>,
+    stopped: mpsc::Receiver<()>,
+) {
+    let mut conn: Option<Connection> = None;
+    let mut at = 0;
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(EVERY) {
+        let now = commits.load(Ordering::Relaxed);
+        if now - at < COMMITS {
+            continue;
+        }
+        if file.is_none() || identity(&path) != file {
+            return;
+        }
+        if conn.is_none() {
+            conn = open(&path);
+        }
+        if let Some(c) = &conn {
+            match c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                Ok(()) => at = now,
+                // Busy (another checkpoint is running) is next tick's
+                // work; anything else, the statements on the paths report.
+                Err(e) => tracing::debug!(error = %e, "checkpoint skipped"),
+            }
+        }
+    }
+}
+
+/// A connection that may write the file but never creates it.
+fn open(path: &Path) -> Option<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .ok()?;
+    // Never wait: PASSIVE takes no lock a writer needs, and a checkpoint
+    // another connection is running is as good as this one.
+    conn.busy_timeout(Duration::ZERO).ok()?;
+    Some(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Store;
+    use super::super::sql::args;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_log_reaches_the_database_file_without_a_commit_copying_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = Store::open(&path).unwrap();
+        let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let before = size();
+        // Some 3,000 commits of two pages each: under the writer's own
+        // backstop, so only the thread can move them into the file.
+        store
+            .with(|db| {
+                for n in 0..3000_i64 {
+                    db.insert(
+                        "INSERT INTO ledger (chat, kind, caller, person, sources, created_at)
+                         VALUES ('work', 'observation', 'alice', 'alice', ?1, ?2)",
+                        args![format!("[{{\"id\":\"source {n:>40}\"}}]"), n],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while size() <= before + 100 * 4096 {
+            assert!(
+                Instant::now() < deadline,
+                "the database file stayed at {} bytes (was {before})",
+                size()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
