@@ -5,8 +5,9 @@
 //! thousand pages: that commit copies every page the log holds and syncs
 //! the database file before it returns. On the read path that commit is a
 //! read's observation, so a gadget's read now and then waited for a copy
-//! and two fsyncs it did not need (issue 17 measured it at 6-10 µs a read
-//! on average, a fifth of an observation's commit). Here the writer counts
+//! and two fsyncs it did not need (on average a fifth or more of an
+//! observation's commit: `cargo bench -p gatehouse-e2e --bench ledger`).
+//! Here the writer counts
 //! its commits, and a thread of the store's own checkpoints once
 //! [`COMMITS`] more were made (about as often as SQLite would), on a
 //! connection of its own, without waiting for any lock (`PASSIVE`: it
