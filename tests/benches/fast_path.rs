@@ -19,8 +19,9 @@
 //! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run); `FAST_PATH_ROUNDS=n`
 //! sets the rounds; `FAST_PATH_ONLY=reads` stops after the read rows (the
-//! noisiest ratios, worth many rounds).
-//! `FAST_PATH_PROFILE=read|reads|stage|turn` runs only that kernel loop, many
+//! noisiest ratios, worth many rounds), `FAST_PATH_ONLY=stages` runs only
+//! the two staging rows.
+//! `FAST_PATH_PROFILE=read|reads|stage|stage64|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
 //! (`valgrind --tool=callgrind target/release/deps/fast_path-*`).
 
@@ -43,7 +44,8 @@ fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(if quick { 3 } else { 15 });
-    let only_reads = std::env::var("FAST_PATH_ONLY").is_ok_and(|o| o == "reads");
+    let only = std::env::var("FAST_PATH_ONLY").unwrap_or_default();
+    let (only_reads, only_stages) = (only == "reads", only == "stages");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -59,121 +61,124 @@ fn main() {
         return;
     }
 
-    // Read: a turn of 50, and one call from the host.
-    let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
-        .to_string();
-    let kernel_turn = || {
-        let report = rt
-            .block_on(w.kernel.run("script", "bench", &reads))
-            .expect("turn");
-        assert!(report.output.is_ok(), "{:?}", report.output);
-    };
-    let bare_turn = || {
-        rt.block_on(bare.turn(&reads));
-        for _ in 0..50 {
-            baseline_db.commit_observation();
-        }
-    };
-    kernel_turn();
-    let (k, b) = alternate(rounds, 5, kernel_turn, bare_turn);
-    table.ratio(
-        "read, turn of 50 (per read)",
-        k / 50.0,
-        b / 50.0,
-        "≤ 1.5×",
-        1.5,
-    );
-
-    let kernel_read = || {
-        let out = rt
-            .block_on(w.kernel.call(&turn, "ROGUE", "echo", r#"{"n":1}"#.into()))
-            .expect("read");
-        assert!(matches!(out, Ok(CallOutcome::Done(_))), "{out:?}");
-    };
-    let bare_read = || {
-        rt.block_on(unmediated_call(
-            &bare.gatekeeper,
-            &bare.limits,
-            "echo".into(),
-            r#"{"n":1}"#.into(),
-        ));
-        baseline_db.commit_observation();
-    };
-    let peer_before = extism_peer(rounds);
-    let (k, b) = alternate(rounds, 50, kernel_read, bare_read);
-    table.ratio("read, one from the host", k, b, "≤ 1.5×", 1.5);
-    // The peer, run before and after in the same session; its faster run
-    // is the bar (the comparison that favours the peer).
-    if let Some(extism) = peer_before
-        .into_iter()
-        .chain(extism_peer(rounds))
-        .reduce(f64::min)
-    {
+    if !only_stages {
+        // Read: a turn of 50, and one call from the host.
+        let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
+            .to_string();
+        let kernel_turn = || {
+            let report = rt
+                .block_on(w.kernel.run("script", "bench", &reads))
+                .expect("turn");
+            assert!(report.output.is_ok(), "{:?}", report.output);
+        };
+        let bare_turn = || {
+            rt.block_on(bare.turn(&reads));
+            for _ in 0..50 {
+                baseline_db.commit_observation();
+            }
+        };
+        kernel_turn();
+        let (k, b) = alternate(rounds, 5, kernel_turn, bare_turn);
         table.ratio(
-            "read vs an Extism plugin → host → plugin round trip",
-            k,
-            extism,
-            "< 1× (faster)",
-            1.0,
+            "read, turn of 50 (per read)",
+            k / 50.0,
+            b / 50.0,
+            "≤ 1.5×",
+            1.5,
+        );
+
+        let kernel_read = || {
+            let out = rt
+                .block_on(w.kernel.call(&turn, "ROGUE", "echo", r#"{"n":1}"#.into()))
+                .expect("read");
+            assert!(matches!(out, Ok(CallOutcome::Done(_))), "{out:?}");
+        };
+        let bare_read = || {
+            rt.block_on(unmediated_call(
+                &bare.gatekeeper,
+                &bare.limits,
+                "echo".into(),
+                r#"{"n":1}"#.into(),
+            ));
+            baseline_db.commit_observation();
+        };
+        let peer_before = extism_peer(rounds);
+        let (k, b) = alternate(rounds, 50, kernel_read, bare_read);
+        table.ratio("read, one from the host", k, b, "≤ 1.5×", 1.5);
+        // The peer, run before and after in the same session; its faster run
+        // is the bar (the comparison that favours the peer).
+        if let Some(extism) = peer_before
+            .into_iter()
+            .chain(extism_peer(rounds))
+            .reduce(f64::min)
+        {
+            table.ratio(
+                "read vs an Extism plugin → host → plugin round trip",
+                k,
+                extism,
+                "< 1× (faster)",
+                1.0,
+            );
+        }
+
+        if only_reads {
+            table.print();
+            return;
+        }
+    }
+
+    if !only_stages {
+        // A fresh instance: the kernel's sandbox (limits, powerless WASI,
+        // egress hooks, deadline) against a bare instantiate, one engine.
+        let bare_gatekeeper = BareGatekeeper::new(&bare.runtime, "rogue");
+        let (k, b) = alternate(
+            rounds,
+            200,
+            || {
+                rt.block_on(gatekeeper_instance(&bare.gatekeeper, &bare.limits))
+                    .expect("a gatekeeper instance")
+            },
+            || rt.block_on(bare_gatekeeper.instantiate()),
+        );
+        table.ratio("gatekeeper instance, fresh", k, b, "≤ 1.3×", 1.3);
+        let script = std::fs::read(guest("script")).expect("the script gadget is built");
+        let script = bare
+            .runtime
+            .admit(&script, Role::Gadget, &|_| {})
+            .expect("script is admitted");
+        let script = bare.runtime.gadget(&script).expect("script loads");
+        let (k, b) = alternate(
+            rounds,
+            200,
+            || {
+                rt.block_on(gadget_instance(
+                    &script,
+                    &bare.limits,
+                    Box::new(w.kernel.view(turn.clone())),
+                ))
+                .expect("a gadget instance")
+            },
+            || rt.block_on(bare.instantiate_gadget()),
+        );
+        table.ratio("gadget instance, fresh", k, b, "≤ 1.3×", 1.3);
+
+        // Loading a cached Python or JavaScript gadget, as every later process
+        // does, against wasmtime's own load of the same artifact.
+        for (label, name) in [("Python", "triage-py"), ("JavaScript", "triage-js")] {
+            let (k, b) = cached_load(rounds, &langs::guest(name));
+            table.ratio(&format!("cached load, {label}"), k, b, "≤ 2×", 2.0);
+        }
+
+        // Start-up of a CLI command as the state database grows.
+        let (small, large) = startup(quick);
+        table.ratio(
+            &format!("start-up, {} MB database", large.1 >> 20),
+            large.0,
+            small.0,
+            "≤ 1.2×",
+            1.2,
         );
     }
-
-    if only_reads {
-        table.print();
-        return;
-    }
-
-    // A fresh instance: the kernel's sandbox (limits, powerless WASI,
-    // egress hooks, deadline) against a bare instantiate, one engine.
-    let bare_gatekeeper = BareGatekeeper::new(&bare.runtime, "rogue");
-    let (k, b) = alternate(
-        rounds,
-        200,
-        || {
-            rt.block_on(gatekeeper_instance(&bare.gatekeeper, &bare.limits))
-                .expect("a gatekeeper instance")
-        },
-        || rt.block_on(bare_gatekeeper.instantiate()),
-    );
-    table.ratio("gatekeeper instance, fresh", k, b, "≤ 1.3×", 1.3);
-    let script = std::fs::read(guest("script")).expect("the script gadget is built");
-    let script = bare
-        .runtime
-        .admit(&script, Role::Gadget, &|_| {})
-        .expect("script is admitted");
-    let script = bare.runtime.gadget(&script).expect("script loads");
-    let (k, b) = alternate(
-        rounds,
-        200,
-        || {
-            rt.block_on(gadget_instance(
-                &script,
-                &bare.limits,
-                Box::new(w.kernel.view(turn.clone())),
-            ))
-            .expect("a gadget instance")
-        },
-        || rt.block_on(bare.instantiate_gadget()),
-    );
-    table.ratio("gadget instance, fresh", k, b, "≤ 1.3×", 1.3);
-
-    // Loading a cached Python or JavaScript gadget, as every later process
-    // does, against wasmtime's own load of the same artifact.
-    for (label, name) in [("Python", "triage-py"), ("JavaScript", "triage-js")] {
-        let (k, b) = cached_load(rounds, &langs::guest(name));
-        table.ratio(&format!("cached load, {label}"), k, b, "≤ 2×", 2.0);
-    }
-
-    // Start-up of a CLI command as the state database grows.
-    let (small, large) = startup(quick);
-    table.ratio(
-        &format!("start-up, {} MB database", large.1 >> 20),
-        large.0,
-        small.0,
-        "≤ 1.2×",
-        1.2,
-    );
-
     // Stage, durable, against a durable bare commit. Spread over 20 chats
     // to stay under the cap of 50 each; rejected afterwards, untimed.
     let stage_turns: Vec<Turn> = (0..20)
@@ -242,6 +247,10 @@ fn main() {
         "≥ 2×",
         2.0,
     );
+    if only_stages {
+        table.print();
+        return;
+    }
 
     // A turn of one read and three durable writes.
     let mixed = json!({ "steps": [
@@ -336,8 +345,9 @@ fn main() {
 
 /// One kernel loop under a profiler: `read` (host calls of `echo`),
 /// `reads` (turns of 50 `echo` reads, `FAST_PATH_N` reads in all),
-/// `stage` (writes, rejected in batches to stay under the cap) or `turn`
-/// (one gadget turn of 1 read + 3 writes).
+/// `stage` (writes, rejected in batches to stay under the cap), `turn`
+/// (one gadget turn of 1 read + 3 writes) or `stage64` (64 concurrent
+/// stagers in 64 chats, 40 writes each, rejected after each round).
 fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
     let n: usize = std::env::var("FAST_PATH_N")
         .ok()
@@ -396,7 +406,36 @@ fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
                 reject(rt, &w.kernel, &ids);
             }
         }
-        other => panic!("FAST_PATH_PROFILE={other}: say read, reads, stage or turn"),
+        "stage64" => {
+            let kernel = Arc::new(w.kernel.clone());
+            for i in 0..64 {
+                let c = format!("p{i}");
+                w.kernel.new_chat(&c, "bench").expect("chat");
+                w.kernel
+                    .introduce(&c, "rogue", "ROGUE", None, "bench")
+                    .expect("introduce");
+            }
+            for _ in 0..n.div_ceil(64 * 40) {
+                let ids = rt.block_on(async {
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for i in 0..64 {
+                        let k = kernel.clone();
+                        let turn =
+                            Turn::new("script", &format!("p{i}"), Principal::person("bench"));
+                        tasks.spawn(async move {
+                            let mut ids = Vec::new();
+                            for _ in 0..40 {
+                                ids.push(stage_async(&k, &turn).await);
+                            }
+                            ids
+                        });
+                    }
+                    tasks.join_all().await.concat()
+                });
+                reject(rt, &w.kernel, &ids);
+            }
+        }
+        other => panic!("FAST_PATH_PROFILE={other}: say read, reads, stage, stage64 or turn"),
     }
 }
 

@@ -745,6 +745,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("migrations/V5__hooks_notices.sql")),
     (6, include_str!("migrations/V6__fast_path.sql")),
     (7, include_str!("migrations/V7__ledger_sequence.sql")),
+    (8, include_str!("migrations/V8__open_by_chat.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,
@@ -862,6 +863,11 @@ mod upgrade {
         conn
     }
 
+    /// The schema this binary brings every database to.
+    fn newest() -> i64 {
+        MIGRATIONS.last().map_or(0, |m| m.0)
+    }
+
     fn entries(conn: &Connection) -> Vec<String> {
         conn.prepare("SELECT * FROM ledger WHERE id <= 5 ORDER BY id")
             .unwrap()
@@ -884,7 +890,7 @@ mod upgrade {
         assert_eq!(before.len(), 5);
 
         let store = Store::open(&path).expect("schema 6 is brought to the newest");
-        assert_eq!(store.schema_version().unwrap(), 7);
+        assert_eq!(store.schema_version().unwrap(), newest());
         store
             .with(|db| {
                 // Nothing lost, nothing dangling; the sequence row is gone
@@ -947,7 +953,10 @@ mod upgrade {
             .unwrap();
         // Opening again finds nothing to do.
         drop(store);
-        assert_eq!(Store::open(&path).unwrap().schema_version().unwrap(), 7);
+        assert_eq!(
+            Store::open(&path).unwrap().schema_version().unwrap(),
+            newest()
+        );
     }
 
     #[test]

@@ -46,16 +46,23 @@ pub(crate) fn admit(db: &dyn Sql, chat: &str) -> Result<(), StageError> {
 /// pending action past its chat's expiry is closed (H3) even before a
 /// sweep marks it, so the count is right on a read-only connection too.
 pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
-    db.row(
-        "SELECT count(*) FROM ledger
-         WHERE chat = ?1 AND kind = 'action'
-           AND (state = 'applying'
-                OR (state = 'pending' AND created_at + COALESCE(
-                      (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2) > ?3))",
-        args![chat, DEFAULT_EXPIRY_MS, now_ms()],
-    )?
-    .map_or(Ok(0), |r| r.get(0))
+    db.row(OPEN_COUNT, args![chat, DEFAULT_EXPIRY_MS, now_ms()])?
+        .map_or(Ok(0), |r| r.get(0))
 }
+
+/// [`open_count`]'s statement: `?1` the chat, `?2` the default expiry,
+/// `?3` now. Answered from `ledger_open_by_chat` alone (schema 8).
+const OPEN_COUNT: &str = "SELECT count(*) FROM ledger
+     WHERE chat = ?1 AND kind = 'action'
+       AND (state = 'applying'
+            OR (state = 'pending' AND created_at + COALESCE(
+                  (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2) > ?3))";
+
+/// The pending actions of chat `?1` past its expiry (`?2` the default,
+/// `?3` now), found in `ledger_open_by_chat` alone (schema 8).
+const DUE_IN_CHAT: &str = "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
+     WHERE l.chat = ?1 AND l.kind = 'action' AND l.state = 'pending'
+       AND l.created_at + COALESCE(c.expire_after_ms, ?2) <= ?3";
 
 /// How long actions of `chat` may wait for a decision (SPEC H3), in
 /// milliseconds: the chat's own setting, else [`DEFAULT_EXPIRY_MS`].
@@ -91,12 +98,7 @@ pub(crate) fn expire_due(db: &dyn Sql, chat: Option<&str>) -> anyhow::Result<u64
     // the pending rows of the whole deployment (issue 17: 67 ms per stage
     // with 1,000 chats × 50 pending).
     let due = match chat {
-        Some(chat) => db.rows(
-            "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
-             WHERE l.chat = ?1 AND l.kind = 'action' AND l.state = 'pending'
-               AND l.created_at + COALESCE(c.expire_after_ms, ?2) <= ?3",
-            args![chat, DEFAULT_EXPIRY_MS, now],
-        )?,
+        Some(chat) => db.rows(DUE_IN_CHAT, args![chat, DEFAULT_EXPIRY_MS, now])?,
         None => db.rows(
             "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
              WHERE l.kind = 'action' AND l.state = 'pending'
@@ -217,6 +219,31 @@ mod tests {
                 account: "none".into(),
             },
         }
+    }
+
+    /// A stage counts its chat's open actions three times, two of them
+    /// under the write lock (issue 17): neither count may read a ledger
+    /// row per open action, only the index.
+    #[test]
+    fn a_chats_open_actions_are_counted_from_the_index_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("gatehouse.db")).unwrap();
+        store
+            .read(|conn| {
+                for sql in [OPEN_COUNT, DUE_IN_CHAT] {
+                    let plan: Vec<String> = conn
+                        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
+                        .query_map(rusqlite::params!["work", 1, 2], |r| r.get(3))?
+                        .collect::<Result<_, _>>()?;
+                    assert!(
+                        plan.iter()
+                            .any(|step| step.contains("COVERING INDEX ledger_open_by_chat")),
+                        "{sql}\n{plan:#?}"
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]
