@@ -205,33 +205,10 @@ fn main() {
     table.ratio("stage (synchronous=FULL)", k, b, "≤ 1.2×", 1.2);
 
     // 64 concurrent stagers in 64 chats.
-    let chats: Vec<String> = (0..64).map(|i| format!("c{i}")).collect();
-    for c in &chats {
-        w.kernel.new_chat(c, "bench").expect("chat");
-        w.kernel
-            .introduce(c, "rogue", "ROGUE", None, "bench")
-            .expect("introduce");
-    }
+    let chats = stage_chats(&w, "c");
     let per_chat = if quick { 10 } else { 40 };
-    let kernel = Arc::new(w.kernel.clone());
     let started = Instant::now();
-    let ids = rt.block_on(async {
-        let mut tasks = tokio::task::JoinSet::new();
-        for c in &chats {
-            let (k, turn) = (
-                kernel.clone(),
-                Turn::new("script", c, Principal::person("bench")),
-            );
-            tasks.spawn(async move {
-                let mut ids = Vec::new();
-                for _ in 0..per_chat {
-                    ids.push(stage_async(&k, &turn).await);
-                }
-                ids
-            });
-        }
-        tasks.join_all().await.concat()
-    });
+    let ids = stage_concurrently(&rt, &w.kernel, &chats, per_chat);
     let kernel_rate = ids.len() as f64 / started.elapsed().as_secs_f64();
     reject(&rt, &w.kernel, &ids);
     let n = 200;
@@ -407,31 +384,9 @@ fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
             }
         }
         "stage64" => {
-            let kernel = Arc::new(w.kernel.clone());
-            for i in 0..64 {
-                let c = format!("p{i}");
-                w.kernel.new_chat(&c, "bench").expect("chat");
-                w.kernel
-                    .introduce(&c, "rogue", "ROGUE", None, "bench")
-                    .expect("introduce");
-            }
+            let chats = stage_chats(w, "p");
             for _ in 0..n.div_ceil(64 * 40) {
-                let ids = rt.block_on(async {
-                    let mut tasks = tokio::task::JoinSet::new();
-                    for i in 0..64 {
-                        let k = kernel.clone();
-                        let turn =
-                            Turn::new("script", &format!("p{i}"), Principal::person("bench"));
-                        tasks.spawn(async move {
-                            let mut ids = Vec::new();
-                            for _ in 0..40 {
-                                ids.push(stage_async(&k, &turn).await);
-                            }
-                            ids
-                        });
-                    }
-                    tasks.join_all().await.concat()
-                });
+                let ids = stage_concurrently(rt, &w.kernel, &chats, 40);
                 reject(rt, &w.kernel, &ids);
             }
         }
@@ -462,6 +417,46 @@ async fn stage_async(k: &Kernel, turn: &Turn) -> i64 {
         Ok(CallOutcome::Pending(p)) => p.action_id as i64,
         other => panic!("expected pending, got {other:?}"),
     }
+}
+
+/// 64 chats named `prefix0`.., each with `rogue` introduced as ROGUE.
+fn stage_chats(w: &World, prefix: &str) -> Vec<String> {
+    let chats: Vec<String> = (0..64).map(|i| format!("{prefix}{i}")).collect();
+    for c in &chats {
+        w.kernel.new_chat(c, "bench").expect("chat");
+        w.kernel
+            .introduce(c, "rogue", "ROGUE", None, "bench")
+            .expect("introduce");
+    }
+    chats
+}
+
+/// One stager per chat, all at once, each staging `per_chat` writes one
+/// after another; the ids of everything staged.
+fn stage_concurrently(
+    rt: &tokio::runtime::Runtime,
+    kernel: &Kernel,
+    chats: &[String],
+    per_chat: usize,
+) -> Vec<i64> {
+    let kernel = Arc::new(kernel.clone());
+    rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in chats {
+            let (k, turn) = (
+                kernel.clone(),
+                Turn::new("script", c, Principal::person("bench")),
+            );
+            tasks.spawn(async move {
+                let mut ids = Vec::new();
+                for _ in 0..per_chat {
+                    ids.push(stage_async(&k, &turn).await);
+                }
+                ids
+            });
+        }
+        tasks.join_all().await.concat()
+    })
 }
 
 fn stage(rt: &tokio::runtime::Runtime, k: &Kernel, turn: &Turn) -> i64 {

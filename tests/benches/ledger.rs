@@ -22,7 +22,7 @@ use rusqlite::Connection;
 use std::path::Path;
 use std::time::Instant;
 
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     include_str!("../../host/src/store/migrations/V1__initial.sql"),
     include_str!("../../host/src/store/migrations/V2__principals.sql"),
     include_str!("../../host/src/store/migrations/V3__hostile_input.sql"),
@@ -30,6 +30,7 @@ const MIGRATIONS: [&str; 7] = [
     include_str!("../../host/src/store/migrations/V5__hooks_notices.sql"),
     include_str!("../../host/src/store/migrations/V6__fast_path.sql"),
     include_str!("../../host/src/store/migrations/V7__ledger_sequence.sql"),
+    include_str!("../../host/src/store/migrations/V8__open_by_chat.sql"),
 ];
 
 /// The read path's observation, as `store::ledger` writes it.
@@ -80,8 +81,10 @@ fn main() {
     let (rounds, per) = if quick { (5, 1000) } else { (15, 3000) };
     let dir = tempfile::tempdir().expect("a temporary directory");
     let six = ledger(&dir.path().join("six.db"), 6);
-    let seven = ledger(&dir.path().join("seven.db"), 7);
-    let inline = ledger(&dir.path().join("inline.db"), 7);
+    // "Schema 7" below is the newest schema: later versions change no
+    // index an observation enters.
+    let seven = ledger(&dir.path().join("seven.db"), MIGRATIONS.len());
+    let inline = ledger(&dir.path().join("inline.db"), MIGRATIONS.len());
     let bare = open(&dir.path().join("bare.db"));
     bare.execute_batch(
         "CREATE TABLE t (id INTEGER PRIMARY KEY, chat TEXT, tool TEXT, args TEXT, state TEXT) STRICT",
