@@ -561,7 +561,7 @@ impl Store {
     /// resolution's one-row epoch check after a read's observation costs
     /// several times more on a reader (issue 17's profile of a turn of
     /// reads). `f` must only read: on the writer nothing stops it writing.
-    async fn read_warm<T, F>(&self, f: F) -> anyhow::Result<T>
+    pub(super) async fn read_warm<T, F>(&self, f: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> anyhow::Result<T> + Send + Sync + 'static,

@@ -51,18 +51,26 @@ pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
 }
 
 /// [`open_count`]'s statement: `?1` the chat, `?2` the default expiry,
-/// `?3` now. Answered from `ledger_open_by_chat` alone (schema 8).
-const OPEN_COUNT: &str = "SELECT count(*) FROM ledger
-     WHERE chat = ?1 AND kind = 'action'
-       AND (state = 'applying'
-            OR (state = 'pending' AND created_at + COALESCE(
-                  (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2) > ?3))";
+/// `?3` now. Answered from `ledger_open_by_chat` alone (schema 8), and
+/// only from the entries it counts: one search per state, the pending
+/// ones from their oldest live `created_at` on. An `OR` across the two
+/// states would search by chat alone and step over every finished action
+/// the chat retains (up to [`RETAINED_FINISHED`]), three times a stage.
+const OPEN_COUNT: &str = "SELECT
+       (SELECT count(*) FROM ledger
+         WHERE chat = ?1 AND kind = 'action' AND state = 'applying')
+     + (SELECT count(*) FROM ledger
+         WHERE chat = ?1 AND kind = 'action' AND state = 'pending'
+           AND created_at > ?3 - COALESCE(
+                 (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2))";
 
 /// The pending actions of chat `?1` past its expiry (`?2` the default,
-/// `?3` now), found in `ledger_open_by_chat` alone (schema 8).
-const DUE_IN_CHAT: &str = "SELECT l.id, l.chat FROM ledger l LEFT JOIN chats c ON c.name = l.chat
-     WHERE l.chat = ?1 AND l.kind = 'action' AND l.state = 'pending'
-       AND l.created_at + COALESCE(c.expire_after_ms, ?2) <= ?3";
+/// `?3` now), found in `ledger_open_by_chat` alone (schema 8), by a
+/// search that ends at the newest due `created_at`.
+const DUE_IN_CHAT: &str = "SELECT id, chat FROM ledger
+     WHERE chat = ?1 AND kind = 'action' AND state = 'pending'
+       AND created_at <= ?3 - COALESCE(
+             (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2)";
 
 /// How long actions of `chat` may wait for a decision (SPEC H3), in
 /// milliseconds: the chat's own setting, else [`DEFAULT_EXPIRY_MS`].
@@ -221,9 +229,62 @@ mod tests {
         }
     }
 
+    /// What a chat holds open, on both engines: the applying actions and
+    /// the pending ones not yet past the chat's expiry, whatever it
+    /// finished; and the sweep closes exactly the pending ones past it.
+    #[test]
+    fn a_chats_open_actions_are_its_applying_and_its_live_pending_ones() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let chat = format!("open-{}", crate::entropy::random_hex(6).unwrap());
+                // Created at 0: long past the default expiry.
+                backend.pending_in(&chat).await;
+                let c = chat.clone();
+                let (open, swept, after) = backend
+                    .run(move |db| {
+                        let a = new_action(&c);
+                        let mut ids = Vec::new();
+                        for _ in 0..6 {
+                            ids.push(insert(db, &a, "{}", None, None)?);
+                        }
+                        db.exec(
+                            "UPDATE ledger SET state = 'applying' WHERE id = ?1",
+                            args![ids[0]],
+                        )?;
+                        for id in &ids[1..3] {
+                            db.exec(
+                                "UPDATE ledger SET state = 'rejected' WHERE id = ?1",
+                                args![*id],
+                            )?;
+                        }
+                        // Past the chat's own expiry of a minute, not the default.
+                        db.exec(
+                            "UPDATE chats SET expire_after_ms = 60000 WHERE name = ?1",
+                            args![c],
+                        )?;
+                        db.exec(
+                            "UPDATE ledger SET created_at = ?2 WHERE id = ?1",
+                            args![ids[3], now_ms() - 61_000],
+                        )?;
+                        let open = open_count(db, &c)?;
+                        let swept = expire_due(db, Some(&c))?;
+                        Ok((open, swept, open_count(db, &c)?))
+                    })
+                    .await
+                    .unwrap();
+                // Applying ids[0], pending ids[4] and ids[5].
+                assert_eq!(open, 3, "{}", backend.name());
+                // The one created at 0 and ids[3].
+                assert_eq!(swept, 2, "{}", backend.name());
+                assert_eq!(after, 3, "{}", backend.name());
+            }
+        });
+    }
+
     /// A stage counts its chat's open actions three times, two of them
-    /// under the write lock (issue 17): neither count may read a ledger
-    /// row per open action, only the index.
+    /// under the write lock (issue 17): no count may read a ledger row per
+    /// open action, nor step over the finished actions the chat retains:
+    /// every search is of the index, by chat and state.
     #[test]
     fn a_chats_open_actions_are_counted_from_the_index_alone() {
         let dir = tempfile::tempdir().unwrap();
@@ -235,9 +296,12 @@ mod tests {
                         .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
                         .query_map(rusqlite::params!["work", 1, 2], |r| r.get(3))?
                         .collect::<Result<_, _>>()?;
+                    let ledger: Vec<_> = plan.iter().filter(|s| s.contains("ledger")).collect();
                     assert!(
-                        plan.iter()
-                            .any(|step| step.contains("COVERING INDEX ledger_open_by_chat")),
+                        !ledger.is_empty()
+                            && ledger.iter().all(|step| step.contains(
+                                "COVERING INDEX ledger_open_by_chat (chat=? AND state=?"
+                            )),
                         "{sql}\n{plan:#?}"
                     );
                 }
