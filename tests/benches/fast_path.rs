@@ -23,7 +23,9 @@
 //! the two staging rows.
 //! `FAST_PATH_PROFILE=read|reads|stage|stage64|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
-//! (`valgrind --tool=callgrind target/release/deps/fast_path-*`).
+//! (`valgrind --tool=callgrind target/release/deps/fast_path-*`);
+//! `FAST_PATH_PROFILE=bare-read|bare-reads` runs the baseline of the read
+//! rows the same way, for a profile beside the kernel's.
 
 use gatehouse::embed::gadget::instantiate_fresh as gadget_instance;
 use gatehouse::embed::gatekeeper::instantiate_fresh as gatekeeper_instance;
@@ -57,7 +59,7 @@ fn main() {
     let baseline_db = BareDb::new();
     let turn = Turn::new("script", "bench", Principal::person("bench"));
     if let Ok(what) = std::env::var("FAST_PATH_PROFILE") {
-        profile(&rt, &w, &turn, &what);
+        profile(&rt, &w, &turn, &bare, &baseline_db, &what);
         return;
     }
 
@@ -325,7 +327,14 @@ fn main() {
 /// `stage` (writes, rejected in batches to stay under the cap), `turn`
 /// (one gadget turn of 1 read + 3 writes) or `stage64` (64 concurrent
 /// stagers in 64 chats, 40 writes each, rejected after each round).
-fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
+fn profile(
+    rt: &tokio::runtime::Runtime,
+    w: &World,
+    turn: &Turn,
+    bare: &Bare,
+    baseline_db: &BareDb,
+    what: &str,
+) {
     let n: usize = std::env::var("FAST_PATH_N")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -337,6 +346,29 @@ fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
                     .block_on(w.kernel.call(turn, "ROGUE", "echo", r#"{"n":1}"#.into()))
                     .expect("read");
                 assert!(matches!(out, Ok(CallOutcome::Done(_))), "{out:?}");
+            }
+        }
+        // The baselines of the two read rows, for a profile beside the
+        // kernel's.
+        "bare-read" => {
+            for _ in 0..n {
+                rt.block_on(unmediated_call(
+                    &bare.gatekeeper,
+                    &bare.limits,
+                    "echo".into(),
+                    r#"{"n":1}"#.into(),
+                ));
+                baseline_db.commit_observation();
+            }
+        }
+        "bare-reads" => {
+            let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
+                .to_string();
+            for _ in 0..n / 50 {
+                rt.block_on(bare.turn(&reads));
+                for _ in 0..50 {
+                    baseline_db.commit_observation();
+                }
             }
         }
         "reads" => {
@@ -390,7 +422,9 @@ fn profile(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn, what: &str) {
                 reject(rt, &w.kernel, &ids);
             }
         }
-        other => panic!("FAST_PATH_PROFILE={other}: say read, reads, stage, stage64 or turn"),
+        other => panic!(
+            "FAST_PATH_PROFILE={other}: say read, reads, stage, stage64, turn, bare-read or bare-reads"
+        ),
     }
 }
 
