@@ -746,6 +746,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("migrations/V6__fast_path.sql")),
     (7, include_str!("migrations/V7__ledger_sequence.sql")),
     (8, include_str!("migrations/V8__open_by_chat.sql")),
+    (9, include_str!("migrations/V9__ledger_checks.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,
@@ -990,5 +991,72 @@ mod upgrade {
             )
             .unwrap();
         assert_eq!(seq, 7, "the ledger was not rebuilt");
+    }
+
+    /// Every write of the ledger checks its rules in place (schema 9): a
+    /// CHECK against a list of three or more constants made SQLite build a
+    /// temporary b-tree of the list in every INSERT and UPDATE (each read's
+    /// observation, each stage, claim and finish), and the rules themselves
+    /// still refuse what they refused.
+    #[test]
+    fn the_ledger_checks_its_rules_without_a_temporary_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        drop(Store::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('ledger') WHERE name <> 'id'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(columns.len() > 30, "{columns:?}");
+        let marks = vec!["?"; columns.len()].join(", ");
+        let sets: Vec<String> = columns.iter().map(|c| format!("{c} = ?")).collect();
+        for sql in [
+            format!(
+                "INSERT INTO ledger ({}) VALUES ({marks})",
+                columns.join(", ")
+            ),
+            format!("UPDATE ledger SET {} WHERE id = ?", sets.join(", ")),
+        ] {
+            let mut explain = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+            let nulls = vec![rusqlite::types::Null; explain.parameter_count()];
+            let ops: Vec<String> = explain
+                .query_map(rusqlite::params_from_iter(nulls), |r| r.get(1))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                ops.iter()
+                    .any(|op| op == "Insert" || op == "Update" || op == "IdxInsert"),
+                "{ops:?}"
+            );
+            assert!(
+                !ops.iter().any(|op| op == "OpenEphemeral"),
+                "{sql}\n{ops:?}"
+            );
+        }
+        let observation = |kind: &str, classified_by: &str| {
+            conn.execute(
+                "INSERT INTO ledger (chat, kind, caller, person, classified_by, sources, created_at)
+                 VALUES ('work', ?1, 'alice', 'alice', ?2, '[]', 1)",
+                [kind, classified_by],
+            )
+        };
+        assert!(observation("observation", "default").is_ok());
+        assert!(observation("observation", "guess").is_err());
+        assert!(observation("rumour", "default").is_err());
+        let action = |state: Option<&str>| {
+            conn.execute(
+                "INSERT INTO ledger (chat, kind, caller, person, gatekeeper, tool, args, state, created_at)
+                 VALUES ('work', 'action', 'alice', 'alice', 'mail', 'send', '{}', ?1, 2)",
+                [state],
+            )
+        };
+        assert!(action(Some("expired")).is_ok());
+        assert!(action(Some("sent")).is_err());
+        assert!(action(None).is_err(), "an action has a state");
     }
 }

@@ -314,16 +314,35 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        let needle = format!("{column} IN (");
-        let start = sql
-            .find(&needle)
-            .unwrap_or_else(|| panic!("no CHECK ({needle}...) in table {table}"))
-            + needle.len();
+        // Either spelling of "one of these words": `column IN ('a', 'b')`,
+        // or (the ledger since schema 9, which SQLite checks without a
+        // temporary table) `CHECK (column = 'a' OR column = 'b')`.
+        let listed = format!("{column} IN (");
+        let compared = format!("CHECK ({column} = '");
+        let (start, list) = if let Some(at) = sql.find(&listed) {
+            (at + listed.len(), true)
+        } else if let Some(at) = sql.find(&compared) {
+            (at + "CHECK (".len(), false)
+        } else {
+            panic!("no CHECK ({listed}...) or {compared}... in table {table}")
+        };
         let end = start + sql[start..].find(')').unwrap();
-        sql[start..end]
-            .split(',')
-            .map(|w| w.trim().trim_matches('\'').to_owned())
-            .collect()
+        let body = &sql[start..end];
+        if list {
+            body.split(',')
+                .map(|w| w.trim().trim_matches('\'').to_owned())
+                .collect()
+        } else {
+            body.split(" OR ")
+                .map(|w| {
+                    let w = w.trim();
+                    let word = w
+                        .strip_prefix(&format!("{column} = "))
+                        .unwrap_or_else(|| panic!("{w:?} in {table}.{column}'s CHECK"));
+                    word.trim_matches('\'').to_owned()
+                })
+                .collect()
+        }
     }
 
     fn words<T: Copy>(all: &[T], word: fn(T) -> &'static str) -> Vec<String> {
