@@ -1290,6 +1290,14 @@ impl Kernel {
 pub struct TurnView {
     kernel: Kernel,
     turn: Turn,
+    /// The keys that resolved for an `open` in this turn. `open` hands out
+    /// a handle and grants nothing: every `call` and `tools` through it
+    /// resolves again, at the time of use (SPEC C2, C3). So a key opened
+    /// again in the same turn is answered from here instead of another
+    /// trip to the store (a gadget that opens before each call, as the
+    /// script gadget does, made two resolutions per read); a call refused
+    /// through the handle forgets the key, so the next `open` asks again.
+    opened: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Kernel {
@@ -1299,7 +1307,14 @@ impl Kernel {
         TurnView {
             kernel: self.clone(),
             turn,
+            opened: Default::default(),
         }
+    }
+}
+
+impl TurnView {
+    fn opened(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.opened.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -1313,7 +1328,16 @@ impl KernelView for TurnView {
     }
 
     fn open<'a>(&'a self, key: &'a str) -> Answer<'a, Result<(), CallError>> {
-        Box::pin(async move { Ok(self.kernel.resolve(&self.turn, key).await?.map(drop)) })
+        Box::pin(async move {
+            if self.opened().contains(key) {
+                return Ok(Ok(()));
+            }
+            let resolved = self.kernel.resolve(&self.turn, key).await?.map(drop);
+            if resolved.is_ok() {
+                self.opened().insert(key.to_owned());
+            }
+            Ok(resolved)
+        })
     }
 
     fn tools<'a>(&'a self, key: &'a str) -> Answer<'a, Vec<classify::Tool>> {
@@ -1335,7 +1359,13 @@ impl KernelView for TurnView {
         tool: &'a str,
         args: String,
     ) -> Answer<'a, Result<CallOutcome, CallError>> {
-        Box::pin(self.kernel.call(&self.turn, key, tool, args))
+        Box::pin(async move {
+            let answer = self.kernel.call(&self.turn, key, tool, args).await;
+            if !matches!(answer, Ok(Ok(_))) {
+                self.opened().remove(key);
+            }
+            answer
+        })
     }
 
     fn take_certificate(&self) -> Option<(String, crate::grants::Claims)> {
@@ -1517,7 +1547,79 @@ pub(crate) use crate::entropy::random_hex;
 
 #[cfg(test)]
 mod tests {
-    use super::check_schema;
+    use super::*;
+
+    /// `open` of a key this turn already opened is answered from the turn;
+    /// a call through it still resolves at the time of use, and a refused
+    /// call makes the next `open` ask the store again.
+    #[test]
+    fn a_turn_reopens_a_key_from_memory_but_every_call_resolves_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let kernel = Kernel::open(Home::at(dir.path()), Limits::default()).unwrap();
+            let store = kernel.store();
+            store
+                .put_gatekeeper(&GatekeeperRecord {
+                    name: "g".into(),
+                    digest: "0".repeat(64),
+                    trust: Trust::Byo,
+                    hosts: vec![],
+                    secret: None,
+                    credential_host: None,
+                    settings: vec![],
+                    manifest: Arc::default(),
+                    added_at: 0,
+                })
+                .unwrap();
+            store.add_user("ann").unwrap();
+            store.create_chat("c", "ann").unwrap();
+            let intro = Introduction {
+                chat: "c".into(),
+                key: "K".into(),
+                gatekeeper: "g".into(),
+                tools: None,
+            };
+            store.introduce(&intro, "ann").unwrap();
+            let view = kernel.view(Turn::new("gadget", "c", Principal::person("ann")));
+            assert!(view.open("K").await.unwrap().is_ok());
+            assert!(view.open("NOPE").await.unwrap().is_err());
+
+            store
+                .home()
+                .unwrap()
+                .lock()
+                .execute("DELETE FROM introductions WHERE chat = 'c'", [])
+                .unwrap();
+            assert!(
+                view.open("K").await.unwrap().is_ok(),
+                "opened before in this turn"
+            );
+            let refused = view.call("K", "send", "{}".into()).await.unwrap();
+            assert!(
+                matches!(&refused, Err(CallError::UnknownKey { key, .. }) if key == "K"),
+                "{refused:?}"
+            );
+            assert!(
+                view.open("K").await.unwrap().is_err(),
+                "asked again after the refusal"
+            );
+            // Another turn never inherits what this one opened.
+            store.introduce(&intro, "ann").unwrap();
+            assert!(view.open("K").await.unwrap().is_ok());
+            store
+                .home()
+                .unwrap()
+                .lock()
+                .execute("DELETE FROM introductions WHERE chat = 'c'", [])
+                .unwrap();
+            let next = kernel.view(Turn::new("gadget", "c", Principal::person("ann")));
+            assert!(next.open("K").await.unwrap().is_err());
+        });
+    }
 
     #[test]
     fn arguments_are_checked_against_the_input_schema() {
