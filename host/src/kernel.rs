@@ -1584,16 +1584,21 @@ mod tests {
                 tools: None,
             };
             store.introduce(&intro, "ann").unwrap();
+            // The introduction withdrawn behind the kernel's back, as
+            // another process would.
+            let withdraw = || {
+                store
+                    .home()
+                    .unwrap()
+                    .lock()
+                    .execute("DELETE FROM introductions WHERE chat = 'c'", [])
+                    .unwrap()
+            };
             let view = kernel.view(Turn::new("gadget", "c", Principal::person("ann")));
             assert!(view.open("K").await.unwrap().is_ok());
             assert!(view.open("NOPE").await.unwrap().is_err());
 
-            store
-                .home()
-                .unwrap()
-                .lock()
-                .execute("DELETE FROM introductions WHERE chat = 'c'", [])
-                .unwrap();
+            withdraw();
             assert!(
                 view.open("K").await.unwrap().is_ok(),
                 "opened before in this turn"
@@ -1610,12 +1615,7 @@ mod tests {
             // Another turn never inherits what this one opened.
             store.introduce(&intro, "ann").unwrap();
             assert!(view.open("K").await.unwrap().is_ok());
-            store
-                .home()
-                .unwrap()
-                .lock()
-                .execute("DELETE FROM introductions WHERE chat = 'c'", [])
-                .unwrap();
+            withdraw();
             let next = kernel.view(Turn::new("gadget", "c", Principal::person("ann")));
             assert!(next.open("K").await.unwrap().is_err());
         });
