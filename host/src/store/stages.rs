@@ -155,38 +155,37 @@ pub(crate) fn insert(
         Some(_) => UNKEPT_ARGS,
         None => args,
     };
-    let id = db
-        .row(
-            "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
-               classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
-               account, logical_key, created_at, reverts, hook)
-             VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
-               ?15, ?16, ?17, ?18, ?19)
-             RETURNING id",
-            args![
-                a.chat,
-                a.principal.label(),
-                a.principal.acting_for(),
-                a.gadget,
-                a.key,
-                a.gatekeeper,
-                a.tool,
-                a.classified_by,
-                a.trust.as_str(),
-                kept,
-                digest,
-                a.await_decision,
-                a.provisional,
-                facts,
-                a.facts.account,
-                logical_key,
-                now_ms(),
-                reverts,
-                a.principal.hook()
-            ],
-        )?
-        .ok_or_else(|| anyhow::anyhow!("the insert returned no id"))?
-        .get(0)?;
+    // `Sql::insert`, not `RETURNING id`: SQLite gathers what a RETURNING
+    // clause returns in a temporary b-tree, opened and freed in every
+    // stage (PostgreSQL gets its RETURNING from `Sql::insert`).
+    let id = db.insert(
+        "INSERT INTO ledger (chat, kind, caller, person, gadget, intro_key, gatekeeper, tool,
+           classified_by, trust, args, args_digest, state, await_decision, provisional, facts,
+           account, logical_key, created_at, reverts, hook)
+         VALUES (?1, 'action', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'pending', ?12, ?13, ?14,
+           ?15, ?16, ?17, ?18, ?19)",
+        args![
+            a.chat,
+            a.principal.label(),
+            a.principal.acting_for(),
+            a.gadget,
+            a.key,
+            a.gatekeeper,
+            a.tool,
+            a.classified_by,
+            a.trust.as_str(),
+            kept,
+            digest,
+            a.await_decision,
+            a.provisional,
+            facts,
+            a.facts.account,
+            logical_key,
+            now_ms(),
+            reverts,
+            a.principal.hook()
+        ],
+    )?;
     // Other hosts' inboxes show it without polling.
     super::actions::announce(db, id)?;
     Ok(id)
