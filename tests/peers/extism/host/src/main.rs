@@ -22,8 +22,10 @@ fn main() -> Result<(), extism::Error> {
         return Err(extism::Error::msg("usage: extism-peer GADGET.wasm GATEKEEPER.wasm [ROUNDS]"));
     };
     let rounds: usize = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(15);
-    let gatekeeper = Plugin::new(Manifest::new([Wasm::file(gatekeeper)]), [], false)?;
-    let mut gadget = PluginBuilder::new(Manifest::new([Wasm::file(gadget)]))
+    // Handed over as bytes: the crate is built without its file-based
+    // loading (`register-filesystem`), which these pins leave out.
+    let gatekeeper = Plugin::new(Manifest::new([Wasm::data(std::fs::read(gatekeeper)?)]), [], false)?;
+    let mut gadget = PluginBuilder::new(Manifest::new([Wasm::data(std::fs::read(gadget)?)]))
         .with_wasi(false)
         .with_function(
             "gatekeeper_call",
