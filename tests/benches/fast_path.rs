@@ -65,20 +65,14 @@ fn main() {
 
     if !only_stages {
         // Read: a turn of 50, and one call from the host.
-        let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
-            .to_string();
+        let reads = fifty_reads();
         let kernel_turn = || {
             let report = rt
                 .block_on(w.kernel.run("script", "bench", &reads))
                 .expect("turn");
             assert!(report.output.is_ok(), "{:?}", report.output);
         };
-        let bare_turn = || {
-            rt.block_on(bare.turn(&reads));
-            for _ in 0..50 {
-                baseline_db.commit_observation();
-            }
-        };
+        let bare_turn = || bare_reads(&rt, &bare, &baseline_db, &reads);
         kernel_turn();
         let (k, b) = alternate(rounds, 5, kernel_turn, bare_turn);
         table.ratio(
@@ -95,15 +89,7 @@ fn main() {
                 .expect("read");
             assert!(matches!(out, Ok(CallOutcome::Done(_))), "{out:?}");
         };
-        let bare_read = || {
-            rt.block_on(unmediated_call(
-                &bare.gatekeeper,
-                &bare.limits,
-                "echo".into(),
-                r#"{"n":1}"#.into(),
-            ));
-            baseline_db.commit_observation();
-        };
+        let bare_read = || bare_read(&rt, &bare, &baseline_db);
         let peer_before = extism_peer(rounds);
         let (k, b) = alternate(rounds, 50, kernel_read, bare_read);
         table.ratio("read, one from the host", k, b, "≤ 1.5×", 1.5);
@@ -352,28 +338,17 @@ fn profile(
         // kernel's.
         "bare-read" => {
             for _ in 0..n {
-                rt.block_on(unmediated_call(
-                    &bare.gatekeeper,
-                    &bare.limits,
-                    "echo".into(),
-                    r#"{"n":1}"#.into(),
-                ));
-                baseline_db.commit_observation();
+                bare_read(rt, bare, baseline_db);
             }
         }
         "bare-reads" => {
-            let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
-                .to_string();
+            let reads = fifty_reads();
             for _ in 0..n / 50 {
-                rt.block_on(bare.turn(&reads));
-                for _ in 0..50 {
-                    baseline_db.commit_observation();
-                }
+                bare_reads(rt, bare, baseline_db, &reads);
             }
         }
         "reads" => {
-            let reads = json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
-                .to_string();
+            let reads = fifty_reads();
             for _ in 0..n / 50 {
                 let report = rt
                     .block_on(w.kernel.run("script", "bench", &reads))
@@ -806,6 +781,33 @@ impl BareDb {
         self.conn
             .pragma_update(None, "synchronous", "NORMAL")
             .expect("normal");
+    }
+}
+
+/// The script gadget's turn of 50 reads of the rogue gatekeeper's `echo`.
+fn fifty_reads() -> String {
+    json!({ "steps": vec![json!({"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}}); 50] })
+        .to_string()
+}
+
+/// The baseline of one read: the same call through the bare host, and one
+/// bare observation commit.
+fn bare_read(rt: &tokio::runtime::Runtime, bare: &Bare, db: &BareDb) {
+    rt.block_on(unmediated_call(
+        &bare.gatekeeper,
+        &bare.limits,
+        "echo".into(),
+        r#"{"n":1}"#.into(),
+    ));
+    db.commit_observation();
+}
+
+/// The baseline of a turn of reads: the same turn on the bare host, and
+/// one bare observation commit per read.
+fn bare_reads(rt: &tokio::runtime::Runtime, bare: &Bare, db: &BareDb, reads: &str) {
+    rt.block_on(bare.turn(reads));
+    for _ in 0..50 {
+        db.commit_observation();
     }
 }
 
