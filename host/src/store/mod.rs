@@ -747,6 +747,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("migrations/V7__ledger_sequence.sql")),
     (8, include_str!("migrations/V8__open_by_chat.sql")),
     (9, include_str!("migrations/V9__ledger_checks.sql")),
+    (10, include_str!("migrations/V10__actions_by_state.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

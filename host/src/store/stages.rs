@@ -16,30 +16,53 @@ use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
 /// Refuse staging in `chat` if it is missing, latched or full; else hold
 /// the chat's admission until the transaction ends (see the module).
+/// One statement asks all three, and whether anything waits to be marked
+/// expired (after, on PostgreSQL, the row lock): a stage is the
+/// transaction a gadget waits for the fsync of, and each statement more
+/// is time under the write lock.
 pub(crate) fn admit(db: &dyn Sql, chat: &str) -> Result<(), StageError> {
-    let latched: Option<i64> = db
-        .row(
-            match db.engine() {
-                Engine::Sqlite => "SELECT latched FROM chats WHERE name = ?1",
-                Engine::Postgres => "SELECT latched FROM chats WHERE name = ?1 FOR UPDATE",
-            },
+    if db.engine() == Engine::Postgres {
+        // The lock first, in a statement of its own: a statement that
+        // waited for a row lock still counts from the snapshot it took
+        // before it waited, and would miss what the stager before it
+        // inserted.
+        db.row(
+            "SELECT 1 FROM chats WHERE name = ?1 FOR UPDATE",
             args![chat],
-        )?
-        .map(|r| r.get(0))
-        .transpose()?;
-    match latched {
-        None => return Err(StageError::NoChat(chat.to_owned())),
-        Some(1) => return Err(StageError::LockedDown(chat.to_owned())),
-        Some(_) => {}
+        )?;
+    }
+    let Some(row) = db.row(ADMISSION, args![chat, DEFAULT_EXPIRY_MS, now_ms()])? else {
+        return Err(StageError::NoChat(chat.to_owned()));
+    };
+    if row.get::<i64>(0)? == 1 {
+        return Err(StageError::LockedDown(chat.to_owned()));
     }
     // What expired is closed (H3): mark it, so the gadget sees it too.
-    expire_due(db, Some(chat))?;
-    let open = open_count(db, chat)?;
+    // The count already leaves it out.
+    if row.get::<i64>(2)? == 1 {
+        expire_due(db, Some(chat))?;
+    }
+    let open: i64 = row.get(1)?;
     if open >= MAX_OPEN_ACTIONS {
         return Err(StageError::TooManyOpen(open));
     }
     Ok(())
 }
+
+/// [`admit`]'s question: `?1` the chat, `?2` the default expiry, `?3`
+/// now; the chat's latch, its open actions ([`OPEN_COUNT`]) and whether
+/// any of its pending ones is due to be marked expired ([`DUE_IN_CHAT`]).
+/// No row: no such chat.
+const ADMISSION: &str = "SELECT latched,
+           (SELECT count(*) FROM ledger
+             WHERE chat = ?1 AND kind = 'action' AND state = 'applying')
+         + (SELECT count(*) FROM ledger
+             WHERE chat = ?1 AND kind = 'action' AND state = 'pending'
+               AND created_at > ?3 - COALESCE(expire_after_ms, ?2)),
+           CASE WHEN EXISTS (SELECT 1 FROM ledger
+             WHERE chat = ?1 AND kind = 'action' AND state = 'pending'
+               AND created_at <= ?3 - COALESCE(expire_after_ms, ?2)) THEN 1 ELSE 0 END
+         FROM chats WHERE name = ?1";
 
 /// How many actions of `chat` are pending or applying (the cap counts
 /// these; SPEC A5, per chat so that one chat never blocks another). A
@@ -51,9 +74,9 @@ pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
 }
 
 /// [`open_count`]'s statement: `?1` the chat, `?2` the default expiry,
-/// `?3` now. Answered from `ledger_open_by_chat` alone (schema 8), and
-/// only from the entries it counts: one search per state, the pending
-/// ones from their oldest live `created_at` on. An `OR` across the two
+/// `?3` now. Answered from `ledger_actions_by_state` alone (schemas 8
+/// and 10), and only from the entries it counts: one search per state
+/// and chat. An `OR` across the two
 /// states would search by chat alone and step over every finished action
 /// the chat retains (up to [`RETAINED_FINISHED`]), three times a stage.
 const OPEN_COUNT: &str = "SELECT
@@ -65,8 +88,8 @@ const OPEN_COUNT: &str = "SELECT
                  (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2))";
 
 /// The pending actions of chat `?1` past its expiry (`?2` the default,
-/// `?3` now), found in `ledger_open_by_chat` alone (schema 8), by a
-/// search that ends at the newest due `created_at`.
+/// `?3` now), found in `ledger_actions_by_state` alone (schemas 8 and
+/// 10), among the chat's pending ones.
 const DUE_IN_CHAT: &str = "SELECT id, chat FROM ledger
      WHERE chat = ?1 AND kind = 'action' AND state = 'pending'
        AND created_at <= ?3 - COALESCE(
@@ -102,7 +125,7 @@ pub(crate) fn expire(db: &dyn Sql, id: i64) -> anyhow::Result<u64> {
 pub(crate) fn expire_due(db: &dyn Sql, chat: Option<&str>) -> anyhow::Result<u64> {
     let now = now_ms();
     // Two statements, not one with `?1 IS NULL OR l.chat = ?1`: that `OR`
-    // keeps SQLite off `ledger_open_by_chat`, and every stage would scan
+    // keeps SQLite off `ledger_actions_by_state`'s chat, and every stage would scan
     // the pending rows of the whole deployment (issue 17: 67 ms per stage
     // with 1,000 chats × 50 pending).
     let due = match chat {
@@ -290,7 +313,7 @@ mod tests {
         let store = crate::store::Store::open(&dir.path().join("gatehouse.db")).unwrap();
         store
             .read(|conn| {
-                for sql in [OPEN_COUNT, DUE_IN_CHAT] {
+                for sql in [OPEN_COUNT, DUE_IN_CHAT, ADMISSION] {
                     let plan: Vec<String> = conn
                         .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
                         .query_map(rusqlite::params!["work", 1, 2], |r| r.get(3))?
@@ -299,7 +322,7 @@ mod tests {
                     assert!(
                         !ledger.is_empty()
                             && ledger.iter().all(|step| step.contains(
-                                "COVERING INDEX ledger_open_by_chat (chat=? AND state=?"
+                                "COVERING INDEX ledger_actions_by_state (state=? AND chat=?)"
                             )),
                         "{sql}\n{plan:#?}"
                     );
@@ -307,6 +330,35 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// A durable stage waits for every page it wrote to reach the disk:
+    /// its row, the chat's entries and the actions by state (schema 10),
+    /// three pages, where schema 9 wrote four.
+    #[test]
+    fn a_stage_writes_three_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        store.create_chat("work", "ana").unwrap();
+        let log = || -> i64 {
+            // Frames in the log, which this checkpoint then empties.
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let frames = conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+                .unwrap();
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .unwrap();
+            frames
+        };
+        runtime().block_on(async {
+            // The first stage of the chat, and a second one on a log
+            // emptied in between: that one's pages are the commit's alone.
+            store.stage(&new_action("work")).await.unwrap();
+            log();
+            store.stage(&new_action("work")).await.unwrap();
+        });
+        assert_eq!(log(), 3, "pages a stage wrote");
     }
 
     #[test]
