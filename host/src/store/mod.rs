@@ -177,7 +177,9 @@ enum Db {
 
 /// The embedded file and this process's connections to it.
 pub(crate) struct Home {
-    pub(super) conn: Mutex<Connection>,
+    /// The writer; shared with the checkpointing thread, which holds it
+    /// for a moment to let the log start over ([`checkpoint`]).
+    pub(super) conn: Arc<Mutex<Connection>>,
     /// Read-only connections for the read path (resolve, the cap's
     /// pre-check), opened on first use. In WAL mode a reader never waits
     /// for the writer, so a read does not queue behind a durable commit's
@@ -300,10 +302,11 @@ impl Store {
         migrate(&mut conn, path)?;
         // Checkpoints run beside the paths ([`checkpoint`]).
         let file = identity(path);
+        let conn = Arc::new(Mutex::new(conn));
         let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
         Ok(Store {
             db: Db::Home(Arc::new(Home {
-                conn: Mutex::new(conn),
+                conn,
                 readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
                 staging: Mutex::default(),
                 path: path.to_owned(),
