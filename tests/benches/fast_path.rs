@@ -20,7 +20,7 @@
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run); `FAST_PATH_ROUNDS=n`
 //! sets the rounds; `FAST_PATH_ONLY=reads` stops after the read rows (the
 //! noisiest ratios, worth many rounds), `FAST_PATH_ONLY=stages` runs only
-//! the two staging rows.
+//! the two staging rows, `FAST_PATH_ONLY=drain` only the drain.
 //! `FAST_PATH_PROFILE=read|reads|stage|stage64|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
 //! (`valgrind --tool=callgrind target/release/deps/fast_path-*`);
@@ -57,6 +57,11 @@ fn main() {
     let w = world(&rt, "bench");
     let bare = Bare::new("script", "rogue", Limits::default());
     let baseline_db = BareDb::new();
+    if only == "drain" {
+        drain(&rt, quick, &mut table);
+        table.print();
+        return;
+    }
     let turn = Turn::new("script", "bench", Principal::person("bench"));
     warm(&rt, &w, &turn);
     if let Ok(what) = std::env::var("FAST_PATH_PROFILE") {
@@ -294,10 +299,15 @@ fn main() {
         1.2,
     );
 
-    // Draining 10,000 approved actions vs 1,000.
+    drain(&rt, quick, &mut table);
+    table.print();
+}
+
+/// Draining 10,000 approved actions vs 1,000 (alone: `FAST_PATH_ONLY=drain`).
+fn drain(rt: &tokio::runtime::Runtime, quick: bool, table: &mut Table) {
     let (small, large) = if quick { (100, 1000) } else { (1000, 10_000) };
-    let t_small = drain_time(&rt, small);
-    let t_large = drain_time(&rt, large);
+    let t_small = drain_time(rt, small);
+    let t_large = drain_time(rt, large);
     table.ratio(
         &format!("drain {large} vs {small} (time)"),
         t_large.as_secs_f64(),
@@ -305,8 +315,6 @@ fn main() {
         "≤ 10.5×",
         (large / small) as f64 * 1.05,
     );
-
-    table.print();
 }
 
 /// One kernel loop under a profiler: `read` (host calls of `echo`),
