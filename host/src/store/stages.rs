@@ -50,9 +50,13 @@ pub(crate) fn admit(db: &dyn Sql, chat: &str) -> Result<(), StageError> {
 }
 
 /// [`admit`]'s question: `?1` the chat, `?2` the default expiry, `?3`
-/// now; the chat's latch, its open actions ([`OPEN_COUNT`]) and whether
+/// now; the chat's latch, its open actions ([`open_count`]) and whether
 /// any of its pending ones is due to be marked expired ([`DUE_IN_CHAT`]).
-/// No row: no such chat.
+/// No row: no such chat. Answered from `ledger_actions_by_state` alone
+/// (schemas 8 and 10), and only from the entries it counts: one search
+/// per state and chat, never an `OR` across the two states, which would
+/// step over every finished action the chat retains (up to
+/// [`RETAINED_FINISHED`]).
 const ADMISSION: &str = "SELECT latched,
            (SELECT count(*) FROM ledger
              WHERE chat = ?1 AND kind = 'action' AND state = 'applying')
@@ -68,24 +72,11 @@ const ADMISSION: &str = "SELECT latched,
 /// these; SPEC A5, per chat so that one chat never blocks another). A
 /// pending action past its chat's expiry is closed (H3) even before a
 /// sweep marks it, so the count is right on a read-only connection too.
+/// Counted by [`ADMISSION`], the one statement that spells the rule.
 pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
-    db.row(OPEN_COUNT, args![chat, DEFAULT_EXPIRY_MS, now_ms()])?
-        .map_or(Ok(0), |r| r.get(0))
+    db.row(ADMISSION, args![chat, DEFAULT_EXPIRY_MS, now_ms()])?
+        .map_or(Ok(0), |r| r.get(1))
 }
-
-/// [`open_count`]'s statement: `?1` the chat, `?2` the default expiry,
-/// `?3` now. Answered from `ledger_actions_by_state` alone (schemas 8
-/// and 10), and only from the entries it counts: one search per state
-/// and chat. An `OR` across the two
-/// states would search by chat alone and step over every finished action
-/// the chat retains (up to [`RETAINED_FINISHED`]), three times a stage.
-const OPEN_COUNT: &str = "SELECT
-       (SELECT count(*) FROM ledger
-         WHERE chat = ?1 AND kind = 'action' AND state = 'applying')
-     + (SELECT count(*) FROM ledger
-         WHERE chat = ?1 AND kind = 'action' AND state = 'pending'
-           AND created_at > ?3 - COALESCE(
-                 (SELECT expire_after_ms FROM chats WHERE chats.name = ?1), ?2))";
 
 /// The pending actions of chat `?1` past its expiry (`?2` the default,
 /// `?3` now), found in `ledger_actions_by_state` alone (schemas 8 and
@@ -313,7 +304,7 @@ mod tests {
         let store = crate::store::Store::open(&dir.path().join("gatehouse.db")).unwrap();
         store
             .read(|conn| {
-                for sql in [OPEN_COUNT, DUE_IN_CHAT, ADMISSION] {
+                for sql in [ADMISSION, DUE_IN_CHAT] {
                     let plan: Vec<String> = conn
                         .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
                         .query_map(rusqlite::params!["work", 1, 2], |r| r.get(3))?
