@@ -54,14 +54,15 @@ fn main() {
         .expect("tokio runtime");
     let mut table = Table::default();
 
-    let w = world(&rt, "bench");
-    let bare = Bare::new("script", "rogue", Limits::default());
-    let baseline_db = BareDb::new();
     if only == "drain" {
+        // Its own worlds: nothing else to build.
         drain(&rt, quick, &mut table);
         table.print();
         return;
     }
+    let w = world(&rt, "bench");
+    let bare = Bare::new("script", "rogue", Limits::default());
+    let baseline_db = BareDb::new();
     let turn = Turn::new("script", "bench", Principal::person("bench"));
     warm(&rt, &w, &turn);
     if let Ok(what) = std::env::var("FAST_PATH_PROFILE") {

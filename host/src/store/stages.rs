@@ -116,8 +116,8 @@ pub(crate) fn expire(db: &dyn Sql, id: i64) -> anyhow::Result<u64> {
 pub(crate) fn expire_due(db: &dyn Sql, chat: Option<&str>) -> anyhow::Result<u64> {
     let now = now_ms();
     // Two statements, not one with `?1 IS NULL OR l.chat = ?1`: that `OR`
-    // keeps SQLite off `ledger_actions_by_state`'s chat, and every stage would scan
-    // the pending rows of the whole deployment (issue 17: 67 ms per stage
+    // keeps SQLite from searching by chat, and every stage would scan the
+    // pending rows of the whole deployment (issue 17: 67 ms per stage
     // with 1,000 chats × 50 pending).
     let due = match chat {
         Some(chat) => db.rows(DUE_IN_CHAT, args![chat, DEFAULT_EXPIRY_MS, now])?,
