@@ -518,61 +518,34 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 
 /// Commit `batch` in one durable transaction and answer each stage. A
 /// commit that fails answers every stage of the batch with its error:
-/// none of them was stored.
+/// none of them was stored. `conn` is at `synchronous=FULL`
+/// ([`Home::lock_durable`](super::Home::lock_durable)).
+///
+/// The transaction begins deferred: admission reads the chat on the
+/// snapshot it opens, and only a stage it admits takes the database's
+/// write lock, to insert. So a stage refused for a full or latched chat
+/// does not take the write lock (a gadget hammering a full chat starves
+/// no approver in another process; issue 17), and no read ahead of the
+/// commit is needed for that. If another process wrote since the
+/// snapshot, or holds the lock, taking it fails at once (SQLite will not
+/// wait with a snapshot open), and the batch runs again in a transaction
+/// that begins by taking the lock, waiting for it: what admission read
+/// always still holds when the stage commits. Only a stage admitted on
+/// the snapshot comes to that second try, so a refusal takes the lock
+/// only when the chat filled in the moment between the two.
 fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
-    let mut answers = Vec::with_capacity(batch.len());
-    // A lone stage needs no savepoint: its refusal rolls back the whole
-    // transaction, and, with no barrier waiting, nothing is synced.
-    let alone = batch.len() == 1;
-    let barrier = batch.iter().any(|q| q.action.is_none());
-    let committed = (|| -> rusqlite::Result<()> {
-        // Not a cached statement: SQLite applies this pragma when it
-        // prepares it, so a kept statement would change nothing.
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut wrote = false;
-        for q in &batch {
-            let Some((action, args)) = &q.action else {
-                answers.push(Ok(0));
-                continue;
-            };
-            let staged = if alone {
-                stages::admit(&tx, &action.chat)
-                    .and_then(|()| stages::insert(&tx, action, args, None, None))
-            } else {
-                let sp = tx.savepoint()?;
-                let staged = stages::admit(&sp, &action.chat)
-                    .and_then(|()| stages::insert(&sp, action, args, None, None));
-                if staged.is_ok() {
-                    sp.commit()?;
-                }
-                staged
-            };
-            wrote |= staged.is_ok();
-            answers.push(staged);
-        }
-        if !wrote && !barrier {
-            return tx.rollback();
-        }
-        if !wrote {
-            // A commit that wrote nothing is not synced: write the mark,
-            // so that the fsync a barrier waits for happens.
-            tx.prepare_cached("UPDATE durability_mark SET n = n + 1 WHERE id = 1")?
-                .execute([])?;
-        }
-        tx.commit()
-    })();
-    // The connection's other commits stay at NORMAL: a later durable commit
-    // makes everything before it in the log durable too.
-    let restored = conn.pragma_update(None, "synchronous", "NORMAL");
-    match committed.and(restored) {
-        Ok(()) => {
+    let committed = match stage_batch(conn, &batch, TransactionBehavior::Deferred) {
+        Err(e) if super::is_busy(&e) => stage_batch(conn, &batch, TransactionBehavior::Immediate),
+        tried => tried,
+    };
+    match committed {
+        Ok(answers) => {
             for (q, a) in batch.into_iter().zip(answers) {
                 let _ = q.answer.send(a);
             }
         }
         Err(e) => {
-            let said = e.to_string();
+            let said = format!("{e:#}");
             for q in batch {
                 let _ = q.answer.send(Err(StageError::Store(anyhow::anyhow!(
                     "cannot stage in the state database: {said}"
@@ -580,6 +553,60 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
             }
         }
     }
+}
+
+/// One attempt at [`commit_group`]'s transaction, begun as `begin` says;
+/// each stage's answer, or the error that undid the whole attempt (the
+/// database busy, to be tried again, among them).
+fn stage_batch(
+    conn: &mut Connection,
+    batch: &[QueuedStage],
+    begin: TransactionBehavior,
+) -> anyhow::Result<Vec<Result<i64, StageError>>> {
+    let mut answers = Vec::with_capacity(batch.len());
+    // A lone stage needs no savepoint: its refusal rolls back the whole
+    // transaction, and, with no barrier waiting, nothing is synced.
+    let alone = batch.len() == 1;
+    let barrier = batch.iter().any(|q| q.action.is_none());
+    let mut tx = conn.transaction_with_behavior(begin)?;
+    let mut wrote = false;
+    for q in batch {
+        let Some((action, args)) = &q.action else {
+            answers.push(Ok(0));
+            continue;
+        };
+        let staged = if alone {
+            stages::admit(&tx, &action.chat)
+                .and_then(|()| stages::insert(&tx, action, args, None, None))
+        } else {
+            let sp = tx.savepoint()?;
+            let staged = stages::admit(&sp, &action.chat)
+                .and_then(|()| stages::insert(&sp, action, args, None, None));
+            if staged.is_ok() {
+                sp.commit()?;
+            }
+            staged
+        };
+        match staged {
+            Err(StageError::Store(e)) if super::is_busy(&e) => return Err(e),
+            staged => {
+                wrote |= staged.is_ok();
+                answers.push(staged);
+            }
+        }
+    }
+    if !wrote && !barrier {
+        tx.rollback()?;
+        return Ok(answers);
+    }
+    if !wrote {
+        // A commit that wrote nothing is not synced: write the mark,
+        // so that the fsync a barrier waits for happens.
+        tx.prepare_cached("UPDATE durability_mark SET n = n + 1 WHERE id = 1")?
+            .execute([])?;
+    }
+    tx.commit()?;
+    Ok(answers)
 }
 
 /// A covered workflow call, staged and claimed at once, or found already
@@ -624,25 +651,23 @@ impl Store {
     }
 
     /// What both ways of staging check before they write: the arguments
-    /// (returned as they are stored), then a full chat, refused from a
-    /// read without joining a commit or taking the database's write lock,
-    /// so that a gadget hammering it never starves an approver. The read
-    /// runs on the writer's connection when it is free (its page cache is
-    /// current after this process's commits; see [`Store::read_warm`]),
-    /// else on a reader. The caps are checked again inside the staging
-    /// transaction.
+    /// (returned as they are stored); on a shared database, also a full
+    /// chat, refused from a read before the staging transaction locks the
+    /// chat's row, so that a gadget hammering a full chat holds up no
+    /// stager of it. The home's file needs no read ahead: its staging
+    /// transactions admit on their own snapshot before they take the
+    /// write lock ([`commit_group`], [`Store::stage_now`]). The caps are
+    /// checked inside the staging transaction on both.
     async fn admissible(&self, a: &NewAction) -> Result<String, StageError> {
         let args = validate_args(&a.args)?;
-        let chat = a.chat.clone();
-        let open = if self.is_shared() {
-            self.run(move |s| s.with(|db| stages::open_count(db, &chat)))
-                .await?
-        } else {
-            self.read_warm(move |c| stages::open_count(c, &chat))
-                .await?
-        };
-        if open >= MAX_OPEN_ACTIONS {
-            return Err(StageError::TooManyOpen(open));
+        if self.is_shared() {
+            let chat = a.chat.clone();
+            let open = self
+                .run(move |s| s.with(|db| stages::open_count(db, &chat)))
+                .await?;
+            if open >= MAX_OPEN_ACTIONS {
+                return Err(StageError::TooManyOpen(open));
+            }
         }
         Ok(args)
     }
@@ -724,7 +749,20 @@ impl Store {
         let _unwinding = Unwinding(&home.staging);
         let mut batches = 0;
         loop {
-            let mut conn = home.lock();
+            let mut conn = match home.lock_durable() {
+                Ok(conn) => conn,
+                Err(e) => {
+                    let said = format!("{e:#}");
+                    let mut queue = lock_queue(&home.staging);
+                    queue.committing = false;
+                    for q in std::mem::take(&mut queue.waiting) {
+                        let _ = q.answer.send(Err(StageError::Store(anyhow::anyhow!(
+                            "cannot stage in the state database: {said}"
+                        ))));
+                    }
+                    return;
+                }
+            };
             let batch = {
                 let mut queue = lock_queue(&home.staging);
                 if queue.waiting.is_empty() {
@@ -749,8 +787,8 @@ impl Store {
     /// gadget's turn, which the kernel makes durable ([`Store::sync`])
     /// before anything leaves the turn or it ends (docs/operations.md);
     /// every other caller stages with [`Store::stage`]. The same caps, in
-    /// the same transaction, and the same refusal of a full chat from a
-    /// read first.
+    /// the same transaction, admitted on its snapshot before it takes the
+    /// write lock, as [`commit_group`] does.
     pub async fn stage_now(&self, a: &NewAction) -> anyhow::Result<Result<i64, StageError>> {
         if self.is_shared() {
             // No in-place stage on a shared database: each is durable.
@@ -767,18 +805,24 @@ impl Store {
         };
         let a = a.clone();
         self.run_now(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let staged = stages::admit(&tx, &a.chat)
-                .and_then(|()| stages::insert(&tx, &a, &args, None, None));
-            match staged {
-                Ok(id) => {
-                    tx.commit()?;
-                    Ok(Ok(id))
+            let once = |conn: &mut Connection, begin| {
+                let tx = conn.transaction_with_behavior(begin)?;
+                let staged = stages::admit(&tx, &a.chat)
+                    .and_then(|()| stages::insert(&tx, &a, &args, None, None));
+                match staged {
+                    Ok(id) => {
+                        tx.commit()?;
+                        Ok(Ok(id))
+                    }
+                    // The database failing (or busy, to be tried again) is
+                    // an error of the trip, not a refusal.
+                    Err(StageError::Store(e)) => Err(e),
+                    Err(refused) => Ok(Err(refused)),
                 }
-                // The database failing (or busy, to be tried again) is an
-                // error of the trip, not a refusal.
-                Err(StageError::Store(e)) => Err(e),
-                Err(refused) => Ok(Err(refused)),
+            };
+            match once(conn, TransactionBehavior::Deferred) {
+                Err(e) if super::is_busy(&e) => once(conn, TransactionBehavior::Immediate),
+                tried => tried,
             }
         })
         .await

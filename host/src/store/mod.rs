@@ -180,8 +180,11 @@ pub(crate) struct Home {
     /// The writer; shared with the checkpointing thread, which holds it
     /// for a moment to let the log start over ([`checkpoint`]).
     pub(super) conn: Arc<Mutex<Connection>>,
-    /// Read-only connections for the read path (resolve, the cap's
-    /// pre-check), opened on first use. In WAL mode a reader never waits
+    /// Whether the writer is at `synchronous=FULL` now; read and changed
+    /// only by whoever holds `conn` (see [`Home::lock_durable`]).
+    durable: std::sync::atomic::AtomicBool,
+    /// Read-only connections for the read path (resolve, inbox and CLI
+    /// reads), opened on first use. In WAL mode a reader never waits
     /// for the writer, so a read does not queue behind a durable commit's
     /// fsync on `conn` (issue 17: with one connection, 64 concurrent
     /// stagers serialised on it and staged slower than bare commits).
@@ -308,6 +311,7 @@ impl Store {
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn,
+                durable: std::sync::atomic::AtomicBool::new(false),
                 readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
                 staging: Mutex::default(),
                 path: path.to_owned(),
@@ -457,7 +461,9 @@ impl Store {
         T: Send + 'static,
         F: Fn(&mut Connection) -> anyhow::Result<T> + Send + Sync + 'static,
     {
-        if let Ok(mut conn) = self.home()?.conn.try_lock() {
+        let home = self.home()?;
+        if let Ok(mut conn) = home.conn.try_lock() {
+            home.settle(&conn, false)?;
             conn.busy_timeout(Duration::ZERO)?;
             let done = f(&mut conn);
             conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -636,29 +642,56 @@ impl Store {
             Db::Home(home) => home,
             Db::Shared(shared) => return shared.run_here(f),
         };
-        let mut conn = home.lock();
-        let full = |conn: &Connection, level: &str| -> anyhow::Result<()> {
-            Ok(conn.pragma_update(None, "synchronous", level)?)
-        };
-        full(&conn, "FULL")?;
-        let out = (|| {
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(anyhow::Error::from)?;
-            let out = f(&tx)?;
-            tx.commit().map_err(anyhow::Error::from)?;
-            Ok(out)
-        })();
-        full(&conn, "NORMAL")?;
-        out
+        let mut conn = home.lock_durable()?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(anyhow::Error::from)?;
+        let out = f(&tx)?;
+        tx.commit().map_err(anyhow::Error::from)?;
+        Ok(out)
     }
 }
 
 impl Home {
+    /// The writer, for commits at `synchronous=NORMAL` (or reads).
     pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite itself consistent (each
         // statement is atomic), so the connection stays usable.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        // A commit that stays FULL is only slower; one that should be
+        // durable and is not is a broken promise, so only
+        // [`Home::lock_durable`] may skip raising it.
+        if let Err(e) = self.settle(&conn, false) {
+            tracing::warn!("the state database's writer stays synchronous=FULL: {e}");
+        }
+        conn
+    }
+
+    /// The writer, for a commit a promise rests on: at `synchronous=FULL`,
+    /// so that its commit waits for the fsync of the log.
+    ///
+    /// Why the level is left where the last commit put it instead of
+    /// lowered after each durable commit: setting it is a statement
+    /// compiled each time (SQLite applies this pragma when it prepares it),
+    /// and two of them were 5.7% of a durable stage's own work (issue 17).
+    /// Consecutive durable commits (a run of stages, a drain's claims) now
+    /// set it once; the next commit at NORMAL lowers it.
+    pub(super) fn lock_durable(&self) -> anyhow::Result<MutexGuard<'_, Connection>> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        self.settle(&conn, true)?;
+        Ok(conn)
+    }
+
+    /// Bring the writer `conn` (held by the caller) to FULL when `durable`,
+    /// else to NORMAL, if it is not there already.
+    fn settle(&self, conn: &Connection, durable: bool) -> rusqlite::Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.durable.load(Relaxed) != durable {
+            let level = if durable { "FULL" } else { "NORMAL" };
+            conn.pragma_update(None, "synchronous", level)?;
+            self.durable.store(durable, Relaxed);
+        }
+        Ok(())
     }
 
     /// The reader in `slot`, opened now if it was not yet.

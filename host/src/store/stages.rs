@@ -3,12 +3,16 @@
 //! pending action, expiry and retention, written once over [`Sql`] for
 //! both engines.
 //!
-//! The cap holds inside the transaction on both: SQLite's writing
-//! transactions exclude each other (the store begins them `IMMEDIATE`),
-//! and on PostgreSQL admission first locks the chat's row (`FOR UPDATE`),
-//! so two stagers of one chat count and insert one after the other, while
-//! stagers of different chats never wait for each other. It may not decide
-//! what is staged: the kernel classified and checked it before.
+//! The cap holds inside the transaction on both. On SQLite, a staging
+//! transaction admits on its snapshot and takes the write lock only to
+//! insert, which fails if anyone wrote since the snapshot (then the store
+//! runs it again holding the lock from its start; see
+//! `actions::commit_group`): what admission counted still holds at the
+//! commit, and a refusal never needed the lock. On PostgreSQL admission
+//! first locks the chat's row (`FOR UPDATE`), so two stagers of one chat
+//! count and insert one after the other, while stagers of different chats
+//! never wait for each other. It may not decide what is staged: the kernel
+//! classified and checked it before.
 
 use super::actions::{NewAction, StageError, UNKEPT_ARGS, args_digest};
 use super::sql::{Engine, Sql, args};
@@ -350,6 +354,74 @@ mod tests {
             store.stage(&new_action("work")).await.unwrap();
         });
         assert_eq!(log(), 2, "pages a stage wrote");
+    }
+
+    /// A full chat is refused without the database's write lock, by both
+    /// ways of staging (issue 17: a gadget hammering a full chat starved
+    /// an approver in another process): while another process holds the
+    /// lock, refusals answer at once, and a stage into a chat with room
+    /// waits for the lock and then lands.
+    #[test]
+    fn a_full_chat_is_refused_while_another_process_holds_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        store.create_chat("full", "ana").unwrap();
+        store.create_chat("room", "ana").unwrap();
+        runtime().block_on(async {
+            for _ in 0..MAX_OPEN_ACTIONS {
+                store.stage(&new_action("full")).await.unwrap();
+            }
+            let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+            let holder = {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut conn = rusqlite::Connection::open(&path).unwrap();
+                    let tx = conn
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .unwrap();
+                    tx.execute("UPDATE durability_mark SET n = n + 1 WHERE id = 1", [])
+                        .unwrap();
+                    held.0.send(()).unwrap();
+                    // Released by the test, or given up long after any
+                    // wait the test allows.
+                    let _ = release.1.recv_timeout(std::time::Duration::from_secs(90));
+                    tx.commit().unwrap();
+                })
+            };
+            held.1.recv().unwrap();
+            // A stage waiting for the lock would wait the busy timeout
+            // (30 s) and fail: these answer well inside it.
+            let started = std::time::Instant::now();
+            let refused = store.stage(&new_action("full")).await;
+            assert!(
+                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                "{refused:?}"
+            );
+            let refused = store.stage_now(&new_action("full")).await.unwrap();
+            assert!(
+                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                "{refused:?}"
+            );
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(15),
+                "the refusals waited for the write lock: {:?}",
+                started.elapsed()
+            );
+            // A stage with room cannot land while the lock is held.
+            let waiting = {
+                let store = store.clone();
+                tokio::spawn(async move { store.stage(&new_action("room")).await })
+            };
+            release.0.send(()).unwrap();
+            holder.join().unwrap();
+            waiting.await.unwrap().unwrap();
+            assert_eq!(store.read(|c| open_count(c, "room")).unwrap(), 1);
+            assert_eq!(
+                store.read(|c| open_count(c, "full")).unwrap(),
+                MAX_OPEN_ACTIONS
+            );
+        });
     }
 
     #[test]
