@@ -329,7 +329,8 @@ mod tests {
 
     /// A durable stage waits for every page it wrote to reach the disk:
     /// its row and the actions by state (schema 10), two pages, where
-    /// schema 9 wrote four.
+    /// schema 9 wrote four; and a new home's pages are 2 KB, so the two
+    /// are about what a bare one-row commit writes at SQLite's default.
     #[test]
     fn a_stage_writes_two_pages() {
         let dir = tempfile::tempdir().unwrap();
@@ -354,6 +355,12 @@ mod tests {
             store.stage(&new_action("work")).await.unwrap();
         });
         assert_eq!(log(), 2, "pages a stage wrote");
+        // Of 2 KB each: with their headers, 4,144 bytes for the fsync.
+        let page: i64 = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(page, 2048, "a new home's page size");
     }
 
     /// A full chat is refused without the database's write lock, by both
