@@ -225,13 +225,7 @@ fn main() {
     }
 
     // A turn of one read and three durable writes.
-    let mixed = json!({ "steps": [
-        {"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}},
-        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
-        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
-        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
-    ]})
-    .to_string();
+    let mixed = turn_of_writes();
     let (mut samples, mut bare_samples) = (Vec::new(), Vec::new());
     for _ in 0..(if quick { 20 } else { 200 }) {
         let t = Instant::now();
@@ -321,8 +315,9 @@ fn drain(rt: &tokio::runtime::Runtime, quick: bool, table: &mut Table) {
 /// One kernel loop under a profiler: `read` (host calls of `echo`),
 /// `reads` (turns of 50 `echo` reads, `FAST_PATH_N` reads in all),
 /// `stage` (writes, rejected in batches to stay under the cap), `turn`
-/// (one gadget turn of 1 read + 3 writes) or `stage64` (64 concurrent
-/// stagers in 64 chats, 40 writes each, rejected after each round).
+/// (one gadget turn of 1 read + 3 writes), `stage64` (64 concurrent
+/// stagers in 64 chats, 40 writes each, rejected after each round), or a
+/// baseline: `bare-read`, `bare-reads`, `bare-turn`.
 fn profile(
     rt: &tokio::runtime::Runtime,
     w: &World,
@@ -349,6 +344,15 @@ fn profile(
         "bare-read" => {
             for _ in 0..n {
                 bare_read(rt, bare, baseline_db);
+            }
+        }
+        "bare-turn" => {
+            for _ in 0..n {
+                rt.block_on(bare.turn(&turn_of_writes()));
+                baseline_db.commit_observation();
+                baseline_db.insert();
+                baseline_db.insert();
+                baseline_db.commit_durable();
             }
         }
         "bare-reads" => {
@@ -378,13 +382,7 @@ fn profile(
             reject(rt, &w.kernel, &ids);
         }
         "turn" => {
-            let mixed = json!({ "steps": [
-                {"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}},
-                {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
-                {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
-                {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
-            ]})
-            .to_string();
+            let mixed = turn_of_writes();
             for _ in 0..n {
                 let report = rt
                     .block_on(w.kernel.run("script", "bench", &mixed))
@@ -408,7 +406,7 @@ fn profile(
             }
         }
         other => panic!(
-            "FAST_PATH_PROFILE={other}: say read, reads, stage, stage64, turn, bare-read or bare-reads"
+            "FAST_PATH_PROFILE={other}: say read, reads, stage, stage64, turn, bare-read, bare-reads or bare-turn"
         ),
     }
 }
@@ -819,6 +817,18 @@ impl BareDb {
             .pragma_update(None, "synchronous", "NORMAL")
             .expect("normal");
     }
+}
+
+/// The script gadget's turn of one read (`echo`) and three writes
+/// (`bigResult`, classified as an action) of the rogue gatekeeper.
+fn turn_of_writes() -> String {
+    json!({ "steps": [
+        {"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}},
+        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+        {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+    ]})
+    .to_string()
 }
 
 /// The script gadget's turn of 50 reads of the rogue gatekeeper's `echo`.
