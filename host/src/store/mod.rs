@@ -281,16 +281,16 @@ impl Store {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
         let corrupt = |e: rusqlite::Error| open_error(path, e, system_error(&conn));
-        // WAL: readers never block the writer; several CLI processes and the
-        // web inbox share the file. NORMAL for most commits; the two that a
-        // promise rests on raise it to FULL for their own commit: staging (a
-        // gadget told `pending` keeps its action across a power cut) and the
-        // claim (on disk before anything is sent). A durable commit makes
-        // every earlier one in the log durable too.
         // Before anything is written: a new file takes this page size; one
         // that exists keeps its own (SQLite ignores the pragma then).
         conn.pragma_update(None, "page_size", PAGE_SIZE)
             .map_err(corrupt)?;
+        // WAL: readers never block the writer; several CLI processes and the
+        // web inbox share the file. NORMAL for most commits; the two that a
+        // promise rests on take the writer at FULL (`Home::lock_durable`):
+        // staging (a gadget told `pending` keeps its action across a power
+        // cut) and the claim (on disk before anything is sent). A durable
+        // commit makes every earlier one in the log durable too.
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(corrupt)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -732,13 +732,13 @@ const STATEMENTS_KEPT: usize = 256;
 /// and its entry among the actions by state. Each page goes to the log
 /// whole, with a 24-byte header, so at 4 KB pages a stage wrote 8,240
 /// bytes (three file-system blocks) where a bare one-row commit writes
-/// 4,120 (two), and the fsync took longer by the difference: `strace -T`
-/// of the fast-path bench put the kernel's log fsync 40-90 µs above the
-/// bare file's, and a Python `synchronous=FULL` insert with the index
-/// took 15-20 µs more than without it. At 2 KB pages the two pages are
-/// 4,144 bytes, and the same insert took what the bare one does (issue
-/// 17). Rows are small (arguments and results above a page overflow at
-/// any size), so the smaller page costs little elsewhere.
+/// 4,120 (two). At 2 KB pages the two are 4,144 bytes. Measured (issue
+/// 17): a Python `synchronous=FULL` insert with the index took 15-20 µs
+/// more than a bare one at 4 KB pages and about the same at 2 KB; in the
+/// fast-path bench a stage went from 41-53 µs to 24-34 µs above the bare
+/// fsynced commit. Rows are small (arguments and results above a page
+/// overflow at any size), so the smaller page costs little elsewhere.
+/// See docs/operations.md.
 const PAGE_SIZE: i64 = 2048;
 
 /// How many reader connections a store keeps (see [`Store::read_now`]).
