@@ -534,10 +534,7 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// the snapshot comes to that second try, so a refusal takes the lock
 /// only when the chat filled in the moment between the two.
 fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
-    let committed = match stage_batch(conn, &batch, TransactionBehavior::Deferred) {
-        Err(e) if super::is_busy(&e) => stage_batch(conn, &batch, TransactionBehavior::Immediate),
-        tried => tried,
-    };
+    let committed = snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin));
     match committed {
         Ok(answers) => {
             for (q, a) in batch.into_iter().zip(answers) {
@@ -552,6 +549,22 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
                 ))));
             }
         }
+    }
+}
+
+/// Run a staging transaction `attempt` begun deferred, so that admission
+/// reads on a snapshot and only an insert takes the write lock; if taking
+/// it failed busy (another process wrote since the snapshot, or holds the
+/// lock), run it once more begun `IMMEDIATE`, waiting for the lock. The
+/// one place both ways of staging on the home's file take this rule from
+/// (see [`commit_group`]).
+fn snapshot_first<T>(
+    conn: &mut Connection,
+    attempt: impl Fn(&mut Connection, TransactionBehavior) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    match attempt(conn, TransactionBehavior::Deferred) {
+        Err(e) if super::is_busy(&e) => attempt(conn, TransactionBehavior::Immediate),
+        tried => tried,
     }
 }
 
@@ -788,7 +801,7 @@ impl Store {
     /// before anything leaves the turn or it ends (docs/operations.md);
     /// every other caller stages with [`Store::stage`]. The same caps, in
     /// the same transaction, admitted on its snapshot before it takes the
-    /// write lock, as [`commit_group`] does.
+    /// write lock ([`snapshot_first`]), as [`commit_group`] does.
     pub async fn stage_now(&self, a: &NewAction) -> anyhow::Result<Result<i64, StageError>> {
         if self.is_shared() {
             // No in-place stage on a shared database: each is durable.
@@ -805,7 +818,7 @@ impl Store {
         };
         let a = a.clone();
         self.run_now(move |conn| {
-            let once = |conn: &mut Connection, begin| {
+            snapshot_first(conn, |conn, begin| {
                 let tx = conn.transaction_with_behavior(begin)?;
                 let staged = stages::admit(&tx, &a.chat)
                     .and_then(|()| stages::insert(&tx, &a, &args, None, None));
@@ -819,11 +832,7 @@ impl Store {
                     Err(StageError::Store(e)) => Err(e),
                     Err(refused) => Ok(Err(refused)),
                 }
-            };
-            match once(conn, TransactionBehavior::Deferred) {
-                Err(e) if super::is_busy(&e) => once(conn, TransactionBehavior::Immediate),
-                tried => tried,
-            }
+            })
         })
         .await
     }
