@@ -20,7 +20,9 @@
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run); `FAST_PATH_ROUNDS=n`
 //! sets the rounds; `FAST_PATH_ONLY=reads` stops after the read rows (the
 //! noisiest ratios, worth many rounds), `FAST_PATH_ONLY=stages` runs only
-//! the two staging rows, `FAST_PATH_ONLY=drain` only the drain.
+//! the two staging rows, `FAST_PATH_ONLY=stage` only the one durable stage
+//! against the bare commit (so that a tracer of fsyncs sees no group
+//! commit of the 64 stagers), `FAST_PATH_ONLY=drain` only the drain.
 //! `FAST_PATH_PROFILE=read|reads|stage|stage64|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
 //! (`valgrind --tool=callgrind target/release/deps/fast_path-*`);
@@ -47,7 +49,8 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(if quick { 3 } else { 15 });
     let only = std::env::var("FAST_PATH_ONLY").unwrap_or_default();
-    let (only_reads, only_stages) = (only == "reads", only == "stages");
+    let (only_reads, only_stage) = (only == "reads", only == "stage");
+    let only_stages = only == "stages" || only_stage;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -198,6 +201,10 @@ fn main() {
     );
     reject(&rt, &w.kernel, &staged);
     table.ratio("stage (synchronous=FULL)", k, b, "≤ 1.2×", 1.2);
+    if only_stage {
+        table.print();
+        return;
+    }
 
     // 64 concurrent stagers in 64 chats.
     let chats = stage_chats(&w, "c");
