@@ -14,7 +14,7 @@
 //! | gatekeeper instance | the kernel's sandboxed fresh instance | a bare pooled `InstancePre::instantiate` (WASI + HTTP, nothing else) | ≤ 1.3× |
 //! | gadget instance | the kernel's sandboxed turn instance | a bare pooled `InstancePre::instantiate` | ≤ 1.3× |
 //! | cached load (Python, JavaScript) | `Runtime::gadget` of an installed component in a fresh runtime | `Component::deserialize_file` of the same artifact | ≤ 2× |
-//! | start-up, 1 GB database | `gatehouse gadgets` (the real binary) on a 1 GB state database | the same on a fresh one | ≤ 1.2× |
+//! | start-up, 1 GB database (measured last) | `gatehouse gadgets` (the real binary) on a 1 GB state database | the same on a fresh one | ≤ 1.2× |
 //!
 //! Run: `cargo bench --workspace --bench fast_path` (about 3 minutes).
 //! `FAST_PATH_QUICK=1` runs fewer rounds (a smoke run); `FAST_PATH_ROUNDS=n`
@@ -166,16 +166,6 @@ fn main() {
             let (k, b) = cached_load(rounds, &langs::guest(name));
             table.ratio(&format!("cached load, {label}"), k, b, "≤ 2×", 2.0);
         }
-
-        // Start-up of a CLI command as the state database grows.
-        let (small, large) = startup(quick);
-        table.ratio(
-            &format!("start-up, {} MB database", large.1 >> 20),
-            large.0,
-            small.0,
-            "≤ 1.2×",
-            1.2,
-        );
     }
     // Stage, durable, against a durable bare commit. Spread over 20 chats
     // to stay under the cap of 50 each; rejected afterwards, untimed.
@@ -302,6 +292,19 @@ fn main() {
     );
 
     drain(&rt, quick, &mut table);
+
+    // Start-up of a CLI command as the state database grows. Last: the
+    // gigabyte it writes, and then frees when its home is removed, keeps
+    // the disk busy for a while (its blocks are discarded), and a durable
+    // commit timed meanwhile waited for that too.
+    let (small, large) = startup(quick);
+    table.ratio(
+        &format!("start-up, {} MB database", large.1 >> 20),
+        large.0,
+        small.0,
+        "≤ 1.2×",
+        1.2,
+    );
     table.print();
 }
 
