@@ -244,15 +244,9 @@ fn main() {
             .collect();
         assert_eq!(ids.len(), 3, "three writes pending: {out}");
         reject(&rt, &w.kernel, &ids);
-        // The floor on this machine, alternated: the same turn on the bare
-        // host (its four calls forwarded), one observation commit and
-        // three rows, the last one fsynced.
+        // The floor on this machine, alternated ([`bare_turn`]).
         let t = Instant::now();
-        rt.block_on(bare.turn(&mixed));
-        baseline_db.commit_observation();
-        baseline_db.insert();
-        baseline_db.insert();
-        baseline_db.commit_durable();
+        bare_turn(&rt, &bare, &baseline_db, &mixed);
         bare_samples.push(t.elapsed());
     }
     let (turn_p50, bare_p50) = (median(&mut samples), median(&mut bare_samples));
@@ -358,12 +352,9 @@ fn profile(
             }
         }
         "bare-turn" => {
+            let mixed = turn_of_writes();
             for _ in 0..n {
-                rt.block_on(bare.turn(&turn_of_writes()));
-                baseline_db.commit_observation();
-                baseline_db.insert();
-                baseline_db.insert();
-                baseline_db.commit_durable();
+                bare_turn(rt, bare, baseline_db, &mixed);
             }
         }
         "bare-reads" => {
@@ -828,6 +819,16 @@ impl BareDb {
             .pragma_update(None, "synchronous", "NORMAL")
             .expect("normal");
     }
+}
+
+/// The floor of the turn row: the same turn on the bare host (its calls
+/// forwarded), one observation commit and three rows, the last fsynced.
+fn bare_turn(rt: &tokio::runtime::Runtime, bare: &Bare, db: &BareDb, turn: &str) {
+    rt.block_on(bare.turn(turn));
+    db.commit_observation();
+    db.insert();
+    db.insert();
+    db.commit_durable();
 }
 
 /// The script gadget's turn of one read (`echo`) and three writes

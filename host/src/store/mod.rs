@@ -736,8 +736,9 @@ const STATEMENTS_KEPT: usize = 256;
 /// 17): a Python `synchronous=FULL` insert with the index took 15-20 µs
 /// more than a bare one at 4 KB pages and about the same at 2 KB; in the
 /// fast-path bench a stage's median distance above the bare fsynced
-/// commit went from 52 µs to 39 µs. Rows are small (arguments and results above a page
-/// overflow at any size), so the smaller page costs little elsewhere.
+/// commit went from 52 µs to 39 µs. Rows are small (arguments and results
+/// above a page overflow at any size), so the smaller page costs little
+/// elsewhere.
 /// See docs/operations.md.
 const PAGE_SIZE: i64 = 2048;
 
