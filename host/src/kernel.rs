@@ -42,7 +42,7 @@ impl From<Unresolved> for CallError {
 #[derive(Clone, Debug)]
 pub struct Binding {
     /// The introduction, its gatekeeper and credential for the turn's person.
-    pub resolved: Resolved,
+    pub resolved: Arc<Resolved>,
     /// The chat's pending actions at a simulating gatekeeper, laid over its
     /// reads (SPEC V1); empty otherwise.
     pub overlay: Vec<Action>,
@@ -888,51 +888,74 @@ impl Kernel {
                 "this turn ended: action #{id} awaits a decision; the kernel resumes you when it is applied"
             ))));
         }
+        // A stage first tries the binding this process kept for the call,
+        // without reading the policy epoch first: its staging transaction
+        // reads it, and stages nothing if it moved. Anything else (a read,
+        // a simulation, a refusal) comes back here undone, and is made on
+        // a binding read now (see `Store::resolution_kept`).
+        if let Some((resolved, at)) = self.store().resolution_kept(&turn.chat, key, turn.person()) {
+            let binding = Binding {
+                resolved,
+                overlay: Vec::new(),
+            };
+            if let Ok(class) = classify_call(&binding, key, tool)
+                && class.kind == Kind::Action
+                && let Some(outcome) = self
+                    .stage(turn, &binding, tool, &args, class, Some(at))
+                    .await?
+            {
+                return Ok(self.staged(turn, &binding, tool, &class, outcome));
+            }
+        }
         let binding = match self.resolve(turn, key).await? {
             Ok(b) => b,
             Err(e) => return Ok(Err(e)),
         };
-        if !binding.resolved.grants(tool) {
-            return Ok(Err(CallError::NotGranted {
-                key: key.to_owned(),
-                tool: tool.to_owned(),
-                allowed: binding.resolved.granted_names(),
-            }));
-        }
-        let Some(info) = binding.gatekeeper().manifest.tool(tool).cloned() else {
-            return Ok(Err(CallError::NotGranted {
-                key: key.to_owned(),
-                tool: tool.to_owned(),
-                allowed: binding.resolved.granted_names(),
-            }));
+        let class = match classify_call(&binding, key, tool) {
+            Ok(class) => class,
+            Err(e) => return Ok(Err(e)),
         };
-        // The tier was read with the binding, at the moment of use (K3).
-        let trust = binding.gatekeeper().trust;
-        let class = classify::classify(&info.annotations, trust);
         match class.kind {
             Kind::Read => self.read(turn, &binding, tool, args, None).await,
             Kind::Action => {
-                let auto_approvable = class.auto_approvable;
-                let outcome = self.stage(turn, &binding, tool, args, class).await?;
-                if let Ok(CallOutcome::Pending(p)) = &outcome {
-                    // Auto-approval runs beside the gadget, never in its way (A1).
-                    if auto_approvable {
-                        let tag = format!("{}:{tool}", binding.gatekeeper().name);
-                        self.drain_if_covered(&turn.chat, tag);
-                    }
-                    match turn.harness {
-                        Harness::Naive => return Ok(Ok(CallOutcome::Done("{}".into()))),
-                        Harness::Honest if p.await_decision => turn
-                            .awaited
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(p.action_id as i64),
-                        _ => {}
-                    }
-                }
-                Ok(outcome)
+                let outcome = self
+                    .stage(turn, &binding, tool, &args, class, None)
+                    .await?
+                    .unwrap_or_else(|| {
+                        Err(CallError::Refused(StageError::PolicyMoved.to_string()))
+                    });
+                Ok(self.staged(turn, &binding, tool, &class, outcome))
             }
         }
+    }
+
+    /// What follows a stage's `outcome`: auto-approval beside the gadget,
+    /// and what the turn's harness tells it.
+    fn staged(
+        &self,
+        turn: &Turn,
+        binding: &Binding,
+        tool: &str,
+        class: &classify::Classification,
+        outcome: Result<CallOutcome, CallError>,
+    ) -> Result<CallOutcome, CallError> {
+        if let Ok(CallOutcome::Pending(p)) = &outcome {
+            // Auto-approval runs beside the gadget, never in its way (A1).
+            if class.auto_approvable {
+                let tag = format!("{}:{tool}", binding.gatekeeper().name);
+                self.drain_if_covered(&turn.chat, tag);
+            }
+            match turn.harness {
+                Harness::Naive => return Ok(CallOutcome::Done("{}".into())),
+                Harness::Honest if p.await_decision => turn
+                    .awaited
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(p.action_id as i64),
+                _ => {}
+            }
+        }
+        outcome
     }
 
     /// The egress checks every outbound call of a turn passes before it is
@@ -996,8 +1019,8 @@ impl Kernel {
             Ok(a) => a,
             Err(e) => return Ok(Err(CallError::InvalidArgs(e.to_string()))),
         };
-        let g = binding.gatekeeper().clone();
-        let invocation = invocation_for(binding, tool, args);
+        let g = binding.gatekeeper();
+        let invocation = invocation_for(binding, tool, args.into());
         if let Some(refusal) = self
             .admit_egress(turn, binding, tool, &invocation, "reads")
             .await?
@@ -1064,16 +1087,8 @@ impl Kernel {
         };
         // Record first; hand over only if the record was made (O1).
         let account = binding.resolved.credential.account();
-        match crate::observations::record_read(
-            self.store(),
-            turn,
-            &g,
-            tool,
-            account,
-            audit,
-            &output,
-        )
-        .await
+        match crate::observations::record_read(self.store(), turn, g, tool, account, audit, &output)
+            .await
         {
             Ok(Observed::Recorded(_)) => Ok(Ok(CallOutcome::Done(output.result))),
             Ok(Observed::RestrictedInSharedChat) => Ok(Err(CallError::Refused(format!(
@@ -1089,46 +1104,60 @@ impl Kernel {
     /// Stage an action (SPEC A1-A5): checked as every egress is, simulated
     /// only once the checks passed (V1), recorded with the facts the claim
     /// revalidates (P7).
+    ///
+    /// `kept_at`: `binding` is the one this process kept, read under that
+    /// policy epoch and not checked since (`Store::resolution_kept`). Then
+    /// only a stage goes ahead, carrying the epoch for its transaction to
+    /// check; a refusal, a simulation (a read of the service), or the
+    /// epoch found moved returns `None` having done nothing, for the
+    /// caller to stage again on a binding read now. With `None` for
+    /// `kept_at`, the answer is always `Some`.
     async fn stage(
         &self,
         turn: &Turn,
         binding: &Binding,
         tool: &str,
-        args: String,
+        args: &str,
         class: classify::Classification,
-    ) -> anyhow::Result<Result<CallOutcome, CallError>> {
-        let g = binding.gatekeeper().clone();
-        let args = match crate::store::validate_args(&args) {
+        kept_at: Option<i64>,
+    ) -> anyhow::Result<Option<Result<CallOutcome, CallError>>> {
+        let g = binding.gatekeeper();
+        if kept_at.is_some() && g.manifest.simulates {
+            return Ok(None);
+        }
+        // Every refusal is given on a binding read now.
+        let refuse = |e: CallError| Ok(kept_at.is_none().then_some(Err(e)));
+        let args = match crate::store::validate_args(args) {
             Ok(a) => a,
-            Err(e) => return Ok(Err(CallError::InvalidArgs(e.to_string()))),
+            Err(e) => return refuse(CallError::InvalidArgs(e.to_string())),
         };
         if binding.resolved.latched {
             // Nothing is submitted from a locked-down chat (O3), and a
             // simulation would be an outbound request: refuse before it.
-            return Ok(Err(CallError::Refused(
+            return refuse(CallError::Refused(
                 StageError::LockedDown(turn.chat.clone()).to_string(),
-            )));
+            ));
         }
         if let Some(entry) = g.manifest.tool(tool)
-            && let Err(why) = check_schema(&entry.input_schema, &args)
+            && let Err(why) = check_schema(&entry.input_schema, args.as_str())
         {
-            return Ok(Err(CallError::InvalidArgs(format!(
+            return refuse(CallError::InvalidArgs(format!(
                 "{}:{tool} was not staged: {why}",
                 g.name
-            ))));
+            )));
         }
         let Some(facts) = Facts::of(&binding.resolved, tool) else {
-            return Ok(Err(CallError::NotGranted {
+            return refuse(CallError::NotGranted {
                 key: binding.resolved.key.clone(),
                 tool: tool.to_owned(),
                 allowed: binding.resolved.granted_names(),
-            }));
+            });
         };
         if let Credential::Refused(reason) = &binding.resolved.credential {
-            return Ok(Err(CallError::Refused(format!(
+            return refuse(CallError::Refused(format!(
                 "{}:{tool} was not staged: {reason}",
                 g.name
-            ))));
+            )));
         }
         // A gatekeeper that can simulate tells the gadget what will happen;
         // one that cannot makes the gadget wait (SPEC V1, V2). A simulation
@@ -1138,7 +1167,7 @@ impl Kernel {
         // await the decision, like any action of a gatekeeper that cannot
         // simulate.
         let provisional = if g.manifest.simulates {
-            let invocation = invocation_for(binding, tool, args.clone());
+            let invocation = invocation_for(binding, tool, args.as_str().to_owned());
             match self
                 .admit_egress(turn, binding, tool, &invocation, "simulations")
                 .await?
@@ -1162,26 +1191,30 @@ impl Kernel {
             await_decision: provisional.is_none(),
             provisional: provisional.clone(),
             facts,
+            resolved_at: kept_at,
         };
         let staged = match &turn.unsynced {
             Some(unsynced) => {
-                let staged = self.store().stage_now(&action).await?;
+                let staged = self.store().stage_now(action).await?;
                 if staged.is_ok() {
                     unsynced.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
                 staged
             }
-            None => self.store().stage(&action).await,
+            None => self.store().stage(action).await,
         };
+        // The store's refusals other than the epoch were made in the
+        // transaction that found the epoch unmoved: under the policy now.
         let id = match staged {
             Ok(id) => id,
             Err(StageError::Store(e)) => return Err(e),
+            Err(StageError::PolicyMoved) if kept_at.is_some() => return Ok(None),
             Err(
                 e @ (StageError::NotAnObject(_) | StageError::NotJson(_) | StageError::TooLarge(_)),
             ) => {
-                return Ok(Err(CallError::InvalidArgs(e.to_string())));
+                return Ok(Some(Err(CallError::InvalidArgs(e.to_string()))));
             }
-            Err(e) => return Ok(Err(CallError::Refused(e.to_string()))),
+            Err(e) => return Ok(Some(Err(CallError::Refused(e.to_string())))),
         };
         let message = format!(
             "staged as action #{id} ({}:{tool}); nothing has been sent. It waits for a person: `gatehouse approve {id}` or `gatehouse reject {id}`{}",
@@ -1192,12 +1225,12 @@ impl Kernel {
                 ""
             }
         );
-        Ok(Ok(CallOutcome::Pending(PendingAction {
+        Ok(Some(Ok(CallOutcome::Pending(PendingAction {
             action_id: id as u64,
             message,
             await_decision: provisional.is_none(),
             provisional,
-        })))
+        }))))
     }
 
     /// Ask a simulating gatekeeper for a provisional result (SPEC V1). The
@@ -1212,7 +1245,7 @@ impl Kernel {
         tool: &str,
         invocation: gkwit::Invocation,
     ) -> anyhow::Result<Option<String>> {
-        let g = binding.gatekeeper().clone();
+        let g = binding.gatekeeper();
         let pre = self.runtime().gatekeeper(&g.digest)?;
         let called = gk::simulate(
             &pre,
@@ -1230,7 +1263,7 @@ impl Kernel {
             sources: Vec::new(),
         };
         let account = binding.resolved.credential.account();
-        match crate::observations::record_simulation(self.store(), turn, &g, tool, account, &output)
+        match crate::observations::record_simulation(self.store(), turn, g, tool, account, &output)
             .await
         {
             Ok(Observed::Recorded(_)) => Ok(Some(output.result)),
@@ -1443,6 +1476,28 @@ pub(crate) fn check_schema(schema: &str, args: &str) -> Result<(), String> {
                 crate::prompt::excerpt(&e.to_string(), 300)
             ))
         }
+    }
+}
+
+/// How `tool` through `binding` is classified (SPEC K1-K4), if the
+/// introduction grants it and the gatekeeper offers it. The tier is the
+/// one read with the binding, at the moment of use (K3).
+fn classify_call(
+    binding: &Binding,
+    key: &str,
+    tool: &str,
+) -> Result<classify::Classification, CallError> {
+    let offered = binding.gatekeeper().manifest.tool(tool);
+    match offered.filter(|_| binding.resolved.grants(tool)) {
+        Some(info) => Ok(classify::classify(
+            &info.annotations,
+            binding.gatekeeper().trust,
+        )),
+        None => Err(CallError::NotGranted {
+            key: key.to_owned(),
+            tool: tool.to_owned(),
+            allowed: binding.resolved.granted_names(),
+        }),
     }
 }
 

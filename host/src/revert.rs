@@ -176,6 +176,10 @@ impl Kernel {
                 let Some(facts) = Facts::of(&resolved, &by) else {
                     return cannot(format!("the introduction {key} does not grant {shown}"));
                 };
+                let args = match crate::store::validate_args(&original.args) {
+                    Ok(args) => args,
+                    Err(e) => return cannot(format!("its arguments cannot be staged again: {e}")),
+                };
                 let action = NewAction {
                     chat: chat.clone(),
                     principal: Principal::person(who.clone()),
@@ -185,11 +189,12 @@ impl Kernel {
                     tool: by.clone(),
                     classified_by: class.classified_by.as_str(),
                     trust: g.trust,
-                    args: original.args.clone(),
+                    args,
                     // No gadget waits on it, and nothing simulates it.
                     await_decision: true,
                     provisional: None,
                     facts,
+                    resolved_at: None,
                 };
                 Ok(match s.stage_revert(&action, id) {
                     Ok(Ok(new)) => Ok(Reverted {

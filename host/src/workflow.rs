@@ -792,39 +792,45 @@ impl Kernel {
         // One trip: the binding (it tells read from action), every stored
         // check and the audit row; for an allowed action also its staging
         // and claim, under its logical key.
-        let decided =
-            self.store()
-                .run(move |s| {
-                    let (resolved, overlay) = match s.resolve(&turn_.chat, &key_, turn_.person())? {
-                        Ok(r) => r,
-                        Err(e) => return Ok(Err(CallError::from(e))),
-                    };
-                    let class = resolved.gatekeeper.manifest.tool(&tool_).map(|info| {
+        let decided = self
+            .store()
+            .run(move |s| {
+                let (resolved, overlay) = match s.resolve(&turn_.chat, &key_, turn_.person())? {
+                    Ok(r) => r,
+                    Err(e) => return Ok(Err(CallError::from(e))),
+                };
+                let class =
+                    resolved.gatekeeper.manifest.tool(&tool_).map(|info| {
                         classify::classify(&info.annotations, resolved.gatekeeper.trust)
                     });
-                    let is_action = class.is_some_and(|c| c.kind == Kind::Action);
-                    let decision = decide_call(
-                        s,
-                        run,
-                        &step,
-                        signed,
-                        &tool_id,
-                        &digest,
-                        parsed.as_ref(),
-                        is_action,
-                    )?;
-                    let binding = crate::kernel::Binding { resolved, overlay };
-                    let CallDecision::AllowedAction(audit) = decision else {
-                        return Ok(Ok((binding, decision, None)));
-                    };
-                    // Staged and claimed at once: the approver already decided.
-                    let Some(facts) = Facts::of(&binding.resolved, &tool_) else {
-                        return Ok(Err(CallError::NotGranted {
-                            key: key_.clone(),
-                            tool: tool_.clone(),
-                            allowed: binding.resolved.granted_names(),
-                        }));
-                    };
+                let is_action = class.is_some_and(|c| c.kind == Kind::Action);
+                let decision = decide_call(
+                    s,
+                    run,
+                    &step,
+                    signed,
+                    &tool_id,
+                    &digest,
+                    parsed.as_ref(),
+                    is_action,
+                )?;
+                let binding = crate::kernel::Binding { resolved, overlay };
+                let CallDecision::AllowedAction(audit) = decision else {
+                    return Ok(Ok((binding, decision, None)));
+                };
+                // Staged and claimed at once: the approver already decided.
+                let Some(facts) = Facts::of(&binding.resolved, &tool_) else {
+                    return Ok(Err(CallError::NotGranted {
+                        key: key_.clone(),
+                        tool: tool_.clone(),
+                        allowed: binding.resolved.granted_names(),
+                    }));
+                };
+                let by = ClaimBy::Workflow {
+                    requests: audit.requests.clone(),
+                    authority: audit.authority.clone(),
+                };
+                let staged = crate::store::validate_args(&args_).and_then(|args| {
                     let action = NewAction {
                         chat: turn_.chat.clone(),
                         principal: turn_.principal.clone(),
@@ -834,48 +840,47 @@ impl Kernel {
                         tool: tool_.clone(),
                         classified_by: class.map(|c| c.classified_by.as_str()).unwrap_or("default"),
                         trust: binding.resolved.gatekeeper.trust,
-                        args: args_,
+                        args,
                         await_decision: false,
                         provisional: None,
                         facts,
+                        resolved_at: None,
                     };
-                    let by = ClaimBy::Workflow {
-                        requests: audit.requests.clone(),
-                        authority: audit.authority.clone(),
-                    };
-                    let staged = match s.stage_claimed(&action, &logical_key, &by, &owner) {
-                        Ok(Ok(staged)) => staged,
-                        Ok(Err(refusal)) => {
-                            let row = AuditRow {
-                                reason: Some(format!("allowed, but not sent: {refusal}")),
-                                ..audit
-                            };
-                            s.audit(&row.allowed())?;
-                            return Ok(Err(CallError::Refused(refusal.to_string())));
-                        }
-                        Err(StageError::Store(e)) => return Err(e),
-                        Err(e) => {
-                            let row = AuditRow {
-                                reason: Some(format!("allowed, but not staged: {e}")),
-                                ..audit
-                            };
-                            s.audit(&row.allowed())?;
-                            return Ok(Err(CallError::Refused(e.to_string())));
-                        }
-                    };
-                    let id = match &staged {
-                        Staged::Claimed(c) => c.action().id,
-                        Staged::Made(a) => a.id,
-                    };
-                    let mut row = audit.allowed();
-                    row.action = Some(id);
-                    if matches!(staged, Staged::Made(_)) {
-                        row.reason = Some("a re-run of a call already made: not sent again");
+                    s.stage_claimed(&action, &logical_key, &by, &owner)
+                });
+                let staged = match staged {
+                    Ok(Ok(staged)) => staged,
+                    Ok(Err(refusal)) => {
+                        let row = AuditRow {
+                            reason: Some(format!("allowed, but not sent: {refusal}")),
+                            ..audit
+                        };
+                        s.audit(&row.allowed())?;
+                        return Ok(Err(CallError::Refused(refusal.to_string())));
                     }
-                    s.audit(&row)?;
-                    Ok(Ok((binding, CallDecision::Uncovered, Some(staged))))
-                })
-                .await?;
+                    Err(StageError::Store(e)) => return Err(e),
+                    Err(e) => {
+                        let row = AuditRow {
+                            reason: Some(format!("allowed, but not staged: {e}")),
+                            ..audit
+                        };
+                        s.audit(&row.allowed())?;
+                        return Ok(Err(CallError::Refused(e.to_string())));
+                    }
+                };
+                let id = match &staged {
+                    Staged::Claimed(c) => c.action().id,
+                    Staged::Made(a) => a.id,
+                };
+                let mut row = audit.allowed();
+                row.action = Some(id);
+                if matches!(staged, Staged::Made(_)) {
+                    row.reason = Some("a re-run of a call already made: not sent again");
+                }
+                s.audit(&row)?;
+                Ok(Ok((binding, CallDecision::Uncovered, Some(staged))))
+            })
+            .await?;
         let (binding, decision, staged) = match decided {
             Ok(x) => x,
             Err(e) => return Ok(Err(e)),

@@ -104,8 +104,8 @@ pub struct NewAction {
     pub classified_by: &'static str,
     /// The gatekeeper's trust tier at staging (key one of auto-approval).
     pub trust: Trust,
-    /// The arguments, JSON, validated and normalised ([`validate_args`]).
-    pub args: String,
+    /// The arguments, checked and normalised ([`validate_args`]).
+    pub args: Args,
     /// The gadget was told to await the decision (SPEC V2): no simulation was
     /// given.
     pub await_decision: bool,
@@ -114,6 +114,12 @@ pub struct NewAction {
     pub provisional: Option<String>,
     /// What was true at staging, revalidated by the claim (P7).
     pub facts: Facts,
+    /// The policy epoch of the binding it was checked on, when that
+    /// binding was not read in a transaction of its own
+    /// ([`Store::resolution_kept`]): its staging transaction refuses it
+    /// ([`StageError::PolicyMoved`]) unless the epoch is still this one.
+    /// `None`: the binding was read now.
+    pub resolved_at: Option<i64>,
 }
 
 /// An action as stored.
@@ -213,6 +219,13 @@ pub enum StageError {
     /// A check of the kernel's refused it; the message says which.
     #[error("{0}")]
     Refused(String),
+    /// The policy epoch moved since the binding it was checked on was
+    /// read ([`NewAction::resolved_at`]); nothing was staged. The kernel
+    /// checks it again on a binding read now: no person sees this.
+    #[error(
+        "the chat's introductions or accounts changed while this was being staged; nothing was staged: call again"
+    )]
+    PolicyMoved,
     /// The database failed; nothing was stored.
     #[error(transparent)]
     Store(#[from] anyhow::Error),
@@ -377,8 +390,29 @@ pub enum ClaimRefusal {
     },
 }
 
-/// Check staged arguments (SPEC A5) and return them normalised.
-pub fn validate_args(args: &str) -> Result<String, StageError> {
+/// Arguments checked and normalised as an action keeps them (SPEC A5): a
+/// JSON object, written out again by serde, within [`MAX_ARGS_BYTES`].
+/// Only [`validate_args`] makes one, so no action reaches the store
+/// unchecked, and none is checked twice (issue 17: the kernel and the
+/// store each parsed and wrote out a stage's arguments).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Args(String);
+
+impl Args {
+    /// The normalised JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Args> for String {
+    fn from(a: Args) -> String {
+        a.0
+    }
+}
+
+/// Check arguments (SPEC A5) and return them normalised.
+pub fn validate_args(args: &str) -> Result<Args, StageError> {
     if args.len() > MAX_ARGS_BYTES {
         return Err(StageError::TooLarge(args.len()));
     }
@@ -392,7 +426,7 @@ pub fn validate_args(args: &str) -> Result<String, StageError> {
             if normalised.len() > MAX_ARGS_BYTES {
                 return Err(StageError::TooLarge(normalised.len()));
             }
-            return Ok(normalised);
+            return Ok(Args(normalised));
         }
         serde_json::Value::Null => "null",
         serde_json::Value::Array(_) => "an array",
@@ -406,7 +440,13 @@ pub fn validate_args(args: &str) -> Result<String, StageError> {
 /// SHA-256 of an action's stored arguments: what the decision history keeps
 /// instead of the arguments themselves.
 pub fn args_digest(args: &str) -> String {
-    hex::encode(Sha256::digest(args.as_bytes()))
+    // Into a buffer: `hex::encode` builds its string a character at a
+    // time, which was half of the digest's cost in a stage.
+    let mut hex = [0u8; 64];
+    match hex::encode_to_slice(Sha256::digest(args.as_bytes()), &mut hex) {
+        Ok(()) => String::from_utf8_lossy(&hex).into_owned(),
+        Err(_) => hex::encode(Sha256::digest(args.as_bytes())),
+    }
 }
 
 const ACTION_COLUMNS: &str =
@@ -501,7 +541,7 @@ pub(super) const UNKEPT_ARGS: &str = "{}";
 /// What waits for the next group commit ([`Store::stage`]): a stage, or
 /// only the fsync (`action` is `None`, [`Store::sync`]).
 pub(super) struct QueuedStage {
-    action: Option<(NewAction, String)>,
+    action: Option<NewAction>,
     answer: tokio::sync::oneshot::Sender<Result<i64, StageError>>,
 }
 
@@ -584,17 +624,17 @@ fn stage_batch(
     let mut tx = conn.transaction_with_behavior(begin)?;
     let mut wrote = false;
     for q in batch {
-        let Some((action, args)) = &q.action else {
+        let Some(action) = &q.action else {
             answers.push(Ok(0));
             continue;
         };
         let staged = if alone {
-            stages::admit(&tx, &action.chat)
-                .and_then(|()| stages::insert(&tx, action, args, None, None))
+            stages::admit(&tx, &action.chat, action.resolved_at)
+                .and_then(|()| stages::insert(&tx, action, None, None))
         } else {
             let sp = tx.savepoint()?;
-            let staged = stages::admit(&sp, &action.chat)
-                .and_then(|()| stages::insert(&sp, action, args, None, None));
+            let staged = stages::admit(&sp, &action.chat, action.resolved_at)
+                .and_then(|()| stages::insert(&sp, action, None, None));
             if staged.is_ok() {
                 sp.commit()?;
             }
@@ -647,42 +687,37 @@ impl Store {
     /// On a shared database each stage is a transaction of its own, and
     /// the database's own group commit makes many at once cheap; two
     /// stagers of one chat take turns on its row ([`stages::admit`]).
-    pub async fn stage(&self, a: &NewAction) -> Result<i64, StageError> {
-        let args = self.admissible(a).await?;
+    pub async fn stage(&self, a: NewAction) -> Result<i64, StageError> {
         if self.is_shared() {
-            let a = a.clone();
+            self.refuse_full_ahead(&a.chat).await?;
             return self
                 .run(move |s| {
                     Ok(s.write_durable(|db| {
-                        stages::admit(db, &a.chat)?;
-                        stages::insert(db, &a, &args, None, None)
+                        stages::admit(db, &a.chat, a.resolved_at)?;
+                        stages::insert(db, &a, None, None)
                     }))
                 })
                 .await?;
         }
-        self.join_group(Some((a.clone(), args))).await
+        self.join_group(Some(a)).await
     }
 
-    /// What both ways of staging check before they write: the arguments
-    /// (returned as they are stored); on a shared database, also a full
-    /// chat, refused from a read before the staging transaction locks the
-    /// chat's row, so that a gadget hammering a full chat holds up no
-    /// stager of it. The home's file needs no read ahead: its staging
-    /// transactions admit on their own snapshot before they take the
-    /// write lock ([`commit_group`], [`Store::stage_now`]). The caps are
-    /// checked inside the staging transaction on both.
-    async fn admissible(&self, a: &NewAction) -> Result<String, StageError> {
-        let args = validate_args(&a.args)?;
-        if self.is_shared() {
-            let chat = a.chat.clone();
-            let open = self
-                .run(move |s| s.with(|db| stages::open_count(db, &chat)))
-                .await?;
-            if open >= MAX_OPEN_ACTIONS {
-                return Err(StageError::TooManyOpen(open));
-            }
+    /// On a shared database, a full chat refused from a read before the
+    /// staging transaction locks the chat's row, so that a gadget
+    /// hammering a full chat holds up no stager of it. The home's file
+    /// needs no read ahead: its staging transactions admit on their own
+    /// snapshot before they take the write lock ([`commit_group`],
+    /// [`Store::stage_now`]). The caps are checked inside the staging
+    /// transaction on both.
+    async fn refuse_full_ahead(&self, chat: &str) -> Result<(), StageError> {
+        let chat = chat.to_owned();
+        let open = self
+            .run(move |s| s.with(|db| stages::open_count(db, &chat)))
+            .await?;
+        if open >= MAX_OPEN_ACTIONS {
+            return Err(StageError::TooManyOpen(open));
         }
-        Ok(args)
+        Ok(())
     }
 
     /// Make every commit made before this call durable: join the next
@@ -712,7 +747,7 @@ impl Store {
     /// lone stage then costs one transaction, not also a hop to a pooled
     /// thread and a wake-up back (issue 17: a durable stage ≤ 1.2× a bare
     /// fsynced commit), and no stager commits others' batches for long.
-    async fn join_group(&self, stage: Option<(NewAction, String)>) -> Result<i64, StageError> {
+    async fn join_group(&self, stage: Option<NewAction>) -> Result<i64, StageError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let start = {
             let mut queue = lock_queue(&self.home()?.staging);
@@ -802,7 +837,7 @@ impl Store {
     /// every other caller stages with [`Store::stage`]. The same caps, in
     /// the same transaction, admitted on its snapshot before it takes the
     /// write lock ([`snapshot_first`]), as [`commit_group`] does.
-    pub async fn stage_now(&self, a: &NewAction) -> anyhow::Result<Result<i64, StageError>> {
+    pub async fn stage_now(&self, a: NewAction) -> anyhow::Result<Result<i64, StageError>> {
         if self.is_shared() {
             // No in-place stage on a shared database: each is durable.
             return match self.stage(a).await {
@@ -811,17 +846,11 @@ impl Store {
                 Err(refused) => Ok(Err(refused)),
             };
         }
-        let args = match self.admissible(a).await {
-            Ok(args) => args,
-            Err(StageError::Store(e)) => return Err(e),
-            Err(refused) => return Ok(Err(refused)),
-        };
-        let a = a.clone();
         self.run_now(move |conn| {
             snapshot_first(conn, |conn, begin| {
                 let tx = conn.transaction_with_behavior(begin)?;
-                let staged = stages::admit(&tx, &a.chat)
-                    .and_then(|()| stages::insert(&tx, &a, &args, None, None));
+                let staged = stages::admit(&tx, &a.chat, a.resolved_at)
+                    .and_then(|()| stages::insert(&tx, &a, None, None));
                 match staged {
                     Ok(id) => {
                         tx.commit()?;
@@ -850,7 +879,6 @@ impl Store {
         by: &ClaimBy,
         owner: &str,
     ) -> Result<Result<Staged, ClaimRefusal>, StageError> {
-        let args = validate_args(&a.args)?;
         /// Why the staging transaction is rolled back: a fresh row whose
         /// claim was refused is not kept (no ghost pending entries, A3).
         enum Undone {
@@ -891,8 +919,8 @@ impl Store {
                     (id, false)
                 }
                 None => {
-                    stages::admit(db, &a.chat)?;
-                    (stages::insert(db, a, &args, Some(logical_key), None)?, true)
+                    stages::admit(db, &a.chat, a.resolved_at)?;
+                    (stages::insert(db, a, Some(logical_key), None)?, true)
                 }
             };
             // An earlier row keeps what a refused claim wrote (a
@@ -905,7 +933,7 @@ impl Store {
         match staged {
             Ok(Ok(Staged::Claimed(mut claim))) => {
                 // The row keeps a digest; the send gets the arguments.
-                claim.action.args = args;
+                claim.action.args = a.args.as_str().to_owned();
                 Ok(Ok(Staged::Claimed(claim)))
             }
             Ok(other) => Ok(other),
@@ -925,7 +953,6 @@ impl Store {
         a: &NewAction,
         original: i64,
     ) -> Result<Result<i64, RevertRefusal>, StageError> {
-        let args = validate_args(&a.args)?;
         let by = a.principal.acting_for().to_owned();
         // What the refusals read before them may be committed: an action
         // found past its expiry is marked so whatever the answer (H3).
@@ -965,8 +992,8 @@ impl Store {
                     state,
                 }));
             }
-            stages::admit(tx, &a.chat)?;
-            let id = stages::insert(tx, a, &args, None, Some(original))?;
+            stages::admit(tx, &a.chat, a.resolved_at)?;
+            let id = stages::insert(tx, a, None, Some(original))?;
             Ok(Ok(id))
         })
     }
@@ -1716,7 +1743,7 @@ mod on_both_engines {
     fn stage(db: &dyn Sql) -> anyhow::Result<i64> {
         let resolved = resolve(db, "c", "K", "ann")?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let facts = Facts::of(&resolved, "send").ok_or_else(|| anyhow::anyhow!("no facts"))?;
-        Ok(stages::insert(db, &sent_by_ann(facts), "{}", None, None)?)
+        Ok(stages::insert(db, &sent_by_ann(facts), None, None)?)
     }
 
     /// `ann`'s call of `send` through `K` in the shared chat.
@@ -1730,10 +1757,11 @@ mod on_both_engines {
             tool: "send".into(),
             classified_by: "default",
             trust: Trust::Byo,
-            args: "{}".into(),
+            args: validate_args("{}").expect("an object"),
             await_decision: false,
             provisional: None,
             facts,
+            resolved_at: None,
         }
     }
 
@@ -2045,7 +2073,7 @@ mod on_both_engines {
                 let stagers: Vec<_> = (0..MAX_OPEN_ACTIONS + 5)
                     .map(|_| {
                         let (store, a) = (store.clone(), a.clone());
-                        tokio::spawn(async move { store.stage(&a).await })
+                        tokio::spawn(async move { store.stage(a).await })
                     })
                     .collect();
                 let (mut staged, mut full) = (Vec::new(), 0);
@@ -2135,7 +2163,10 @@ mod on_both_engines {
                     Some("bob".into()),
                     "{e}"
                 );
-                assert!(store.stage(&a).await.is_ok(), "{e}: two closed, room again");
+                assert!(
+                    store.stage(a.clone()).await.is_ok(),
+                    "{e}: two closed, room again"
+                );
             }
         });
     }

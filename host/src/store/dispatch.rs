@@ -19,7 +19,9 @@ use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// An introduction, resolved against its gatekeeper, for one person.
+/// An introduction, resolved against its gatekeeper, for one person: what
+/// was read, never changed after (only [`resolve`] makes one), which is
+/// what lets its clones share the facts computed from it.
 #[derive(Clone, Debug)]
 pub struct Resolved {
     /// The key the chat introduced the gatekeeper under.
@@ -36,7 +38,20 @@ pub struct Resolved {
     pub collaborators: Vec<String>,
     /// The credential the person's calls here run under.
     pub credential: Credential,
+    /// The facts of the tools called through it so far ([`Facts::of`]).
+    facts: FactsOf,
 }
+
+/// The facts of a resolution's tools, each computed once and shared by
+/// every clone of it: a function of what was resolved, and what a stage
+/// spent most of its own time outside the store on (hashing the
+/// gatekeeper's instance, the grant and the tool's entry; issue 17).
+#[derive(Clone, Debug, Default)]
+struct FactsOf(Arc<Mutex<HashMap<String, Facts>>>);
+
+/// How many tools' facts one resolution keeps: a gadget calls a few tools
+/// of a huge manifest, and one that calls more computes the rest each time.
+const KEPT_FACTS: usize = 64;
 
 /// Why a key did not resolve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,6 +129,7 @@ pub(crate) fn resolve(
         latched,
         collaborators,
         credential,
+        facts: FactsOf::default(),
     }))
 }
 
@@ -128,7 +144,7 @@ pub(crate) fn resolve(
 /// each time (it is the error path). Bounded: when full, it starts over.
 #[derive(Default)]
 pub(crate) struct Resolutions {
-    by_call: Mutex<HashMap<Call, (i64, Resolved)>>,
+    by_call: Mutex<HashMap<Call, (i64, Arc<Resolved>)>>,
 }
 
 /// What a resolution is of: chat, key and person.
@@ -144,14 +160,28 @@ fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 impl Resolutions {
-    fn kept(&self, call: &Call, epoch: i64) -> Option<Resolved> {
+    fn kept(&self, call: &Call, epoch: i64) -> Option<Arc<Resolved>> {
         let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
         kept.get(call)
             .filter(|(at, _)| *at == epoch)
             .map(|(_, r)| r.clone())
     }
 
-    fn keep(&self, call: Call, epoch: i64, r: &Resolved) {
+    /// What is kept for the call, with the epoch it was kept under, not
+    /// checked against the epoch now: only for a stage, whose transaction
+    /// checks it (see [`Store::resolution_kept`](super::Store::resolution_kept)).
+    pub(crate) fn kept_unchecked(
+        &self,
+        chat: &str,
+        key: &str,
+        person: &str,
+    ) -> Option<(Arc<Resolved>, i64)> {
+        let call = (chat.to_owned(), key.to_owned(), person.to_owned());
+        let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(&call).map(|(at, r)| (r.clone(), *at))
+    }
+
+    fn keep(&self, call: Call, epoch: i64, r: &Arc<Resolved>) {
         let mut kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() >= KEPT_RESOLUTIONS {
             kept.clear();
@@ -170,7 +200,7 @@ impl Resolutions {
         chat: &str,
         key: &str,
         person: &str,
-    ) -> anyhow::Result<Result<Resolved, Unresolved>> {
+    ) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> {
         let call = (chat.to_owned(), key.to_owned(), person.to_owned());
         let epoch: i64 = db
             .row("SELECT n FROM policy_epoch WHERE id = 1", args![])?
@@ -179,7 +209,7 @@ impl Resolutions {
         if let Some(r) = self.kept(&call, epoch) {
             return Ok(Ok(r));
         }
-        let resolved = resolve(db, chat, key, person)?;
+        let resolved = resolve(db, chat, key, person)?.map(Arc::new);
         if let Ok(r) = &resolved {
             self.keep(call, epoch, r);
         }
@@ -195,7 +225,7 @@ impl Resolutions {
         chat: &str,
         key: &str,
         person: &str,
-    ) -> anyhow::Result<Result<Resolved, Unresolved>> {
+    ) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> {
         let call = (chat.to_owned(), key.to_owned(), person.to_owned());
         if let Some(r) = self.kept(&call, epoch_in(conn)?) {
             return Ok(Ok(r));
@@ -214,6 +244,7 @@ impl Resolutions {
         }
         let (epoch, resolved) = read?;
         ended?;
+        let resolved = resolved.map(Arc::new);
         if let Ok(r) = &resolved {
             self.keep(call, epoch, r);
         }
@@ -290,6 +321,19 @@ impl Facts {
     /// The facts of calling `tool` through `r` now; `None` when the
     /// introduction no longer grants it.
     pub fn of(r: &Resolved, tool: &str) -> Option<Facts> {
+        let lock = || r.facts.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = lock().get(tool) {
+            return Some(known.clone());
+        }
+        let facts = Facts::compute(r, tool)?;
+        let mut kept = lock();
+        if kept.len() < KEPT_FACTS {
+            kept.insert(tool.to_owned(), facts.clone());
+        }
+        Some(facts)
+    }
+
+    fn compute(r: &Resolved, tool: &str) -> Option<Facts> {
         if !r.grants(tool) {
             return None;
         }

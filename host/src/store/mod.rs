@@ -35,7 +35,7 @@ pub mod workflows;
 
 pub(crate) use actions::DECIDED;
 pub use actions::{
-    Action, ActionState, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, RevertRefusal,
+    Action, ActionState, Args, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, RevertRefusal,
     StageError, Staged, args_digest, validate_args,
 };
 pub use claims::InFlight;
@@ -150,6 +150,11 @@ impl std::fmt::Display for Damaged {
 }
 
 impl std::error::Error for Damaged {}
+
+/// A key resolved for a call, shared with what this process keeps of it,
+/// and the chat's pending actions at its gatekeeper when that simulates
+/// (the overlay, SPEC V1); or why the key did not resolve.
+pub type Resolution = Result<(Arc<Resolved>, Vec<Action>), Unresolved>;
 
 /// A handle on the deployment's database, cheap to clone. Crate-private:
 /// only the kernel holds one, and surfaces reach the state only through the
@@ -536,17 +541,35 @@ impl Store {
     /// Resolve `key` in `chat` for `person` (see [`dispatch::resolve`]),
     /// with the chat's pending actions at that gatekeeper when it
     /// simulates (its reads overlay them, SPEC V1): one trip, one reader.
-    pub fn resolve(
-        &self,
-        chat: &str,
-        key: &str,
-        person: &str,
-    ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+    pub fn resolve(&self, chat: &str, key: &str, person: &str) -> anyhow::Result<Resolution> {
         match &self.db {
             Db::Home(_) => self.read(|c| resolve_in(c, &self.resolutions, chat, key, person)),
             Db::Shared(_) => {
                 self.with(|db| resolve_shared(db, &self.resolutions, chat, key, person))
             }
+        }
+    }
+
+    /// The resolution this process keeps for `person`'s calls of `key` in
+    /// `chat`, with the policy epoch it was read under, *not checked*
+    /// against the epoch now; `None` if none is kept, or on a shared
+    /// database. What it is for: a stage that passes every check on it
+    /// carries that epoch in [`NewAction::resolved_at`], and its staging
+    /// transaction refuses it ([`StageError::PolicyMoved`]) if the epoch
+    /// moved, so the stage holds under the policy of its commit, and
+    /// costs no read transaction of its own first (issue 17: that read
+    /// was a tenth of a stage's work). Anything else done on it (a
+    /// refusal, a read, a simulation) would act on a policy that may be
+    /// gone: the kernel resolves with [`Store::resolve_now`] for those.
+    pub fn resolution_kept(
+        &self,
+        chat: &str,
+        key: &str,
+        person: &str,
+    ) -> Option<(Arc<Resolved>, i64)> {
+        match self.db {
+            Db::Home(_) => self.resolutions.kept_unchecked(chat, key, person),
+            Db::Shared(_) => None,
         }
     }
 
@@ -557,7 +580,7 @@ impl Store {
         chat: &str,
         key: &str,
         person: &str,
-    ) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+    ) -> anyhow::Result<Resolution> {
         let (chat, key, person) = (chat.to_owned(), key.to_owned(), person.to_owned());
         if let Db::Shared(_) = self.db {
             return self.run(move |s| s.resolve(&chat, &key, &person)).await;
@@ -767,7 +790,7 @@ fn resolve_in(
     chat: &str,
     key: &str,
     person: &str,
-) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+) -> anyhow::Result<Resolution> {
     let resolved = resolutions.resolve(conn, chat, key, person)?;
     with_overlay(conn, chat, resolved)
 }
@@ -779,7 +802,7 @@ fn resolve_shared(
     chat: &str,
     key: &str,
     person: &str,
-) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+) -> anyhow::Result<Resolution> {
     let resolved = resolutions.resolve_on(db, chat, key, person)?;
     with_overlay(db, chat, resolved)
 }
@@ -789,8 +812,8 @@ fn resolve_shared(
 fn with_overlay(
     db: &dyn Sql,
     chat: &str,
-    resolved: Result<Resolved, Unresolved>,
-) -> anyhow::Result<Result<(Resolved, Vec<Action>), Unresolved>> {
+    resolved: Result<Arc<Resolved>, Unresolved>,
+) -> anyhow::Result<Resolution> {
     let resolved = match resolved {
         Ok(r) => r,
         Err(e) => return Ok(Err(e)),

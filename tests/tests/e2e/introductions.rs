@@ -131,3 +131,72 @@ async fn every_call_records_its_caller() {
     assert_eq!(entries[0].kind, "observation");
     assert_eq!(entries[1].kind, "action");
 }
+
+/// A stage starts from the binding the host kept for the call, and reads
+/// the policy epoch only inside its staging transaction (issue 17). What
+/// another process changes between two calls of one turn is still seen:
+/// with the grant narrowed from the command line, the next stage is
+/// refused and stages nothing; granted again, the next one stages.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
+    use gatehouse::Principal;
+    use gatehouse::kernel::{CallError, CallOutcome, Turn};
+    let w = World::new();
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    let turn = Turn::new("script", "work", Principal::person("alice"));
+    let create = |title: &str| {
+        let args = json!({ "title": title }).to_string();
+        w.kernel.call(&turn, "ISSUES", "createIssue", args)
+    };
+    let pending = |w: &World| w.kernel.inspect().pending(Some("work")).unwrap().len();
+
+    let first = create("kept").await.unwrap();
+    assert!(matches!(first, Ok(CallOutcome::Pending(_))), "{first:?}");
+    assert_eq!(pending(&w), 1);
+
+    let narrowed = w.cli(&[
+        "introduce",
+        "work",
+        "issues",
+        "--key",
+        "ISSUES",
+        "--tools",
+        "listIssues",
+        "--as",
+        "alice",
+    ]);
+    assert!(
+        narrowed.status.success(),
+        "{}",
+        gatehouse_e2e::stderr(&narrowed)
+    );
+    let refused = create("after narrowing").await.unwrap();
+    assert!(
+        matches!(&refused, Err(CallError::NotGranted { allowed, .. }) if allowed == &["listIssues"]),
+        "{refused:?}"
+    );
+    assert_eq!(pending(&w), 1, "nothing was staged");
+
+    let widened = w.cli(&[
+        "introduce",
+        "work",
+        "issues",
+        "--key",
+        "ISSUES",
+        "--as",
+        "alice",
+    ]);
+    assert!(
+        widened.status.success(),
+        "{}",
+        gatehouse_e2e::stderr(&widened)
+    );
+    let again = create("granted again").await.unwrap();
+    assert!(matches!(again, Ok(CallOutcome::Pending(_))), "{again:?}");
+    assert_eq!(pending(&w), 2);
+    assert_eq!(w.tracker.requests().len(), 0, "nothing reached the service");
+}
