@@ -1462,8 +1462,15 @@ pub(crate) fn check_schema(schema: &str, args: &str) -> Result<(), String> {
     let validator = validator_for(schema)?;
     let args: serde_json::Value =
         serde_json::from_str(args).map_err(|e| format!("the arguments are not JSON: {e}"))?;
+    // Asked first without the errors: gathering them (their paths and
+    // locations) is most of a validation's cost, and only a refusal
+    // needs one.
+    if validator.is_valid(&args) {
+        return Ok(());
+    }
     match validator.iter_errors(&args).next() {
-        None => Ok(()),
+        // Found invalid, yet no error to name: refuse all the same.
+        None => Err("the arguments do not match the tool's input schema".into()),
         Some(e) => {
             let path = e.instance_path().to_string();
             let field = if path.is_empty() {
