@@ -158,22 +158,24 @@ async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
     assert!(matches!(first, Ok(CallOutcome::Pending(_))), "{first:?}");
     assert_eq!(pending(&w), 1);
 
-    let narrowed = w.cli(&[
-        "introduce",
-        "work",
-        "issues",
-        "--key",
-        "ISSUES",
-        "--tools",
-        "listIssues",
-        "--as",
-        "alice",
-    ]);
-    assert!(
-        narrowed.status.success(),
-        "{}",
-        gatehouse_e2e::stderr(&narrowed)
-    );
+    // Another process (the command line) introduces `issues` again,
+    // granting `tools` (all when empty).
+    let introduce_elsewhere = |tools: &[&str]| {
+        let mut args = vec![
+            "introduce",
+            "work",
+            "issues",
+            "--key",
+            "ISSUES",
+            "--as",
+            "alice",
+        ];
+        args.extend(tools);
+        let o = w.cli(&args);
+        assert!(o.status.success(), "{}", gatehouse_e2e::stderr(&o));
+    };
+
+    introduce_elsewhere(&["--tools", "listIssues"]);
     let refused = create("after narrowing").await.unwrap();
     assert!(
         matches!(&refused, Err(CallError::NotGranted { allowed, .. }) if allowed == &["listIssues"]),
@@ -181,20 +183,7 @@ async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
     );
     assert_eq!(pending(&w), 1, "nothing was staged");
 
-    let widened = w.cli(&[
-        "introduce",
-        "work",
-        "issues",
-        "--key",
-        "ISSUES",
-        "--as",
-        "alice",
-    ]);
-    assert!(
-        widened.status.success(),
-        "{}",
-        gatehouse_e2e::stderr(&widened)
-    );
+    introduce_elsewhere(&[]);
     let again = create("granted again").await.unwrap();
     assert!(matches!(again, Ok(CallOutcome::Pending(_))), "{again:?}");
     assert_eq!(pending(&w), 2);
