@@ -629,12 +629,11 @@ fn stage_batch(
             continue;
         };
         let staged = if alone {
-            stages::admit(&tx, &action.chat, action.resolved_at)
-                .and_then(|()| stages::insert(&tx, action, None, None))
+            stages::admit(&tx, action).and_then(|()| stages::insert(&tx, action, None, None))
         } else {
             let sp = tx.savepoint()?;
-            let staged = stages::admit(&sp, &action.chat, action.resolved_at)
-                .and_then(|()| stages::insert(&sp, action, None, None));
+            let staged =
+                stages::admit(&sp, action).and_then(|()| stages::insert(&sp, action, None, None));
             if staged.is_ok() {
                 sp.commit()?;
             }
@@ -693,7 +692,7 @@ impl Store {
             return self
                 .run(move |s| {
                     Ok(s.write_durable(|db| {
-                        stages::admit(db, &a.chat, a.resolved_at)?;
+                        stages::admit(db, &a)?;
                         stages::insert(db, &a, None, None)
                     }))
                 })
@@ -849,8 +848,8 @@ impl Store {
         self.run_now(move |conn| {
             snapshot_first(conn, |conn, begin| {
                 let tx = conn.transaction_with_behavior(begin)?;
-                let staged = stages::admit(&tx, &a.chat, a.resolved_at)
-                    .and_then(|()| stages::insert(&tx, &a, None, None));
+                let staged =
+                    stages::admit(&tx, &a).and_then(|()| stages::insert(&tx, &a, None, None));
                 match staged {
                     Ok(id) => {
                         tx.commit()?;
@@ -919,7 +918,7 @@ impl Store {
                     (id, false)
                 }
                 None => {
-                    stages::admit(db, &a.chat, a.resolved_at)?;
+                    stages::admit(db, a)?;
                     (stages::insert(db, a, Some(logical_key), None)?, true)
                 }
             };
@@ -992,7 +991,7 @@ impl Store {
                     state,
                 }));
             }
-            stages::admit(tx, &a.chat, a.resolved_at)?;
+            stages::admit(tx, a)?;
             let id = stages::insert(tx, a, None, Some(original))?;
             Ok(Ok(id))
         })

@@ -20,9 +20,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// An introduction, resolved against its gatekeeper, for one person: what
-/// was read, never changed after (only [`resolve`] makes one), which is
-/// what lets its clones share the facts computed from it.
-#[derive(Clone, Debug)]
+/// was read, never changed after (only [`resolve`] makes one, and it is
+/// shared, never copied), which is what lets it keep the facts computed
+/// from it.
+#[derive(Debug)]
 pub struct Resolved {
     /// The key the chat introduced the gatekeeper under.
     pub key: String,
@@ -42,12 +43,12 @@ pub struct Resolved {
     facts: FactsOf,
 }
 
-/// The facts of a resolution's tools, each computed once and shared by
-/// every clone of it: a function of what was resolved, and what a stage
-/// spent most of its own time outside the store on (hashing the
-/// gatekeeper's instance, the grant and the tool's entry; issue 17).
-#[derive(Clone, Debug, Default)]
-struct FactsOf(Arc<Mutex<HashMap<String, Facts>>>);
+/// The facts of a resolution's tools, each computed once: a function of
+/// what was resolved, and what a stage spent most of its own time outside
+/// the store on (hashing the gatekeeper's instance, the grant and the
+/// tool's entry; issue 17).
+#[derive(Debug, Default)]
+struct FactsOf(Mutex<HashMap<String, Facts>>);
 
 /// How many tools' facts one resolution keeps: a gadget calls a few tools
 /// of a huge manifest, and one that calls more computes the rest each time.
@@ -160,11 +161,17 @@ fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
 }
 
 impl Resolutions {
-    fn kept(&self, call: &Call, epoch: i64) -> Option<Arc<Resolved>> {
+    /// What is kept for `call`, with the epoch it was kept under.
+    fn kept(&self, call: &Call) -> Option<(Arc<Resolved>, i64)> {
         let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(call)
-            .filter(|(at, _)| *at == epoch)
-            .map(|(_, r)| r.clone())
+        kept.get(call).map(|(at, r)| (r.clone(), *at))
+    }
+
+    /// What is kept for `call` if it was kept under `epoch`.
+    fn kept_at(&self, call: &Call, epoch: i64) -> Option<Arc<Resolved>> {
+        self.kept(call)
+            .filter(|(_, at)| *at == epoch)
+            .map(|(r, _)| r)
     }
 
     /// What is kept for the call, with the epoch it was kept under, not
@@ -176,9 +183,7 @@ impl Resolutions {
         key: &str,
         person: &str,
     ) -> Option<(Arc<Resolved>, i64)> {
-        let call = (chat.to_owned(), key.to_owned(), person.to_owned());
-        let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
-        kept.get(&call).map(|(at, r)| (r.clone(), *at))
+        self.kept(&(chat.to_owned(), key.to_owned(), person.to_owned()))
     }
 
     fn keep(&self, call: Call, epoch: i64, r: &Arc<Resolved>) {
@@ -206,7 +211,7 @@ impl Resolutions {
             .row("SELECT n FROM policy_epoch WHERE id = 1", args![])?
             .ok_or_else(|| anyhow::anyhow!("the database has no policy epoch"))?
             .get(0)?;
-        if let Some(r) = self.kept(&call, epoch) {
+        if let Some(r) = self.kept_at(&call, epoch) {
             return Ok(Ok(r));
         }
         let resolved = resolve(db, chat, key, person)?.map(Arc::new);
@@ -227,7 +232,7 @@ impl Resolutions {
         person: &str,
     ) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> {
         let call = (chat.to_owned(), key.to_owned(), person.to_owned());
-        if let Some(r) = self.kept(&call, epoch_in(conn)?) {
+        if let Some(r) = self.kept_at(&call, epoch_in(conn)?) {
             return Ok(Ok(r));
         }
         conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;

@@ -18,16 +18,17 @@ use super::actions::{NewAction, StageError, UNKEPT_ARGS, args_digest};
 use super::sql::{Engine, Sql, args};
 use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
-/// Refuse staging in `chat` if it is missing, latched or full, or if the
-/// policy epoch is no longer `resolved_at` (when the stage was checked on
-/// a kept binding, [`NewAction::resolved_at`]); else hold the chat's
+/// Refuse staging `a` if its chat is missing, latched or full, or if the
+/// policy epoch is no longer the one it was checked under
+/// ([`NewAction::resolved_at`], when it says one); else hold the chat's
 /// admission until the transaction ends (see the module). One statement
 /// asks all four, and whether anything waits to be marked expired (after,
 /// on PostgreSQL, the row lock): a stage is the transaction a gadget
 /// waits for the fsync of, and each statement more is time under the
 /// write lock. The epoch is asked first: every other answer is given
 /// under the policy the stage was checked on.
-pub(crate) fn admit(db: &dyn Sql, chat: &str, resolved_at: Option<i64>) -> Result<(), StageError> {
+pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<(), StageError> {
+    let chat = a.chat.as_str();
     if db.engine() == Engine::Postgres {
         // The lock first, in a statement of its own: a statement that
         // waited for a row lock still counts from the snapshot it took
@@ -41,7 +42,9 @@ pub(crate) fn admit(db: &dyn Sql, chat: &str, resolved_at: Option<i64>) -> Resul
     let Some(row) = db.row(ADMISSION, args![chat, DEFAULT_EXPIRY_MS, now_ms()])? else {
         return Err(StageError::NoChat(chat.to_owned()));
     };
-    if resolved_at.is_some_and(|at| row.get::<i64>(3).ok() != Some(at)) {
+    if a.resolved_at
+        .is_some_and(|at| row.get::<i64>(3).ok() != Some(at))
+    {
         return Err(StageError::PolicyMoved);
     }
     if row.get::<i64>(0)? == 1 {
@@ -341,8 +344,7 @@ mod tests {
                         b.run(move |db| {
                             let mut a = new_action(&c);
                             a.resolved_at = at;
-                            let staged =
-                                admit(db, &c, at).and_then(|()| insert(db, &a, None, None));
+                            let staged = admit(db, &a).and_then(|()| insert(db, &a, None, None));
                             let rows: i64 = db
                                 .row("SELECT count(*) FROM ledger WHERE chat = ?1", args![c])?
                                 .ok_or_else(|| anyhow::anyhow!("no count"))?
@@ -531,26 +533,24 @@ mod tests {
                         .await
                         .unwrap();
                 }
-                let stagers: Vec<_> =
-                    (0..80)
-                        .map(|n| {
-                            let b = backend.clone();
-                            let chat = if n % 8 == 7 {
-                                other.clone()
-                            } else {
-                                full.clone()
-                            };
-                            tokio::spawn(async move {
-                                b.run(move |db| {
-                                    let a = new_action(&chat);
-                                    Ok(admit(db, &chat, None)
-                                        .and_then(|()| insert(db, &a, None, None)))
-                                })
-                                .await
-                                .unwrap()
+                let stagers: Vec<_> = (0..80)
+                    .map(|n| {
+                        let b = backend.clone();
+                        let chat = if n % 8 == 7 {
+                            other.clone()
+                        } else {
+                            full.clone()
+                        };
+                        tokio::spawn(async move {
+                            b.run(move |db| {
+                                let a = new_action(&chat);
+                                Ok(admit(db, &a).and_then(|()| insert(db, &a, None, None)))
                             })
+                            .await
+                            .unwrap()
                         })
-                        .collect();
+                    })
+                    .collect();
                 let (mut staged, mut refused) = (0, 0);
                 for s in stagers {
                     match s.await.unwrap() {
