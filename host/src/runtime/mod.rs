@@ -22,6 +22,20 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+/// How much of a pooled memory or table slot stays mapped when its instance
+/// is dropped, on Linux 6.7 or later (`PAGEMAP_SCAN`). Why: every call gets
+/// a fresh instance, and by default wasmtime hands a dropped slot's pages
+/// back to the kernel (`madvise`), so the next instance faults each page it
+/// touches in again, and each drop's `madvise` makes every CPU flush its TLB. A
+/// third of a bare host's gadget turn went there (issue 17's profile).
+/// With the scan, wasmtime finds the pages the instance dirtied and resets
+/// only those to the component's initial image, up to this many bytes, and
+/// returns the rest as before. The reset is wasmtime's own: a new instance
+/// still sees only its initial memory (`sandbox::a_fresh_instance_remembers_nothing`).
+/// One MiB covers a Rust guest's stack top and heap; a slot keeps at most
+/// this much resident, and only the slots in use.
+const KEEP_RESIDENT: usize = 1 << 20;
+
 /// The epoch advances this often; deadlines are counted in ticks of it.
 const TICK: Duration = Duration::from_millis(10);
 
@@ -238,6 +252,11 @@ impl Runtime {
                 .max_tables_per_component(limits.tables as u32)
                 .max_component_instance_size(1 << 20)
                 .max_core_instance_size(1 << 20);
+            if PoolingAllocationConfig::is_pagemap_scan_available() {
+                pool.pagemap_scan(wasmtime::Enabled::Yes)
+                    .linear_memory_keep_resident(KEEP_RESIDENT)
+                    .table_keep_resident(KEEP_RESIDENT);
+            }
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;

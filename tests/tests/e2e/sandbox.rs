@@ -195,6 +195,39 @@ async fn a_memory_bomb_traps_only_its_own_turn() {
     assert!(printed.output.is_ok(), "{:?}", printed.output);
 }
 
+/// Every turn gets a fresh instance, and the pooled slot it runs in is
+/// reused by the next turn of the same gadget with its pages kept mapped
+/// (`runtime::KEEP_RESIDENT`): what one turn wrote must still be gone.
+/// `remember` reports what it finds of an earlier instance (a static, and
+/// pages it grows) and leaves its own marks there; `balloon` fills every
+/// page up to the memory limit first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_instance_remembers_nothing() {
+    let w = world(test_limits()).await;
+    let clean = json!({ "static": 0, "dirty_bytes": 0 });
+    for (i, input) in ["remember", "remember", "balloon", "remember", "remember"]
+        .into_iter()
+        .enumerate()
+    {
+        let report = w.turn("hostile", "work", input).await;
+        if input == "balloon" {
+            assert!(report.output.is_err(), "{:?}", report.output);
+            continue;
+        }
+        let found: Value = serde_json::from_str(
+            report
+                .output
+                .as_deref()
+                .unwrap_or_else(|e| panic!("turn {i} ({input}) failed: {e}")),
+        )
+        .expect("remember answers JSON");
+        assert_eq!(
+            found, clean,
+            "turn {i} found what an earlier instance left in memory"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_looping_or_crashing_gatekeeper_fails_only_that_call() {
     let gatekeeper_deadline = Duration::from_secs(1);
