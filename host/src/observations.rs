@@ -7,7 +7,9 @@
 //! itself).
 
 use crate::runtime::gatekeeper::wit;
-use crate::store::{Action, GatekeeperRecord, NewObservation, Observed, Store, Trust};
+use crate::store::{
+    Action, GatekeeperRecord, NewObservation, Observed, Source, Sources, Store, Trust,
+};
 use crate::turn::Turn;
 
 /// Record a read's observation. `Ok(Observed::Recorded)` means the data may
@@ -83,20 +85,31 @@ async fn record(
             crate::store::MAX_SOURCE_ID_BYTES
         );
     }
-    let sources: Vec<serde_json::Value> = if output.sources.is_empty() {
-        vec![
-            serde_json::json!({"id": g.name, "title": format!("gatekeeper {}", g.name), "restricted": false}),
-        ]
+    // A read that names no source is of the gatekeeper itself.
+    let own_title = format!("gatekeeper {}", g.name);
+    let sources = if output.sources.is_empty() {
+        Sources::of(&[Source {
+            id: &g.name,
+            restricted: false,
+            title: &own_title,
+        }])
     } else {
-        output
+        let titles: Vec<_> = output
             .sources
             .iter()
-            .map(|s| {
-                let title =
-                    crate::store::cut(&s.title, crate::store::MAX_SOURCE_TITLE_BYTES, "title");
-                serde_json::json!({"id": s.id, "title": title, "restricted": s.restricted})
+            .map(|s| crate::store::cut(&s.title, crate::store::MAX_SOURCE_TITLE_BYTES, "title"))
+            .collect();
+        let list: Vec<Source<'_>> = output
+            .sources
+            .iter()
+            .zip(&titles)
+            .map(|(s, title)| Source {
+                id: &s.id,
+                restricted: s.restricted,
+                title,
             })
-            .collect()
+            .collect();
+        Sources::of(&list)
     };
     let o = NewObservation {
         chat: turn.chat.clone(),
@@ -106,7 +119,7 @@ async fn record(
         tool: tool.to_owned(),
         classified_by,
         trust: g.trust,
-        sources: serde_json::Value::Array(sources).to_string(),
+        sources,
         account,
         action_ref: None,
         result_bytes: output.result.len(),
@@ -133,7 +146,11 @@ pub(crate) async fn record_handover(
         tool: a.tool.clone(),
         classified_by: "default",
         trust: a.trust.parse().unwrap_or(Trust::Byo),
-        sources: serde_json::json!([{"id": format!("action:{}", a.id), "title": format!("result of action #{}", a.id), "restricted": false}]).to_string(),
+        sources: Sources::of(&[Source {
+            id: &format!("action:{}", a.id),
+            restricted: false,
+            title: &format!("result of action #{}", a.id),
+        }]),
         account: None,
         action_ref: Some(a.id),
         result_bytes: result.len(),

@@ -5,6 +5,42 @@ use super::words::LedgerKind;
 use super::{Store, now_ms};
 use serde::Serialize;
 
+/// One source of a read (SPEC S1): what the gatekeeper named, and whether
+/// it is owner-only (O3). The fields are in the order the ledger has always
+/// kept them (sorted), so entries written before and after read alike.
+#[derive(Serialize)]
+pub struct Source<'a> {
+    /// The gatekeeper's id for it, kept whole (re-verified later, S2).
+    pub id: &'a str,
+    /// Owner-only: reading it latches the chat (O3).
+    pub restricted: bool,
+    /// What a person reads in the ledger.
+    pub title: &'a str,
+}
+
+/// An observation's sources: the JSON array the ledger keeps, and whether
+/// any of them is owner-only. Both are made here, from one list, so they
+/// cannot disagree, and recording a read never parses its array back to
+/// learn whether it latches the chat.
+#[derive(Clone, Debug)]
+pub struct Sources {
+    json: String,
+    restricted: bool,
+}
+
+impl Sources {
+    /// The sources of a read of `list`.
+    pub fn of(list: &[Source<'_>]) -> Sources {
+        Sources {
+            // A list of strings and booleans always serializes; were it
+            // ever not to, the ledger's CHECK refuses the empty text and
+            // the read is withheld.
+            json: serde_json::to_string(list).unwrap_or_default(),
+            restricted: list.iter().any(|s| s.restricted),
+        }
+    }
+}
+
 /// A read about to hand data to a gadget (SPEC O1).
 #[derive(Clone, Debug)]
 pub struct NewObservation {
@@ -23,8 +59,8 @@ pub struct NewObservation {
     pub classified_by: &'static str,
     /// The gatekeeper's trust tier at the read.
     pub trust: super::Trust,
-    /// JSON array of `{id, title, restricted}`.
-    pub sources: String,
+    /// What was read, as the ledger keeps it.
+    pub sources: Sources,
     /// The account it ran under (`user/label`); `None`: the gatekeeper's own.
     pub account: Option<String>,
     /// For the hand-over of an applied action's result (SPEC A4).
@@ -232,7 +268,7 @@ fn observe_in(
     // A plain read writes one row, and one statement is its own
     // transaction: a BEGIN and a COMMIT around it would cost two more
     // statements on the read path (issue 17).
-    if !needs_transaction(o)? {
+    if !needs_transaction(o) {
         return Ok(super::Observed::Recorded(insert_observation(&*conn, o)?));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -243,20 +279,13 @@ fn observe_in(
 
 /// Whether recording `o` takes more than its one row: owner-only data
 /// (which latches), a hand-over (recorded once), or a workflow's audit row.
-fn needs_transaction(o: &NewObservation) -> anyhow::Result<bool> {
-    Ok(restricted(o)? || o.action_ref.is_some() || o.audit.is_some())
-}
-
-/// Whether `o` names a source marked owner-only.
-fn restricted(o: &NewObservation) -> anyhow::Result<bool> {
-    Ok(serde_json::from_str::<Vec<serde_json::Value>>(&o.sources)?
-        .iter()
-        .any(|s| s.get("restricted") == Some(&serde_json::Value::Bool(true))))
+fn needs_transaction(o: &NewObservation) -> bool {
+    o.sources.restricted || o.action_ref.is_some() || o.audit.is_some()
 }
 
 /// Record `o` in the caller's writing transaction, on either engine.
 fn observe_tx(db: &dyn Sql, o: &NewObservation) -> anyhow::Result<super::Observed> {
-    let restricted = restricted(o)?;
+    let restricted = o.sources.restricted;
     // Owner-only data is never admitted into a shared chat (SPEC O3);
     // checked in the transaction that would latch, so a concurrent
     // `share` either sees the latch or makes this read refused.
@@ -304,7 +333,7 @@ fn insert_observation(db: &dyn Sql, o: &NewObservation) -> anyhow::Result<i64> {
             o.tool,
             o.classified_by,
             o.trust.as_str(),
-            o.sources,
+            o.sources.json,
             o.account,
             o.action_ref,
             o.result_bytes as i64,
@@ -368,5 +397,38 @@ impl Store {
             out.entry(chat).or_insert((0, 0)).1 = h.finish();
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Source, Sources};
+
+    /// The array is what the ledger kept before `Sources` (keys sorted, as
+    /// `serde_json::json!` wrote them), so old and new entries read alike;
+    /// the restriction is any source's.
+    #[test]
+    fn sources_keep_their_old_text_and_know_their_restriction() {
+        let list = [
+            Source {
+                id: "issues/7",
+                restricted: false,
+                title: "Issue \"7\"",
+            },
+            Source {
+                id: "hr/salaries",
+                restricted: true,
+                title: "Salaries",
+            },
+        ];
+        let made = Sources::of(&list);
+        let old = serde_json::json!([
+            {"id": "issues/7", "title": "Issue \"7\"", "restricted": false},
+            {"id": "hr/salaries", "title": "Salaries", "restricted": true},
+        ])
+        .to_string();
+        assert_eq!(made.json, old);
+        assert!(made.restricted);
+        assert!(!Sources::of(&list[..1]).restricted);
     }
 }

@@ -41,7 +41,7 @@ pub use actions::{
 pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
-pub use ledger::{LedgerEntry, LedgerFilter, NewObservation};
+pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
 pub use notices::NoticeTarget;
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub(crate) use registry::{chat_in, gadget_in};
