@@ -85,13 +85,12 @@ async fn record(
             crate::store::MAX_SOURCE_ID_BYTES
         );
     }
-    // A read that names no source is of the gatekeeper itself.
-    let own_title = format!("gatekeeper {}", g.name);
     let sources = if output.sources.is_empty() {
+        // A read that names no source is of the gatekeeper itself.
         Sources::of(&[Source {
             id: &g.name,
             restricted: false,
-            title: &own_title,
+            title: &format!("gatekeeper {}", g.name),
         }])
     } else {
         let titles: Vec<_> = output
