@@ -252,8 +252,10 @@ impl Runtime {
                 .max_tables_per_component(limits.tables as u32)
                 .max_component_instance_size(1 << 20)
                 .max_core_instance_size(1 << 20);
+            // `Auto`, not `Yes`: were the scan to vanish between this
+            // check and the engine's own, the engine still starts.
             if PoolingAllocationConfig::is_pagemap_scan_available() {
-                pool.pagemap_scan(wasmtime::Enabled::Yes)
+                pool.pagemap_scan(wasmtime::Enabled::Auto)
                     .linear_memory_keep_resident(KEEP_RESIDENT)
                     .table_keep_resident(KEEP_RESIDENT);
             }
