@@ -19,7 +19,7 @@ use crate::runtime::view::{Answer, KernelView};
 use crate::runtime::{Limits, Role, Runtime};
 use crate::store::{
     Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
-    StageError, Store, Trust, Unresolved,
+    StageError, StagedAction, Store, Trust, Unresolved,
 };
 use anyhow::{Context as _, bail};
 use std::sync::Arc;
@@ -904,7 +904,7 @@ impl Kernel {
                     .stage(turn, &binding, tool, &args, class, Some(at))
                     .await?
             {
-                return Ok(self.staged(turn, &binding, tool, &class, outcome));
+                return Ok(self.staged(turn, outcome));
             }
         }
         let binding = match self.resolve(turn, key).await? {
@@ -924,27 +924,19 @@ impl Kernel {
                     .unwrap_or_else(|| {
                         Err(CallError::Refused(StageError::PolicyMoved.to_string()))
                     });
-                Ok(self.staged(turn, &binding, tool, &class, outcome))
+                Ok(self.staged(turn, outcome))
             }
         }
     }
 
-    /// What follows a stage's `outcome`: auto-approval beside the gadget,
-    /// and what the turn's harness tells it.
+    /// What the turn's harness tells the gadget of a stage's `outcome`
+    /// (auto-approval was started beside it by [`Kernel::stage`]).
     fn staged(
         &self,
         turn: &Turn,
-        binding: &Binding,
-        tool: &str,
-        class: &classify::Classification,
         outcome: Result<CallOutcome, CallError>,
     ) -> Result<CallOutcome, CallError> {
         if let Ok(CallOutcome::Pending(p)) = &outcome {
-            // Auto-approval runs beside the gadget, never in its way (A1).
-            if class.auto_approvable {
-                let tag = format!("{}:{tool}", binding.gatekeeper().name);
-                self.drain_if_covered(&turn.chat, tag);
-            }
             match turn.harness {
                 Harness::Naive => return Ok(CallOutcome::Done("{}".into())),
                 Harness::Honest if p.await_decision => turn
@@ -1206,7 +1198,13 @@ impl Kernel {
         // The store's refusals other than the epoch were made in the
         // transaction that found the epoch unmoved: under the policy now.
         let id = match staged {
-            Ok(id) => id,
+            Ok(StagedAction { id, rules }) => {
+                // Auto-approval runs beside the gadget, never in its way (A1).
+                if class.auto_approvable {
+                    self.drain_if_covered(&turn.chat, &g.name, tool, rules);
+                }
+                id
+            }
             Err(StageError::Store(e)) => return Err(e),
             Err(StageError::PolicyMoved) if kept_at.is_some() => return Ok(None),
             Err(

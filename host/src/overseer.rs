@@ -15,7 +15,7 @@
 
 use crate::kernel::{DrainScope, Kernel, settings_for};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit};
-use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule};
+use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule, RuleCoverage};
 use serde::Serialize;
 
 /// What one decision did.
@@ -436,24 +436,43 @@ impl Kernel {
         });
     }
 
-    /// After a stage in `chat` of an action tagged `tag` that key one
-    /// allows: drain the chat, beside the gadget, if some rule might cover
-    /// the tag there (key two). Only the new action can have become
+    /// After a stage in `chat` of an action of `gatekeeper`'s `tool` that
+    /// key one allows: drain the chat, beside the gadget, if some rule
+    /// might cover its tag there (key two), as its staging transaction
+    /// found the rules (`rules`). Only the new action can have become
     /// drainable by its own stage: every earlier one was drained when it
     /// was staged or when the rule or tier that would cover it appeared
     /// (each of those drains every chat). So when no rule names the tag,
     /// the drain, which takes the writer connection, is skipped: that
-    /// keeps it out of the way of staging. The check runs after the stage
-    /// committed, so a rule added meanwhile drains the action itself.
-    pub(crate) fn drain_if_covered(&self, chat: &str, tag: String) {
+    /// keeps it out of the way of staging. Where the staging transaction
+    /// could not know ([`RuleCoverage::Unknown`], a shared database), the
+    /// rules are read after the stage committed, so a rule added
+    /// meanwhile drains the action itself.
+    pub(crate) fn drain_if_covered(
+        &self,
+        chat: &str,
+        gatekeeper: &str,
+        tool: &str,
+        rules: RuleCoverage,
+    ) {
+        // The tag to ask the rules about after the commit, if need be.
+        let ask = match rules {
+            RuleCoverage::NoRule => return,
+            RuleCoverage::MayCover => None,
+            RuleCoverage::Unknown => Some(format!("{gatekeeper}:{tool}")),
+        };
         let k = self.clone();
         let chat = chat.to_owned();
         self.spawn_background(async move {
-            let (c, t) = (chat.clone(), tag);
-            let covered = k
-                .store()
-                .read_now(move |conn| crate::store::rules::may_cover(conn, &t, &c))
-                .await;
+            let covered = match ask {
+                None => Ok(true),
+                Some(tag) => {
+                    let c = chat.clone();
+                    k.store()
+                        .read_now(move |conn| crate::store::rules::may_cover(conn, &tag, &c))
+                        .await
+                }
+            };
             let drained = match covered {
                 Ok(false) => Ok(Vec::new()),
                 Ok(true) | Err(_) => k.drain_scope(DrainScope::chat(&chat)).await,

@@ -9,6 +9,7 @@
 //! | stage | `Kernel::call` of a write to `pending`, durable | one bare INSERT+COMMIT at `synchronous=FULL` | ≤ 1.2× |
 //! | stage ×64 | 64 concurrent stagers in 64 chats, actions/s | bare FULL commits/s, one per row | ≥ 2× (throughput) |
 //! | turn 1 read + 3 writes | p50 of a whole gadget turn | the same turn on the bare host, one observation commit and three rows, the last fsynced (the floor, reported beside it) | < 0.5 ms |
+//! | turn, writes key one allows | the same turn, its writes of a vetted gatekeeper's auto-approvable tool, no rule enabled | — | < 0.5 ms |
 //! | stage, 50,000 pending | staging with 1,000 chats × 50 pending stored | staging in an empty store | ≤ 1.2× |
 //! | drain 10,000 | auto-approving 10,000 actions | auto-approving 1,000 | ≤ 10.5× |
 //! | gatekeeper instance | the kernel's sandboxed fresh instance | a bare pooled `InstancePre::instantiate` (WASI + HTTP, nothing else) | ≤ 1.3× |
@@ -22,7 +23,7 @@
 //! noisiest ratios, worth many rounds), `FAST_PATH_ONLY=stages` runs only
 //! the two staging rows, `FAST_PATH_ONLY=stage` only the one durable stage
 //! against the bare commit (so that a tracer of fsyncs sees no group
-//! commit of the 64 stagers), `FAST_PATH_ONLY=turn` only the turn row,
+//! commit of the 64 stagers), `FAST_PATH_ONLY=turn` only the turn rows,
 //! `FAST_PATH_ONLY=drain` only the drain.
 //! `FAST_PATH_PROFILE=read|reads|stage|stage64|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
@@ -276,11 +277,15 @@ fn main() {
     table.print();
 }
 
-/// The turn row: a gadget turn of one read and three durable writes, p50,
-/// with the same turn on the bare host alternated as its floor. The writes
-/// are rejected untimed, every 13 turns, as a person deciding in a batch
-/// would, so the chat holds 3 to 39 pending actions while a turn is timed
-/// (alone: `FAST_PATH_ONLY=turn`).
+/// The turn rows: a gadget turn of one read and three durable writes, p50,
+/// with the same turn on the bare host alternated as its floor; and the
+/// same turn whose three writes auto-approval could take (key one: the
+/// `issues` gatekeeper vetted, `addLabel` neither destructive nor
+/// repeatable in effect), with no rule enabled (key two missing), as most
+/// writes of a vetted gatekeeper are staged. The writes are rejected
+/// untimed, every 13 turns, as a person deciding in a batch would, so each
+/// chat holds 3 to 39 pending actions while a turn is timed (alone:
+/// `FAST_PATH_ONLY=turn`).
 fn turn_row(
     rt: &tokio::runtime::Runtime,
     w: &World,
@@ -289,39 +294,55 @@ fn turn_row(
     quick: bool,
     table: &mut Table,
 ) {
-    let mixed = turn_of_writes();
-    let (mut samples, mut bare_samples, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    rt.block_on(w.add_gatekeeper("issues", "issues", Trust::Vetted));
+    w.kernel.new_chat("vetted", "bench").expect("chat");
+    for (gatekeeper, key) in [("rogue", "ROGUE"), ("issues", "ISSUES")] {
+        w.kernel
+            .introduce("vetted", gatekeeper, key, None, "bench")
+            .expect("introduce");
+    }
+    let (mixed, vetted) = (turn_of_writes(), turn_of_vetted_writes());
+    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+    let mut pending = [Vec::new(), Vec::new()];
     for _ in 0..(if quick { 20 } else { 200 }) {
-        let t = Instant::now();
-        let report = rt
-            .block_on(w.kernel.run("script", "bench", &mixed))
-            .expect("turn");
-        samples.push(t.elapsed());
-        let out: serde_json::Value =
-            serde_json::from_str(report.output.as_deref().expect("turn ok")).expect("json");
-        let ids: Vec<i64> = out
-            .as_array()
+        for (i, (chat, turn)) in [("bench", &mixed), ("vetted", &vetted)]
             .into_iter()
-            .flatten()
-            .filter_map(|s| {
-                s.get("pending")
-                    .and_then(|p| p.get("action_id"))
-                    .and_then(|i| i.as_i64())
-            })
-            .collect();
-        assert_eq!(ids.len(), 3, "three writes pending: {out}");
-        pending.extend(ids);
-        if pending.len() >= 39 {
-            reject(rt, &w.kernel, &pending);
-            pending.clear();
+            .enumerate()
+        {
+            let t = Instant::now();
+            let report = rt
+                .block_on(w.kernel.run("script", chat, turn))
+                .expect("turn");
+            samples[i].push(t.elapsed());
+            let out: serde_json::Value =
+                serde_json::from_str(report.output.as_deref().expect("turn ok")).expect("json");
+            let ids: Vec<i64> = out
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| {
+                    s.get("pending")
+                        .and_then(|p| p.get("action_id"))
+                        .and_then(|i| i.as_i64())
+                })
+                .collect();
+            assert_eq!(ids.len(), 3, "three writes pending: {out}");
+            pending[i].extend(ids);
+            if pending[i].len() >= 39 {
+                reject(rt, &w.kernel, &pending[i]);
+                pending[i].clear();
+            }
         }
         // The floor on this machine, alternated ([`bare_turn`]).
         let t = Instant::now();
         bare_turn(rt, bare, baseline_db, &mixed);
-        bare_samples.push(t.elapsed());
+        samples[2].push(t.elapsed());
     }
-    reject(rt, &w.kernel, &pending);
-    let (turn_p50, bare_p50) = (median(&mut samples), median(&mut bare_samples));
+    for ids in &pending {
+        reject(rt, &w.kernel, ids);
+    }
+    let [turn, vetted_turn, bare_turn] = &mut samples;
+    let (turn_p50, vetted_p50, bare_p50) = (median(turn), median(vetted_turn), median(bare_turn));
     table.absolute(
         "turn: 1 read + 3 durable writes (p50)",
         turn_p50,
@@ -332,6 +353,12 @@ fn turn_row(
         "turn vs the same on the bare host (floor)",
         turn_p50,
         bare_p50,
+    );
+    table.absolute(
+        "turn, its writes key one allows, no rule (p50)",
+        vetted_p50,
+        "< 0.5 ms",
+        Duration::from_micros(500),
     );
 }
 
@@ -876,6 +903,18 @@ fn turn_of_writes() -> String {
         {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
         {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
         {"call": {"key": "ROGUE", "tool": "bigResult", "args": {"kib": 0}}},
+    ]})
+    .to_string()
+}
+
+/// [`turn_of_writes`] with writes auto-approval could take: `issues`'s
+/// `addLabel` (staged without a request: `issues` never simulates).
+fn turn_of_vetted_writes() -> String {
+    let label =
+        json!({"call": {"key": "ISSUES", "tool": "addLabel", "args": {"id": 1, "label": "bench"}}});
+    json!({ "steps": [
+        {"call": {"key": "ROGUE", "tool": "echo", "args": {"n": 1}}},
+        label, label, label,
     ]})
     .to_string()
 }

@@ -15,7 +15,7 @@
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
 use super::sql::{Engine, Row, Sql, args};
-use super::stages;
+use super::stages::{self, StagedAction};
 use super::words::{DecisionOutcome, Verdict};
 use super::{DEFAULT_EXPIRY_MS, MAX_ARGS_BYTES, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, Store, now_ms};
 use crate::access::{Need, Refusal};
@@ -542,7 +542,8 @@ pub(super) const UNKEPT_ARGS: &str = "{}";
 /// only the fsync (`action` is `None`, [`Store::sync`]).
 pub(super) struct QueuedStage {
     action: Option<NewAction>,
-    answer: tokio::sync::oneshot::Sender<Result<i64, StageError>>,
+    /// The stage's answer; `None` for a barrier (only the fsync).
+    answer: tokio::sync::oneshot::Sender<Result<Option<StagedAction>, StageError>>,
 }
 
 /// The group commit's queue, and whether a committer is draining it.
@@ -615,7 +616,7 @@ fn stage_batch(
     conn: &mut Connection,
     batch: &[QueuedStage],
     begin: TransactionBehavior,
-) -> anyhow::Result<Vec<Result<i64, StageError>>> {
+) -> anyhow::Result<Vec<Result<Option<StagedAction>, StageError>>> {
     let mut answers = Vec::with_capacity(batch.len());
     // A lone stage needs no savepoint: its refusal rolls back the whole
     // transaction, and, with no barrier waiting, nothing is synced.
@@ -625,21 +626,20 @@ fn stage_batch(
     let mut wrote = false;
     for q in batch {
         let Some(action) = &q.action else {
-            answers.push(Ok(0));
+            answers.push(Ok(None));
             continue;
         };
         let staged = if alone {
-            stages::admit(&tx, action).and_then(|()| stages::insert(&tx, action, None, None))
+            stages::stage(&tx, action)
         } else {
             let sp = tx.savepoint()?;
-            let staged =
-                stages::admit(&sp, action).and_then(|()| stages::insert(&sp, action, None, None));
+            let staged = stages::stage(&sp, action);
             if staged.is_ok() {
                 sp.commit()?;
             }
             staged
         };
-        match staged {
+        match staged.map(Some) {
             Err(StageError::Store(e)) if super::is_busy(&e) => return Err(e),
             staged => {
                 wrote |= staged.is_ok();
@@ -686,19 +686,18 @@ impl Store {
     /// On a shared database each stage is a transaction of its own, and
     /// the database's own group commit makes many at once cheap; two
     /// stagers of one chat take turns on its row ([`stages::admit`]).
-    pub async fn stage(&self, a: NewAction) -> Result<i64, StageError> {
+    pub async fn stage(&self, a: NewAction) -> Result<StagedAction, StageError> {
         if self.is_shared() {
             self.refuse_full_ahead(&a.chat).await?;
             return self
-                .run(move |s| {
-                    Ok(s.write_durable(|db| {
-                        stages::admit(db, &a)?;
-                        stages::insert(db, &a, None, None)
-                    }))
-                })
+                .run(move |s| Ok(s.write_durable(|db| stages::stage(db, &a))))
                 .await?;
         }
-        self.join_group(Some(a)).await
+        self.join_group(Some(a)).await?.ok_or_else(|| {
+            StageError::Store(anyhow::anyhow!(
+                "the staging commit answered a stage as a barrier; nothing was staged"
+            ))
+        })
     }
 
     /// On a shared database, a full chat refused from a read before the
@@ -746,7 +745,10 @@ impl Store {
     /// lone stage then costs one transaction, not also a hop to a pooled
     /// thread and a wake-up back (issue 17: a durable stage ≤ 1.2× a bare
     /// fsynced commit), and no stager commits others' batches for long.
-    async fn join_group(&self, stage: Option<NewAction>) -> Result<i64, StageError> {
+    async fn join_group(
+        &self,
+        stage: Option<NewAction>,
+    ) -> Result<Option<StagedAction>, StageError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let start = {
             let mut queue = lock_queue(&self.home()?.staging);
@@ -836,11 +838,14 @@ impl Store {
     /// every other caller stages with [`Store::stage`]. The same caps, in
     /// the same transaction, admitted on its snapshot before it takes the
     /// write lock ([`snapshot_first`]), as [`commit_group`] does.
-    pub async fn stage_now(&self, a: NewAction) -> anyhow::Result<Result<i64, StageError>> {
+    pub async fn stage_now(
+        &self,
+        a: NewAction,
+    ) -> anyhow::Result<Result<StagedAction, StageError>> {
         if self.is_shared() {
             // No in-place stage on a shared database: each is durable.
             return match self.stage(a).await {
-                Ok(id) => Ok(Ok(id)),
+                Ok(staged) => Ok(Ok(staged)),
                 Err(StageError::Store(e)) => Err(e),
                 Err(refused) => Ok(Err(refused)),
             };
@@ -848,12 +853,10 @@ impl Store {
         self.run_now(move |conn| {
             snapshot_first(conn, |conn, begin| {
                 let tx = conn.transaction_with_behavior(begin)?;
-                let staged =
-                    stages::admit(&tx, &a).and_then(|()| stages::insert(&tx, &a, None, None));
-                match staged {
-                    Ok(id) => {
+                match stages::stage(&tx, &a) {
+                    Ok(staged) => {
                         tx.commit()?;
-                        Ok(Ok(id))
+                        Ok(Ok(staged))
                     }
                     // The database failing (or busy, to be tried again) is
                     // an error of the trip, not a refusal.
@@ -2078,7 +2081,7 @@ mod on_both_engines {
                 let (mut staged, mut full) = (Vec::new(), 0);
                 for t in stagers {
                     match t.await.expect("joined") {
-                        Ok(id) => staged.push(id),
+                        Ok(s) => staged.push(s.id),
                         Err(StageError::TooManyOpen(_)) => full += 1,
                         Err(other) => panic!("{e}: {other}"),
                     }

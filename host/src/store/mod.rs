@@ -49,6 +49,7 @@ pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
 pub(crate) use sharing::observers_in;
 pub use sharing::{Account, Collaborator, Observed, Observer, ShareRefusal};
+pub use stages::{RuleCoverage, StagedAction};
 pub use words::{
     AgentRunState, DecisionOutcome, FiringOutcome, HookKind, InvocationDecision, LedgerKind,
     RequestState, RunState, StepStatus, Verdict,

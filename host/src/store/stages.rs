@@ -27,7 +27,7 @@ use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 /// waits for the fsync of, and each statement more is time under the
 /// write lock. The epoch is asked first: every other answer is given
 /// under the policy the stage was checked on.
-pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<(), StageError> {
+pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageError> {
     let chat = a.chat.as_str();
     if db.engine() == Engine::Postgres {
         // The lock first, in a statement of its own: a statement that
@@ -39,7 +39,8 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<(), StageError> {
             args![chat],
         )?;
     }
-    let Some(row) = db.row(ADMISSION, args![chat, DEFAULT_EXPIRY_MS, now_ms()])? else {
+    let tag = format!("{}:{}", a.gatekeeper, a.tool);
+    let Some(row) = db.row(ADMISSION, args![chat, tag, DEFAULT_EXPIRY_MS, now_ms()])? else {
         return Err(StageError::NoChat(chat.to_owned()));
     };
     if a.resolved_at
@@ -59,13 +60,63 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<(), StageError> {
     if open >= MAX_OPEN_ACTIONS {
         return Err(StageError::TooManyOpen(open));
     }
-    Ok(())
+    Ok(match db.engine() {
+        // A rule committed after the statement began, before the stage
+        // commits, is not seen (READ COMMITTED): ask after the commit.
+        Engine::Postgres => RuleCoverage::Unknown,
+        Engine::Sqlite if row.get::<i64>(4)? == 1 => RuleCoverage::MayCover,
+        Engine::Sqlite => RuleCoverage::NoRule,
+    })
 }
 
-/// [`admit`]'s question: `?1` the chat, `?2` the default expiry, `?3`
-/// now; the chat's latch, its open actions ([`open_count`]), whether
-/// any of its pending ones is due to be marked expired ([`DUE_IN_CHAT`]),
-/// and the policy epoch.
+/// An action staged pending: its id in the ledger, and whether a rule
+/// might auto-approve it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagedAction {
+    /// Its id, in the ledger's one sequence.
+    pub id: i64,
+    /// What its staging transaction found of the rules.
+    pub rules: RuleCoverage,
+}
+
+/// The whole of a stage inside its transaction: admit `a` ([`admit`]),
+/// then insert it pending.
+pub(crate) fn stage(db: &dyn Sql, a: &NewAction) -> Result<StagedAction, StageError> {
+    let rules = admit(db, a)?;
+    Ok(StagedAction {
+        id: insert(db, a, None, None)?,
+        rules,
+    })
+}
+
+/// Whether a rule might auto-approve the action just staged (key two's
+/// candidates; the claim checks both keys again), as its staging
+/// transaction found the rules. Why ask there: a drain takes the writer,
+/// and only a stage some rule might cover can have become drainable by
+/// its own stage (`Kernel::drain_if_covered`); asked in the transaction
+/// that stages it, the answer costs one index probe instead of a read of
+/// its own beside the gadget (issue 17).
+///
+/// On SQLite the answer holds at the commit: a staging transaction
+/// commits on the snapshot it admitted on (see the module), so a rule
+/// committed before the stage is seen, and one committed after it drains
+/// every chat itself, this action included. On PostgreSQL it does not
+/// (see [`admit`]), so there the answer is [`RuleCoverage::Unknown`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleCoverage {
+    /// No rule names the action's tag in its chat: no drain is owed.
+    NoRule,
+    /// Some rule might: drain the chat.
+    MayCover,
+    /// Not known at the commit: ask after it.
+    Unknown,
+}
+
+/// [`admit`]'s question: `?1` the chat, `?2` the action's tag, `?3` the
+/// default expiry, `?4` now; the chat's latch, its open actions
+/// ([`open_count`]), whether any of its pending ones is due to be marked
+/// expired ([`DUE_IN_CHAT`]), the policy epoch, and whether a rule might
+/// cover the tag there ([`RuleCoverage`]).
 /// No row: no such chat. Answered from `ledger_actions_by_state` alone
 /// (schemas 8 and 10), and only from the entries it counts: one search
 /// per state and chat, never an `OR` across the two states, which would
@@ -75,18 +126,23 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<(), StageError> {
 /// were an eighth of a stage's own work (issue 17). No `kind = 'action'`:
 /// only an action has a state (schema 9 checks it on both engines), and
 /// testing it read one more column of every entry.
-const ADMISSION: &str = "SELECT c.latched,
+const ADMISSION: &str = concat!(
+    "SELECT c.latched,
            p.n - p.due + (SELECT count(*) FROM ledger
              WHERE chat = ?1 AND state = 'applying'),
            CASE WHEN p.due > 0 THEN 1 ELSE 0 END,
-           (SELECT n FROM policy_epoch WHERE id = 1)
+           (SELECT n FROM policy_epoch WHERE id = 1),
+           CASE WHEN ",
+    super::rules::may_cover_sql!(),
+    " THEN 1 ELSE 0 END
          FROM chats c,
            (SELECT count(*) AS n,
-                   count(*) FILTER (WHERE created_at <= ?3 - COALESCE(
-                     (SELECT expire_after_ms FROM chats WHERE name = ?1), ?2)) AS due
+                   count(*) FILTER (WHERE created_at <= ?4 - COALESCE(
+                     (SELECT expire_after_ms FROM chats WHERE name = ?1), ?3)) AS due
               FROM ledger
              WHERE chat = ?1 AND state = 'pending') p
-         WHERE c.name = ?1";
+         WHERE c.name = ?1"
+);
 
 /// How many actions of `chat` are pending or applying (the cap counts
 /// these; SPEC A5, per chat so that one chat never blocks another). A
@@ -94,7 +150,7 @@ const ADMISSION: &str = "SELECT c.latched,
 /// sweep marks it, so the count is right on a read-only connection too.
 /// Counted by [`ADMISSION`], the one statement that spells the rule.
 pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
-    db.row(ADMISSION, args![chat, DEFAULT_EXPIRY_MS, now_ms()])?
+    db.row(ADMISSION, args![chat, "", DEFAULT_EXPIRY_MS, now_ms()])?
         .map_or(Ok(0), |r| r.get(1))
 }
 
@@ -344,7 +400,7 @@ mod tests {
                         b.run(move |db| {
                             let mut a = new_action(&c);
                             a.resolved_at = at;
-                            let staged = admit(db, &a).and_then(|()| insert(db, &a, None, None));
+                            let staged = stage(db, &a);
                             let rows: i64 = db
                                 .row("SELECT count(*) FROM ledger WHERE chat = ?1", args![c])?
                                 .ok_or_else(|| anyhow::anyhow!("no count"))?
@@ -378,20 +434,97 @@ mod tests {
         });
     }
 
+    /// Admission tells whether a rule might cover the action it admits,
+    /// exactly as [`super::super::rules::may_cover`] answers it (one
+    /// spelling, `may_cover_sql`): a rule of the chat or one of its
+    /// owner's for every chat, of the action's tag. On PostgreSQL, where
+    /// the answer would not hold at the commit, it says it does not know.
+    #[test]
+    fn admission_says_whether_a_rule_might_cover_what_it_admits() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let e = backend.name();
+                let r = crate::entropy::random_hex(6).unwrap();
+                let (mine, theirs) = (format!("mine-{r}"), format!("theirs-{r}"));
+                let (ana, bob) = (format!("ana-{r}"), format!("bob-{r}"));
+                backend.chats(&[(&mine, &ana), (&theirs, &bob)]).await;
+                let admitted = |chat: &str, tool: &'static str| {
+                    let (b, c) = (backend.clone(), chat.to_owned());
+                    async move {
+                        b.run(move |db| {
+                            let mut a = new_action(&c);
+                            a.tool = tool.into();
+                            let covers =
+                                super::super::rules::may_cover(db, &format!("mail:{tool}"), &c)?;
+                            Ok((admit(db, &a).expect("admitted"), covers))
+                        })
+                        .await
+                        .unwrap()
+                    }
+                };
+                let rule = |person: &str, chat: Option<&str>| {
+                    let (b, p, c) = (backend.clone(), person.to_owned(), chat.map(str::to_owned));
+                    async move {
+                        b.run(move |db| {
+                            db.exec(
+                                "INSERT INTO rules (tag, person, chat, enabled_at)
+                                 VALUES ('mail:send', ?1, ?2, 0)",
+                                args![p, c],
+                            )
+                        })
+                        .await
+                        .unwrap();
+                    }
+                };
+                let expect = |covered: bool| match (e, covered) {
+                    ("postgres", covered) => (RuleCoverage::Unknown, covered),
+                    (_, true) => (RuleCoverage::MayCover, true),
+                    (_, false) => (RuleCoverage::NoRule, false),
+                };
+                assert_eq!(admitted(&mine, "send").await, expect(false), "{e}: no rule");
+                rule(&ana, None).await;
+                assert_eq!(
+                    admitted(&mine, "send").await,
+                    expect(true),
+                    "{e}: the owner's"
+                );
+                assert_eq!(
+                    admitted(&mine, "drop").await,
+                    expect(false),
+                    "{e}: another tag"
+                );
+                assert_eq!(
+                    admitted(&theirs, "send").await,
+                    expect(false),
+                    "{e}: not bob's"
+                );
+                rule(&ana, Some(&theirs)).await;
+                assert_eq!(
+                    admitted(&theirs, "send").await,
+                    expect(true),
+                    "{e}: the chat's"
+                );
+            }
+        });
+    }
+
     /// A stage counts its chat's open actions three times, two of them
     /// under the write lock (issue 17): no count may read a ledger row per
     /// open action, nor step over the finished actions the chat retains:
-    /// every search is of the index, by chat and state.
+    /// every search is of the index, by chat and state. And the question
+    /// of the rules asked beside it searches the rules by tag.
     #[test]
     fn a_chats_open_actions_are_counted_from_the_index_alone() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::Store::open(&dir.path().join("gatehouse.db")).unwrap();
         store
             .read(|conn| {
-                for sql in [ADMISSION, DUE_IN_CHAT] {
+                let admission: &[&dyn rusqlite::ToSql] = &[&"work", &"mail:send", &1, &2];
+                let due: &[&dyn rusqlite::ToSql] = &[&"work", &1, &2];
+                for (sql, params) in [(ADMISSION, admission), (DUE_IN_CHAT, due)] {
                     let plan: Vec<String> = conn
                         .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
-                        .query_map(rusqlite::params!["work", 1, 2], |r| r.get(3))?
+                        .query_map(params, |r| r.get(3))?
                         .collect::<Result<_, _>>()?;
                     let ledger: Vec<_> = plan.iter().filter(|s| s.contains("ledger")).collect();
                     assert!(
@@ -401,6 +534,14 @@ mod tests {
                             )),
                         "{sql}\n{plan:#?}"
                     );
+                    let rules: Vec<_> = plan.iter().filter(|s| s.contains("rules")).collect();
+                    assert!(
+                        rules.iter().all(|step| step.contains("INDEX")),
+                        "{sql}\n{plan:#?}"
+                    );
+                    if sql == ADMISSION {
+                        assert!(!rules.is_empty(), "{sql}\n{plan:#?}");
+                    }
                 }
                 Ok(())
             })
@@ -544,7 +685,7 @@ mod tests {
                         tokio::spawn(async move {
                             b.run(move |db| {
                                 let a = new_action(&chat);
-                                Ok(admit(db, &a).and_then(|()| insert(db, &a, None, None)))
+                                Ok(stage(db, &a))
                             })
                             .await
                             .unwrap()

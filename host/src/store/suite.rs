@@ -75,6 +75,25 @@ impl Backend {
         }
     }
 
+    /// The chats `chats` names, each owned by the person beside it.
+    pub async fn chats(&self, chats: &[(&str, &str)]) {
+        let chats: Vec<(String, String)> = chats
+            .iter()
+            .map(|(c, o)| ((*c).to_owned(), (*o).to_owned()))
+            .collect();
+        self.run(move |db| {
+            for (chat, owner) in &chats {
+                db.exec(
+                    "INSERT INTO chats (name, owner, created_at) VALUES (?1, ?2, 0)",
+                    args![chat, owner],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .expect("the chats");
+    }
+
     /// A pending action of a fresh chat; its id.
     pub async fn pending(&self) -> i64 {
         let chat = format!("chat-{}", crate::entropy::random_hex(8).expect("entropy"));
