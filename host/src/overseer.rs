@@ -459,7 +459,7 @@ impl Kernel {
         let ask = match rules {
             RuleCoverage::NoRule => return,
             RuleCoverage::MayCover => None,
-            RuleCoverage::Unknown => Some(format!("{gatekeeper}:{tool}")),
+            RuleCoverage::Unknown => Some(crate::store::action_tag(gatekeeper, tool)),
         };
         let k = self.clone();
         let chat = chat.to_owned();

@@ -182,10 +182,16 @@ pub struct Action {
     pub finished_at: Option<i64>,
 }
 
+/// The namespaced tag rules and decisions name (A6): `gatekeeper:tool`.
+/// The one spelling of it.
+pub fn action_tag(gatekeeper: &str, tool: &str) -> String {
+    format!("{gatekeeper}:{tool}")
+}
+
 impl Action {
-    /// The namespaced tag rules and decisions name (A6).
+    /// Its tag ([`action_tag`]).
     pub fn tag(&self) -> String {
-        format!("{}:{}", self.gatekeeper, self.tool)
+        action_tag(&self.gatekeeper, &self.tool)
     }
 }
 

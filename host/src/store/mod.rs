@@ -36,7 +36,7 @@ pub mod workflows;
 pub(crate) use actions::DECIDED;
 pub use actions::{
     Action, ActionState, Args, Claim, ClaimBy, ClaimRefusal, NewAction, Recovered, RevertRefusal,
-    StageError, Staged, args_digest, validate_args,
+    StageError, Staged, action_tag, args_digest, validate_args,
 };
 pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};

@@ -14,7 +14,7 @@
 //! never wait for each other. It may not decide what is staged: the kernel
 //! classified and checked it before.
 
-use super::actions::{NewAction, StageError, UNKEPT_ARGS, args_digest};
+use super::actions::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
 use super::sql::{Engine, Sql, args};
 use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
@@ -39,7 +39,7 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageEr
             args![chat],
         )?;
     }
-    let tag = format!("{}:{}", a.gatekeeper, a.tool);
+    let tag = action_tag(&a.gatekeeper, &a.tool);
     let Some(row) = db.row(ADMISSION, args![chat, tag, DEFAULT_EXPIRY_MS, now_ms()])? else {
         return Err(StageError::NoChat(chat.to_owned()));
     };
