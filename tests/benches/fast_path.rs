@@ -28,8 +28,8 @@
 //! `FAST_PATH_PROFILE=read|reads|stage|stage64|turn` runs only that kernel loop, many
 //! times and without a baseline, for a profiler
 //! (`valgrind --tool=callgrind target/release/deps/fast_path-*`);
-//! `FAST_PATH_PROFILE=bare-read|bare-reads` runs the baseline of the read
-//! rows the same way, for a profile beside the kernel's.
+//! `FAST_PATH_PROFILE=bare-read|bare-reads|bare-stage|bare-turn` runs the
+//! baseline of that row the same way, for a profile beside the kernel's.
 
 use gatehouse::embed::gadget::instantiate_fresh as gadget_instance;
 use gatehouse::embed::gatekeeper::instantiate_fresh as gatekeeper_instance;
@@ -67,7 +67,7 @@ fn main() {
     }
     let w = world(&rt, "bench");
     let bare = Bare::new("script", "rogue", Limits::default());
-    let baseline_db = BareDb::new();
+    let baseline_db = Arc::new(BareDb::new());
     let turn = Turn::new("script", "bench", Principal::person("bench"));
     warm(&rt, &w, &turn);
     if let Ok(what) = std::env::var("FAST_PATH_PROFILE") {
@@ -169,16 +169,7 @@ fn main() {
     }
     // Stage, durable, against a durable bare commit. Spread over 20 chats
     // to stay under the cap of 50 each; rejected afterwards, untimed.
-    let stage_turns: Vec<Turn> = (0..20)
-        .map(|i| {
-            let chat = format!("s{i}");
-            w.kernel.new_chat(&chat, "bench").expect("chat");
-            w.kernel
-                .introduce(&chat, "rogue", "ROGUE", None, "bench")
-                .expect("introduce");
-            Turn::new("script", &chat, Principal::person("bench"))
-        })
-        .collect();
+    let stage_turns = stage_turns(&w, "s", 20);
     let mut staged = Vec::new();
     let (k, b) = alternate(
         rounds,
@@ -197,7 +188,7 @@ fn main() {
     }
 
     // 64 concurrent stagers in 64 chats.
-    let chats = stage_chats(&w, "c");
+    let chats = stage_chats(&w, "c", 64);
     let per_chat = if quick { 10 } else { 40 };
     let started = Instant::now();
     let ids = stage_concurrently(&rt, &w.kernel, &chats, per_chat);
@@ -378,16 +369,16 @@ fn drain(rt: &tokio::runtime::Runtime, quick: bool, table: &mut Table) {
 
 /// One kernel loop under a profiler: `read` (host calls of `echo`),
 /// `reads` (turns of 50 `echo` reads, `FAST_PATH_N` reads in all),
-/// `stage` (writes, rejected in batches to stay under the cap), `turn`
+/// `stage` (writes spread over chats of 40), `turn`
 /// (gadget turns of 1 read + 3 writes, rejected in batches), `stage64` (64 concurrent
 /// stagers in 64 chats, 40 writes each, rejected after each round), or a
-/// baseline: `bare-read`, `bare-reads`, `bare-turn`.
+/// baseline: `bare-read`, `bare-reads`, `bare-stage`, `bare-turn`.
 fn profile(
     rt: &tokio::runtime::Runtime,
     w: &World,
     turn: &Turn,
     bare: &Bare,
-    baseline_db: &BareDb,
+    baseline_db: &Arc<BareDb>,
     what: &str,
 ) {
     let n: usize = std::env::var("FAST_PATH_N")
@@ -408,6 +399,11 @@ fn profile(
         "bare-read" => {
             for _ in 0..n {
                 bare_read(rt, bare, baseline_db);
+            }
+        }
+        "bare-stage" => {
+            for _ in 0..n {
+                baseline_db.commit_durable();
             }
         }
         "bare-turn" => {
@@ -431,16 +427,14 @@ fn profile(
                 assert!(report.output.is_ok(), "{:?}", report.output);
             }
         }
+        // Spread over chats of 40 writes each, as the stage row spreads
+        // its writes, and never rejected: a rejection costs more than a
+        // stage, and would fill the profile.
         "stage" => {
-            let mut ids = Vec::new();
-            for _ in 0..n {
-                ids.push(stage(rt, &w.kernel, turn));
-                if ids.len() == 40 {
-                    reject(rt, &w.kernel, &ids);
-                    ids.clear();
-                }
+            let turns = stage_turns(w, "profile", n.div_ceil(40));
+            for i in 0..n {
+                stage(rt, &w.kernel, &turns[i % turns.len()]);
             }
-            reject(rt, &w.kernel, &ids);
         }
         "turn" => {
             let mixed = turn_of_writes();
@@ -465,14 +459,14 @@ fn profile(
             reject(rt, &w.kernel, &ids);
         }
         "stage64" => {
-            let chats = stage_chats(w, "p");
+            let chats = stage_chats(w, "p", 64);
             for _ in 0..n.div_ceil(64 * 40) {
                 let ids = stage_concurrently(rt, &w.kernel, &chats, 40);
                 reject(rt, &w.kernel, &ids);
             }
         }
         other => panic!(
-            "FAST_PATH_PROFILE={other}: say read, reads, stage, stage64, turn, bare-read, bare-reads or bare-turn"
+            "FAST_PATH_PROFILE={other}: say read, reads, stage, stage64, turn, bare-read, bare-reads, bare-stage or bare-turn"
         ),
     }
 }
@@ -502,9 +496,17 @@ async fn stage_async(k: &Kernel, turn: &Turn) -> i64 {
     }
 }
 
-/// 64 chats named `prefix0`.., each with `rogue` introduced as ROGUE.
-fn stage_chats(w: &World, prefix: &str) -> Vec<String> {
-    let chats: Vec<String> = (0..64).map(|i| format!("{prefix}{i}")).collect();
+/// A turn of `bench` in each of `count` new chats ([`stage_chats`]).
+fn stage_turns(w: &World, prefix: &str, count: usize) -> Vec<Turn> {
+    stage_chats(w, prefix, count)
+        .iter()
+        .map(|chat| Turn::new("script", chat, Principal::person("bench")))
+        .collect()
+}
+
+/// `count` chats named `prefix0`.., each with `rogue` introduced as ROGUE.
+fn stage_chats(w: &World, prefix: &str, count: usize) -> Vec<String> {
+    let chats: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
     for c in &chats {
         w.kernel.new_chat(c, "bench").expect("chat");
         w.kernel
@@ -834,7 +836,9 @@ fn warm(rt: &tokio::runtime::Runtime, w: &World, turn: &Turn) {
 
 /// A bare SQLite file with the same settings as the state database.
 struct BareDb {
-    conn: rusqlite::Connection,
+    /// Locked only to be shared with the bare host's calls
+    /// ([`bare_reads`]); nothing contends for it.
+    conn: std::sync::Mutex<rusqlite::Connection>,
     _dir: tempfile::TempDir,
 }
 
@@ -851,7 +855,10 @@ impl BareDb {
             "CREATE TABLE t (id INTEGER PRIMARY KEY, chat TEXT, tool TEXT, args TEXT, state TEXT) STRICT",
         )
         .expect("table");
-        let db = BareDb { conn, _dir: dir };
+        let db = BareDb {
+            conn: std::sync::Mutex::new(conn),
+            _dir: dir,
+        };
         // SQLite's own checkpoint comes at 1,000 pages; one page a commit.
         for _ in 0..WARM_COMMITS {
             db.insert();
@@ -861,6 +868,8 @@ impl BareDb {
 
     fn insert(&self) {
         self.conn
+            .lock()
+            .expect("the bare database")
             .prepare_cached(
                 "INSERT INTO t (chat, tool, args, state) VALUES ('bench', 'echo', '{\"n\":1}', 'done')",
             )
@@ -875,13 +884,17 @@ impl BareDb {
 
     /// One row, one fsynced commit.
     fn commit_durable(&self) {
-        self.conn
-            .pragma_update(None, "synchronous", "FULL")
-            .expect("full");
+        self.set_synchronous("FULL");
         self.insert();
+        self.set_synchronous("NORMAL");
+    }
+
+    fn set_synchronous(&self, level: &str) {
         self.conn
-            .pragma_update(None, "synchronous", "NORMAL")
-            .expect("normal");
+            .lock()
+            .expect("the bare database")
+            .pragma_update(None, "synchronous", level)
+            .expect("synchronous");
     }
 }
 
@@ -937,13 +950,12 @@ fn bare_read(rt: &tokio::runtime::Runtime, bare: &Bare, db: &BareDb) {
     db.commit_observation();
 }
 
-/// The baseline of a turn of reads: the same turn on the bare host, and
-/// one bare observation commit per read.
-fn bare_reads(rt: &tokio::runtime::Runtime, bare: &Bare, db: &BareDb, reads: &str) {
-    rt.block_on(bare.turn(reads));
-    for _ in 0..50 {
-        db.commit_observation();
-    }
+/// The baseline of a turn of reads: the same turn on the bare host, which
+/// makes one bare observation commit after each read it forwards, where
+/// the kernel records its own.
+fn bare_reads(rt: &tokio::runtime::Runtime, bare: &Bare, db: &Arc<BareDb>, reads: &str) {
+    let db = db.clone();
+    rt.block_on(bare.turn_recording(reads, Arc::new(move || db.commit_observation())));
 }
 
 /// Run `a` and `b` in alternation, `per` times each per round, and return

@@ -62,7 +62,7 @@ fn bench_reads(c: &mut Criterion) {
     let (pre, gk_pre, limits) = (&bare.gadget, &bare.gatekeeper, &bare.limits);
 
     // Both paths answer the same thing.
-    let direct = rt.block_on(direct_turn(pre, gk_pre, limits, &input));
+    let direct = rt.block_on(direct_turn(pre, gk_pre, limits, &input, None));
     let mediated = rt
         .block_on(w.kernel.run("script", "bench", &input))
         .unwrap();
@@ -71,7 +71,7 @@ fn bench_reads(c: &mut Criterion) {
     let mut group = c.benchmark_group("read");
     group.sample_size(20);
     group.bench_function("turn_of_50_reads/unmediated", |b| {
-        b.iter(|| rt.block_on(direct_turn(pre, gk_pre, limits, &input)))
+        b.iter(|| rt.block_on(direct_turn(pre, gk_pre, limits, &input, None)))
     });
     group.bench_function("turn_of_50_reads/kernel", |b| {
         b.iter(|| {

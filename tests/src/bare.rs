@@ -56,9 +56,28 @@ impl Bare {
 
     /// One gadget turn on the bare host.
     pub async fn turn(&self, input: &str) -> String {
-        direct_turn(&self.gadget, &self.gatekeeper, &self.limits, input).await
+        direct_turn(&self.gadget, &self.gatekeeper, &self.limits, input, None).await
+    }
+
+    /// One gadget turn on the bare host, which runs `after_call` after
+    /// each call it forwards, before it answers the gadget: where the
+    /// kernel records a read, so a baseline's commit runs amid the same
+    /// calls as the kernel's does, not in a batch after the turn.
+    pub async fn turn_recording(&self, input: &str, after_call: AfterCall) -> String {
+        direct_turn(
+            &self.gadget,
+            &self.gatekeeper,
+            &self.limits,
+            input,
+            Some(after_call),
+        )
+        .await
     }
 }
+
+/// What the bare host does after each call it forwards (a benchmark's
+/// bare commit), on the thread that forwarded it.
+pub type AfterCall = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 /// A gatekeeper component linked with nothing but WASI and WASI HTTP, in
 /// the bare host's engine (the same pooling allocator): the baseline for a
@@ -129,6 +148,7 @@ pub struct Direct {
     table: ResourceTable,
     gatekeeper: GatekeeperPre<GatekeeperState>,
     limits: Limits,
+    after_call: Option<AfterCall>,
 }
 
 impl WasiView for Direct {
@@ -225,6 +245,9 @@ impl wit::HostService for Direct {
         args: String,
     ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
         let called = unmediated_call(&self.gatekeeper, &self.limits, tool, args).await;
+        if let Some(after_call) = &self.after_call {
+            after_call();
+        }
         Ok(match called.outcome {
             Ok(Ok(out)) => Ok(wit::Outcome::Done(out.result)),
             _ => Err(wit::CallError::Service("failed".into())),
@@ -244,6 +267,7 @@ impl Bare {
             table: ResourceTable::new(),
             gatekeeper: self.gatekeeper.clone(),
             limits: self.limits.clone(),
+            after_call: None,
         };
         let mut store = Store::new(self.gadget.engine(), state);
         store.set_epoch_deadline(1_000_000);
@@ -278,12 +302,14 @@ pub async fn direct_turn(
     gatekeeper: &GatekeeperPre<GatekeeperState>,
     limits: &Limits,
     input: &str,
+    after_call: Option<AfterCall>,
 ) -> String {
     let state = Direct {
         wasi: WasiCtx::builder().build(),
         table: ResourceTable::new(),
         gatekeeper: gatekeeper.clone(),
         limits: limits.clone(),
+        after_call,
     };
     let mut store = Store::new(pre.engine(), state);
     store.set_epoch_deadline(1_000_000);

@@ -11,6 +11,7 @@
 
 use super::registry::GatekeeperRecord;
 use super::sql::{Sql, args};
+use super::wal_index::{CommitMark, WalIndex};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
 use rusqlite::Connection;
@@ -146,6 +147,9 @@ pub(crate) fn resolve(
 #[derive(Default)]
 pub(crate) struct Resolutions {
     by_call: Mutex<HashMap<Call, (i64, Arc<Resolved>)>>,
+    /// The policy epoch now, read without a transaction while nothing was
+    /// committed since it was last read.
+    pub(super) epoch: EpochWatch,
 }
 
 /// What a resolution is of: chat, key and person.
@@ -160,7 +164,93 @@ fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
+/// The policy epoch as this process last read it, with the [`CommitMark`]
+/// of the file it was read at. While the file's mark is still that one,
+/// nothing was committed since, by this process or any other, so the
+/// epoch is still that one: a kept resolution's check needs no read
+/// transaction (see [`super::wal_index`]). A read's observation, the
+/// commit between two reads of a turn, carries it past its own commit
+/// ([`EpochWatch::carried`]).
+#[derive(Default)]
+pub(crate) struct EpochWatch {
+    /// The file's WAL-index header; `None` on a shared database, or where
+    /// it cannot be read (the epoch is then always read from the file).
+    wal: Option<WalIndex>,
+    seen: Mutex<Option<(CommitMark, i64)>>,
+}
+
+impl EpochWatch {
+    pub(super) fn on(wal: Option<WalIndex>) -> EpochWatch {
+        EpochWatch {
+            wal,
+            seen: Mutex::default(),
+        }
+    }
+
+    fn mark(&self) -> Option<CommitMark> {
+        self.wal.as_ref().and_then(WalIndex::mark)
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Option<(CommitMark, i64)>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The policy epoch now: as last seen if the file's mark has not moved
+    /// since, else read on `conn` (and kept, if no commit came while it
+    /// was read).
+    fn now(&self, conn: &Connection) -> rusqlite::Result<i64> {
+        let before = self.mark();
+        if let (Some(mark), Some((at, epoch))) = (before, *self.seen())
+            && mark == at
+        {
+            return Ok(epoch);
+        }
+        let epoch = epoch_in(conn)?;
+        if let Some(before) = before
+            && self.mark() == Some(before)
+        {
+            *self.seen() = Some((before, epoch));
+        }
+        Ok(epoch)
+    }
+
+    /// Run `write`: one statement on `conn` that commits on its own and
+    /// moves no epoch. The epoch seen just before stands past its commit
+    /// if that commit was the only one meanwhile: exactly one commit came
+    /// between the marks before and after, and `conn` was outside any
+    /// transaction, so that commit was this one.
+    pub(super) fn carried<T>(
+        &self,
+        conn: &Connection,
+        write: impl FnOnce() -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let before = self.mark().filter(|_| conn.is_autocommit());
+        let made = write()?;
+        if let (Some(before), Some(after)) = (before, self.mark())
+            && after.follows(&before)
+            && conn.is_autocommit()
+        {
+            let mut seen = self.seen();
+            if let Some((at, epoch)) = *seen
+                && at == before
+            {
+                *seen = Some((after, epoch));
+            }
+        }
+        Ok(made)
+    }
+}
+
 impl Resolutions {
+    /// What a home keeps: its resolutions, and the epoch read through the
+    /// file's WAL-index header `wal`.
+    pub(super) fn watching(wal: Option<WalIndex>) -> Resolutions {
+        Resolutions {
+            by_call: Mutex::default(),
+            epoch: EpochWatch::on(wal),
+        }
+    }
+
     /// What is kept for `call`, with the epoch it was kept under.
     fn kept(&self, call: &Call) -> Option<(Arc<Resolved>, i64)> {
         let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
@@ -232,7 +322,7 @@ impl Resolutions {
         person: &str,
     ) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> {
         let call = (chat.to_owned(), key.to_owned(), person.to_owned());
-        if let Some(r) = self.kept_at(&call, epoch_in(conn)?) {
+        if let Some(r) = self.kept_at(&call, self.epoch.now(conn)?) {
             return Ok(Ok(r));
         }
         conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
@@ -539,6 +629,86 @@ mod tests {
             .execute("DELETE FROM introductions WHERE chat = 'c'", [])
             .unwrap();
         assert!(store.resolve("c", "K", "ann").unwrap().is_err());
+    }
+
+    /// A plain read's observation in chat `c`, by `ann`.
+    fn observation() -> crate::store::NewObservation {
+        crate::store::NewObservation {
+            chat: "c".into(),
+            principal: crate::principal::Principal::person("ann"),
+            gadget: None,
+            gatekeeper: "g".into(),
+            tool: "read".into(),
+            classified_by: "server-annotation",
+            trust: Trust::Byo,
+            sources: crate::store::Sources::of(&[crate::store::Source {
+                id: "g",
+                restricted: false,
+                title: "gatekeeper g",
+            }]),
+            account: None,
+            action_ref: None,
+            result_bytes: 0,
+            audit: None,
+        }
+    }
+
+    /// The epoch the watch would give now without asking the file.
+    fn known(store: &Store) -> Option<i64> {
+        let watch = &store.resolutions.epoch;
+        let seen = *watch.seen();
+        seen.filter(|(at, _)| watch.mark() == Some(*at))
+            .map(|(_, epoch)| epoch)
+    }
+
+    /// Right after a read's observation, the next read checks its kept
+    /// resolution without a transaction (the observation's commit carried
+    /// the epoch); any commit after it, by another connection as by
+    /// another process, makes the check read the file again, and a
+    /// revocation made there is seen.
+    #[test]
+    fn the_epoch_noted_by_an_observation_stands_only_until_the_next_commit() {
+        let (dir, store) = shared_chat();
+        assert!(store.resolve("c", "K", "ann").unwrap().is_ok());
+        store.observe(&observation()).unwrap();
+        let noted = known(&store).expect("the observation carried the epoch");
+        assert!(store.resolve("c", "K", "ann").unwrap().is_ok());
+        assert_eq!(known(&store), Some(noted), "a resolution commits nothing");
+
+        let elsewhere = Connection::open(dir.path().join("state.db")).unwrap();
+        elsewhere
+            .execute("DELETE FROM introductions WHERE chat = 'c'", [])
+            .unwrap();
+        assert_eq!(known(&store), None, "a commit elsewhere is noticed");
+        assert!(
+            store.resolve("c", "K", "ann").unwrap().is_err(),
+            "the revocation is seen at once"
+        );
+        // Read again from the file, the epoch is kept for the next check.
+        assert_eq!(known(&store), Some(noted + 1));
+    }
+
+    /// An observation whose commit was not the only one since the epoch
+    /// was seen carries nothing: the other commit may have moved it.
+    #[test]
+    fn an_observation_beside_another_commit_carries_no_epoch() {
+        let (dir, store) = shared_chat();
+        assert!(store.resolve("c", "K", "ann").unwrap().is_ok());
+        let seen = known(&store).expect("the resolution's epoch is kept");
+        let elsewhere = Connection::open(dir.path().join("state.db")).unwrap();
+        let home = store.home().unwrap();
+        let conn = home.lock();
+        let made = store.resolutions.epoch.carried(&conn, || {
+            elsewhere
+                .execute("UPDATE policy_epoch SET n = n + 1 WHERE id = 1", [])
+                .unwrap();
+            Ok(conn.execute("UPDATE durability_mark SET n = n + 1 WHERE id = 1", [])?)
+        });
+        assert!(made.is_ok());
+        drop(conn);
+        assert_eq!(known(&store), None, "two commits came between the marks");
+        assert!(store.resolve("c", "K", "ann").unwrap().is_ok());
+        assert_eq!(known(&store), Some(seen + 1));
     }
 }
 

@@ -1,5 +1,6 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
+use super::dispatch::EpochWatch;
 use super::sql::{Row, Sql, args};
 use super::words::LedgerKind;
 use super::{Store, now_ms};
@@ -154,7 +155,7 @@ impl Store {
         if self.is_shared() {
             return self.write(|db| observe_tx(db, o));
         }
-        observe_in(&mut self.home()?.lock(), o)
+        observe_in(&mut self.home()?.lock(), &self.resolutions.epoch, o)
     }
 
     /// [`Store::observe`] on the read path: on the home's connection right
@@ -163,7 +164,9 @@ impl Store {
         if self.is_shared() {
             return self.run(move |s| s.observe(&o)).await;
         }
-        self.run_now(move |c| observe_in(c, &o)).await
+        let resolutions = self.resolutions.clone();
+        self.run_now(move |c| observe_in(c, &resolutions.epoch, &o))
+            .await
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
@@ -263,13 +266,18 @@ fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
 /// [`Store::observe`] on the home's connection, which the caller holds.
 fn observe_in(
     conn: &mut rusqlite::Connection,
+    epoch: &EpochWatch,
     o: &NewObservation,
 ) -> anyhow::Result<super::Observed> {
     // A plain read writes one row, and one statement is its own
     // transaction: a BEGIN and a COMMIT around it would cost two more
-    // statements on the read path (issue 17).
+    // statements on the read path (issue 17). It moves no policy, so the
+    // epoch its read checked stands past its commit, for the turn's next
+    // read to check without a transaction.
     if !needs_transaction(o) {
-        return Ok(super::Observed::Recorded(insert_observation(&*conn, o)?));
+        let conn = &*conn;
+        let id = epoch.carried(conn, || insert_observation(conn, o))?;
+        return Ok(super::Observed::Recorded(id));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let observed = observe_tx(&tx, o)?;

@@ -30,6 +30,7 @@ pub(crate) mod sql;
 mod stages;
 #[cfg(test)]
 pub(crate) mod suite;
+mod wal_index;
 pub mod words;
 pub mod workflows;
 
@@ -318,6 +319,7 @@ impl Store {
         let file = identity(path);
         let conn = Arc::new(Mutex::new(conn));
         let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
+        let resolutions = dispatch::Resolutions::watching(wal_index::WalIndex::of(path, &conn));
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn,
@@ -328,7 +330,7 @@ impl Store {
                 identity: file,
                 _checkpoints: checkpoints,
             })),
-            resolutions: Arc::default(),
+            resolutions: Arc::new(resolutions),
         })
     }
 

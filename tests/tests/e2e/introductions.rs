@@ -132,6 +132,40 @@ async fn every_call_records_its_caller() {
     assert_eq!(entries[1].kind, "action");
 }
 
+/// A world where alice's chat `work` has `issues` introduced as ISSUES,
+/// and a turn of hers there.
+async fn alices_work() -> (World, gatehouse::kernel::Turn) {
+    let w = World::new();
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    let turn =
+        gatehouse::kernel::Turn::new("script", "work", gatehouse::Principal::person("alice"));
+    (w, turn)
+}
+
+/// Another process (the command line) introduces `issues` into `work`
+/// again, granting `tools` (all when empty).
+fn introduce_elsewhere(w: &World, tools: &[&str]) {
+    let mut args = vec![
+        "introduce",
+        "work",
+        "issues",
+        "--key",
+        "ISSUES",
+        "--as",
+        "alice",
+    ];
+    if !tools.is_empty() {
+        args.push("--tools");
+        args.extend(tools);
+    }
+    let o = w.cli(&args);
+    assert!(o.status.success(), "{}", gatehouse_e2e::stderr(&o));
+}
+
 /// A stage starts from the binding the host kept for the call, and reads
 /// the policy epoch only inside its staging transaction (issue 17). What
 /// another process changes between two calls of one turn is still seen:
@@ -139,15 +173,8 @@ async fn every_call_records_its_caller() {
 /// refused and stages nothing; granted again, the next one stages.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
-    use gatehouse::Principal;
-    use gatehouse::kernel::{CallError, CallOutcome, Turn};
-    let w = World::new();
-    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
-    let turn = Turn::new("script", "work", Principal::person("alice"));
+    use gatehouse::kernel::{CallError, CallOutcome};
+    let (w, turn) = alices_work().await;
     let create = |title: &str| {
         let args = json!({ "title": title }).to_string();
         w.kernel.call(&turn, "ISSUES", "createIssue", args)
@@ -158,24 +185,7 @@ async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
     assert!(matches!(first, Ok(CallOutcome::Pending(_))), "{first:?}");
     assert_eq!(pending(&w), 1);
 
-    // Another process (the command line) introduces `issues` again,
-    // granting `tools` (all when empty).
-    let introduce_elsewhere = |tools: &[&str]| {
-        let mut args = vec![
-            "introduce",
-            "work",
-            "issues",
-            "--key",
-            "ISSUES",
-            "--as",
-            "alice",
-        ];
-        args.extend(tools);
-        let o = w.cli(&args);
-        assert!(o.status.success(), "{}", gatehouse_e2e::stderr(&o));
-    };
-
-    introduce_elsewhere(&["--tools", "listIssues"]);
+    introduce_elsewhere(&w, &["listIssues"]);
     let refused = create("after narrowing").await.unwrap();
     assert!(
         matches!(&refused, Err(CallError::NotGranted { allowed, .. }) if allowed == &["listIssues"]),
@@ -183,9 +193,38 @@ async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
     );
     assert_eq!(pending(&w), 1, "nothing was staged");
 
-    introduce_elsewhere(&[]);
+    introduce_elsewhere(&w, &[]);
     let again = create("granted again").await.unwrap();
     assert!(matches!(again, Ok(CallOutcome::Pending(_))), "{again:?}");
     assert_eq!(pending(&w), 2);
     assert_eq!(w.tracker.requests().len(), 0, "nothing reached the service");
+}
+
+/// Reads one after another check the binding they kept without a
+/// transaction while nothing was committed (docs/operations.md); a grant
+/// narrowed by another process between two reads is a commit, and the
+/// next read is refused before it reaches the service.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_narrowed_by_another_process_refuses_the_next_read() {
+    use gatehouse::kernel::{CallError, CallOutcome};
+    let (w, turn) = alices_work().await;
+    let list = || w.kernel.call(&turn, "ISSUES", "listIssues", "{}".into());
+    for _ in 0..3 {
+        let read = list().await.unwrap();
+        assert!(matches!(read, Ok(CallOutcome::Done(_))), "{read:?}");
+    }
+    let reached = w.tracker.requests().len();
+    assert_eq!(reached, 3, "each read reached the service");
+
+    introduce_elsewhere(&w, &["createIssue"]);
+    let refused = list().await.unwrap();
+    assert!(
+        matches!(&refused, Err(CallError::NotGranted { allowed, .. }) if allowed == &["createIssue"]),
+        "{refused:?}"
+    );
+    assert_eq!(
+        w.tracker.requests().len(),
+        reached,
+        "the refused read was not sent"
+    );
 }
