@@ -319,7 +319,7 @@ impl Store {
         let file = identity(path);
         let conn = Arc::new(Mutex::new(conn));
         let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
-        let resolutions = dispatch::Resolutions::watching(wal_index::WalIndex::of(path, &conn));
+        let resolutions = dispatch::Resolutions::watching(wal_index::WalIndex::of(&conn));
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn,

@@ -13,34 +13,38 @@
 //! as it was when the epoch was last read, nothing was committed since,
 //! and that epoch is the epoch now ([`crate::store::dispatch::EpochWatch`]).
 //!
-//! Owns: a read-only map of the header and the [`CommitMark`]s read from it.
-//! It never writes and never locks, and it answers only "the same as then"
-//! or "exactly one commit after then". A header being rewritten while it is
-//! read (its two copies differ), a format it does not know, or a file it
-//! cannot map is "not known", and callers then ask the database as before.
+//! Owns: reads of the header where SQLite itself mapped it, and the
+//! [`CommitMark`]s read from it. It never writes, never locks and opens no
+//! file, and it answers only "the same as then" or "exactly one commit
+//! after then". A header being rewritten while it is read (its two copies
+//! differ), a format it does not know, or a connection whose file has no
+//! such mapping is "not known", and callers then ask the database as
+//! before.
 
-use rusqlite::Connection;
-use std::path::Path;
+use rusqlite::{Connection, ffi};
 use std::sync::{Arc, Mutex};
 
 /// The header's size: SQLite keeps two copies of it, one after the other.
 const HEADER: usize = 48;
 /// The only header format this reads (`WALINDEX_MAX_VERSION`).
 const VERSION: u32 = 3_007_000;
+/// The size of each region SQLite maps the WAL index in (`WALINDEX_PGSZ`):
+/// the header is at the start of the first.
+const REGION: i32 = 32 * 1024;
 
-/// The WAL-index header of one SQLite file, mapped for reading.
+/// The WAL-index header of one SQLite file, as SQLite itself maps it.
 pub(crate) struct WalIndex {
-    /// The first bytes of the `-shm` file: both copies of the header.
-    map: std::ptr::NonNull<u8>,
-    /// The writer connection, kept open as long as the map is: SQLite
-    /// empties or removes a `-shm` file only when no connection has it
-    /// open (it holds a shared lock on it for as long as one does), so the
-    /// mapped bytes stay the ones every connection to the file uses.
+    /// The start of the WAL index's first region: both copies of the
+    /// header.
+    header: std::ptr::NonNull<u8>,
+    /// The connection whose mapping `header` is in, kept open as long as
+    /// this is: SQLite unmaps the WAL index only once no connection of the
+    /// process has it open.
     _open: Arc<Mutex<Connection>>,
 }
 
-// SAFETY: the map is only ever read, with volatile reads of plain bytes,
-// and it stays valid for the value's life (see `_open`).
+// SAFETY: the header is only ever read, with volatile reads of plain
+// bytes, and its mapping stays valid for the value's life (see `_open`).
 unsafe impl Send for WalIndex {}
 // SAFETY: as for `Send`: shared use is concurrent reads of shared memory.
 unsafe impl Sync for WalIndex {}
@@ -63,18 +67,20 @@ impl CommitMark {
 }
 
 impl WalIndex {
-    /// The header of the database at `path`, which `open` (a connection to
-    /// it in WAL mode that has read it) keeps open; `None` where it cannot
-    /// be read this way.
-    pub(crate) fn of(path: &Path, open: &Arc<Mutex<Connection>>) -> Option<WalIndex> {
-        let mut shm = path.as_os_str().to_owned();
-        shm.push("-shm");
-        let file = std::fs::File::open(shm).ok()?;
-        if file.metadata().ok()?.len() < 2 * HEADER as u64 {
-            return None;
-        }
+    /// The header of the database `open` is connected to, in WAL mode and
+    /// read at least once; `None` where it cannot be read this way.
+    ///
+    /// Why SQLite's own mapping and not a map of the `-shm` file: a file
+    /// descriptor of our own on it, once closed, would drop every POSIX
+    /// lock this process holds on the file, SQLite's among them, and
+    /// another process would then take the file for unused and empty it.
+    pub(crate) fn of(open: &Arc<Mutex<Connection>>) -> Option<WalIndex> {
+        let header = {
+            let conn = open.lock().unwrap_or_else(|e| e.into_inner());
+            first_region(&conn)?
+        };
         let index = WalIndex {
-            map: map(&file)?,
+            header,
             _open: open.clone(),
         };
         let mark = index.mark()?;
@@ -87,10 +93,11 @@ impl WalIndex {
     /// writes in the other order; they differ while a commit rewrites them.
     pub(crate) fn mark(&self) -> Option<CommitMark> {
         let copy = |at: usize| {
-            // SAFETY: both copies lie inside the mapping (see `of`), which
-            // is valid for `self`'s life; the bytes are read, never
-            // referenced, because other processes write them.
-            unsafe { std::ptr::read_volatile(self.map.as_ptr().add(at).cast::<[u8; HEADER]>()) }
+            // SAFETY: both copies lie at the start of the first region
+            // (32 KiB), which stays mapped for `self`'s life; the bytes
+            // are read, never referenced, because other processes and
+            // threads write them.
+            unsafe { std::ptr::read_volatile(self.header.as_ptr().add(at).cast::<[u8; HEADER]>()) }
         };
         let first = copy(0);
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -100,40 +107,39 @@ impl WalIndex {
     }
 }
 
-/// Both copies of the header in `file` (at least that long), mapped
-/// read-only and shared.
-#[cfg(unix)]
-fn map(file: &std::fs::File) -> Option<std::ptr::NonNull<u8>> {
-    // SAFETY: a new read-only shared mapping of a file at least this long,
-    // which stays that long while a connection has it open (see `_open`);
-    // nothing else is at the address the kernel picks.
-    let map = unsafe {
-        rustix::mm::mmap(
-            std::ptr::null_mut(),
-            2 * HEADER,
-            rustix::mm::ProtFlags::READ,
-            rustix::mm::MapFlags::SHARED,
-            file,
-            0,
+/// Where SQLite mapped the first region of `conn`'s WAL index, asked of its
+/// file's own methods (`xShmMap`, which hands out the mapping it already
+/// made and makes nothing new unless asked to extend).
+fn first_region(conn: &Connection) -> Option<std::ptr::NonNull<u8>> {
+    let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+    // SAFETY: the live connection's handle, asked for the main database's
+    // file object into a pointer of the type SQLite writes.
+    let rc = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_FILE_POINTER,
+            (&raw mut file).cast(),
         )
+    };
+    if rc != ffi::SQLITE_OK || file.is_null() {
+        return None;
     }
-    .ok()?;
-    std::ptr::NonNull::new(map.cast())
-}
-
-/// Elsewhere the epoch is always read from the file.
-#[cfg(not(unix))]
-fn map(_: &std::fs::File) -> Option<std::ptr::NonNull<u8>> {
-    None
-}
-
-impl Drop for WalIndex {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made by `map`, unmapped once, never read
-        // after.
-        #[cfg(unix)]
-        let _ = unsafe { rustix::mm::munmap(self.map.as_ptr().cast(), 2 * HEADER) };
+    // SAFETY: `file` is the open file object SQLite just handed out; its
+    // methods table lives as long as it does. Version 2 and later have
+    // the shared-memory methods.
+    let methods = unsafe { (*file).pMethods.as_ref() }?;
+    let map = (methods.iVersion >= 2)
+        .then_some(methods.xShmMap)
+        .flatten()?;
+    let mut region: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: region 0 of the size SQLite maps it in, not extended: the
+    // mapping the connection already has, or none.
+    let rc = unsafe { map(file, 0, REGION, 0, &raw mut region) };
+    if rc != ffi::SQLITE_OK {
+        return None;
     }
+    std::ptr::NonNull::new(region.cast())
 }
 
 #[cfg(test)]
@@ -151,7 +157,7 @@ mod tests {
             .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (n INTEGER);")
             .unwrap();
         let writer = Arc::new(Mutex::new(writer));
-        let index = WalIndex::of(&path, &writer).expect("the header is readable");
+        let index = WalIndex::of(&writer).expect("the header is readable");
         let other = Connection::open(&path).unwrap();
 
         let before = index.mark().unwrap();
