@@ -197,7 +197,8 @@ impl EpochWatch {
 
     /// The policy epoch now: as last seen if the file's mark has not moved
     /// since, else read on `conn` (and kept, if no commit came while it
-    /// was read).
+    /// was read and `conn` read it in a transaction of its own, not on an
+    /// older snapshot of one left open).
     fn now(&self, conn: &Connection) -> rusqlite::Result<i64> {
         let before = self.mark();
         if let (Some(mark), Some((at, epoch))) = (before, *self.seen())
@@ -207,6 +208,7 @@ impl EpochWatch {
         }
         let epoch = epoch_in(conn)?;
         if let Some(before) = before
+            && conn.is_autocommit()
             && self.mark() == Some(before)
         {
             *self.seen() = Some((before, epoch));
