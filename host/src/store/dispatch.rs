@@ -180,13 +180,6 @@ pub(crate) struct EpochWatch {
 }
 
 impl EpochWatch {
-    pub(super) fn on(wal: Option<WalIndex>) -> EpochWatch {
-        EpochWatch {
-            wal,
-            seen: Mutex::default(),
-        }
-    }
-
     fn mark(&self) -> Option<CommitMark> {
         self.wal.as_ref().and_then(WalIndex::mark)
     }
@@ -249,7 +242,10 @@ impl Resolutions {
     pub(super) fn watching(wal: Option<WalIndex>) -> Resolutions {
         Resolutions {
             by_call: Mutex::default(),
-            epoch: EpochWatch::on(wal),
+            epoch: EpochWatch {
+                wal,
+                seen: Mutex::default(),
+            },
         }
     }
 
