@@ -12,6 +12,7 @@
 //! and the revalidation of what was recorded at staging. What it sends with
 //! (the gatekeeper's record, the credential) is what it checked.
 
+use super::admissions::Admissions;
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
 use super::sql::{Engine, Row, Sql, args};
@@ -566,7 +567,8 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// Commit `batch` in one durable transaction and answer each stage. A
 /// commit that fails answers every stage of the batch with its error:
 /// none of them was stored. `conn` is at `synchronous=FULL`
-/// ([`Home::lock_durable`](super::Home::lock_durable)).
+/// ([`Home::lock_durable`](super::Home::lock_durable)). A batch of one
+/// stage is staged by [`stage_alone`]; a larger one as follows.
 ///
 /// The transaction begins deferred: admission reads the chat on the
 /// snapshot it opens, and only a stage it admits takes the database's
@@ -580,8 +582,26 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// always still holds when the stage commits. Only a stage admitted on
 /// the snapshot comes to that second try, so a refusal takes the lock
 /// only when the chat filled in the moment between the two.
-fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
-    let committed = snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin));
+fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, admissions: &Admissions) {
+    let committed = match batch.as_slice() {
+        [
+            QueuedStage {
+                action: Some(action),
+                ..
+            },
+        ] => stage_alone(conn, action, admissions).map(|staged| vec![staged.map(Some)]),
+        barriers if barriers.iter().all(|q| q.action.is_none()) => {
+            // Only the durability mark moves: what was learned of the
+            // chats' admissions stands past it.
+            let before = admissions.mark();
+            let synced = snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin));
+            if let (Ok(_), Some(before)) = (&synced, before) {
+                admissions.unmoved(before);
+            }
+            synced
+        }
+        _ => snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin)),
+    };
     match committed {
         Ok(answers) => {
             for (q, a) in batch.into_iter().zip(answers) {
@@ -597,6 +617,61 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
             }
         }
     }
+}
+
+/// Stage `a` alone in a transaction of its own on the writer `conn`: its
+/// answer, a refusal, or the error that undid it (the database busy, to
+/// be tried again, among them). The one way both a group commit of one
+/// stage and a turn's in-place stage stage on the home's file.
+///
+/// If what this process learned of the chat's admission still holds
+/// ([`Admissions::admits`]), the transaction begins by taking the write
+/// lock, confirms that nothing was committed since ([`Admissions`]), and
+/// inserts: a read transaction and the admission statement fewer (issue
+/// 17). Else, or if something was committed meanwhile, it admits on the
+/// file as [`commit_group`] says, and what that admission found is kept
+/// for the next stage.
+fn stage_alone(
+    conn: &mut Connection,
+    a: &NewAction,
+    admissions: &Admissions,
+) -> anyhow::Result<Result<StagedAction, StageError>> {
+    let since = now_ms();
+    if let Some((mark, rules)) = admissions.admits(a) {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Under the write lock no other commit can come: the same mark
+        // now means the same chat at the commit.
+        if admissions.mark() == Some(mark) {
+            let id = match stages::insert(&tx, a, None, None) {
+                Ok(id) => id,
+                Err(StageError::Store(e)) => return Err(e),
+                Err(refused) => return Ok(Err(refused)),
+            };
+            tx.commit()?;
+            admissions.staged(mark, None, a, since);
+            return Ok(Ok(StagedAction { id, rules }));
+        }
+    }
+    let before = admissions.mark();
+    let staged = snapshot_first(conn, |conn, begin| {
+        let tx = conn.transaction_with_behavior(begin)?;
+        match stages::stage_finding(&tx, a) {
+            Ok(staged) => {
+                tx.commit()?;
+                Ok(Ok(staged))
+            }
+            // The database failing (or busy, to be tried again) is an
+            // error of the trip, not a refusal.
+            Err(StageError::Store(e)) => Err(e),
+            Err(refused) => Ok(Err(refused)),
+        }
+    })?;
+    Ok(staged.map(|(staged, found)| {
+        if let (Some(before), Some(found)) = (before, found) {
+            admissions.staged(before, Some(&found), a, since);
+        }
+        staged
+    }))
 }
 
 /// Run a staging transaction `attempt` begun deferred, so that admission
@@ -624,9 +699,6 @@ fn stage_batch(
     begin: TransactionBehavior,
 ) -> anyhow::Result<Vec<Result<Option<StagedAction>, StageError>>> {
     let mut answers = Vec::with_capacity(batch.len());
-    // A lone stage needs no savepoint: its refusal rolls back the whole
-    // transaction, and, with no barrier waiting, nothing is synced.
-    let alone = batch.len() == 1;
     let barrier = batch.iter().any(|q| q.action.is_none());
     let mut tx = conn.transaction_with_behavior(begin)?;
     let mut wrote = false;
@@ -635,16 +707,13 @@ fn stage_batch(
             answers.push(Ok(None));
             continue;
         };
-        let staged = if alone {
-            stages::stage(&tx, action)
-        } else {
-            let sp = tx.savepoint()?;
-            let staged = stages::stage(&sp, action);
-            if staged.is_ok() {
-                sp.commit()?;
-            }
-            staged
-        };
+        // Each in a savepoint of its own: a refusal undoes only its stage.
+        // (A lone stage is staged by `stage_alone`.)
+        let sp = tx.savepoint()?;
+        let staged = stages::stage(&sp, action);
+        if staged.is_ok() {
+            sp.commit()?;
+        }
         match staged.map(Some) {
             Err(StageError::Store(e)) if super::is_busy(&e) => return Err(e),
             staged => {
@@ -831,7 +900,7 @@ impl Store {
                 }
                 std::mem::take(&mut queue.waiting)
             };
-            commit_group(&mut conn, batch);
+            commit_group(&mut conn, batch, &home.admissions);
             batches += 1;
         }
     }
@@ -842,8 +911,8 @@ impl Store {
     /// gadget's turn, which the kernel makes durable ([`Store::sync`])
     /// before anything leaves the turn or it ends (docs/operations.md);
     /// every other caller stages with [`Store::stage`]. The same caps, in
-    /// the same transaction, admitted on its snapshot before it takes the
-    /// write lock ([`snapshot_first`]), as [`commit_group`] does.
+    /// the same transaction, admitted the same way ([`stage_alone`]) as a
+    /// group commit of one stage.
     pub async fn stage_now(
         &self,
         a: NewAction,
@@ -856,22 +925,9 @@ impl Store {
                 Err(refused) => Ok(Err(refused)),
             };
         }
-        self.run_now(move |conn| {
-            snapshot_first(conn, |conn, begin| {
-                let tx = conn.transaction_with_behavior(begin)?;
-                match stages::stage(&tx, &a) {
-                    Ok(staged) => {
-                        tx.commit()?;
-                        Ok(Ok(staged))
-                    }
-                    // The database failing (or busy, to be tried again) is
-                    // an error of the trip, not a refusal.
-                    Err(StageError::Store(e)) => Err(e),
-                    Err(refused) => Ok(Err(refused)),
-                }
-            })
-        })
-        .await
+        let store = self.clone();
+        self.run_now(move |conn| stage_alone(conn, &a, &store.home()?.admissions))
+            .await
     }
 
     /// A covered workflow call (SPEC G5, G8): staged under `logical_key`

@@ -175,13 +175,13 @@ fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
 pub(crate) struct EpochWatch {
     /// The file's WAL-index header; `None` on a shared database, or where
     /// it cannot be read (the epoch is then always read from the file).
-    wal: Option<WalIndex>,
+    wal: Option<Arc<WalIndex>>,
     seen: Mutex<Option<(CommitMark, i64)>>,
 }
 
 impl EpochWatch {
     fn mark(&self) -> Option<CommitMark> {
-        self.wal.as_ref().and_then(WalIndex::mark)
+        self.wal.as_ref().and_then(|w| w.mark())
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Option<(CommitMark, i64)>> {
@@ -239,7 +239,7 @@ impl EpochWatch {
 impl Resolutions {
     /// What a home keeps: its resolutions, and the epoch read through the
     /// file's WAL-index header `wal`.
-    pub(super) fn watching(wal: Option<WalIndex>) -> Resolutions {
+    pub(super) fn watching(wal: Option<Arc<WalIndex>>) -> Resolutions {
         Resolutions {
             by_call: Mutex::default(),
             epoch: EpochWatch {

@@ -1,5 +1,6 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
+use super::admissions::Admissions;
 use super::dispatch::EpochWatch;
 use super::sql::{Row, Sql, args};
 use super::words::LedgerKind;
@@ -155,7 +156,13 @@ impl Store {
         if self.is_shared() {
             return self.write(|db| observe_tx(db, o));
         }
-        observe_in(&mut self.home()?.lock(), &self.resolutions.epoch, o)
+        let home = self.home()?;
+        observe_in(
+            &mut home.lock(),
+            &self.resolutions.epoch,
+            &home.admissions,
+            o,
+        )
     }
 
     /// [`Store::observe`] on the read path: on the home's connection right
@@ -164,9 +171,11 @@ impl Store {
         if self.is_shared() {
             return self.run(move |s| s.observe(&o)).await;
         }
-        let resolutions = self.resolutions.clone();
-        self.run_now(move |c| observe_in(c, &resolutions.epoch, &o))
-            .await
+        let store = self.clone();
+        self.run_now(move |c| {
+            observe_in(c, &store.resolutions.epoch, &store.home()?.admissions, &o)
+        })
+        .await
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
@@ -267,16 +276,22 @@ fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
 fn observe_in(
     conn: &mut rusqlite::Connection,
     epoch: &EpochWatch,
+    admissions: &Admissions,
     o: &NewObservation,
 ) -> anyhow::Result<super::Observed> {
     // A plain read writes one row, and one statement is its own
     // transaction: a BEGIN and a COMMIT around it would cost two more
-    // statements on the read path (issue 17). It moves no policy, so the
-    // epoch its read checked stands past its commit, for the turn's next
-    // read to check without a transaction.
+    // statements on the read path (issue 17). It moves no policy and no
+    // admission, so the epoch its read checked stands past its commit,
+    // for the turn's next read to check without a transaction, and so
+    // does what the turn's stages learned of their chats.
     if !needs_transaction(o) {
         let conn = &*conn;
+        let before = admissions.mark().filter(|_| conn.is_autocommit());
         let id = epoch.carried(conn, || insert_observation(conn, o))?;
+        if let Some(before) = before.filter(|_| conn.is_autocommit()) {
+            admissions.unmoved(before);
+        }
         return Ok(super::Observed::Recorded(id));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

@@ -14,6 +14,7 @@
 //! so that a read never queues behind a durable commit.
 
 mod actions;
+mod admissions;
 mod checkpoint;
 pub(crate) mod claims;
 mod deployment;
@@ -198,6 +199,9 @@ pub(crate) struct Home {
     readers: Box<[Mutex<Option<Connection>>]>,
     /// Stages waiting for the next group commit (see [`Store::stage`]).
     pub(super) staging: Mutex<actions::StagingQueue>,
+    /// What this process's stages learned of their chats' admissions,
+    /// while nothing else was committed ([`admissions`]).
+    pub(super) admissions: admissions::Admissions,
     path: PathBuf,
     /// The file opened (device and inode), to notice it was removed or
     /// replaced under a long-running process.
@@ -319,13 +323,15 @@ impl Store {
         let file = identity(path);
         let conn = Arc::new(Mutex::new(conn));
         let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
-        let resolutions = dispatch::Resolutions::watching(wal_index::WalIndex::of(&conn));
+        let wal = wal_index::WalIndex::of(&conn).map(Arc::new);
+        let resolutions = dispatch::Resolutions::watching(wal.clone());
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn,
                 durable: std::sync::atomic::AtomicBool::new(false),
                 readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
                 staging: Mutex::default(),
+                admissions: admissions::Admissions::watching(wal),
                 path: path.to_owned(),
                 identity: file,
                 _checkpoints: checkpoints,

@@ -15,6 +15,7 @@
 //! classified and checked it before.
 
 use super::actions::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
+use super::admissions::Found;
 use super::sql::{Engine, Sql, args};
 use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
@@ -28,6 +29,12 @@ use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 /// write lock. The epoch is asked first: every other answer is given
 /// under the policy the stage was checked on.
 pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageError> {
+    admit_finding(db, a).map(|(rules, _)| rules)
+}
+
+/// [`admit`], with what it found of the chat when it marked nothing
+/// expired, for [`super::admissions::Admissions`] to keep.
+fn admit_finding(db: &dyn Sql, a: &NewAction) -> Result<(RuleCoverage, Option<Found>), StageError> {
     let chat = a.chat.as_str();
     if db.engine() == Engine::Postgres {
         // The lock first, in a statement of its own: a statement that
@@ -43,9 +50,8 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageEr
     let Some(row) = db.row(ADMISSION, args![chat, tag, DEFAULT_EXPIRY_MS, now_ms()])? else {
         return Err(StageError::NoChat(chat.to_owned()));
     };
-    if a.resolved_at
-        .is_some_and(|at| row.get::<i64>(3).ok() != Some(at))
-    {
+    let epoch: i64 = row.get(3)?;
+    if a.resolved_at.is_some_and(|at| at != epoch) {
         return Err(StageError::PolicyMoved);
     }
     if row.get::<i64>(0)? == 1 {
@@ -53,19 +59,30 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageEr
     }
     // What expired is closed (H3): mark it, so the gadget sees it too.
     // The count already leaves it out.
-    if row.get::<i64>(2)? == 1 {
+    let due = row.get::<i64>(2)? == 1;
+    if due {
         expire_due(db, Some(chat))?;
     }
     let open: i64 = row.get(1)?;
     if open >= MAX_OPEN_ACTIONS {
         return Err(StageError::TooManyOpen(open));
     }
+    let may_cover = row.get::<i64>(4)? == 1;
+    let found = (!due).then(|| -> anyhow::Result<Found> {
+        Ok(Found {
+            epoch,
+            open,
+            oldest: row.get(5)?,
+            expire_after: row.get(6)?,
+            may_cover,
+        })
+    });
     Ok(match db.engine() {
         // A rule committed after the statement began, before the stage
         // commits, is not seen (READ COMMITTED): ask after the commit.
-        Engine::Postgres => RuleCoverage::Unknown,
-        Engine::Sqlite if row.get::<i64>(4)? == 1 => RuleCoverage::MayCover,
-        Engine::Sqlite => RuleCoverage::NoRule,
+        Engine::Postgres => (RuleCoverage::Unknown, None),
+        Engine::Sqlite if may_cover => (RuleCoverage::MayCover, found.transpose()?),
+        Engine::Sqlite => (RuleCoverage::NoRule, found.transpose()?),
     })
 }
 
@@ -82,11 +99,17 @@ pub struct StagedAction {
 /// The whole of a stage inside its transaction: admit `a` ([`admit`]),
 /// then insert it pending.
 pub(crate) fn stage(db: &dyn Sql, a: &NewAction) -> Result<StagedAction, StageError> {
-    let rules = admit(db, a)?;
-    Ok(StagedAction {
-        id: insert(db, a, None, None)?,
-        rules,
-    })
+    stage_finding(db, a).map(|(staged, _)| staged)
+}
+
+/// [`stage`], with what its admission found ([`admit_finding`]).
+pub(crate) fn stage_finding(
+    db: &dyn Sql,
+    a: &NewAction,
+) -> Result<(StagedAction, Option<Found>), StageError> {
+    let (rules, found) = admit_finding(db, a)?;
+    let id = insert(db, a, None, None)?;
+    Ok((StagedAction { id, rules }, found))
 }
 
 /// Whether a rule might auto-approve the action just staged (key two's
@@ -115,17 +138,19 @@ pub enum RuleCoverage {
 /// [`admit`]'s question: `?1` the chat, `?2` the action's tag, `?3` the
 /// default expiry, `?4` now; the chat's latch, its open actions
 /// ([`open_count`]), whether any of its pending ones is due to be marked
-/// expired ([`DUE_IN_CHAT`]), the policy epoch, and whether a rule might
-/// cover the tag there ([`RuleCoverage`]).
+/// expired ([`DUE_IN_CHAT`]), the policy epoch, whether a rule might
+/// cover the tag there ([`RuleCoverage`]), when its oldest pending action
+/// was staged, and its expiry (the last two for
+/// [`super::admissions::Admissions`]).
 /// No row: no such chat. Answered from `ledger_actions_by_state` alone
 /// (schemas 8 and 10), and only from the entries it counts: one search
 /// per state and chat, never an `OR` across the two states, which would
 /// step over every finished action the chat retains (up to
 /// [`RETAINED_FINISHED`]). The chat's pending entries are stepped over
-/// once, for both what is live and what is due: two searches of them
-/// were an eighth of a stage's own work (issue 17). No `kind = 'action'`:
-/// only an action has a state (schema 9 checks it on both engines), and
-/// testing it read one more column of every entry.
+/// once, for what is live, what is due and the oldest: two searches of
+/// them were an eighth of a stage's own work (issue 17). No
+/// `kind = 'action'`: only an action has a state (schema 9 checks it on
+/// both engines), and testing it read one more column of every entry.
 const ADMISSION: &str = concat!(
     "SELECT c.latched,
            p.n - p.due + (SELECT count(*) FROM ledger
@@ -134,11 +159,14 @@ const ADMISSION: &str = concat!(
            (SELECT n FROM policy_epoch WHERE id = 1),
            CASE WHEN ",
     super::rules::may_cover_sql!(),
-    " THEN 1 ELSE 0 END
+    " THEN 1 ELSE 0 END,
+           p.oldest,
+           COALESCE(c.expire_after_ms, ?3)
          FROM chats c,
            (SELECT count(*) AS n,
                    count(*) FILTER (WHERE created_at <= ?4 - COALESCE(
-                     (SELECT expire_after_ms FROM chats WHERE name = ?1), ?3)) AS due
+                     (SELECT expire_after_ms FROM chats WHERE name = ?1), ?3)) AS due,
+                   min(created_at) AS oldest
               FROM ledger
              WHERE chat = ?1 AND state = 'pending') p
          WHERE c.name = ?1"
@@ -650,6 +678,226 @@ mod tests {
                 MAX_OPEN_ACTIONS
             );
         });
+    }
+
+    /// Another process's connection to the same file.
+    fn elsewhere(path: &std::path::Path) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
+        conn
+    }
+
+    /// A stage admits from what the chat's last stage in this process
+    /// learned (issue 17) only while nothing else was committed: any
+    /// commit of another process, even one that changes nothing a stage
+    /// asks about, makes the next stage ask the file again.
+    #[test]
+    fn what_a_stage_learned_admits_the_next_only_until_another_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        store.create_chat("work", "ana").unwrap();
+        let kept = || store.home().unwrap().admissions.admits(&new_action("work"));
+        runtime().block_on(async {
+            assert!(kept().is_none(), "nothing is known before a stage");
+            store.stage(new_action("work")).await.unwrap();
+            assert!(kept().is_some(), "the stage's admission is kept");
+            store.stage_now(new_action("work")).await.unwrap().unwrap();
+            assert!(kept().is_some(), "and carried past the next stage");
+            elsewhere(&path)
+                .execute("UPDATE durability_mark SET n = n + 1 WHERE id = 1", [])
+                .unwrap();
+            assert!(kept().is_none(), "another commit: the file is asked");
+            store.stage(new_action("work")).await.unwrap();
+            assert!(kept().is_some());
+        });
+        assert_eq!(store.read(|c| open_count(c, "work")).unwrap(), 3);
+    }
+
+    /// A read's observation in `chat`, of owner-only data when
+    /// `restricted` (which latches the chat, SPEC O3).
+    fn observation(chat: &str, restricted: bool) -> crate::store::NewObservation {
+        crate::store::NewObservation {
+            chat: chat.into(),
+            principal: Principal::person("ana"),
+            gadget: None,
+            gatekeeper: "mail".into(),
+            tool: "read".into(),
+            classified_by: "server-annotation",
+            trust: Trust::Vetted,
+            sources: crate::store::Sources::of(&[crate::store::Source {
+                id: "mail",
+                restricted,
+                title: "gatekeeper mail",
+            }]),
+            account: None,
+            action_ref: None,
+            result_bytes: 0,
+            audit: None,
+        }
+    }
+
+    /// What a turn's stages learned stands past the commits that change
+    /// nothing a stage asks about: a plain read's observation and the
+    /// turn's durability barrier. An observation that latches the chat
+    /// is not one of them: the next stage asks the file, and is refused.
+    #[test]
+    fn a_plain_observation_and_a_barrier_keep_what_a_stage_learned_and_a_latch_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        store.create_chat("work", "ana").unwrap();
+        let kept = || store.home().unwrap().admissions.admits(&new_action("work"));
+        runtime().block_on(async {
+            store.stage_now(new_action("work")).await.unwrap().unwrap();
+            assert!(kept().is_some());
+            store.observe_now(observation("work", false)).await.unwrap();
+            assert!(kept().is_some(), "a plain observation moves no admission");
+            store.sync().await.unwrap();
+            assert!(kept().is_some(), "nor does a barrier");
+            store.observe_now(observation("work", true)).await.unwrap();
+            assert!(kept().is_none(), "an observation that latches does");
+            let refused = store.stage_now(new_action("work")).await.unwrap();
+            assert!(
+                matches!(refused, Err(StageError::LockedDown(_))),
+                "{refused:?}"
+            );
+        });
+    }
+
+    /// What a stage learned never admits past what another process
+    /// committed since: a chat that process filled to the cap, or latched,
+    /// refuses the next stage of this one, by both ways of staging,
+    /// though what this process last learned had room and no latch.
+    #[test]
+    fn a_chat_filled_or_latched_by_another_process_refuses_the_next_stage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        store.create_chat("full", "ana").unwrap();
+        store.create_chat("shut", "ana").unwrap();
+        runtime().block_on(async {
+            store.stage(new_action("full")).await.unwrap();
+            store.stage(new_action("shut")).await.unwrap();
+            let other = elsewhere(&path);
+            for _ in 1..MAX_OPEN_ACTIONS {
+                insert(&other, &new_action("full"), None, None).unwrap();
+            }
+            let refused = store.stage(new_action("full")).await;
+            assert!(
+                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                "{refused:?}"
+            );
+            let refused = store.stage_now(new_action("full")).await.unwrap();
+            assert!(
+                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                "{refused:?}"
+            );
+
+            // Filled while this process's stage waits for the write lock:
+            // what it learned before it waited no longer holds once it has
+            // the lock.
+            store.create_chat("late", "ana").unwrap();
+            store.stage(new_action("late")).await.unwrap();
+            let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+            let holder = {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let mut conn = elsewhere(&path);
+                    let tx = conn
+                        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                        .unwrap();
+                    for _ in 1..MAX_OPEN_ACTIONS {
+                        insert(&*tx, &new_action("late"), None, None).unwrap();
+                    }
+                    held.0.send(()).unwrap();
+                    let _ = release.1.recv_timeout(std::time::Duration::from_secs(90));
+                    tx.commit().unwrap();
+                })
+            };
+            held.1.recv().unwrap();
+            let waiting = {
+                let store = store.clone();
+                tokio::spawn(async move { store.stage(new_action("late")).await })
+            };
+            // Let the stage reach the lock and wait there (it is refused
+            // either way; this is the order that tests the check under
+            // the lock).
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            release.0.send(()).unwrap();
+            holder.join().unwrap();
+            let refused = waiting.await.unwrap();
+            assert!(
+                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                "{refused:?}"
+            );
+
+            store.stage(new_action("shut")).await.unwrap();
+            other
+                .execute("UPDATE chats SET latched = 1 WHERE name = 'shut'", [])
+                .unwrap();
+            let refused = store.stage_now(new_action("shut")).await.unwrap();
+            assert!(
+                matches!(refused, Err(StageError::LockedDown(_))),
+                "{refused:?}"
+            );
+            let refused = store.stage(new_action("shut")).await;
+            assert!(
+                matches!(refused, Err(StageError::LockedDown(_))),
+                "{refused:?}"
+            );
+        });
+        assert_eq!(
+            store.read(|c| open_count(c, "full")).unwrap(),
+            MAX_OPEN_ACTIONS
+        );
+        assert_eq!(store.read(|c| open_count(c, "shut")).unwrap(), 2);
+        assert_eq!(
+            store.read(|c| open_count(c, "late")).unwrap(),
+            MAX_OPEN_ACTIONS
+        );
+    }
+
+    /// A pending action that falls due while nothing is committed is
+    /// marked expired by the next stage of its chat (SPEC H3), as if
+    /// nothing were kept: what a stage learned holds only until the
+    /// chat's oldest pending action falls due.
+    #[test]
+    fn a_stage_after_a_pending_action_falls_due_marks_it_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        store.create_chat("work", "ana").unwrap();
+        store.set_expiry("work", "ana", 300).unwrap();
+        let state = |id: i64| -> String {
+            elsewhere(&path)
+                .query_row("SELECT state FROM ledger WHERE id = ?1", [id], |r| r.get(0))
+                .unwrap()
+        };
+        let kept = || store.home().unwrap().admissions.admits(&new_action("work"));
+        runtime().block_on(async {
+            let first = store.stage(new_action("work")).await.unwrap().id;
+            assert!(kept().is_some(), "the stage's admission is kept");
+            // Wait for the clock, not for a commit: nothing is written
+            // until the next stage.
+            let created: i64 = elsewhere(&path)
+                .query_row(
+                    "SELECT created_at FROM ledger WHERE id = ?1",
+                    [first],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            while now_ms() <= created + 300 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(kept().is_none(), "past the oldest one's expiry");
+            assert_eq!(state(first), "pending", "nothing marked it yet");
+            let second = store.stage(new_action("work")).await.unwrap().id;
+            assert_eq!(state(first), "expired");
+            assert_eq!(state(second), "pending");
+        });
+        assert_eq!(store.read(|c| open_count(c, "work")).unwrap(), 1);
     }
 
     #[test]
