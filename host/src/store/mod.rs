@@ -32,6 +32,7 @@ mod stages;
 #[cfg(test)]
 pub(crate) mod suite;
 mod wal_index;
+mod wal_writes;
 pub mod words;
 pub mod workflows;
 
@@ -282,12 +283,16 @@ impl Store {
     /// A file that is not a Gatehouse database, or is damaged, is refused
     /// with a message that says so; it is never overwritten.
     pub fn open(path: &Path) -> anyhow::Result<Store> {
-        let mut conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // The writer writes each commit to the log in one call
+        // ([`wal_writes`]); where that VFS is not there, as SQLite does.
+        let mut conn = if wal_writes::registered() {
+            Connection::open_with_flags_and_vfs(path, flags, wal_writes::VFS)
+        } else {
+            Connection::open_with_flags(path, flags)
+        }
         .map_err(|e| open_error(path, e, None))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
