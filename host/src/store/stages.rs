@@ -582,10 +582,7 @@ mod tests {
     /// are about what a bare one-row commit writes at SQLite's default.
     #[test]
     fn a_stage_writes_two_pages() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
-        store.create_chat("work", "ana").unwrap();
+        let (_dir, path, store) = home_with(&["work"]);
         let log = || -> i64 {
             // Frames in the log, which this checkpoint then empties.
             let conn = rusqlite::Connection::open(&path).unwrap();
@@ -619,11 +616,7 @@ mod tests {
     /// waits for the lock and then lands.
     #[test]
     fn a_full_chat_is_refused_while_another_process_holds_the_write_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
-        store.create_chat("full", "ana").unwrap();
-        store.create_chat("room", "ana").unwrap();
+        let (_dir, path, store) = home_with(&["full", "room"]);
         runtime().block_on(async {
             for _ in 0..MAX_OPEN_ACTIONS {
                 store.stage(new_action("full")).await.unwrap();
@@ -680,6 +673,29 @@ mod tests {
         });
     }
 
+    /// A home's store with the chats `chats` of `ana`: its directory
+    /// (removed when dropped), its file, and the store.
+    fn home_with(chats: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, crate::store::Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gatehouse.db");
+        let store = crate::store::Store::open(&path).unwrap();
+        for chat in chats {
+            store.create_chat(chat, "ana").unwrap();
+        }
+        (dir, path, store)
+    }
+
+    /// Whether what `store` kept would admit a stage into `chat` without
+    /// asking the file.
+    fn kept(store: &crate::store::Store, chat: &str) -> bool {
+        store
+            .home()
+            .unwrap()
+            .admissions
+            .admits(&new_action(chat))
+            .is_some()
+    }
+
     /// Another process's connection to the same file.
     fn elsewhere(path: &std::path::Path) -> rusqlite::Connection {
         let conn = rusqlite::Connection::open(path).unwrap();
@@ -694,23 +710,19 @@ mod tests {
     /// asks about, makes the next stage ask the file again.
     #[test]
     fn what_a_stage_learned_admits_the_next_only_until_another_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
-        store.create_chat("work", "ana").unwrap();
-        let kept = || store.home().unwrap().admissions.admits(&new_action("work"));
+        let (_dir, path, store) = home_with(&["work"]);
         runtime().block_on(async {
-            assert!(kept().is_none(), "nothing is known before a stage");
+            assert!(!kept(&store, "work"), "nothing is known before a stage");
             store.stage(new_action("work")).await.unwrap();
-            assert!(kept().is_some(), "the stage's admission is kept");
+            assert!(kept(&store, "work"), "the stage's admission is kept");
             store.stage_now(new_action("work")).await.unwrap().unwrap();
-            assert!(kept().is_some(), "and carried past the next stage");
+            assert!(kept(&store, "work"), "and carried past the next stage");
             elsewhere(&path)
                 .execute("UPDATE durability_mark SET n = n + 1 WHERE id = 1", [])
                 .unwrap();
-            assert!(kept().is_none(), "another commit: the file is asked");
+            assert!(!kept(&store, "work"), "another commit: the file is asked");
             store.stage(new_action("work")).await.unwrap();
-            assert!(kept().is_some());
+            assert!(kept(&store, "work"));
         });
         assert_eq!(store.read(|c| open_count(c, "work")).unwrap(), 3);
     }
@@ -744,20 +756,19 @@ mod tests {
     /// is not one of them: the next stage asks the file, and is refused.
     #[test]
     fn a_plain_observation_and_a_barrier_keep_what_a_stage_learned_and_a_latch_does_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
-        store.create_chat("work", "ana").unwrap();
-        let kept = || store.home().unwrap().admissions.admits(&new_action("work"));
+        let (_dir, _, store) = home_with(&["work"]);
         runtime().block_on(async {
             store.stage_now(new_action("work")).await.unwrap().unwrap();
-            assert!(kept().is_some());
+            assert!(kept(&store, "work"));
             store.observe_now(observation("work", false)).await.unwrap();
-            assert!(kept().is_some(), "a plain observation moves no admission");
+            assert!(
+                kept(&store, "work"),
+                "a plain observation moves no admission"
+            );
             store.sync().await.unwrap();
-            assert!(kept().is_some(), "nor does a barrier");
+            assert!(kept(&store, "work"), "nor does a barrier");
             store.observe_now(observation("work", true)).await.unwrap();
-            assert!(kept().is_none(), "an observation that latches does");
+            assert!(!kept(&store, "work"), "an observation that latches does");
             let refused = store.stage_now(new_action("work")).await.unwrap();
             assert!(
                 matches!(refused, Err(StageError::LockedDown(_))),
@@ -772,11 +783,7 @@ mod tests {
     /// though what this process last learned had room and no latch.
     #[test]
     fn a_chat_filled_or_latched_by_another_process_refuses_the_next_stage() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
-        store.create_chat("full", "ana").unwrap();
-        store.create_chat("shut", "ana").unwrap();
+        let (_dir, path, store) = home_with(&["full", "shut"]);
         runtime().block_on(async {
             store.stage(new_action("full")).await.unwrap();
             store.stage(new_action("shut")).await.unwrap();
@@ -865,20 +872,16 @@ mod tests {
     /// chat's oldest pending action falls due.
     #[test]
     fn a_stage_after_a_pending_action_falls_due_marks_it_expired() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
-        store.create_chat("work", "ana").unwrap();
+        let (_dir, path, store) = home_with(&["work"]);
         store.set_expiry("work", "ana", 300).unwrap();
         let state = |id: i64| -> String {
             elsewhere(&path)
                 .query_row("SELECT state FROM ledger WHERE id = ?1", [id], |r| r.get(0))
                 .unwrap()
         };
-        let kept = || store.home().unwrap().admissions.admits(&new_action("work"));
         runtime().block_on(async {
             let first = store.stage(new_action("work")).await.unwrap().id;
-            assert!(kept().is_some(), "the stage's admission is kept");
+            assert!(kept(&store, "work"), "the stage's admission is kept");
             // Wait for the clock, not for a commit: nothing is written
             // until the next stage.
             let created: i64 = elsewhere(&path)
@@ -891,7 +894,7 @@ mod tests {
             while now_ms() <= created + 300 {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            assert!(kept().is_none(), "past the oldest one's expiry");
+            assert!(!kept(&store, "work"), "past the oldest one's expiry");
             assert_eq!(state(first), "pending", "nothing marked it yet");
             let second = store.stage(new_action("work")).await.unwrap().id;
             assert_eq!(state(first), "expired");
