@@ -12,7 +12,7 @@
 //! and the revalidation of what was recorded at staging. What it sends with
 //! (the gatekeeper's record, the credential) is what it checked.
 
-use super::admissions::Admissions;
+use super::known::Known;
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
 use super::sql::{Engine, Row, Sql, args};
@@ -582,24 +582,18 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// always still holds when the stage commits. Only a stage admitted on
 /// the snapshot comes to that second try, so a refusal takes the lock
 /// only when the chat filled in the moment between the two.
-fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, admissions: &Admissions) {
+fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, known: &Known) {
     let committed = match batch.as_slice() {
         [
             QueuedStage {
                 action: Some(action),
                 ..
             },
-        ] => stage_alone(conn, action, admissions).map(|staged| vec![staged.map(Some)]),
-        barriers if barriers.iter().all(|q| q.action.is_none()) => {
-            // Only the durability mark moves: what was learned of the
-            // chats' admissions stands past it.
-            let before = admissions.mark();
-            let synced = snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin));
-            if let (Ok(_), Some(before)) = (&synced, before) {
-                admissions.unmoved(before);
-            }
-            synced
-        }
+        ] => stage_alone(conn, action, known).map(|staged| vec![staged.map(Some)]),
+        // Only the durability mark moves: what is known stands past it.
+        barriers if barriers.iter().all(|q| q.action.is_none()) => known.carried(conn, |conn| {
+            snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin))
+        }),
         _ => snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin)),
     };
     match committed {
@@ -625,8 +619,8 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, admissions: &Adm
 /// stage and a turn's in-place stage stage on the home's file.
 ///
 /// If what this process learned of the chat's admission still holds
-/// ([`Admissions::admits`]), the transaction begins by taking the write
-/// lock, confirms that nothing was committed since ([`Admissions`]), and
+/// ([`Known::admits`]), the transaction begins by taking the write
+/// lock, confirms that nothing was committed since ([`Known`]), and
 /// inserts: a read transaction and the admission statement fewer (issue
 /// 17). Else, or if something was committed meanwhile, it admits on the
 /// file as [`commit_group`] says, and what that admission found is kept
@@ -634,25 +628,25 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, admissions: &Adm
 fn stage_alone(
     conn: &mut Connection,
     a: &NewAction,
-    admissions: &Admissions,
+    known: &Known,
 ) -> anyhow::Result<Result<StagedAction, StageError>> {
     let since = now_ms();
-    if let Some((mark, rules)) = admissions.admits(a) {
+    if let Some((mark, rules)) = known.admits(a) {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Under the write lock no other commit can come: the same mark
         // now means the same chat at the commit.
-        if admissions.mark() == Some(mark) {
+        if known.mark() == Some(mark) {
             let id = match stages::insert(&tx, a, None, None) {
                 Ok(id) => id,
                 Err(StageError::Store(e)) => return Err(e),
                 Err(refused) => return Ok(Err(refused)),
             };
             tx.commit()?;
-            admissions.staged(mark, None, a, since);
+            known.staged(mark, None, a, since);
             return Ok(Ok(StagedAction { id, rules }));
         }
     }
-    let before = admissions.mark();
+    let before = known.mark();
     let staged = snapshot_first(conn, |conn, begin| {
         let tx = conn.transaction_with_behavior(begin)?;
         match stages::stage_finding(&tx, a) {
@@ -668,7 +662,7 @@ fn stage_alone(
     })?;
     Ok(staged.map(|(staged, found)| {
         if let (Some(before), Some(found)) = (before, found) {
-            admissions.staged(before, Some(&found), a, since);
+            known.staged(before, Some(&found), a, since);
         }
         staged
     }))
@@ -900,7 +894,7 @@ impl Store {
                 }
                 std::mem::take(&mut queue.waiting)
             };
-            commit_group(&mut conn, batch, &home.admissions);
+            commit_group(&mut conn, batch, &self.known);
             batches += 1;
         }
     }
@@ -926,7 +920,7 @@ impl Store {
             };
         }
         let store = self.clone();
-        self.run_now(move |conn| stage_alone(conn, &a, &store.home()?.admissions))
+        self.run_now(move |conn| stage_alone(conn, &a, &store.known))
             .await
     }
 

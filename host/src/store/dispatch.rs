@@ -11,7 +11,7 @@
 
 use super::registry::GatekeeperRecord;
 use super::sql::{Sql, args};
-use super::wal_index::{CommitMark, WalIndex};
+use super::known::{Known, epoch_in};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
 use rusqlite::Connection;
@@ -147,9 +147,6 @@ pub(crate) fn resolve(
 #[derive(Default)]
 pub(crate) struct Resolutions {
     by_call: Mutex<HashMap<Call, (i64, Arc<Resolved>)>>,
-    /// The policy epoch now, read without a transaction while nothing was
-    /// committed since it was last read.
-    pub(super) epoch: EpochWatch,
 }
 
 /// What a resolution is of: chat, key and person.
@@ -158,97 +155,7 @@ type Call = (String, String, String);
 /// How many resolutions a process keeps before it starts over.
 const KEPT_RESOLUTIONS: usize = 4096;
 
-/// The policy epoch as `conn` sees it now.
-fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.prepare_cached("SELECT n FROM policy_epoch WHERE id = 1")?
-        .query_row([], |r| r.get(0))
-}
-
-/// The policy epoch as this process last read it, with the [`CommitMark`]
-/// of the file it was read at. While the file's mark is still that one,
-/// nothing was committed since, by this process or any other, so the
-/// epoch is still that one: a kept resolution's check needs no read
-/// transaction (see [`super::wal_index`]). A read's observation, the
-/// commit between two reads of a turn, carries it past its own commit
-/// ([`EpochWatch::carried`]).
-#[derive(Default)]
-pub(crate) struct EpochWatch {
-    /// The file's WAL-index header; `None` on a shared database, or where
-    /// it cannot be read (the epoch is then always read from the file).
-    wal: Option<Arc<WalIndex>>,
-    seen: Mutex<Option<(CommitMark, i64)>>,
-}
-
-impl EpochWatch {
-    fn mark(&self) -> Option<CommitMark> {
-        self.wal.as_ref().and_then(|w| w.mark())
-    }
-
-    fn seen(&self) -> std::sync::MutexGuard<'_, Option<(CommitMark, i64)>> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The policy epoch now: as last seen if the file's mark has not moved
-    /// since, else read on `conn` (and kept, if no commit came while it
-    /// was read and `conn` read it in a transaction of its own, not on an
-    /// older snapshot of one left open).
-    fn now(&self, conn: &Connection) -> rusqlite::Result<i64> {
-        let before = self.mark();
-        if let (Some(mark), Some((at, epoch))) = (before, *self.seen())
-            && mark == at
-        {
-            return Ok(epoch);
-        }
-        let epoch = epoch_in(conn)?;
-        if let Some(before) = before
-            && conn.is_autocommit()
-            && self.mark() == Some(before)
-        {
-            *self.seen() = Some((before, epoch));
-        }
-        Ok(epoch)
-    }
-
-    /// Run `write`: one statement on `conn` that commits on its own and
-    /// moves no epoch. The epoch seen just before stands past its commit
-    /// if that commit was the only one meanwhile: exactly one commit came
-    /// between the marks before and after, and `conn` was outside any
-    /// transaction, so that commit was this one.
-    pub(super) fn carried<T>(
-        &self,
-        conn: &Connection,
-        write: impl FnOnce() -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        let before = self.mark().filter(|_| conn.is_autocommit());
-        let made = write()?;
-        if let (Some(before), Some(after)) = (before, self.mark())
-            && after.follows(&before)
-            && conn.is_autocommit()
-        {
-            let mut seen = self.seen();
-            if let Some((at, epoch)) = *seen
-                && at == before
-            {
-                *seen = Some((after, epoch));
-            }
-        }
-        Ok(made)
-    }
-}
-
 impl Resolutions {
-    /// What a home keeps: its resolutions, and the epoch read through the
-    /// file's WAL-index header `wal`.
-    pub(super) fn watching(wal: Option<Arc<WalIndex>>) -> Resolutions {
-        Resolutions {
-            by_call: Mutex::default(),
-            epoch: EpochWatch {
-                wal,
-                seen: Mutex::default(),
-            },
-        }
-    }
-
     /// What is kept for `call`, with the epoch it was kept under.
     fn kept(&self, call: &Call) -> Option<(Arc<Resolved>, i64)> {
         let kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
@@ -309,18 +216,21 @@ impl Resolutions {
         Ok(resolved)
     }
 
-    /// [`resolve`], reusing what was resolved under the current epoch. A
-    /// miss resolves in one read transaction that also reads the epoch, so
-    /// what is kept is kept under the epoch it was true at.
+    /// [`resolve`], reusing what was resolved under the current epoch
+    /// (read without a transaction while the file's mark shows nothing
+    /// committed since it was last read: [`Known::epoch_now`]). A miss
+    /// resolves in one read transaction that also reads the epoch, so what
+    /// is kept is kept under the epoch it was true at.
     pub(crate) fn resolve(
         &self,
+        known: &Known,
         conn: &Connection,
         chat: &str,
         key: &str,
         person: &str,
     ) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> {
         let call = (chat.to_owned(), key.to_owned(), person.to_owned());
-        if let Some(r) = self.kept_at(&call, self.epoch.now(conn)?) {
+        if let Some(r) = self.kept_at(&call, known.epoch_now(conn)?) {
             return Ok(Ok(r));
         }
         conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
@@ -651,12 +561,9 @@ mod tests {
         }
     }
 
-    /// The epoch the watch would give now without asking the file.
+    /// The epoch the store would give now without asking the file.
     fn known(store: &Store) -> Option<i64> {
-        let watch = &store.resolutions.epoch;
-        let seen = *watch.seen();
-        seen.filter(|(at, _)| watch.mark() == Some(*at))
-            .map(|(_, epoch)| epoch)
+        store.known.epoch()
     }
 
     /// Right after a read's observation, the next read checks its kept
@@ -695,8 +602,8 @@ mod tests {
         let seen = known(&store).expect("the resolution's epoch is kept");
         let elsewhere = Connection::open(dir.path().join("state.db")).unwrap();
         let home = store.home().unwrap();
-        let conn = home.lock();
-        let made = store.resolutions.epoch.carried(&conn, || {
+        let mut conn = home.lock();
+        let made = store.known.carried(&mut conn, |conn| {
             elsewhere
                 .execute("UPDATE policy_epoch SET n = n + 1 WHERE id = 1", [])
                 .unwrap();

@@ -1,7 +1,6 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
-use super::admissions::Admissions;
-use super::dispatch::EpochWatch;
+use super::known::Known;
 use super::sql::{Row, Sql, args};
 use super::words::LedgerKind;
 use super::{Store, now_ms};
@@ -157,12 +156,7 @@ impl Store {
             return self.write(|db| observe_tx(db, o));
         }
         let home = self.home()?;
-        observe_in(
-            &mut home.lock(),
-            &self.resolutions.epoch,
-            &home.admissions,
-            o,
-        )
+        observe_in(&mut home.lock(), &self.known, o)
     }
 
     /// [`Store::observe`] on the read path: on the home's connection right
@@ -173,7 +167,7 @@ impl Store {
         }
         let store = self.clone();
         self.run_now(move |c| {
-            observe_in(c, &store.resolutions.epoch, &store.home()?.admissions, &o)
+            observe_in(c, &store.known, &o)
         })
         .await
     }
@@ -275,8 +269,7 @@ fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
 /// [`Store::observe`] on the home's connection, which the caller holds.
 fn observe_in(
     conn: &mut rusqlite::Connection,
-    epoch: &EpochWatch,
-    admissions: &Admissions,
+    known: &Known,
     o: &NewObservation,
 ) -> anyhow::Result<super::Observed> {
     // A plain read writes one row, and one statement is its own
@@ -286,12 +279,7 @@ fn observe_in(
     // for the turn's next read to check without a transaction, and so
     // does what the turn's stages learned of their chats.
     if !needs_transaction(o) {
-        let conn = &*conn;
-        let before = admissions.mark().filter(|_| conn.is_autocommit());
-        let id = epoch.carried(conn, || insert_observation(conn, o))?;
-        if let Some(before) = before.filter(|_| conn.is_autocommit()) {
-            admissions.unmoved(before);
-        }
+        let id = known.carried(conn, |conn| insert_observation(&*conn, o))?;
         return Ok(super::Observed::Recorded(id));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

@@ -14,12 +14,12 @@
 //! so that a read never queues behind a durable commit.
 
 mod actions;
-mod admissions;
 mod checkpoint;
 pub(crate) mod claims;
 mod deployment;
 pub mod dispatch;
 mod hooks;
+mod known;
 mod ledger;
 mod notices;
 pub mod postgres;
@@ -169,6 +169,10 @@ pub(crate) struct Store {
     /// What this process resolved, per policy epoch (see
     /// [`dispatch::Resolutions`]).
     resolutions: Arc<dispatch::Resolutions>,
+    /// What this process knows of the home's file at its commit mark: the
+    /// policy epoch, its chats' admissions ([`known`]). Nothing, on a
+    /// shared database.
+    known: Arc<known::Known>,
 }
 
 /// Which database holds the deployment: every store method reaches it
@@ -200,9 +204,6 @@ pub(crate) struct Home {
     readers: Box<[Mutex<Option<Connection>>]>,
     /// Stages waiting for the next group commit (see [`Store::stage`]).
     pub(super) staging: Mutex<actions::StagingQueue>,
-    /// What this process's stages learned of their chats' admissions,
-    /// while nothing else was committed ([`admissions`]).
-    pub(super) admissions: admissions::Admissions,
     path: PathBuf,
     /// The file opened (device and inode), to notice it was removed or
     /// replaced under a long-running process.
@@ -329,19 +330,18 @@ impl Store {
         let conn = Arc::new(Mutex::new(conn));
         let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
         let wal = wal_index::WalIndex::of(&conn).map(Arc::new);
-        let resolutions = dispatch::Resolutions::watching(wal.clone());
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn,
                 durable: std::sync::atomic::AtomicBool::new(false),
                 readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
                 staging: Mutex::default(),
-                admissions: admissions::Admissions::watching(wal),
                 path: path.to_owned(),
                 identity: file,
                 _checkpoints: checkpoints,
             })),
-            resolutions: Arc::new(resolutions),
+            resolutions: Arc::default(),
+            known: Arc::new(known::Known::watching(wal)),
         })
     }
 
@@ -352,6 +352,7 @@ impl Store {
         Store {
             db: Db::Shared(shared),
             resolutions: Arc::default(),
+            known: Arc::default(),
         }
     }
 
@@ -557,7 +558,7 @@ impl Store {
     /// simulates (its reads overlay them, SPEC V1): one trip, one reader.
     pub fn resolve(&self, chat: &str, key: &str, person: &str) -> anyhow::Result<Resolution> {
         match &self.db {
-            Db::Home(_) => self.read(|c| resolve_in(c, &self.resolutions, chat, key, person)),
+            Db::Home(_) => self.read(|c| resolve_in(c, self, chat, key, person)),
             Db::Shared(_) => {
                 self.with(|db| resolve_shared(db, &self.resolutions, chat, key, person))
             }
@@ -599,8 +600,8 @@ impl Store {
         if let Db::Shared(_) = self.db {
             return self.run(move |s| s.resolve(&chat, &key, &person)).await;
         }
-        let resolutions = self.resolutions.clone();
-        self.read_warm(move |c| resolve_in(c, &resolutions, &chat, &key, &person))
+        let store = self.clone();
+        self.read_warm(move |c| resolve_in(c, &store, &chat, &key, &person))
             .await
     }
 
@@ -800,12 +801,14 @@ fn is_busy(e: &anyhow::Error) -> bool {
 /// [`Store::resolve`] on a reader connection the caller holds.
 fn resolve_in(
     conn: &Connection,
-    resolutions: &dispatch::Resolutions,
+    store: &Store,
     chat: &str,
     key: &str,
     person: &str,
 ) -> anyhow::Result<Resolution> {
-    let resolved = resolutions.resolve(conn, chat, key, person)?;
+    let resolved = store
+        .resolutions
+        .resolve(&store.known, conn, chat, key, person)?;
     with_overlay(conn, chat, resolved)
 }
 

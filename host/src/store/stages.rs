@@ -15,7 +15,7 @@
 //! classified and checked it before.
 
 use super::actions::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
-use super::admissions::Found;
+use super::known::Found;
 use super::sql::{Engine, Sql, args};
 use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
@@ -33,7 +33,7 @@ pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageEr
 }
 
 /// [`admit`], with what it found of the chat when it marked nothing
-/// expired, for [`super::admissions::Admissions`] to keep.
+/// expired, for [`super::known::Known`] to keep.
 fn admit_finding(db: &dyn Sql, a: &NewAction) -> Result<(RuleCoverage, Option<Found>), StageError> {
     let chat = a.chat.as_str();
     if db.engine() == Engine::Postgres {
@@ -141,7 +141,7 @@ pub enum RuleCoverage {
 /// expired ([`DUE_IN_CHAT`]), the policy epoch, whether a rule might
 /// cover the tag there ([`RuleCoverage`]), when its oldest pending action
 /// was staged, and its expiry (the last two for
-/// [`super::admissions::Admissions`]).
+/// [`super::known::Known`]).
 /// No row: no such chat. Answered from `ledger_actions_by_state` alone
 /// (schemas 8 and 10), and only from the entries it counts: one search
 /// per state and chat, never an `OR` across the two states, which would
@@ -688,12 +688,7 @@ mod tests {
     /// Whether what `store` kept would admit a stage into `chat` without
     /// asking the file.
     fn kept(store: &crate::store::Store, chat: &str) -> bool {
-        store
-            .home()
-            .unwrap()
-            .admissions
-            .admits(&new_action(chat))
-            .is_some()
+        store.known.admits(&new_action(chat)).is_some()
     }
 
     /// Another process's connection to the same file.
@@ -760,6 +755,8 @@ mod tests {
         runtime().block_on(async {
             store.stage_now(new_action("work")).await.unwrap().unwrap();
             assert!(kept(&store, "work"));
+            let epoch = store.known.epoch();
+            assert!(epoch.is_some(), "the stage's admission read the epoch");
             store.observe_now(observation("work", false)).await.unwrap();
             assert!(
                 kept(&store, "work"),
@@ -767,8 +764,10 @@ mod tests {
             );
             store.sync().await.unwrap();
             assert!(kept(&store, "work"), "nor does a barrier");
+            assert_eq!(store.known.epoch(), epoch, "nor the epoch");
             store.observe_now(observation("work", true)).await.unwrap();
             assert!(!kept(&store, "work"), "an observation that latches does");
+            assert_eq!(store.known.epoch(), None, "and what is known goes with it");
             let refused = store.stage_now(new_action("work")).await.unwrap();
             assert!(
                 matches!(refused, Err(StageError::LockedDown(_))),

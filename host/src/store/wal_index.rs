@@ -11,7 +11,7 @@
 //! The header counts every commit to the file (`iChange`), of this process
 //! or any other, and is rewritten by each one. So if the header is exactly
 //! as it was when the epoch was last read, nothing was committed since,
-//! and that epoch is the epoch now ([`crate::store::dispatch::EpochWatch`]).
+//! and that epoch is the epoch now ([`crate::store::known::Known`]).
 //!
 //! Owns: reads of the header where SQLite itself mapped it, and the
 //! [`CommitMark`]s read from it. It never writes, never locks and opens no
