@@ -12,6 +12,7 @@
 //! and the revalidation of what was recorded at staging. What it sends with
 //! (the gatekeeper's record, the credential) is what it checked.
 
+use super::Begun;
 use super::known::Known;
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::{GatekeeperRecord, Trust};
@@ -632,11 +633,11 @@ fn stage_alone(
 ) -> anyhow::Result<Result<StagedAction, StageError>> {
     let since = now_ms();
     if let Some((mark, rules)) = known.admits(a) {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = Begun::on(conn, TransactionBehavior::Immediate)?;
         // Under the write lock no other commit can come: the same mark
         // now means the same chat at the commit.
         if known.mark() == Some(mark) {
-            let id = match stages::insert(&tx, a, None, None) {
+            let id = match stages::insert(&*tx, a, None, None) {
                 Ok(id) => id,
                 Err(StageError::Store(e)) => return Err(e),
                 Err(refused) => return Ok(Err(refused)),
@@ -648,8 +649,8 @@ fn stage_alone(
     }
     let before = known.mark();
     let staged = snapshot_first(conn, |conn, begin| {
-        let tx = conn.transaction_with_behavior(begin)?;
-        match stages::stage_finding(&tx, a) {
+        let tx = Begun::on(conn, begin)?;
+        match stages::stage_finding(&*tx, a) {
             Ok(staged) => {
                 tx.commit()?;
                 Ok(Ok(staged))

@@ -11,6 +11,7 @@
 
 use super::registry::GatekeeperRecord;
 use super::sql::{Sql, args};
+use super::Begun;
 use super::known::{Known, epoch_in};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
@@ -233,20 +234,10 @@ impl Resolutions {
         if let Some(r) = self.kept_at(&call, known.epoch_now(conn)?) {
             return Ok(Ok(r));
         }
-        conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
-        let read = epoch_in(conn)
-            .map_err(anyhow::Error::from)
-            .and_then(|epoch| Ok((epoch, resolve(conn, chat, key, person)?)));
-        let ended = conn
-            .prepare_cached("COMMIT")
-            .and_then(|mut st| st.execute([]));
-        if !conn.is_autocommit() {
-            // A reader left inside its transaction would read this
-            // snapshot, and this epoch, for ever after.
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        let (epoch, resolved) = read?;
-        ended?;
+        let tx = Begun::on(conn, rusqlite::TransactionBehavior::Deferred)?;
+        let epoch = epoch_in(&tx)?;
+        let resolved = resolve(&*tx, chat, key, person)?;
+        tx.commit()?;
         let resolved = resolved.map(Arc::new);
         if let Ok(r) = &resolved {
             self.keep(call, epoch, r);

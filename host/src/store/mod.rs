@@ -212,6 +212,52 @@ pub(crate) struct Home {
     _checkpoints: checkpoint::Checkpoints,
 }
 
+/// A transaction on one of the home's connections, begun and ended by
+/// statements the connection keeps compiled: rusqlite's `Transaction`
+/// runs its `BEGIN` and `COMMIT` through `execute_batch`, which compiles
+/// them again every time, a few µs of every stage and resolution (issue
+/// 17). Dropped uncommitted, it rolls back: a connection is never left
+/// inside a transaction, where it would read one snapshot for ever after.
+pub(super) struct Begun<'c> {
+    conn: &'c Connection,
+}
+
+impl<'c> Begun<'c> {
+    /// Begin a transaction on `conn`, as `behavior` says.
+    pub(super) fn on(
+        conn: &'c Connection,
+        behavior: rusqlite::TransactionBehavior,
+    ) -> rusqlite::Result<Begun<'c>> {
+        let begin = match behavior {
+            rusqlite::TransactionBehavior::Deferred => "BEGIN DEFERRED",
+            rusqlite::TransactionBehavior::Immediate => "BEGIN IMMEDIATE",
+            _ => "BEGIN EXCLUSIVE",
+        };
+        conn.prepare_cached(begin)?.execute([])?;
+        Ok(Begun { conn })
+    }
+
+    /// Commit it; if the commit fails, it is rolled back.
+    pub(super) fn commit(self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([]).map(drop)
+    }
+}
+
+impl std::ops::Deref for Begun<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
 /// The device and inode of a file, where the platform has them.
 fn identity(path: &Path) -> Option<(u64, u64)> {
     #[cfg(unix)]
