@@ -13,8 +13,8 @@
 //! (the gatekeeper's record, the credential) is what it checked.
 
 use super::Begun;
-use super::known::Known;
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
+use super::known::Known;
 use super::registry::{GatekeeperRecord, Trust};
 use super::sql::{Engine, Row, Sql, args};
 use super::stages::{self, StagedAction};

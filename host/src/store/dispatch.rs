@@ -9,10 +9,10 @@
 //! credential rule is `crate::principal::choose_credential`, the
 //! classification `crate::classify`.
 
-use super::registry::GatekeeperRecord;
-use super::sql::{Sql, args};
 use super::Begun;
 use super::known::{Known, epoch_in};
+use super::registry::GatekeeperRecord;
+use super::sql::{Sql, args};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
 use rusqlite::Connection;

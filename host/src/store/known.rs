@@ -34,8 +34,8 @@ use super::actions::{NewAction, action_tag};
 use super::stages::RuleCoverage;
 use super::wal_index::{CommitMark, WalIndex};
 use super::{MAX_OPEN_ACTIONS, now_ms};
-use std::collections::HashMap;
 use rusqlite::Connection;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How many chats are kept before what is kept starts over.

@@ -166,10 +166,7 @@ impl Store {
             return self.run(move |s| s.observe(&o)).await;
         }
         let store = self.clone();
-        self.run_now(move |c| {
-            observe_in(c, &store.known, &o)
-        })
-        .await
+        self.run_now(move |c| observe_in(c, &store.known, &o)).await
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
