@@ -1220,3 +1220,52 @@ mod upgrade {
         assert!(action(None).is_err(), "an action has a state");
     }
 }
+
+/// [`Begun`] never leaves a connection inside a transaction: neither when
+/// dropped uncommitted nor when its commit fails (SQLite keeps a
+/// transaction open after a COMMIT refused for a deferred constraint).
+#[cfg(test)]
+mod begun {
+    use super::Begun;
+    use rusqlite::{Connection, TransactionBehavior};
+
+    fn db() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             CREATE TABLE p (id INTEGER PRIMARY KEY);
+             CREATE TABLE c (p INTEGER REFERENCES p (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn count(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM c", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_transaction_dropped_or_refused_at_its_commit_is_rolled_back() {
+        let conn = db();
+        {
+            let tx = Begun::on(&conn, TransactionBehavior::Immediate).unwrap();
+            tx.execute("INSERT INTO p (id) VALUES (1)", []).unwrap();
+            tx.execute("INSERT INTO c (p) VALUES (1)", []).unwrap();
+        }
+        assert!(conn.is_autocommit(), "dropped uncommitted: rolled back");
+        assert_eq!(count(&conn), 0);
+
+        let tx = Begun::on(&conn, TransactionBehavior::Deferred).unwrap();
+        tx.execute("INSERT INTO c (p) VALUES (7)", []).unwrap();
+        assert!(tx.commit().is_err(), "no parent 7: the commit is refused");
+        assert!(conn.is_autocommit(), "and the transaction rolled back");
+        assert_eq!(count(&conn), 0);
+
+        let tx = Begun::on(&conn, TransactionBehavior::Immediate).unwrap();
+        tx.execute("INSERT INTO p (id) VALUES (1)", []).unwrap();
+        tx.execute("INSERT INTO c (p) VALUES (1)", []).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(count(&conn), 1);
+    }
+}
