@@ -188,6 +188,7 @@ fn main() {
     // size), beside the same stage. No goal: it shows what of the stage
     // is the row a stage must keep, and what is the kernel's own.
     let row = SameRow::of(&w, staged[0]);
+    reject(&rt, &w.kernel, &std::mem::take(&mut staged));
     let (k, b) = alternate(
         rounds,
         20,
