@@ -8,7 +8,7 @@
 //! | read (one, from host) | `Kernel::call` of `echo` | the gatekeeper called bare, plus one bare WAL commit | ≤ 1.5× |
 //! | stage | `Kernel::call` of a write to `pending`, durable | one bare INSERT+COMMIT at `synchronous=FULL` | ≤ 1.2× |
 //! | stage vs its own row (no goal) | the same stage | that stage's ledger row, inserted and committed bare at FULL in a copy of the kernel's file | shows the row's share |
-//! | stage ×64 | 64 concurrent stagers in 64 chats, actions/s | bare FULL commits/s, one per row | ≥ 2× (throughput) |
+//! | stage ×64 | 64 concurrent stagers in 64 chats, actions/s (the median of five rounds) | bare FULL commits/s, one per row (likewise) | ≥ 2× (throughput) |
 //! | turn 1 read + 3 writes | p50 of a whole gadget turn | the same turn on the bare host, one observation commit and three rows, the last fsynced (the floor, reported beside it) | < 0.5 ms |
 //! | turn, writes key one allows | the same turn, its writes of a vetted gatekeeper's auto-approvable tool, no rule enabled | — | < 0.5 ms |
 //! | stage, 50,000 pending | staging with 1,000 chats × 50 pending stored | staging in an empty store | ≤ 1.2× |
@@ -213,20 +213,27 @@ fn main() {
     // 64 concurrent stagers in 64 chats.
     let chats = stage_chats(&w, "c", 64);
     let per_chat = if quick { 10 } else { 40 };
-    let started = Instant::now();
-    let ids = stage_concurrently(&rt, &w.kernel, &chats, per_chat);
-    let kernel_rate = ids.len() as f64 / started.elapsed().as_secs_f64();
-    reject(&rt, &w.kernel, &ids);
-    let n = 200;
-    let started = Instant::now();
-    for _ in 0..n {
-        baseline_db.commit_durable();
+    // Five rounds of the 64 stagers, then the bare commits, and the median
+    // rate of each: a round lasts a few tens of milliseconds, and a moment
+    // of the machine's noise in a round timed once moved the ratio from
+    // 5× to 2×.
+    let (mut kernel_rates, mut bare_rates) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let started = Instant::now();
+        let ids = stage_concurrently(&rt, &w.kernel, &chats, per_chat);
+        kernel_rates.push(ids.len() as f64 / started.elapsed().as_secs_f64());
+        reject(&rt, &w.kernel, &ids);
+        let n = 200;
+        let started = Instant::now();
+        for _ in 0..n {
+            baseline_db.commit_durable();
+        }
+        bare_rates.push(n as f64 / started.elapsed().as_secs_f64());
     }
-    let bare_rate = n as f64 / started.elapsed().as_secs_f64();
     table.throughput(
         "stage ×64 concurrent (actions/s)",
-        kernel_rate,
-        bare_rate,
+        median_rate(&mut kernel_rates),
+        median_rate(&mut bare_rates),
         "≥ 2×",
         2.0,
     );
@@ -1087,6 +1094,11 @@ fn alternate(rounds: usize, per: usize, mut a: impl FnMut(), mut b: impl FnMut()
         tb.push(t.elapsed() / per as u32);
     }
     (median(&mut ta).as_secs_f64(), median(&mut tb).as_secs_f64())
+}
+
+fn median_rate(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn median(v: &mut [Duration]) -> Duration {
