@@ -8,6 +8,7 @@
 //! | read (one, from host) | `Kernel::call` of `echo` | the gatekeeper called bare, plus one bare WAL commit | ≤ 1.5× |
 //! | stage | `Kernel::call` of a write to `pending`, durable | one bare INSERT+COMMIT at `synchronous=FULL` | ≤ 1.2× |
 //! | stage vs its own row (no goal) | the same stage | that stage's ledger row, inserted and committed bare at FULL in a copy of the kernel's file | shows the row's share |
+//! | its own row vs without its facts (no goal) | that row, committed bare | the same row with no facts, committed bare | shows the facts' share |
 //! | stage ×64 | 64 concurrent stagers in 64 chats, actions/s (the median of five rounds) | bare FULL commits/s, one per row (likewise) | ≥ 2× (throughput) |
 //! | turn 1 read + 3 writes | p50 of a whole gadget turn | the same turn on the bare host, one observation commit and three rows, the last fsynced (the floor, reported beside it) | < 0.5 ms |
 //! | turn, writes key one allows | the same turn, its writes of a vetted gatekeeper's auto-approvable tool, no rule enabled | — | < 0.5 ms |
@@ -187,7 +188,8 @@ fn main() {
     // kernel's file (its columns and their CHECKs, its index, its page
     // size), beside the same stage. No goal: it shows what of the stage
     // is the row a stage must keep, and what is the kernel's own.
-    let row = SameRow::of(&w, staged[0]);
+    let row = SameRow::of(&w, staged[0], Facts::Kept);
+    let without_facts = SameRow::of(&w, staged[0], Facts::Left);
     reject(&rt, &w.kernel, &std::mem::take(&mut staged));
     let (k, b) = alternate(
         rounds,
@@ -204,6 +206,16 @@ fn main() {
         k,
         b,
         "no goal: the row's share of the stage row",
+    );
+    // And what of that row is its facts (SPEC P7: about 370 of its 590
+    // bytes, four fingerprints with their names): the same row committed
+    // without them, beside it.
+    let (with, without) = alternate(rounds, 20, || row.commit(), || without_facts.commit());
+    table.beside(
+        "its own row vs that row without its facts (bare, FULL)",
+        with,
+        without,
+        "no goal: the facts' share of the row",
     );
     if only_stage {
         table.print();
@@ -959,8 +971,14 @@ struct SameRow {
     _dir: tempfile::TempDir,
 }
 
+/// Whether [`SameRow`] keeps the staged row's facts, or leaves them out.
+enum Facts {
+    Kept,
+    Left,
+}
+
 impl SameRow {
-    fn of(w: &World, id: i64) -> SameRow {
+    fn of(w: &World, id: i64, facts: Facts) -> SameRow {
         let dir = tempfile::tempdir().expect("dir");
         let copy = dir.path().join("copy.db");
         let source = rusqlite::Connection::open(w.home().join("gatehouse.db")).expect("db");
@@ -971,13 +989,17 @@ impl SameRow {
             .prepare("SELECT name FROM pragma_table_info('ledger') WHERE name <> 'id'")
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .expect("ledger columns");
-        let values: Vec<rusqlite::types::Value> = source
+        let mut values: Vec<rusqlite::types::Value> = source
             .query_row(
                 &format!("SELECT {} FROM ledger WHERE id = ?1", columns.join(", ")),
                 [id],
                 |r| (0..columns.len()).map(|i| r.get(i)).collect(),
             )
             .expect("the staged row");
+        if let Facts::Left = facts {
+            let at = columns.iter().position(|c| c == "facts").expect("facts");
+            values[at] = rusqlite::types::Value::Null;
+        }
         let conn = rusqlite::Connection::open(&copy).expect("the copy");
         conn.pragma_update(None, "journal_mode", "WAL")
             .expect("wal");
