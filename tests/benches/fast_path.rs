@@ -176,10 +176,7 @@ fn main() {
     let (k, b) = alternate(
         rounds,
         20,
-        || {
-            let turn = &stage_turns[staged.len() % stage_turns.len()];
-            staged.push(stage(&rt, &w.kernel, turn));
-        },
+        || stage_next(&rt, &w.kernel, &stage_turns, &mut staged),
         || baseline_db.commit_durable(),
     );
     table.ratio("stage (synchronous=FULL)", k, b, "≤ 1.2×", 1.2);
@@ -194,10 +191,7 @@ fn main() {
     let (k, b) = alternate(
         rounds,
         20,
-        || {
-            let turn = &stage_turns[staged.len() % stage_turns.len()];
-            staged.push(stage(&rt, &w.kernel, turn));
-        },
+        || stage_next(&rt, &w.kernel, &stage_turns, &mut staged),
         || row.commit(),
     );
     reject(&rt, &w.kernel, &staged);
@@ -547,6 +541,13 @@ async fn stage_async(k: &Kernel, turn: &Turn) -> i64 {
         Ok(CallOutcome::Pending(p)) => p.action_id as i64,
         other => panic!("expected pending, got {other:?}"),
     }
+}
+
+/// Stage one more write into the next of `turns` (round robin), and note
+/// its id in `staged`.
+fn stage_next(rt: &tokio::runtime::Runtime, k: &Kernel, turns: &[Turn], staged: &mut Vec<i64>) {
+    let turn = &turns[staged.len() % turns.len()];
+    staged.push(stage(rt, k, turn));
 }
 
 /// A turn of `bench` in each of `count` new chats ([`stage_chats`]).

@@ -321,6 +321,19 @@ mod tests {
     use super::*;
     use crate::principal::Principal;
 
+    /// Stage into `chat` both ways a process stages: through the group
+    /// commit ([`Store::stage`](crate::store::Store::stage)) and in place
+    /// ([`Store::stage_now`](crate::store::Store::stage_now)); the two answers.
+    async fn stage_both_ways(
+        store: &crate::store::Store,
+        chat: &str,
+    ) -> [Result<StagedAction, StageError>; 2] {
+        [
+            store.stage(new_action(chat)).await,
+            store.stage_now(new_action(chat)).await.unwrap(),
+        ]
+    }
+
     fn new_action(chat: &str) -> NewAction {
         NewAction {
             chat: chat.to_owned(),
@@ -642,16 +655,12 @@ mod tests {
             // A stage waiting for the lock would wait the busy timeout
             // (30 s) and fail: these answer well inside it.
             let started = std::time::Instant::now();
-            let refused = store.stage(new_action("full")).await;
-            assert!(
-                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
-                "{refused:?}"
-            );
-            let refused = store.stage_now(new_action("full")).await.unwrap();
-            assert!(
-                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
-                "{refused:?}"
-            );
+            for refused in stage_both_ways(&store, "full").await {
+                assert!(
+                    matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                    "{refused:?}"
+                );
+            }
             assert!(
                 started.elapsed() < std::time::Duration::from_secs(15),
                 "the refusals waited for the write lock: {:?}",
@@ -790,16 +799,12 @@ mod tests {
             for _ in 1..MAX_OPEN_ACTIONS {
                 insert(&other, &new_action("full"), None, None).unwrap();
             }
-            let refused = store.stage(new_action("full")).await;
-            assert!(
-                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
-                "{refused:?}"
-            );
-            let refused = store.stage_now(new_action("full")).await.unwrap();
-            assert!(
-                matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
-                "{refused:?}"
-            );
+            for refused in stage_both_ways(&store, "full").await {
+                assert!(
+                    matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                    "{refused:?}"
+                );
+            }
 
             // Filled while this process's stage waits for the write lock:
             // what it learned before it waited no longer holds once it has
@@ -843,16 +848,12 @@ mod tests {
             other
                 .execute("UPDATE chats SET latched = 1 WHERE name = 'shut'", [])
                 .unwrap();
-            let refused = store.stage_now(new_action("shut")).await.unwrap();
-            assert!(
-                matches!(refused, Err(StageError::LockedDown(_))),
-                "{refused:?}"
-            );
-            let refused = store.stage(new_action("shut")).await;
-            assert!(
-                matches!(refused, Err(StageError::LockedDown(_))),
-                "{refused:?}"
-            );
+            for refused in stage_both_ways(&store, "shut").await {
+                assert!(
+                    matches!(refused, Err(StageError::LockedDown(_))),
+                    "{refused:?}"
+                );
+            }
         });
         assert_eq!(
             store.read(|c| open_count(c, "full")).unwrap(),
