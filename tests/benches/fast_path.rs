@@ -8,6 +8,8 @@
 //! | read (one, from host) | `Kernel::call` of `echo` | the gatekeeper called bare, plus one bare WAL commit | ≤ 1.5× |
 //! | stage | `Kernel::call` of a write to `pending`, durable | one bare INSERT+COMMIT at `synchronous=FULL` | ≤ 1.2× |
 //! | stage vs its own row (no goal) | the same stage | that stage's ledger row, inserted and committed bare at FULL in a copy of the kernel's file | shows the row's share |
+//! | its own row vs the bare row (no goal) | that row, committed bare | the stage row's bare commit | shows the floor of the stage row |
+//! | stage, time on a CPU only (no goal) | the same stage, timed by the calling thread's time on a CPU (`/proc/thread-self/schedstat`: its system calls in, the wait for the disk out) | the bare commit, timed the same way | shows the kernel's work apart from the disk's |
 //! | its own row vs without its facts (no goal) | that row, committed bare | the same row with no facts, committed bare | shows the facts' share |
 //! | stage ×64 | 64 concurrent stagers in 64 chats, actions/s (the median of five rounds) | bare FULL commits/s, one per row (likewise) | ≥ 2× (throughput) |
 //! | turn 1 read + 3 writes | p50 of a whole gadget turn | the same turn on the bare host, one observation commit and three rows, the last fsynced (the floor, reported beside it) | < 0.5 ms |
@@ -194,12 +196,38 @@ fn main() {
         || stage_next(&rt, &w.kernel, &stage_turns, &mut staged),
         || row.commit(),
     );
-    reject(&rt, &w.kernel, &staged);
+    reject(&rt, &w.kernel, &std::mem::take(&mut staged));
     table.beside(
         "stage vs its own ledger row committed bare (FULL)",
         k,
         b,
         "no goal: the row's share of the stage row",
+    );
+    // The row alone against the bare row of the stage row: what a stage
+    // costs before any work of the kernel's, on this machine.
+    let (own, bare_row) = alternate(rounds, 20, || row.commit(), || baseline_db.commit_durable());
+    table.beside(
+        "its own row vs the bare row (both bare, FULL)",
+        own,
+        bare_row,
+        "no goal: the floor of the stage row",
+    );
+    // The stage row again, timing only the calling thread's time on a CPU
+    // (its system calls included, the wait for the disk not): the kernel's
+    // own work, apart from how long the disk takes with what it commits.
+    let (k, b) = alternate_on(
+        Clock::OnCpu,
+        rounds,
+        20,
+        || stage_next(&rt, &w.kernel, &stage_turns, &mut staged),
+        || baseline_db.commit_durable(),
+    );
+    reject(&rt, &w.kernel, &std::mem::take(&mut staged));
+    table.beside(
+        "stage vs bare commit, time on a CPU only (FULL)",
+        k,
+        b,
+        "no goal: the kernel's work without the disk's wait",
     );
     // And what of that row is its facts (SPEC P7: about 370 of its 590
     // bytes, four fingerprints with their names): the same row committed
@@ -1102,19 +1130,59 @@ fn bare_reads(rt: &tokio::runtime::Runtime, bare: &Bare, db: &Arc<BareDb>, reads
 
 /// Run `a` and `b` in alternation, `per` times each per round, and return
 /// the median seconds per call of each.
-fn alternate(rounds: usize, per: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+fn alternate(rounds: usize, per: usize, a: impl FnMut(), b: impl FnMut()) -> (f64, f64) {
+    alternate_on(Clock::Wall, rounds, per, a, b)
+}
+
+/// What [`alternate_on`] times: the time that passed, or only the time
+/// the calling thread spent on a CPU (its own code and the system calls
+/// it made, not the wait for the disk: `/proc/thread-self/schedstat`).
+#[derive(Clone, Copy)]
+enum Clock {
+    Wall,
+    OnCpu,
+}
+
+impl Clock {
+    fn now(self, since: Instant) -> Duration {
+        match self {
+            Clock::Wall => since.elapsed(),
+            Clock::OnCpu => {
+                let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
+                    .expect("this thread's scheduler statistics (Linux)");
+                let ns = stat
+                    .split_whitespace()
+                    .next()
+                    .and_then(|ns| ns.parse().ok())
+                    .expect("the time on a CPU, in nanoseconds");
+                Duration::from_nanos(ns)
+            }
+        }
+    }
+}
+
+/// `rounds` rounds of `per` calls of `a`, each followed by `per` of `b`:
+/// the median over rounds of each one's time per call, as `clock` tells it.
+fn alternate_on(
+    clock: Clock,
+    rounds: usize,
+    per: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (f64, f64) {
+    let since = Instant::now();
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let t = Instant::now();
+        let t = clock.now(since);
         for _ in 0..per {
             a();
         }
-        ta.push(t.elapsed() / per as u32);
-        let t = Instant::now();
+        ta.push((clock.now(since) - t) / per as u32);
+        let t = clock.now(since);
         for _ in 0..per {
             b();
         }
-        tb.push(t.elapsed() / per as u32);
+        tb.push((clock.now(since) - t) / per as u32);
     }
     (median(&mut ta).as_secs_f64(), median(&mut tb).as_secs_f64())
 }
