@@ -190,13 +190,9 @@ fn main() {
     let row = SameRow::of(&w, staged[0], Facts::Kept);
     let without_facts = SameRow::of(&w, staged[0], Facts::Left);
     reject(&rt, &w.kernel, &std::mem::take(&mut staged));
-    let (k, b) = alternate(
-        rounds,
-        20,
-        || stage_next(&rt, &w.kernel, &stage_turns, &mut staged),
-        || row.commit(),
-    );
-    reject(&rt, &w.kernel, &std::mem::take(&mut staged));
+    let (k, b) = stages_beside(&rt, &w.kernel, &stage_turns, Clock::Wall, rounds, || {
+        row.commit()
+    });
     table.beside(
         "stage vs its own ledger row committed bare (FULL)",
         k,
@@ -215,14 +211,9 @@ fn main() {
     // The stage row again, timing only the calling thread's time on a CPU
     // (its system calls included, the wait for the disk not): the kernel's
     // own work, apart from how long the disk takes with what it commits.
-    let (k, b) = alternate_on(
-        Clock::OnCpu,
-        rounds,
-        20,
-        || stage_next(&rt, &w.kernel, &stage_turns, &mut staged),
-        || baseline_db.commit_durable(),
-    );
-    reject(&rt, &w.kernel, &std::mem::take(&mut staged));
+    let (k, b) = stages_beside(&rt, &w.kernel, &stage_turns, Clock::OnCpu, rounds, || {
+        baseline_db.commit_durable()
+    });
     table.beside(
         "stage vs bare commit, time on a CPU only (FULL)",
         k,
@@ -576,6 +567,29 @@ async fn stage_async(k: &Kernel, turn: &Turn) -> i64 {
 fn stage_next(rt: &tokio::runtime::Runtime, k: &Kernel, turns: &[Turn], staged: &mut Vec<i64>) {
     let turn = &turns[staged.len() % turns.len()];
     staged.push(stage(rt, k, turn));
+}
+
+/// Stages spread over `turns` ([`stage_next`]) alternated with
+/// `baseline`, 20 of each per round, timed by `clock`; the stages are
+/// rejected afterwards, untimed, so that the chats are empty again.
+fn stages_beside(
+    rt: &tokio::runtime::Runtime,
+    k: &Kernel,
+    turns: &[Turn],
+    clock: Clock,
+    rounds: usize,
+    baseline: impl FnMut(),
+) -> (f64, f64) {
+    let mut staged = Vec::new();
+    let times = alternate_on(
+        clock,
+        rounds,
+        20,
+        || stage_next(rt, k, turns, &mut staged),
+        baseline,
+    );
+    reject(rt, k, &staged);
+    times
 }
 
 /// A turn of `bench` in each of `count` new chats ([`stage_chats`]).
