@@ -6,6 +6,9 @@
 //! |---|---|---|---|
 //! | read (turn of 50) | a `script` turn of 50 `echo` reads through the kernel, each recorded | the same turn on the bare forwarding host (`gatehouse_e2e::bare`) plus 50 bare WAL commits | ≤ 1.5× |
 //! | read (one, from host) | `Kernel::call` of `echo` | the gatekeeper called bare, plus one bare WAL commit | ≤ 1.5× |
+//! | read vs Extism | `Kernel::call` of `echo` | the Extism peer's plugin → host → plugin round trip, both plugins live (`tests/peers/extism`, when `GATEHOUSE_EXTISM_PEER` names it) | < 1× |
+//! | the read's baseline vs Extism (no goal) | the bare host's call plus one bare WAL commit | the Extism round trip | shows the floor of the Extism row |
+//! | one bare WAL commit vs Extism (no goal) | one bare WAL commit (`synchronous=NORMAL`) | the Extism round trip | shows what O1's commit alone costs against it |
 //! | stage | `Kernel::call` of a write to `pending`, durable | one bare INSERT+COMMIT at `synchronous=FULL` | ≤ 1.2× |
 //! | stage vs its own row (no goal) | the same stage | that stage's ledger row, inserted and committed bare at FULL in a copy of the kernel's file | shows the row's share |
 //! | its own row vs the bare row (no goal) | that row, committed bare | the stage row's bare commit | shows the floor of the stage row |
@@ -127,6 +130,24 @@ fn main() {
                 extism,
                 "< 1× (faster)",
                 1.0,
+            );
+            // What any read that keeps SPEC O1 (its observation committed
+            // before its data) on a fresh gatekeeper instance per call
+            // (DESIGN) costs before the kernel's own work, against the
+            // same round trip: the read's own baseline, and its commit
+            // alone.
+            let (commit, _) = alternate(rounds, 50, || baseline_db.commit_observation(), || {});
+            table.beside(
+                "the read's baseline (bare host + bare WAL commit) vs Extism",
+                b,
+                extism,
+                "no goal: the floor of the Extism row",
+            );
+            table.beside(
+                "one bare WAL commit alone vs Extism",
+                commit,
+                extism,
+                "no goal: O1's commit alone",
             );
         }
 
