@@ -782,6 +782,14 @@ fn drain_time(rt: &tokio::runtime::Runtime, n: usize) -> Duration {
     fill(&w, seed, n / 50 - 1, 50);
     // With the seed chat's 49 more: `n` in all.
     fill_chat(&w, seed, "seed", 49);
+    // What the fill and the rows before wrote is on the disk before the
+    // drain is timed: otherwise the drain's fsyncs wait for it too, and
+    // the larger fill (ten times the rows) weighs on its own drain more.
+    let synced = std::process::Command::new("sync").status();
+    assert!(
+        synced.as_ref().is_ok_and(|s| s.success()),
+        "sync: {synced:?}"
+    );
     let started = Instant::now();
     let report = rt
         .block_on(w.kernel.add_rule("bench", "issues:addLabel", None))
