@@ -3,6 +3,12 @@
 //! [`classify`] is the only function in Gatehouse that reads tool
 //! annotations. Everything else asks it. It may not look at tool names,
 //! descriptions or arguments: a read-like name means nothing (K2).
+//!
+//! It is also the one place that says where a guest's claim about itself
+//! is believed beyond read vs action (SPEC P9): a claim that would loosen a
+//! guarantee (a read that says it stays in a closed world, a service that
+//! says it honours idempotency keys) counts only where key one holds for
+//! its gatekeeper, i.e. an operator vouched for it ([`vouched`]).
 
 // The manifest's types, at the paths surfaces have always used.
 use crate::manifest::Trust;
@@ -46,9 +52,11 @@ pub struct Classification {
     /// Key one of two for auto-approval (SPEC K3); key two is a person's rule.
     pub auto_approvable: bool,
     /// The call may reach beyond a closed service (an outbound fetch):
-    /// true unless the gatekeeper declared `open-world` exactly `false`.
-    /// A locked-down chat refuses such reads (SPEC O3), so the safe default
-    /// is "outbound".
+    /// true unless the gatekeeper declared `open-world` exactly `false`
+    /// *and* an operator vouched for it (key one, SPEC P9). A locked-down
+    /// chat refuses such reads (SPEC O3), so the safe default is
+    /// "outbound": a `byo` gatekeeper's or a remote MCP server's word that
+    /// a read stays inside is not enough to let it run under the latch.
     pub outbound: bool,
     /// Whose word the verdict rests on; recorded on the ledger (K4).
     pub classified_by: ClassifiedBy,
@@ -59,12 +67,14 @@ pub struct Classification {
 /// - read iff `read-only` is present and exactly `true` (K2);
 /// - auto-approvable iff an action, the tier is `vetted`, `destructive` is
 ///   exactly `false` and `idempotent` exactly `true` (K3);
-/// - outbound unless `open-world` is exactly `false` (used by O3).
+/// - outbound unless `open-world` is exactly `false` and the tier is
+///   `vetted` (used by O3; SPEC P9: a guest's claim that loosens the latch
+///   needs key one).
 ///
 /// Callers pass the tier read at the moment of use, so revoking `vetted`
 /// takes effect at the next call.
 pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
-    let outbound = annotations.open_world != Some(false);
+    let outbound = !(vouched(trust) && annotations.open_world == Some(false));
     if annotations.read_only == Some(true) {
         return Classification {
             kind: Kind::Read,
@@ -76,11 +86,35 @@ pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
     Classification {
         kind: Kind::Action,
         outbound,
-        auto_approvable: trust == Trust::Vetted
+        auto_approvable: vouched(trust)
             && annotations.destructive == Some(false)
             && annotations.idempotent == Some(true),
         classified_by: ClassifiedBy::Default,
     }
+}
+
+/// Key one for a gatekeeper: an operator vouched for it (`vetted`). A
+/// guest's own claims that would loosen a guarantee are believed only
+/// under it (SPEC K3 for auto-approval, P9 for re-sends and the latch).
+/// Read at each use, so revoking `vetted` takes effect at the next call.
+pub fn vouched(trust: Trust) -> bool {
+    trust == Trust::Vetted
+}
+
+/// Whether an interrupted send of `tool` may be re-sent under its
+/// idempotency key instead of failed (SPEC P9): all three must hold,
+/// - key one: an operator vouched for the gatekeeper ([`vouched`]);
+/// - the gatekeeper declares that the tool's service honours the key
+///   (`honours-idempotency-key`);
+/// - the operator stated, for this instance, that the service honours keys
+///   (`--set idempotency-key=honoured`,
+///   [`crate::idempotency::operator_says_honoured`]).
+///
+/// A guest's declaration alone is never enough: a `byo` gatekeeper (or a
+/// vetted one in front of a service nobody vouched for) that declares it
+/// against a service ignoring keys would turn one approval into two sends.
+pub fn resend_believed(tool: &Tool, trust: Trust, operator_says_honoured: bool) -> bool {
+    vouched(trust) && tool.honours_idempotency_key && operator_says_honoured
 }
 
 /// Why key one of auto-approval does not hold for a tool at a tier, in
@@ -95,7 +129,7 @@ pub fn key_one_missing(annotations: &Annotations, trust: Trust) -> Option<String
         return Some("it is a read: reads need no approval".into());
     }
     let mut why = Vec::new();
-    if trust != Trust::Vetted {
+    if !vouched(trust) {
         why.push("the gatekeeper is not vetted (an operator must vouch for it: `gatehouse gatekeeper trust NAME vetted`)".to_owned());
     }
     if annotations.destructive != Some(false) {
@@ -156,6 +190,30 @@ mod tests {
     }
 
     #[test]
+    fn a_re_send_needs_key_one_the_declaration_and_the_operator_s_word() {
+        let tool = |honours: bool| Tool {
+            reverted_by: None,
+            honours_idempotency_key: honours,
+            name: "createIssue".into(),
+            description: String::new(),
+            input_schema: "{}".into(),
+            annotations: ann(None, None, None),
+        };
+        assert!(resend_believed(&tool(true), Trust::Vetted, true));
+        for (honours, trust, operator) in [
+            (true, Trust::Byo, true),
+            (false, Trust::Vetted, true),
+            (true, Trust::Vetted, false),
+            (false, Trust::Byo, false),
+        ] {
+            assert!(
+                !resend_believed(&tool(honours), trust, operator),
+                "{honours} {trust:?} {operator}"
+            );
+        }
+    }
+
+    #[test]
     fn only_an_explicit_true_makes_a_read() {
         assert_eq!(
             classify(&ann(Some(true), None, None), Trust::Byo).kind,
@@ -180,13 +238,17 @@ mod tests {
         ] {
             assert!(!classify(&ann(None, d, i), Trust::Vetted).auto_approvable);
         }
-        // Only an explicit closed world is not outbound.
+        // Only an explicit closed world, vouched for, is not outbound.
         let closed = Annotations {
             open_world: Some(false),
             ..ann(Some(true), None, None)
         };
-        assert!(!classify(&closed, Trust::Byo).outbound);
-        assert!(classify(&ann(Some(true), None, None), Trust::Byo).outbound);
+        assert!(!classify(&closed, Trust::Vetted).outbound);
+        assert!(
+            classify(&closed, Trust::Byo).outbound,
+            "a byo claim loosens nothing (P9)"
+        );
+        assert!(classify(&ann(Some(true), None, None), Trust::Vetted).outbound);
         // A read is never "auto-approved": it needs no approval at all.
         assert!(
             !classify(&ann(Some(true), Some(false), Some(true)), Trust::Vetted).auto_approvable

@@ -18,7 +18,14 @@
 //! restored from an old backup hands out an id again. The key names; it
 //! grants nothing: a service learns no secret from it.
 //!
-//! Owns the derivation only; the send path (`crate::overseer`) uses it.
+//! Whether an interrupted send may be re-sent under its key is not the
+//! guest's word alone (SPEC P9): a gatekeeper that declares
+//! `honours-idempotency-key` is believed only where an operator vouched for
+//! it (key one, `vetted`) *and* stated, for this instance, that its service
+//! honours keys ([`SETTING`] `=` `honoured`). That verdict is
+//! [`crate::classify::resend_believed`]'s; this module owns the key's
+//! derivation and the operator's statement, and decides nothing else. The
+//! send path (`crate::overseer`) and recovery (`crate::store`) use them.
 
 use crate::store::Action;
 use hmac::{Hmac, Mac as _};
@@ -26,6 +33,38 @@ use sha2::Sha256;
 
 /// The deployment secret's name in the state database.
 pub const SECRET: &str = "idempotency";
+
+/// The operator setting (`gatekeeper add ... --set idempotency-key=VALUE`)
+/// that states whether the instance's service honours idempotency keys.
+/// The same setting is handed to the gatekeeper, so a bundled one declares
+/// and sends keys exactly when the operator stated it.
+pub const SETTING: &str = "idempotency-key";
+
+/// What [`SETTING`] may say: the service honours keys (either spelling),
+/// or it does not. Anything else is refused when the instance is added,
+/// so a typo never reads as either.
+const HONOURED: [&str; 2] = ["honoured", "honored"];
+const IGNORED: &str = "ignored";
+
+/// Whether the operator stated, in `settings`, that the instance's service
+/// honours idempotency keys. Absent means no: the safe reading (P3).
+pub fn operator_says_honoured(settings: &[(String, String)]) -> bool {
+    settings
+        .iter()
+        .any(|(k, v)| k == SETTING && HONOURED.contains(&v.as_str()))
+}
+
+/// Refuse a value of [`SETTING`] that says neither yes nor no, in one line.
+pub fn check_setting(settings: &[(String, String)]) -> anyhow::Result<()> {
+    for (k, v) in settings {
+        if k == SETTING && !HONOURED.contains(&v.as_str()) && v != IGNORED {
+            anyhow::bail!(
+                "--set {SETTING}={v:?} is not understood: say {SETTING}=honoured when the service applies a request repeated under one Idempotency-Key at most once, or {SETTING}=ignored (the default) when it does not"
+            );
+        }
+    }
+    Ok(())
+}
 
 /// The idempotency key of every send of `a`, under this deployment's
 /// `secret`.

@@ -57,8 +57,11 @@ impl World {
     }
 
     fn build(limits: Limits, tokens: &[&str]) -> World {
+        World::build_before(limits, World::tracker(tokens, Keys::Honoured))
+    }
+
+    fn build_before(limits: Limits, tracker: Tracker) -> World {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let tracker = World::tracker(tokens);
         let kernel = Kernel::open(Home::at(dir.path()), limits).expect("the kernel opens");
         World {
             dir,
@@ -72,13 +75,17 @@ impl World {
     /// `url` (migrated to the schema here); its home keeps only this
     /// host's compiled components. Needs a multi-threaded runtime.
     pub async fn shared(url: &str) -> World {
+        World::shared_before(url, Keys::Honoured).await
+    }
+
+    async fn shared_before(url: &str, keys: Keys) -> World {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let o = cli_command(dir.path(), &["db", "migrate"])
             .env("GATEHOUSE_DATABASE_URL", url)
             .output()
             .expect("gatehouse runs");
         assert!(o.status.success(), "db migrate: {}", stderr(&o));
-        let tracker = World::tracker(&[]);
+        let tracker = World::tracker(&[], keys);
         let kernel = Kernel::open_shared(Home::at(dir.path()), url, test_limits())
             .await
             .expect("the kernel opens on the shared database");
@@ -96,7 +103,18 @@ impl World {
         trust: Trust,
         settings: Vec<(String, String)>,
     ) -> World {
-        let w = World::shared(url).await;
+        World::standard_shared_before(url, trust, settings, Keys::Honoured).await
+    }
+
+    /// [`World::standard_shared`] before a tracker that honours or
+    /// ignores idempotency keys as `keys` says.
+    pub async fn standard_shared_before(
+        url: &str,
+        trust: Trust,
+        settings: Vec<(String, String)>,
+        keys: Keys,
+    ) -> World {
+        let w = World::shared_before(url, keys).await;
         w.set_up(trust, settings).await;
         w
     }
@@ -123,8 +141,11 @@ impl World {
         c
     }
 
-    fn tracker(tokens: &[&str]) -> Tracker {
+    fn tracker(tokens: &[&str], keys: Keys) -> Tracker {
         let mut tracker = Tracker::builder();
+        if keys == Keys::Ignored {
+            tracker = tracker.ignore_idempotency_keys();
+        }
         for t in tokens {
             tracker = tracker.token(t);
         }
@@ -194,7 +215,17 @@ impl World {
 
     /// [`World::standard`], the `issues` instance added with `settings`.
     pub async fn standard_with(trust: Trust, settings: Vec<(String, String)>) -> World {
-        let w = World::new();
+        World::standard_before(trust, settings, Keys::Honoured).await
+    }
+
+    /// [`World::standard_with`] before a tracker that honours or ignores
+    /// idempotency keys as `keys` says (whatever the operator stated).
+    pub async fn standard_before(
+        trust: Trust,
+        settings: Vec<(String, String)>,
+        keys: Keys,
+    ) -> World {
+        let w = World::build_before(test_limits(), World::tracker(&[], keys));
         w.set_up(trust, settings).await;
         w
     }
@@ -293,9 +324,27 @@ impl World {
 
 /// The setting that makes an `issues` instance front a tracker that does
 /// not honour idempotency keys: its tools declare no key and send none, so
-/// the kernel keeps the at-most-once rule for them (SPEC P3).
+/// the kernel keeps the at-most-once rule for them (SPEC P3). The default.
 pub fn keys_ignored() -> Vec<(String, String)> {
     vec![("idempotency-key".into(), "ignored".into())]
+}
+
+/// The operator's statement that an `issues` instance's service honours
+/// idempotency keys: its writes then declare `honours-idempotency-key` and
+/// send the kernel's key. Recovery believes it only for a vetted instance
+/// (SPEC P9).
+pub fn keys_honoured() -> Vec<(String, String)> {
+    vec![("idempotency-key".into(), "honoured".into())]
+}
+
+/// Whether the world's tracker honours `Idempotency-Key` headers (it does
+/// by default) or ignores them, as many real services do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// A repeated key gets the first answer and applies nothing.
+    Honoured,
+    /// Every request is applied, key or no key.
+    Ignored,
 }
 
 impl Default for World {

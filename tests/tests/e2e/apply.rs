@@ -3,7 +3,7 @@
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
-    World, call, cli_command, keys_ignored, pending_id, stderr, stdout, wait_until,
+    World, call, cli_command, keys_honoured, pending_id, stderr, stdout, wait_until,
 };
 use gatehouse_services::tracker::Fault;
 use serde_json::json;
@@ -146,8 +146,9 @@ async fn server_errors_and_garbage_are_not_retryable() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_killed_after_the_claim_never_sends_again() {
-    // A service that does not honour idempotency keys: at most once.
-    let w = World::standard_with(Trust::Byo, keys_ignored()).await;
+    // An instance whose operator stated nothing about keys (the default):
+    // at most once, even though the instance is vetted (SPEC P9).
+    let w = World::standard(Trust::Vetted).await;
     let id = staged_issue(&w, "killed mid-apply").await;
     w.tracker.inject(Fault::LandThenHang, 1);
     let mut child = cli_command(w.home(), &["approve", &id.to_string()])
@@ -189,9 +190,10 @@ async fn a_host_killed_after_the_claim_never_sends_again() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_killed_after_the_claim_is_resent_with_its_key_and_applied_once() {
-    // The tracker honours idempotency keys and the gatekeeper declares it:
+    // The tracker honours idempotency keys, the gatekeeper declares it,
+    // the operator stated it and vouched for the instance (SPEC P9):
     // recovery re-sends the interrupted claim with the same key.
-    let w = World::standard(Trust::Byo).await;
+    let w = World::standard_with(Trust::Vetted, keys_honoured()).await;
     let id = staged_issue(&w, "killed mid-apply, resent").await;
     w.tracker.inject(Fault::LandThenHang, 1);
     let mut child = cli_command(w.home(), &["approve", &id.to_string()])
@@ -232,6 +234,47 @@ async fn a_host_killed_after_the_claim_is_resent_with_its_key_and_applied_once()
     // The result handed over is the first answer: the created issue.
     let result: serde_json::Value = serde_json::from_str(a.result.as_deref().unwrap()).unwrap();
     assert_eq!(result["id"], created[0].id);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_byo_gatekeeper_declaring_keys_is_not_believed_and_its_interrupted_send_fails() {
+    // The instance declares that its service honours keys and sends them,
+    // but nobody vouched for it (byo): its word alone never makes a
+    // re-send (SPEC P9), so the claim is failed for good.
+    let w = World::standard_with(Trust::Byo, keys_honoured()).await;
+    let id = staged_issue(&w, "byo keys").await;
+    w.tracker.inject(Fault::LandThenHang, 1);
+    let mut child = cli_command(w.home(), &["approve", &id.to_string()])
+        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
+        "the write reached the service"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        w.tracker.writes()[0].idempotency_key.is_some(),
+        "the instance sent a key"
+    );
+    let o = w.cli(&["approve", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("never resent"), "{}", stderr(&o));
+    let a = w.kernel.inspect().action(id).unwrap().unwrap();
+    assert_eq!((a.state, a.retryable), (ActionState::Failed, Some(false)));
+    assert_eq!(
+        w.tracker
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count(),
+        1,
+        "sent once"
+    );
+    assert!(w.tracker.replays().is_empty(), "never re-sent");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,12 +1,18 @@
-//! Issue 16: exactly once where the service allows it.
+//! Issue 16: exactly once where the service allows it; issue 43: and
+//! only where an operator vouched for that (SPEC P9).
 //!
 //! A sweep SIGKILLs real `gatehouse approve` processes at varied points
 //! (before the claim, after it, while the request is at the service, after
-//! the answer) and restarts them. With the `issues` tracker, which honours
-//! the kernel's idempotency key, every approved action ends applied exactly
-//! once at the tracker; with an instance that declares no key (and sends
-//! none), every action is sent at most once, and an interrupted one ends
-//! failed, not retryable, as before.
+//! the answer) and restarts them. Three deployments:
+//! - a vetted `issues` instance whose operator stated that the tracker
+//!   honours idempotency keys, before a tracker that does: every approved
+//!   action ends applied exactly once at the tracker;
+//! - a vetted instance with no such statement (the default): its tools
+//!   declare no key and send none; every action is sent at most once, and
+//!   an interrupted one ends failed, not retryable;
+//! - a `byo` instance that declares keys (its settings say so) before a
+//!   tracker that ignores them: the guest's word is not believed without
+//!   key one, so recovery never re-sends, and nothing is sent twice.
 //!
 //! The action is `createIssue`, which is not idempotent by nature: a second
 //! application would make a second issue, so counting issues by title
@@ -14,7 +20,7 @@
 
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
-    World, call, cli_command, keys_ignored, pending_id, stderr, stdout, wait_until,
+    Keys, World, call, cli_command, keys_honoured, pending_id, stderr, stdout, wait_until,
 };
 use gatehouse_services::tracker::{Fault, Received};
 use serde_json::{Value, json};
@@ -185,7 +191,7 @@ async fn sweep(w: &World, rounds: usize, seed: u64) -> Swept {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_sweep_applies_every_action_exactly_once_where_the_service_honours_keys() {
     let started = Instant::now();
-    let w = World::standard(Trust::Byo).await;
+    let w = World::standard_with(Trust::Vetted, keys_honoured()).await;
     let swept = sweep(&w, 24, 0x9e37_79b9_7f4a_7c15).await;
     for (id, title) in &swept.ids {
         let a = w.kernel.inspect().action(*id).unwrap().unwrap();
@@ -243,20 +249,25 @@ async fn kill_9_sweep_applies_every_action_exactly_once_where_the_service_honour
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn kill_9_sweep_without_the_key_sends_at_most_once_and_fails_the_interrupted() {
-    let started = Instant::now();
-    let w = World::standard_with(Trust::Byo, keys_ignored()).await;
-    let swept = sweep(&w, 24, 0x2545_f491_4f6c_dd1d).await;
+/// Every action of `swept` was sent at most once; each interrupted one
+/// ended failed, not retryable, and its restart said so. Returns how many
+/// failed. `keyed`: whether the sends carried the kernel's key.
+fn assert_at_most_once(w: &World, swept: &Swept, keyed: bool) -> usize {
     let mut failed = 0;
     for (id, title) in &swept.ids {
         let a = w.kernel.inspect().action(*id).unwrap().unwrap();
-        let (received, applied) = at_tracker(&w, title);
+        let (received, applied) = at_tracker(w, title);
         assert!(
             received.len() <= 1,
             "#{id} {title} sent at most once: {received:?}"
         );
-        assert!(received.iter().all(|r| r.idempotency_key.is_none()));
+        assert!(applied <= 1, "#{id} {title} applied at most once");
+        assert!(
+            received
+                .iter()
+                .all(|r| r.idempotency_key.is_some() == keyed),
+            "#{id}: {received:?}"
+        );
         match a.state {
             ActionState::Applied => assert_eq!(applied, 1, "#{id} {title}"),
             ActionState::Failed => {
@@ -270,23 +281,62 @@ async fn kill_9_sweep_without_the_key_sends_at_most_once_and_fails_the_interrupt
                     "#{id}: {:?}",
                     a.error
                 );
-                assert!(applied <= 1);
             }
             other => panic!("#{id} {title} ended {other}"),
         }
     }
-    println!(
-        "sweep without keys: {} actions, {} kills of running approvals, {failed} failed, {:?}",
-        swept.ids.len(),
-        swept.killed,
-        started.elapsed()
-    );
     assert!(failed > 0, "an interrupted send is failed, as before");
     assert_eq!(
         swept.refused, failed,
         "each failed one was refused on restart"
     );
     assert!(w.tracker.replays().is_empty());
+    failed
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_sweep_without_the_key_sends_at_most_once_and_fails_the_interrupted() {
+    // Vetted, but the operator stated nothing about keys (the default):
+    // key one alone does not make a re-send.
+    let started = Instant::now();
+    let w = World::standard(Trust::Vetted).await;
+    let swept = sweep(&w, 24, 0x2545_f491_4f6c_dd1d).await;
+    let failed = assert_at_most_once(&w, &swept, false);
+    println!(
+        "sweep without keys: {} actions, {} kills of running approvals, {failed} failed, {:?}",
+        swept.ids.len(),
+        swept.killed,
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_sweep_of_a_byo_gatekeeper_claiming_keys_before_a_service_ignoring_them_never_sends_twice()
+ {
+    // The instance declares keys and sends them (its settings say the
+    // service honours them), but nobody vouched for it, and the tracker
+    // ignores keys: believing the guest would apply a re-send twice.
+    let started = Instant::now();
+    let w = World::standard_before(Trust::Byo, keys_honoured(), Keys::Ignored).await;
+    let swept = sweep(&w, 24, 0x6a09_e667_f3bc_c909).await;
+    let failed = assert_at_most_once(&w, &swept, true);
+    let doubles = swept
+        .ids
+        .iter()
+        .filter(|(_, t)| w.tracker.issues().iter().filter(|i| &i.title == t).count() > 1)
+        .count();
+    println!(
+        "sweep of a byo gatekeeper claiming keys: {} actions, {} kills of running approvals, {failed} failed, {doubles} double sends, {:?}",
+        swept.ids.len(),
+        swept.killed,
+        started.elapsed()
+    );
+    assert_eq!(doubles, 0, "no action made two issues");
     assert!(
         started.elapsed() < Duration::from_secs(90),
         "{:?}",

@@ -24,7 +24,9 @@ use gatehouse::kernel::Harness;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse::web;
 use gatehouse_e2e::postgres::{cluster, name_of};
-use gatehouse_e2e::{Serving, World, keys_ignored, labels, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{
+    Keys, Serving, World, keys_honoured, labels, pending_id, stderr, stdout, wait_until,
+};
 use gatehouse_services::tracker::Fault;
 use serde_json::{Value, json};
 use std::process::Stdio;
@@ -113,19 +115,13 @@ fn in_flight(w: &World, home: &std::path::Path) -> Vec<(i64, String, bool)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again() {
-    // The service does not honour idempotency keys: an interrupted send
-    // can only be failed (P3), never re-sent.
-    let w = shared_world(Trust::Byo, keys_ignored()).await;
-    let id = w.stage_label("interrupted").await;
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-
-    // Host A claims and sends; the service takes the write and is slow to
-    // answer, so A is killed with its claim held.
+/// Host A, a process on `home`, approves action `id` of `w`; the service
+/// takes the write and is slow to answer. Returns A, still running, with
+/// its claim held, once the write reached the service.
+fn sending_host(w: &World, id: i64, home: &std::path::Path) -> std::process::Child {
     w.tracker.inject(Fault::Slow(Duration::from_secs(60)), 1);
-    let mut host_a = w
-        .cli_host(a.path(), &["approve", &id.to_string()])
+    let host_a = w
+        .cli_host(home, &["approve", &id.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -134,7 +130,24 @@ async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again
         wait_until(PATIENCE, || w.tracker.writes().len() == 1),
         "host A's send reached the service"
     );
-    assert_eq!(state(&w, id), ActionState::Applying);
+    assert_eq!(state(w, id), ActionState::Applying);
+    host_a
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again() {
+    // A byo instance declares that its service honours idempotency keys
+    // (its settings say so) before a service that ignores them: the
+    // guest's word is not believed without key one (SPEC P9), so the
+    // interrupted send is failed (P3), never re-sent by another host.
+    let url = cluster().database();
+    let w = World::standard_shared_before(&url, Trust::Byo, keys_honoured(), Keys::Ignored).await;
+    let id = w.stage_label("interrupted").await;
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+
+    // Host A claims and sends; the service takes the write and is slow to
+    // answer, so A is killed with its claim held.
+    let mut host_a = sending_host(&w, id, a.path());
 
     // While A lives, host B starting (it recovers claims as every host
     // does) leaves A's claim alone, and sees A present.
@@ -180,6 +193,48 @@ async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again
         .unwrap();
     assert!(!o.status.success(), "a failed action is not approved again");
     assert_eq!(w.tracker.writes().len(), 1, "never sent again");
+    assert_eq!(
+        w.tracker
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count(),
+        1,
+        "no re-send reached the service"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vetted_host_s_interrupted_claim_is_resent_once_by_another_host_where_keys_are_honoured()
+{
+    // The other way: an operator vouched for the instance and stated that
+    // its service honours keys, and it does. Another host re-sends the
+    // dead host's claim under the same key; the service answers from the
+    // key, and the action ends applied once.
+    let w = shared_world(Trust::Vetted, keys_honoured()).await;
+    let id = w.stage_label("resent").await;
+    let a = tempfile::tempdir().unwrap();
+    let mut host_a = sending_host(&w, id, a.path());
+    host_a.kill().unwrap(); // SIGKILL
+    host_a.wait().unwrap();
+    let key = w.tracker.writes()[0]
+        .idempotency_key
+        .clone()
+        .expect("the send carried the kernel's key");
+    let b = tempfile::tempdir().unwrap();
+    assert!(
+        wait_until(PATIENCE, || {
+            let o = w.cli_host(b.path(), &["pending"]).output().unwrap();
+            assert!(o.status.success(), "{}", stderr(&o));
+            state(&w, id) == ActionState::Applied
+        }),
+        "another host resumed the dead host's claim"
+    );
+    assert_eq!(w.tracker.writes().len(), 1, "applied once at the service");
+    let replays = w.tracker.replays();
+    assert_eq!(replays.len(), 1, "the re-send was answered from its key");
+    assert_eq!(replays[0].idempotency_key.as_deref(), Some(key.as_str()));
+    assert!(in_flight(&w, b.path()).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,6 +1,8 @@
 //! SPEC O1-O4 and U4: reading owner-only data latches the chat, durably;
 //! a latched chat submits nothing, auto-approves nothing and fetches
-//! nothing outbound; other chats are unaffected.
+//! nothing outbound; other chats are unaffected. SPEC P9: a read's claim
+//! that it stays in a closed world exempts it from the latch only where an
+//! operator vouched for its gatekeeper.
 
 use gatehouse::store::{ActionState, LedgerFilter, Trust};
 use gatehouse_e2e::{World, call, pending_id};
@@ -20,10 +22,11 @@ async fn lockdown_world() -> Lockdown {
     let k = &w.kernel;
     k.put_secret("warehouse-token", OWNER).unwrap();
     let bytes = |name: &str| std::fs::read(gatehouse_e2e::guest(name)).unwrap();
+    // Vetted: its tools' closed-world claim is believed under the latch.
     k.add_gatekeeper(
         "warehouse",
         &bytes("warehouse"),
-        Trust::Byo,
+        Trust::Vetted,
         vec![warehouse.host()],
         Some("warehouse-token".into()),
         Vec::new(),
@@ -183,5 +186,41 @@ async fn a_refused_owner_only_read_latches_nothing() {
         .await;
     assert_eq!(read[0]["error"]["kind"], "service", "{}", read[0]);
     assert!(!latched(&w, "work"));
+    drop(warehouse);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_the_latch_a_closed_world_claim_counts_only_while_an_operator_vouches_for_it() {
+    let Lockdown { w, warehouse } = lockdown_world().await;
+    let sales = || json!([call("WAREHOUSE", "query", json!({"table": "sales"}))]);
+    let read = w
+        .script(
+            "work",
+            json!([call("WAREHOUSE", "query", json!({"table": "payroll"}))]),
+        )
+        .await;
+    assert!(read[0].get("done").is_some(), "{}", read[0]);
+    assert!(latched(&w, "work"));
+    let vouched = w.script("work", sales()).await;
+    assert!(vouched[0].get("done").is_some(), "{}", vouched[0]);
+
+    // The operator withdraws its word: the same read, whose tool still
+    // says `open-world: false`, is now refused before anything is sent.
+    w.kernel.set_trust("warehouse", Trust::Byo).unwrap();
+    let asked = warehouse.requests().len();
+    let byo = w.script("work", sales()).await;
+    assert_eq!(byo[0]["error"]["kind"], "refused", "{}", byo[0]);
+    let message = byo[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("locked down"), "{message}");
+    assert_eq!(
+        warehouse.requests().len(),
+        asked,
+        "nothing reached the service"
+    );
+
+    // Vouched for again, it runs again (the tier is read at each use).
+    w.kernel.set_trust("warehouse", Trust::Vetted).unwrap();
+    let again = w.script("work", sales()).await;
+    assert!(again[0].get("done").is_some(), "{}", again[0]);
     drop(warehouse);
 }

@@ -4,12 +4,13 @@
 //! the observer access check.
 //!
 //! Revert: `removeLabel` undoes `addLabel` (same arguments), so `addLabel`
-//! declares `reverted-by: removeLabel`. Idempotency: the tracker honours an
-//! `Idempotency-Key` header on every write (a repeated key gets the first
-//! answer and changes nothing), so the writes declare
-//! `honours-idempotency-key` and send the kernel's key. An instance added
-//! with `--set idempotency-key=ignored` (a tracker that does not honour
-//! keys) declares neither and sends none.
+//! declares `reverted-by: removeLabel`. Idempotency: a tracker with this API
+//! may or may not honour an `Idempotency-Key` header on its writes, and
+//! this gatekeeper cannot know which one it fronts. So it declares
+//! `honours-idempotency-key` (and sends the kernel's key) only when the
+//! operator said so for the instance (`--set idempotency-key=honoured`);
+//! by default it declares none and sends none, and an interrupted send is
+//! failed, never re-sent (SPEC P3, P9).
 //!
 //! `issues` and `issues-sim` both link this library, written on the
 //! gatekeeper SDK. They differ only in how reads of issues are answered,
@@ -23,10 +24,14 @@ use serde_json::{Map, Value, json};
 
 pub const TOOLS: &str = "listIssues, getIssue, searchIssues, createIssue, addLabel, removeLabel";
 
-/// Whether the instance's service honours idempotency keys: yes, unless
-/// the operator set `idempotency-key=ignored` (a tracker that does not).
+/// Whether the instance's service honours idempotency keys: only when the
+/// operator stated it (`idempotency-key=honoured`, or `honored`); the
+/// kernel reads the same setting as the operator's word (SPEC P9).
 pub fn honours_keys(settings: &[(String, String)]) -> bool {
-    http::setting(settings, "idempotency-key") != Some("ignored")
+    matches!(
+        http::setting(settings, "idempotency-key"),
+        Some("honoured" | "honored")
+    )
 }
 
 /// The manifest of a tracker gatekeeper configured with `settings`;
