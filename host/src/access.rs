@@ -77,6 +77,16 @@ impl Access {
         }
     }
 
+    /// Act in the chat: run a gadget's turn there (or an external agent's,
+    /// or a hook's or workflow step's for this person), make its calls, and
+    /// have what they staged sent with this person's accounts. The owner,
+    /// and a collaborator exactly while they may see it (verified, the
+    /// chat not latched). Asked at every call and every claim, not once a
+    /// turn: standing lost mid-turn stops the turn's next call.
+    pub fn may_act(&self) -> bool {
+        self.may_see()
+    }
+
     /// Approve or reject the chat's actions and workflow requests.
     pub fn may_decide(&self) -> bool {
         match self.standing {

@@ -30,6 +30,9 @@ impl From<Unresolved> for CallError {
     fn from(u: Unresolved) -> CallError {
         match u {
             Unresolved::UnknownKey { key, known } => CallError::UnknownKey { key, known },
+            Unresolved::NoStanding { chat } => {
+                CallError::Refused(crate::access::Refusal::NoSuchChat(chat).to_string())
+            }
             Unresolved::Removed { key } => CallError::Refused(format!(
                 "the gatekeeper behind {key} was removed; ask the chat's owner to introduce a service again"
             )),
@@ -223,7 +226,8 @@ impl Kernel {
     }
 
     /// Recover the claims of dead processes (SPEC P3): fail them, or, where
-    /// the tool's service honours the idempotency key, take them over and
+    /// the tool's service honours the idempotency key (as SPEC P9 believes
+    /// it: key one, the declaration, the operator's word), take them over and
     /// re-send them with the same key through the one send path, as
     /// background work that [`Kernel::settle`] waits for. Without an async
     /// runtime to send on, a resumable claim is left for the next process.
@@ -482,6 +486,7 @@ impl Kernel {
         progress: &dyn Fn(&str),
     ) -> anyhow::Result<GatekeeperRecord> {
         check_name(name, "gatekeeper")?;
+        crate::idempotency::check_setting(&settings)?;
         for h in &hosts {
             check_host(h)?;
         }
@@ -814,9 +819,19 @@ impl Kernel {
 
     // ----- the gadget-facing calls -----
 
+    /// The keys of the turn's chat; none for a person who may not act
+    /// there (any more), as for a chat that does not exist (W2).
     pub(crate) async fn env(&self, turn: &Turn) -> anyhow::Result<Vec<String>> {
-        let chat = turn.chat.clone();
-        let intros = self.store().run(move |s| s.introductions(&chat)).await?;
+        let (chat, person) = (turn.chat.clone(), turn.person().to_owned());
+        let intros = self
+            .store()
+            .run(move |s| {
+                if !s.access(&chat, &person)?.may_act() {
+                    return Ok(Vec::new());
+                }
+                s.introductions(&chat)
+            })
+            .await?;
         Ok(intros.into_iter().map(|i| i.key).collect())
     }
 
@@ -1208,7 +1223,10 @@ impl Kernel {
             Err(StageError::Store(e)) => return Err(e),
             Err(StageError::PolicyMoved) if kept_at.is_some() => return Ok(None),
             Err(
-                e @ (StageError::NotAnObject(_) | StageError::NotJson(_) | StageError::TooLarge(_)),
+                e @ (StageError::NotAnObject(_)
+                | StageError::NotJson(_)
+                | StageError::TooLarge(_)
+                | StageError::Ambiguous(_)),
             ) => {
                 return Ok(Some(Err(CallError::InvalidArgs(e.to_string()))));
             }
@@ -1280,7 +1298,18 @@ impl Kernel {
                 "no action #{id} in this chat"
             ))));
         };
-        let action = self.store().run(move |s| s.action(id)).await?;
+        // Standing is asked at every call (a collaborator removed mid-turn
+        // learns nothing more of the chat), and told like a missing action.
+        let (chat, person) = (turn.chat.clone(), turn.person().to_owned());
+        let action = self
+            .store()
+            .run(move |s| {
+                if !s.access(&chat, &person)?.may_act() {
+                    return Ok(None);
+                }
+                s.action(id)
+            })
+            .await?;
         let Some(a) = action.filter(|a| a.chat == turn.chat) else {
             return Ok(Err(CallError::Refused(format!(
                 "no action #{id} in this chat (it may have been pruned)"

@@ -150,6 +150,26 @@ pub struct TrackerState {
     /// Handlers parked forever by `LandThenHang`; shutdown does not wait for
     /// these, it closes their connections.
     hanging: AtomicUsize,
+    /// While set, every read waits until it says `true` (see
+    /// [`Tracker::hold_reads`]).
+    read_hold: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
+}
+
+/// Reads held at the tracker (see [`Tracker::hold_reads`]); released when
+/// this is released or dropped.
+pub struct ReadHold {
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+impl ReadHold {
+    /// Answers the held reads, and every read from now on.
+    pub fn release(self) {}
+}
+
+impl Drop for ReadHold {
+    fn drop(&mut self) {
+        self.release.send_replace(true);
+    }
 }
 
 /// The mutable state, guarded by one mutex so that "take a fault, apply the
@@ -213,6 +233,16 @@ impl Service<TrackerState> {
         if times > 0 {
             self.state().lock().faults.push_back((fault, times));
         }
+    }
+
+    /// From now on, hold every read (GET) unanswered until the returned
+    /// hold is released: a test can act while a gatekeeper's read is in
+    /// flight, without guessing how long it takes. Each held read is in
+    /// [`Tracker::requests`] as it arrives.
+    pub fn hold_reads(&self) -> ReadHold {
+        let (release, held) = tokio::sync::watch::channel(false);
+        *lock(&self.state().read_hold) = Some(held);
+        ReadHold { release }
     }
 
     /// From now on, deliver `{"event": "issueOpened", "delivery": N,
@@ -298,6 +328,7 @@ impl TrackerBuilder {
             state: Mutex::new(world),
             in_flight: AtomicUsize::new(0),
             hanging: AtomicUsize::new(0),
+            read_hold: Mutex::new(None),
         };
         Service::start("Tracker", state, handle, only_parked_left)
     }
@@ -369,6 +400,11 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     }
 
     if !is_write {
+        let held = lock(&shared.read_hold).clone();
+        if let Some(mut held) = held {
+            // A dropped hold released it too.
+            let _ = held.wait_for(|released| *released).await;
+        }
         return shared
             .lock()
             .route(&parts.method, &parts.uri, &bytes)

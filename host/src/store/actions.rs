@@ -206,6 +206,11 @@ pub enum StageError {
     /// The arguments do not parse (the parser's message).
     #[error("arguments are not valid JSON: {0}")]
     NotJson(String),
+    /// The arguments could be read two ways (a key named twice, a number
+    /// beyond what a double holds): what the approver would be shown might
+    /// not be what the service acts on, so they are refused (SPEC R).
+    #[error("arguments are ambiguous: {0}")]
+    Ambiguous(String),
     /// The arguments are over 64 KiB (their size).
     #[error(
         "arguments are {0} bytes; the limit is 65536 (64 KiB): send less, or store bulk data in the service first"
@@ -419,7 +424,9 @@ impl From<Args> for String {
     }
 }
 
-/// Check arguments (SPEC A5) and return them normalised.
+/// Check arguments (SPEC A5: a JSON object within the size cap, read
+/// alike by every reader, `super::unambiguous`) and return them
+/// normalised.
 pub fn validate_args(args: &str) -> Result<Args, StageError> {
     if args.len() > MAX_ARGS_BYTES {
         return Err(StageError::TooLarge(args.len()));
@@ -428,6 +435,9 @@ pub fn validate_args(args: &str) -> Result<Args, StageError> {
         serde_json::from_str(args).map_err(|e| StageError::NotJson(e.to_string()))?;
     let kind = match &v {
         serde_json::Value::Object(_) => {
+            if let Some(why) = super::unambiguous::ambiguity(args, &v) {
+                return Err(StageError::Ambiguous(why));
+            }
             // Normalising can grow JSON (`9e15` is written out in full), so
             // the cap applies to what is stored, not only to what was sent.
             let normalised = v.to_string();
@@ -1211,7 +1221,8 @@ impl Store {
     ///
     /// The request may have left, so such a claim is never sent again as
     /// if new. Two outcomes:
-    /// - its tool's service honours the kernel's idempotency key, the
+    /// - its tool's service honours the kernel's idempotency key as SPEC P9
+    ///   believes it (key one, the declaration, the operator's word), the
     ///   action's own arguments are kept, and nothing it would be sent with
     ///   changed (P7, the latch included): when `resume_as` names this
     ///   process, the claim passes to it (one conditional UPDATE, so two
@@ -1379,8 +1390,9 @@ pub(crate) fn recover_in(
 }
 
 /// Whether the interrupted claim of `a` may be re-sent, and with what: its
-/// tool's service honours the idempotency key (as the gatekeeper declares
-/// it now), the action's arguments are kept (a workflow call keeps only a
+/// tool's service honours the idempotency key, believed only as SPEC P9
+/// says (key one, the gatekeeper's declaration now and the operator's
+/// statement; [`crate::classify::resend_believed`]), the action's arguments are kept (a workflow call keeps only a
 /// digest, G7), the chat is not latched (O3), and nothing it would be sent
 /// with changed since it was staged (P7), so the re-send is the very
 /// request that was decided. The decision itself is not taken again: it
@@ -1407,12 +1419,17 @@ fn resumable(
     let Ok(current) = resolve(tx, &a.chat, &key, &a.person)? else {
         return Ok(None);
     };
-    let honours = current
-        .gatekeeper
-        .manifest
-        .tool(&a.tool)
-        .is_some_and(|t| t.honours_idempotency_key);
-    let Some(now) = Facts::of(&current, &a.tool).filter(|_| honours) else {
+    // The guest's declaration is believed only under key one and the
+    // operator's own statement for this instance (SPEC P9).
+    let g = &current.gatekeeper;
+    let believed = g.manifest.tool(&a.tool).is_some_and(|t| {
+        crate::classify::resend_believed(
+            t,
+            g.trust,
+            crate::idempotency::operator_says_honoured(&g.settings),
+        )
+    });
+    let Some(now) = Facts::of(&current, &a.tool).filter(|_| believed) else {
         return Ok(None);
     };
     if matches!(current.credential, Credential::Refused(_)) {
@@ -1498,6 +1515,18 @@ fn claim_in(
             return Ok(Err(ClaimRefusal::CannotSend {
                 id,
                 reason: format!("the gatekeeper behind {key} was removed"),
+            }));
+        }
+        Err(Unresolved::NoStanding { .. }) => {
+            // Sent only with its stager's own accounts (C5), and only
+            // while they may act in the chat: a collaborator removed
+            // since is never acted for.
+            return Ok(Err(ClaimRefusal::CannotSend {
+                id,
+                reason: format!(
+                    "{}, who staged it, may no longer act in chat {:?} (removed, or not re-verified since)",
+                    a.person, a.chat
+                ),
             }));
         }
     };
@@ -2044,6 +2073,64 @@ mod on_both_engines {
                     .await
                     .unwrap();
                 assert!(!again && !late, "{name}");
+            }
+        });
+    }
+
+    /// SPEC P9: an interrupted claim is resumed (re-sent under its key)
+    /// only when key one holds for its gatekeeper, the tool declares that
+    /// its service honours keys, and the operator stated it for the
+    /// instance; any two of the three leave it failed, on either engine.
+    #[test]
+    fn recovery_resumes_only_with_key_one_the_declaration_and_the_operator_s_word() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let name = backend.name();
+                backend.run(shared_chat).await.unwrap();
+                for (trust, declares, setting, resumed) in [
+                    ("vetted", true, "honoured", true),
+                    ("byo", true, "honoured", false),
+                    ("vetted", false, "honoured", false),
+                    ("vetted", true, "ignored", false),
+                    ("vetted", true, "", false),
+                ] {
+                    let id = backend
+                        .run(move |db| {
+                            let mut manifest = super::super::suite::send_manifest();
+                            manifest.tools[0].honours_idempotency_key = declares;
+                            let settings = if setting.is_empty() {
+                                "{}".to_owned()
+                            } else {
+                                serde_json::json!({ crate::idempotency::SETTING: setting })
+                                    .to_string()
+                            };
+                            db.exec(
+                                "UPDATE gatekeepers SET trust = ?1, settings = ?2, manifest = ?3 WHERE name = 'g'",
+                                args![trust, settings, serde_json::to_string(&manifest)?],
+                            )?;
+                            let id = stage(db)?;
+                            claim_in(db, id, &ClaimBy::Person("ann".into()), "host-gone")?
+                                .map_err(|e| anyhow::anyhow!("{e}"))?;
+                            Ok(id)
+                        })
+                        .await
+                        .unwrap();
+                    let got = backend
+                        .run(move |db| {
+                            Ok(match recover_in(db, id, Some("host-gone"), Some("host-me"))? {
+                                Interrupted::Resumed(c) => Some(c.resumed),
+                                Interrupted::Failed => Some(false),
+                                Interrupted::Left => None,
+                            })
+                        })
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        got,
+                        Some(resumed),
+                        "{name}: {trust} declares={declares} setting={setting:?}"
+                    );
+                }
             }
         });
     }

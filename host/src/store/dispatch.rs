@@ -13,6 +13,7 @@ use super::Begun;
 use super::known::{Known, epoch_in};
 use super::registry::GatekeeperRecord;
 use super::sql::{Sql, args};
+use crate::access::{Access, Standing};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
 use rusqlite::Connection;
@@ -71,6 +72,15 @@ pub enum Unresolved {
         /// The key whose gatekeeper is gone.
         key: String,
     },
+    /// The person may not act in the chat (any more): not its owner nor a
+    /// verified collaborator, or the chat is latched and they are not its
+    /// owner, or there is no such chat (W2: the three are told alike).
+    /// Asked on every resolution, so a collaborator removed while their
+    /// turn runs is refused at its next call.
+    NoStanding {
+        /// The chat, as asked.
+        chat: String,
+    },
 }
 
 impl Resolved {
@@ -96,12 +106,51 @@ impl Resolved {
 }
 
 /// Resolve `key` in `chat` for `person`, in the caller's transaction.
+///
+/// The person's standing is asked first, by the one authorization rule
+/// (`crate::access`, [`Access::may_act`]): every call of a turn resolves,
+/// and so does every claim for its stager, so standing lost mid-turn (an
+/// `unshare`, a failed re-verification, the latch) refuses the turn's next
+/// call and holds what it staged. Every table it reads moves the policy
+/// epoch when it changes, so a kept resolution never outlives it.
 pub(crate) fn resolve(
     db: &dyn Sql,
     chat: &str,
     key: &str,
     person: &str,
 ) -> anyhow::Result<Result<Resolved, Unresolved>> {
+    let no_standing = || {
+        Ok(Err(Unresolved::NoStanding {
+            chat: chat.to_owned(),
+        }))
+    };
+    let Some((owner, latched)) = super::sharing::chat_state(db, chat)? else {
+        return no_standing();
+    };
+    let collaborators: Vec<(String, Option<i64>, bool)> = db
+        .rows(
+            "SELECT \"user\", verified_at, may_decide FROM collaborators WHERE chat = ?1",
+            args![chat],
+        )?
+        .iter()
+        .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .collect::<anyhow::Result<_>>()?;
+    // A workflow run's approver is no collaborator and may not act either:
+    // for acting, everyone but the owner and collaborators is a stranger.
+    let standing = if person == owner {
+        Standing::Owner
+    } else {
+        match collaborators.iter().find(|(u, _, _)| u == person) {
+            Some((_, verified, may_decide)) => Standing::Collaborator {
+                verified: verified.is_some(),
+                may_decide: *may_decide,
+            },
+            None => Standing::Stranger,
+        }
+    };
+    if !Access::of(standing, latched).may_act() {
+        return no_standing();
+    }
     let intros = super::registry::introductions_in(db, chat)?;
     let Some(intro) = intros.iter().find(|i| i.key == key) else {
         return Ok(Err(Unresolved::UnknownKey {
@@ -114,15 +163,7 @@ pub(crate) fn resolve(
             key: key.to_owned(),
         }));
     };
-    let (owner, latched) = super::sharing::chat_state(db, chat)?.unwrap_or_default();
-    let collaborators = db
-        .rows(
-            "SELECT \"user\" FROM collaborators WHERE chat = ?1",
-            args![chat],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect::<anyhow::Result<Vec<String>>>()?;
+    let collaborators = collaborators.into_iter().map(|(u, _, _)| u).collect();
     let credential = credential_in(db, chat, &owner, person, &gatekeeper)?;
     Ok(Ok(Resolved {
         key: key.to_owned(),
@@ -440,16 +481,21 @@ mod tests {
             .connect_account("bob", "g", "work", "bob-credential", true)
             .unwrap();
         store.share("c", "bob", "ann", false).unwrap().unwrap();
-        store
-            .home()
-            .expect("the home")
-            .lock()
-            .execute(
-                "INSERT INTO observers (chat, user, gatekeeper, account, added_at)
-                 VALUES ('c', 'bob', 'g', 'bob/work', 0)",
-                [],
-            )
-            .unwrap();
+        // Bob opened the chat and passed re-verification (S2).
+        let home = store.home().expect("the home");
+        let conn = home.lock();
+        conn.execute(
+            "INSERT INTO observers (chat, user, gatekeeper, account, added_at)
+             VALUES ('c', 'bob', 'g', 'bob/work', 0)",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE collaborators SET verified_at = 1 WHERE chat = 'c' AND user = 'bob'",
+            [],
+        )
+        .unwrap();
+        drop(conn);
         (dir, store)
     }
 
@@ -518,8 +564,16 @@ mod tests {
         store.set_trust("g", Trust::Vetted).unwrap();
         let second = store.resolve("c", "K", "bob").unwrap().unwrap().0;
         assert_eq!(second.gatekeeper.trust, Trust::Vetted);
+        let owners = store.resolve("c", "K", "ann").unwrap().unwrap().0;
+        assert_eq!(owners.collaborators, ["bob"]);
+        // Removed mid-turn: bob's next call resolves to nothing (the kept
+        // resolution gives way), and the owner's sees him gone.
         store.unshare("c", "bob").unwrap();
-        let third = store.resolve("c", "K", "bob").unwrap().unwrap().0;
+        assert_eq!(
+            store.resolve("c", "K", "bob").unwrap().err(),
+            Some(Unresolved::NoStanding { chat: "c".into() })
+        );
+        let third = store.resolve("c", "K", "ann").unwrap().unwrap().0;
         assert!(third.collaborators.is_empty(), "{:?}", third.collaborators);
         store
             .home()
@@ -635,7 +689,7 @@ mod on_both_engines {
                     .run(|db| {
                         shared_chat(db)?;
                         let mut seen = Vec::new();
-                        for person in ["ann", "bob", "carl"] {
+                        for person in ["ann", "bob"] {
                             let r = resolve(db, "c", "K", person)?
                                 .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                             let access = super::super::sharing::access(db, "c", person)?;
@@ -650,12 +704,19 @@ mod on_both_engines {
                             ));
                         }
                         let unknown = resolve(db, "c", "NOPE", "ann")?.err();
-                        Ok((seen, unknown))
+                        // A stranger resolves nothing, told as for a chat
+                        // that does not exist; the rule agrees.
+                        let stranger = (
+                            resolve(db, "c", "K", "carl")?.err(),
+                            super::super::sharing::access(db, "c", "carl")?.standing(),
+                            resolve(db, "nope", "K", "ann")?.err(),
+                        );
+                        Ok((seen, unknown, stranger))
                     })
                     .await
                     .unwrap();
                 let name = backend.name();
-                let (seen, unknown) = seen;
+                let (seen, unknown, stranger) = seen;
                 let grant = Some(vec!["send".to_owned()]);
                 let bob = vec!["bob".to_owned()];
                 assert_eq!(
@@ -682,16 +743,18 @@ mod on_both_engines {
                                 may_decide: true
                             }
                         ),
-                        (
-                            "carl",
-                            "g".into(),
-                            grant,
-                            "ann".into(),
-                            bob,
-                            "refused".into(),
-                            Standing::Stranger
-                        ),
                     ],
+                    "{name}"
+                );
+                assert_eq!(
+                    stranger,
+                    (
+                        Some(Unresolved::NoStanding { chat: "c".into() }),
+                        Standing::Stranger,
+                        Some(Unresolved::NoStanding {
+                            chat: "nope".into()
+                        }),
+                    ),
                     "{name}"
                 );
                 assert_eq!(

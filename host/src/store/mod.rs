@@ -31,6 +31,7 @@ pub(crate) mod sql;
 mod stages;
 #[cfg(test)]
 pub(crate) mod suite;
+mod unambiguous;
 mod wal_index;
 mod wal_writes;
 pub mod words;

@@ -2,7 +2,7 @@
 //! `pending`, sent only when approved.
 
 use gatehouse::store::{LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, pending_id};
+use gatehouse_e2e::{World, call, pending_id, stdout};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -134,6 +134,54 @@ async fn bad_arguments_are_refused_before_staging() {
         w.kernel.inspect().pending(None).unwrap().is_empty(),
         "no ghost rows (A3)"
     );
+}
+
+/// Issue 43: what the approver sees is what is sent. Arguments that
+/// services would read differently (a key named twice, a number beyond a
+/// double, an integer past 2^53) are refused before staging, in one line
+/// naming the value, and nothing is staged or sent; the same values as
+/// strings are staged as given.
+#[tokio::test(flavor = "multi_thread")]
+async fn ambiguous_arguments_are_refused_in_one_line_and_their_string_forms_are_staged() {
+    let w = World::standard(Trust::Byo).await;
+    let raw =
+        |args: &str| json!({"call": {"key": "ISSUES", "tool": "createIssue", "raw_args": args}});
+    let out = w
+        .script(
+            "work",
+            json!([
+                raw(r#"{"title": "a", "title": "b"}"#),
+                raw(r#"{"title": "big", "labels": [1e400]}"#),
+                raw(r#"{"title": "id", "labels": [9007199254740993]}"#),
+                raw(r#"{"title": "tiny", "labels": [1e-400]}"#),
+                raw(r#"{"title": "1e400", "body": "9007199254740993"}"#),
+            ]),
+        )
+        .await;
+    let said: Vec<(&str, &str)> = vec![
+        ("key \"title\" appears twice", "send each key once"),
+        ("out of range", "send it as a string"),
+        ("9007199254740993 is beyond", "send it as a string"),
+        ("would be read as 0", "send it as a string"),
+    ];
+    for (o, (what, todo)) in out.as_array().unwrap().iter().zip(said) {
+        assert_eq!(o["error"]["kind"], "invalid-args", "{o}");
+        let m = o["error"]["message"].as_str().unwrap();
+        assert!(m.starts_with("arguments are ambiguous: "), "{m}");
+        assert!(m.contains(what) && m.contains(todo), "{m}");
+        assert!(!m.contains('\n'), "{m}");
+    }
+    let id = pending_id(&out[4]);
+    let pending = w.kernel.inspect().pending(None).unwrap();
+    assert_eq!(pending.iter().map(|a| a.id).collect::<Vec<_>>(), vec![id]);
+    // Shown as staged, and sent as shown.
+    let shown = stdout(&w.cli(&["show", &id.to_string()]));
+    assert!(shown.contains("\"1e400\""), "{shown}");
+    assert!(w.tracker.writes().is_empty());
+    w.kernel.approve(id, "alice").await.unwrap();
+    let sent: serde_json::Value =
+        serde_json::from_str(&w.tracker.writes()[0].body).expect("a JSON body");
+    assert_eq!(sent, json!({"title": "1e400", "body": "9007199254740993"}));
 }
 
 /// How many durability barriers the state database has seen (a barrier

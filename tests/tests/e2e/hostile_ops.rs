@@ -367,18 +367,27 @@ async fn numbers_reach_the_approver_exactly_as_they_will_be_sent() {
     w.kernel
         .introduce("work", "overflow", "OVER", None, "alice")
         .unwrap();
-    let raw = r#"{"amount": 123456789012345678901234567890, "rate": 0.30000000000000001, "id": 18446744073709551617}"#;
+    // Numbers past what every reader reads alike are refused (issue 43);
+    // every number within it reaches the approver and the service as
+    // written, digit for digit.
+    let beyond = r#"{"amount": 123456789012345678901234567890, "rate": 0.30000000000000001, "id": 18446744073709551617}"#;
+    let raw =
+        r#"{"amount": 9007199254740991, "rate": 0.30000000000000001, "id": -9007199254740991}"#;
     let out = w
         .script(
             "work",
-            json!([{"call": {"key": "OVER", "tool": "record", "raw_args": raw}}]),
+            json!([
+                {"call": {"key": "OVER", "tool": "record", "raw_args": beyond}},
+                {"call": {"key": "OVER", "tool": "record", "raw_args": raw}},
+            ]),
         )
         .await;
-    let id = pending_id(&out[0]).to_string();
+    assert_eq!(out[0]["error"]["kind"], "invalid-args", "{}", out[0]);
+    let id = pending_id(&out[1]).to_string();
     let exact = [
-        "123456789012345678901234567890",
+        "9007199254740991",
         "0.30000000000000001",
-        "18446744073709551617",
+        "-9007199254740991",
     ];
     let shown = stdout(&w.cli(&["show", &id]));
     let stored = stdout(&w.cli(&["show", &id, "--json"]));

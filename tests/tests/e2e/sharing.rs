@@ -573,3 +573,106 @@ async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
         }
     }
 }
+
+/// Issue 43: standing is re-checked at every kernel call, not once a turn.
+/// Bob, a verified collaborator with his own tracker account, runs a turn;
+/// while it waits on a read at the tracker, Alice removes him. The read
+/// already admitted finishes; every call after it (stages, reads, the
+/// keys, polls) is refused as for a chat that does not exist, and what he
+/// staged before is never sent with his token, whoever approves it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collaborator_removed_mid_turn_is_refused_at_the_next_call_and_nothing_is_sent_for_him() {
+    const BOB_TOKEN: &str = "tok-bob-5e1c-mid-turn";
+    let w = World::with_tokens(&[BOB_TOKEN]);
+    w.install("script");
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    let k = w.kernel.clone();
+    k.add_user("alice").unwrap();
+    k.add_user("bob").unwrap();
+    k.connect_account("bob", "issues", "main", BOB_TOKEN, false)
+        .unwrap();
+    k.new_chat("work", "alice").unwrap();
+    k.introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    k.share("work", "bob", "alice", false).unwrap();
+    let opened = k
+        .open_chat("work", "bob", &OpenRequest::default())
+        .await
+        .unwrap();
+    assert!(matches!(opened, OpenOutcome::Admitted { .. }), "{opened:?}");
+
+    let issue = |title: &str| call("ISSUES", "createIssue", json!({ "title": title }));
+    let list = || call("ISSUES", "listIssues", json!({}));
+    let steps = json!({"steps": [
+        issue("staged before"),
+        list(),
+        issue("staged after"),
+        list(),
+        {"env": true},
+        {"poll": 1},
+    ]})
+    .to_string();
+    let hold = w.tracker.hold_reads();
+    let reads_before = w.tracker.requests().len();
+    let turn = {
+        let k = k.clone();
+        tokio::spawn(async move { k.run_as("bob", "script", "work", &steps).await })
+    };
+    assert!(
+        gatehouse_e2e::wait_until(std::time::Duration::from_secs(60), || w
+            .tracker
+            .requests()
+            .len()
+            > reads_before),
+        "bob's read reached the tracker"
+    );
+    assert!(k.unshare("work", "bob", "alice").unwrap());
+    hold.release();
+    let report = turn.await.unwrap().expect("the turn ran");
+    let out: Value = serde_json::from_str(&report.output.expect("the script answered")).unwrap();
+
+    let before = gatehouse_e2e::pending_id(&out[0]);
+    assert!(out[1].get("done").is_some(), "admitted before: {}", out[1]);
+    for (i, step) in out.as_array().unwrap().iter().enumerate().skip(2) {
+        let said = step.to_string();
+        match i {
+            4 => assert_eq!(step["keys"], json!([]), "{said}"),
+            _ => {
+                assert_eq!(step["error"]["kind"], "refused", "step {i}: {said}");
+                let message = step["error"]["message"].as_str().unwrap_or_default();
+                assert!(
+                    message.contains("no chat named \"work\"") || message.contains("no action #"),
+                    "step {i}: {message}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        w.tracker.requests().len(),
+        reads_before + 1,
+        "nothing after the removal reached the tracker"
+    );
+    let open = w.kernel.inspect().pending(None).unwrap();
+    assert_eq!(
+        open.iter().map(|a| a.id).collect::<Vec<_>>(),
+        vec![before],
+        "only what he staged before"
+    );
+
+    // Alice approves what he staged before: it is never sent with his
+    // token, and stays for her to reject.
+    let o = w.cli(&["approve", &before.to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("bob, who staged it, may no longer act in chat \"work\""),
+        "{e}"
+    );
+    assert!(e.contains("nothing was sent"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(w.tracker.writes().is_empty(), "nothing sent");
+    let a = w.kernel.inspect().action(before).unwrap().unwrap();
+    assert_eq!(a.state, gatehouse::store::ActionState::Pending);
+    let o = w.cli(&["reject", &before.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
