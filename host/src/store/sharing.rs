@@ -434,7 +434,9 @@ fn users_in(db: &dyn Sql) -> anyhow::Result<Vec<String>> {
 
 /// [`Store::connect_account`] in the caller's writing transaction. On
 /// PostgreSQL the person's row is held first, so two accounts connected at
-/// once cannot both find no default and both become it.
+/// once cannot both find no default and both become it. The credential is
+/// sealed with `key` for its row as it is written.
+#[allow(clippy::too_many_arguments)]
 fn connect_account_in(
     db: &dyn Sql,
     key: &Key,
