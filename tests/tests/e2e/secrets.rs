@@ -239,6 +239,43 @@ async fn postgres_rows_hold_no_secret_in_plaintext_and_a_host_needs_the_key() {
             .output()
             .unwrap(),
     );
+
+    // Rotated on the database (its hosts stopped): every value sealed
+    // again in one transaction, the old key refused, the new one serves.
+    drop(w);
+    let new = key_file(host.path(), "new.key");
+    let out = ok(on_database(
+        &mut cli_command(host.path(), &["key", "rotate", "--new-key-file"]),
+        &url,
+    )
+    .arg(&new)
+    .output()
+    .unwrap());
+    assert!(out.contains("sealed 5 secret(s) again"), "{out}");
+    let new_key = Key::from_file(&new).unwrap();
+    let e = one_line(
+        &on_database(&mut cli_command(host.path(), &["pending"]), &url)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        e.contains(&format!("sealed with key {}", new_key.id())),
+        "{e}"
+    );
+    ok(cli_command(host.path(), &["pending"])
+        .env("GATEHOUSE_DATABASE_URL", &url)
+        .env("GATEHOUSE_KEY_FILE", &new)
+        .output()
+        .unwrap());
+    for line in pg
+        .psql(db, "SELECT name || '|' || value FROM deployment_secrets")
+        .lines()
+    {
+        let (name, value) = line.split_once('|').unwrap();
+        let place = Place::new("deployment_secrets", name);
+        assert!(key.open_text(place, value).is_err(), "{name}: the old key");
+        assert!(new_key.open_text(place, value).is_ok(), "{name}");
+    }
 }
 
 /// `key rotate` seals every secret again in one transaction: the new key
@@ -473,6 +510,20 @@ fn verify_full_connects_and_serves_and_another_authority_is_refused() {
             "alice"
         );
     }
+    // Reached at 127.0.0.1 under a name its certificate does not name:
+    // verify-full refuses the name, verify-ca checks the chain only.
+    let pg_name = name_of(&pg.database()).to_owned();
+    let elsewhere = |mode: &str| {
+        format!(
+            "postgres://gatehouse@db.example:{}/{pg_name}?hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={ca}",
+            pg.port()
+        )
+    };
+    let e = one_line(&on(&elsewhere("verify-full"), &["db", "migrate"]));
+    assert!(e.contains("is not for the host db.example"), "{e}");
+    assert!(e.contains("verify-full"), "{e}");
+    ok(on(&elsewhere("verify-ca"), &["db", "migrate"]));
+
     // require encrypts without an authority to check against.
     let url = tls_url("127.0.0.1", "sslmode=require");
     ok(on(&url, &["db", "migrate"]));
