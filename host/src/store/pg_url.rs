@@ -198,9 +198,19 @@ impl DatabaseUrl {
             }
         })?;
         let tls = mode.unwrap_or(TlsMode::Prefer);
-        if tls == TlsMode::VerifyCa && root == RootCert::System {
+        // A chain checked against the public authorities without the name
+        // would take any certificate any of them signed for any name (libpq
+        // refuses the same with sslrootcert=system).
+        let public = matches!(root, RootCert::System | RootCert::Unset);
+        let weak = match tls {
+            TlsMode::VerifyCa => public,
+            TlsMode::Require => root == RootCert::System,
+            _ => false,
+        };
+        if weak {
             bail!(
-                "the database URL asks for sslmode=verify-ca with sslrootcert=system, which would take any certificate a public authority signed for any name; use sslmode=verify-full, or name your own authority in sslrootcert=FILE"
+                "the database URL's sslmode={} would check the server's certificate against the public authorities without its host name, taking any certificate one of them signed for any name; use sslmode=verify-full, or name your own authority in sslrootcert=FILE",
+                tls.as_str()
             );
         }
         let shown = mask(scheme, &config, mode, &root);
@@ -346,6 +356,8 @@ mod tests {
             "postgres://alice:s3cret@db/gh?nonsense=1",
             "postgres://alice:s3cret@db/gh?sslmode=allow",
             "postgres://alice:s3cret@db/gh?sslmode=verify-ca&sslrootcert=system",
+            "postgres://alice:s3cret@db/gh?sslmode=verify-ca",
+            "postgres://alice:s3cret@db/gh?sslmode=require&sslrootcert=system",
         ] {
             let e = DatabaseUrl::parse(refused).expect_err(refused);
             assert!(!format!("{e:#}").contains("s3"), "{refused}: {e:#}");
