@@ -370,8 +370,9 @@ impl Kernel {
     /// rotation). Afterwards only `new` opens them; on a home, the home's
     /// own key file is removed if it held the old key. Refused while other
     /// processes use the home (they hold the old key); on a shared database
-    /// the operator stops the other hosts first (a host left running finds
-    /// its key refused at its next secret, and writes nothing with it).
+    /// the operator stops the other hosts first (a host left running has
+    /// its next secret refused, opened or written: a value it sealed with
+    /// the old key would open on no other host; `store::sealed::check_key_in`).
     pub async fn rotate_key(&self, new: Key) -> anyhow::Result<Rotated> {
         let old = self.inner.store.key().clone();
         if new.id() == old.id() {

@@ -25,7 +25,12 @@ impl Store {
     /// (an embedded home's certificate authority key, moved in from its
     /// file): the value kept, which is `value` unless another was first.
     pub fn keep_deployment_secret(&self, name: &str, value: &str) -> anyhow::Result<String> {
-        self.with(|db| deployment_secret_in(db, &self.key, name, value, now_ms()))
+        // Read first, outside a writing transaction: every start reads the
+        // idempotency secret, and only the first ever makes it.
+        if let Some(v) = self.with(|db| read_in(db, &self.key, name))? {
+            return Ok(v);
+        }
+        self.write(|db| deployment_secret_in(db, &self.key, name, value, now_ms()))
     }
 }
 
@@ -38,23 +43,28 @@ fn deployment_secret_in(
     now: i64,
 ) -> anyhow::Result<String> {
     let place = Place::new(sealed::DEPLOYMENT_SECRETS, name);
-    let read = || -> anyhow::Result<Option<String>> {
-        db.row(
-            "SELECT value FROM deployment_secrets WHERE name = ?1",
-            args![name],
-        )?
-        .map(|r| Ok(key.open_text(place, &r.get::<String>(0)?)?.to_string()))
-        .transpose()
-    };
+    let read = || read_in(db, key, name);
     if let Some(v) = read()? {
         return Ok(v);
     }
+    super::sealed::check_key_in(db, key)?;
     db.exec(
         "INSERT INTO deployment_secrets (name, value, created_at) VALUES (?1, ?2, ?3)
          ON CONFLICT DO NOTHING",
         args![name, key.seal_text(place, fresh)?, now],
     )?;
     read()?.ok_or_else(|| anyhow::anyhow!("the deployment secret {name} vanished"))
+}
+
+/// The deployment secret `name`, opened, if it was made.
+fn read_in(db: &dyn Sql, key: &Key, name: &str) -> anyhow::Result<Option<String>> {
+    let place = Place::new(sealed::DEPLOYMENT_SECRETS, name);
+    db.row(
+        "SELECT value FROM deployment_secrets WHERE name = ?1",
+        args![name],
+    )?
+    .map(|r| Ok(key.open_text(place, &r.get::<String>(0)?)?.to_string()))
+    .transpose()
 }
 
 #[cfg(test)]

@@ -260,6 +260,9 @@ fn add_hook_in(db: &dyn Sql, key: &Key, h: &NewHook, now: i64) -> anyhow::Result
         .ok_or_else(|| anyhow::anyhow!("the ledger returned no id for the new hook"))?
         .get(0)?;
     let row = id.to_string();
+    if h.webhook.is_some() {
+        sealed::check_key_in(db, key)?;
+    }
     let (kind, digest, secret) = match &h.webhook {
         Some((d, s)) => (
             HookKind::Webhook,

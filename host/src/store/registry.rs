@@ -318,7 +318,7 @@ impl Store {
 
     /// Keep the operator credential `name`, sealed.
     pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
-        self.with(|db| put_secret_in(db, &self.key, name, value))
+        self.write(|db| put_secret_in(db, &self.key, name, value))
     }
 
     /// The operator credential `name`, opened.
@@ -432,6 +432,7 @@ fn set_trust_in(db: &dyn Sql, name: &str, trust: Trust) -> anyhow::Result<()> {
 }
 
 fn put_secret_in(db: &dyn Sql, key: &Key, name: &str, value: &str) -> anyhow::Result<()> {
+    sealed::check_key_in(db, key)?;
     let sealed = key.seal_text(Place::new(sealed::SECRETS, name), value)?;
     db.exec(
         "INSERT INTO secrets (name, value) VALUES (?1, ?2)

@@ -13,7 +13,7 @@
 //! are checked, never sent on), so there is nothing to recover from them.
 
 use super::Store;
-use super::sql::{Sql, args};
+use super::sql::{Engine, Sql, args};
 use crate::seal::{self, Key, Place};
 use anyhow::bail;
 
@@ -86,6 +86,31 @@ fn replace(db: &dyn Sql, column: &Column, row: &str, now: &str, was: &str) -> an
     Ok(())
 }
 
+/// Refuse to seal a new value with `key` when the deployment's values are
+/// sealed with another (a rotation since this host started: its value
+/// would open on no other host). Asked in the writer's transaction before
+/// it seals. The idempotency secret, made at every start and sealed again
+/// by every rotation, stands for them all. On PostgreSQL its row is held
+/// (`FOR SHARE`) until the writer's transaction ends; a rotation holds it
+/// `FOR UPDATE` before it reads anything, so of the two, the one that
+/// comes second sees what the first committed: the writer is refused, or
+/// the rotation seals the new value again too.
+pub(crate) fn check_key_in(db: &dyn Sql, key: &Key) -> anyhow::Result<()> {
+    let sql = match db.engine() {
+        Engine::Postgres => {
+            "SELECT value FROM deployment_secrets WHERE name = 'idempotency' FOR SHARE"
+        }
+        Engine::Sqlite => "SELECT value FROM deployment_secrets WHERE name = 'idempotency'",
+    };
+    if let Some(r) = db.row(sql, args![])? {
+        let value: String = r.get(0)?;
+        if let Some(kid) = seal::sealed_with(&value).filter(|kid| *kid != key.id()) {
+            return Err(key.wrong_key(kid));
+        }
+    }
+    Ok(())
+}
+
 /// How many values are kept unsealed (no key needed to tell).
 pub(crate) fn unsealed_in(db: &dyn Sql) -> anyhow::Result<usize> {
     Ok(every_value(db)?
@@ -133,6 +158,13 @@ fn seal_in(db: &dyn Sql, key: &Key) -> anyhow::Result<Sealing> {
 /// Open every value with `old` and seal it with `new`, in the caller's
 /// writing transaction: all or nothing.
 fn reseal_in(db: &dyn Sql, old: &Key, new: &Key) -> anyhow::Result<Sealing> {
+    if db.engine() == Engine::Postgres {
+        // Held before anything is read: see [`check_key_in`].
+        db.row(
+            "SELECT 1 FROM deployment_secrets WHERE name = 'idempotency' FOR UPDATE",
+            args![],
+        )?;
+    }
     let mut done = Sealing::default();
     for (column, row, value) in every_value(db)? {
         let place = Place::new(column.table, &row);
@@ -286,6 +318,16 @@ mod on_both_engines {
                     .await
                     .expect_err("the old key");
                 assert!(old.to_string().contains(other.id()), "{e}: {old}");
+                // A host still holding the old key may not seal anything
+                // new with it: its value would open on no other host.
+                let write = b
+                    .run({
+                        let key = key.clone();
+                        move |db| check_key_in(db, &key)
+                    })
+                    .await
+                    .expect_err("a new value under the old key");
+                assert!(write.to_string().contains(other.id()), "{e}: {write}");
             }
         });
     }

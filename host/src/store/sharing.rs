@@ -454,6 +454,7 @@ fn connect_account_in(
             args![user],
         )?;
     }
+    sealed::check_key_in(db, key)?;
     db.exec(
         "INSERT INTO secrets (name, value) VALUES (?1, ?2)
          ON CONFLICT (name) DO UPDATE SET value = excluded.value",
