@@ -10,7 +10,7 @@
 //! agent, runs), `gatekeepers` (gatekeeper, secret), `people` (user,
 //! account), `sharing` (share, open, collaborators, blueprints),
 //! `workflow`, `hooks`, `web` (serve, token), `mcp`, `db` (migrate,
-//! copy); `demo` is
+//! copy), `keys` (the key secrets are sealed with); `demo` is
 //! handed in by the binary ([`Demo`]).
 
 mod actions;
@@ -18,6 +18,7 @@ mod chats;
 mod db;
 mod gatekeepers;
 mod hooks;
+mod keys;
 mod mcp;
 mod people;
 mod sharing;
@@ -49,14 +50,29 @@ pub(crate) struct Cli {
     home: Option<PathBuf>,
     /// A PostgreSQL database (postgres://...) shared by several hosts:
     /// every command serves from it (after `gatehouse db migrate`), and the
-    /// home keeps only this host's compiled components.
+    /// home keeps only this host's compiled components. TLS as libpq's
+    /// `sslmode` (disable, prefer, require, verify-ca, verify-full) and
+    /// `sslrootcert=FILE` say. Its value is never printed.
     #[arg(
         long,
         global = true,
         env = "GATEHOUSE_DATABASE_URL",
+        hide_env_values = true,
         value_name = "URL"
     )]
     database: Option<String>,
+    /// The file holding the key the deployment's secrets are sealed with
+    /// (`gatehouse key new > FILE`); or the key itself in $GATEHOUSE_KEY.
+    /// Required with a shared database; an embedded home without one keeps
+    /// its own key file in the home.
+    #[arg(
+        long,
+        global = true,
+        env = "GATEHOUSE_KEY_FILE",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    key_file: Option<PathBuf>,
     /// The person giving this command: owner of the chats they create,
     /// recorded as `resolved-by`, whose accounts their turns use (default:
     /// $GATEHOUSE_USER, else $USER).
@@ -116,6 +132,10 @@ enum Command {
     /// into PostgreSQL.
     #[command(subcommand)]
     Db(db::DbCmd),
+    /// The key the deployment's secrets are sealed with: make one, show
+    /// which one this host has, rotate to another.
+    #[command(subcommand)]
+    Key(keys::KeyCmd),
 }
 
 fn parse_setting(s: &str) -> Result<(String, String), String> {
@@ -254,11 +274,20 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
         );
         return Ok(true);
     }
+    if let Command::Key(keys::KeyCmd::New) = &cli.command {
+        return keys::new_key();
+    }
+    // The operator's key, if given: a file, or the key itself in the
+    // environment (never on the command line, where other users see it).
+    let key = crate::seal::Key::given(
+        cli.key_file.as_deref(),
+        std::env::var(crate::seal::KEY_ENV).ok().as_deref(),
+    )?;
     let database = cli.database.as_deref().filter(|u| !u.trim().is_empty());
     if let Some(url) = database {
         match &cli.command {
             Command::Db(db::DbCmd::Migrate { json }) => {
-                return db::migrate_shared(url, *json).await;
+                return db::migrate_shared(url, key, *json).await;
             }
             Command::Db(db::DbCmd::Status { json }) => {
                 return db::status_shared(url, *json).await;
@@ -278,12 +307,20 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
     let kernel = match database {
         // A copy names its target itself and reads the home.
         Some(_) if matches!(cli.command, Command::Db(db::DbCmd::Copy { .. })) => {
-            Kernel::open(home, limits)?
+            Kernel::open_keyed(home, limits, key)?
         }
         // The deployment lives in the shared database; the home keeps
-        // this host's compiled components only.
-        Some(url) => Kernel::open_shared(home, url, limits).await?,
-        None => Kernel::open(home, limits)?,
+        // this host's compiled components only. Its secrets are sealed
+        // with a key the operator holds: none given, nothing opens.
+        Some(url) => {
+            let Some(key) = key else {
+                anyhow::bail!(
+                    "a shared database's secrets are sealed with a key the operator holds, and this host was given none; make one with `gatehouse key new > FILE` (then `chmod 600 FILE`) and set GATEHOUSE_KEY_FILE=FILE on every host"
+                );
+            };
+            Kernel::open_shared(home, url, limits, key).await?
+        }
+        None => Kernel::open_keyed(home, limits, key)?,
     };
     // Sends this start resumed for dead processes (an interrupted claim of
     // a tool whose service honours the idempotency key) finish first, so
@@ -320,6 +357,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Web(cmd) => web::execute(kernel, cmd).await,
         Command::Mcp(cmd) => mcp::execute(kernel, cmd, me).await,
         Command::Db(cmd) => db::execute(kernel, cmd).await,
+        Command::Key(cmd) => keys::execute(kernel, cmd).await,
     }
 }
 
@@ -339,6 +377,7 @@ mod surfaces {
         ("cli/workflow.rs", include_str!("cli/workflow.rs")),
         ("cli/mcp.rs", include_str!("cli/mcp.rs")),
         ("cli/db.rs", include_str!("cli/db.rs")),
+        ("cli/keys.rs", include_str!("cli/keys.rs")),
         ("mcp_serve.rs", include_str!("mcp_serve.rs")),
         ("web/mod.rs", include_str!("web/mod.rs")),
         ("web/api.rs", include_str!("web/api.rs")),

@@ -9,9 +9,13 @@
 //! call components.
 //!
 //! A certificate is `base64url(claims JSON) "." base64url(ed25519 signature)`.
-//! The CA key is created on first use under `$GATEHOUSE_HOME/ca/` with
-//! owner-only permissions; the tenant is named by the key's fingerprint, so
-//! a certificate from another deployment is refused as foreign.
+//! The CA key is a deployment secret (`deployment_secrets`, under
+//! [`SHARED_KEY_NAME`]), made on first use and kept sealed with the
+//! operator's key on either engine (issue 43); an older home's plaintext
+//! key file `$GATEHOUSE_HOME/ca/ca.key` is moved in, sealed, when the home
+//! opens ([`legacy_key_hex`], [`forget_legacy_key`]). The tenant is named by
+//! the key's fingerprint, so a certificate from another deployment is
+//! refused as foreign.
 
 use crate::home::Home;
 use anyhow::Context as _;
@@ -80,23 +84,40 @@ pub enum CertRefusal {
     Revoked,
 }
 
-/// The name a shared database keeps the authority's key under (in
-/// `deployment_secrets`, as the hex of its 32-byte seed): every host signs
-/// and verifies with the same authority.
+/// The name the authority's key is kept under (in `deployment_secrets`,
+/// as the hex of its 32-byte seed, sealed): every host of a deployment
+/// signs and verifies with the same authority.
 pub(crate) const SHARED_KEY_NAME: &str = "certificate-authority";
 
-/// The key of `home`'s authority as hex, if it has one yet (for moving the
-/// home into a shared database). Never creates one.
-pub(crate) fn stored_key_hex(home: &Home) -> anyhow::Result<Option<String>> {
+/// The key an older home kept as a plaintext file, as hex, if that file is
+/// still there (the kernel moves it into the state database, sealed, and
+/// then removes it). Never creates one.
+pub(crate) fn legacy_key_hex(home: &Home) -> anyhow::Result<Option<String>> {
     Ok(stored_seed(&key_path(home))?.map(hex::encode))
 }
 
-/// Where a home keeps its authority's key.
-fn key_path(home: &Home) -> PathBuf {
+/// Remove an older home's plaintext key file once its key is kept sealed
+/// in the state database.
+pub(crate) fn forget_legacy_key(home: &Home) -> anyhow::Result<()> {
+    let path = key_path(home);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot remove the certificate authority's plaintext key file {} (its key is now kept sealed in the state database); remove it by hand",
+                path.display()
+            )
+        }),
+    }
+}
+
+/// Where an older home kept its authority's key.
+pub(crate) fn key_path(home: &Home) -> PathBuf {
     home.root().join("ca").join("ca.key")
 }
 
-/// The 32-byte seed at `path`, or `None` when there is none yet; a file of
+/// The 32-byte seed at `path`, or `None` when there is none; a file of
 /// another size is damaged and refused, never replaced.
 fn stored_seed(path: &PathBuf) -> anyhow::Result<Option<[u8; 32]>> {
     match std::fs::read(path) {
@@ -118,23 +139,13 @@ pub struct Authority {
 }
 
 impl Authority {
-    /// The CA of `home`, created on first use (SPEC G3).
-    pub fn open(home: &Home) -> anyhow::Result<Authority> {
-        let path = key_path(home);
-        let key = match stored_seed(&path)? {
-            Some(seed) => SigningKey::from_bytes(&seed),
-            None => create_key(&home.root().join("ca"), &path)?,
-        };
-        Ok(Authority::from_key(key))
-    }
-
-    /// The authority whose key's seed is `hex` (a shared database keeps it
+    /// The authority whose key's seed is `hex` (the deployment keeps it
     /// under [`SHARED_KEY_NAME`]).
     pub(crate) fn from_seed_hex(hex: &str) -> anyhow::Result<Authority> {
         let seed: [u8; 32] = hex::decode(hex)
             .ok()
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| anyhow::anyhow!("the shared database's certificate authority key is damaged (expected 32 bytes of hex); restore it from a backup"))?;
+            .ok_or_else(|| anyhow::anyhow!("the deployment's certificate authority key is damaged (expected 32 bytes of hex); restore it from a backup"))?;
         Ok(Authority::from_key(SigningKey::from_bytes(&seed)))
     }
 
@@ -221,46 +232,6 @@ fn seed() -> anyhow::Result<[u8; 32]> {
     getrandom::fill(&mut seed)
         .map_err(|e| anyhow::anyhow!("the system's random generator failed: {e}"))?;
     Ok(seed)
-}
-
-/// Write a new key, owner-only, atomically (a half-written key is never
-/// read as a valid one).
-fn create_key(dir: &std::path::Path, path: &PathBuf) -> anyhow::Result<SigningKey> {
-    use std::io::Write as _;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let seed = seed()?;
-    let staging = path.with_extension(format!("new-{}", std::process::id()));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-        options.mode(0o600);
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    let mut f = options
-        .open(&staging)
-        .with_context(|| format!("cannot create {}", staging.display()))?;
-    f.write_all(&seed)?;
-    f.sync_all()?;
-    // A hard link fails if the key exists: when two processes create the
-    // authority at once, exactly one key wins and both use it.
-    let linked = std::fs::hard_link(&staging, path);
-    let _ = std::fs::remove_file(&staging);
-    match linked {
-        Ok(()) => Ok(SigningKey::from_bytes(&seed)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let bytes = std::fs::read(path)?;
-            let seed: [u8; 32] = bytes.as_slice().try_into().map_err(|_| {
-                anyhow::anyhow!(
-                    "the certificate authority key {} is damaged",
-                    path.display()
-                )
-            })?;
-            Ok(SigningKey::from_bytes(&seed))
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
-    }
 }
 
 // ----- allowed-calls lists (SPEC G4) -----

@@ -17,6 +17,7 @@ use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
 use crate::runtime::view::{Answer, KernelView};
 use crate::runtime::{Limits, Role, Runtime};
+use crate::seal::Key;
 use crate::store::{
     Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
     StageError, StagedAction, Store, Trust, Unresolved,
@@ -146,7 +147,21 @@ impl Kernel {
     /// is interrupted exactly when its token's lock is free, so a CLI
     /// process starting up never fails the claim of another one that is
     /// still applying (the kernel is opened by every command).
+    ///
+    /// The home's secrets are sealed with its own key file, made on first
+    /// use ([`crate::seal::Key::of_home`]); [`Kernel::open_keyed`] takes
+    /// the operator's key instead.
     pub fn open(home: Home, limits: Limits) -> anyhow::Result<Kernel> {
+        Kernel::open_keyed(home, limits, None)
+    }
+
+    /// [`Kernel::open`] with the key the home's secrets are sealed with:
+    /// `key` if the operator gave one, else the home's own key file. What
+    /// an older Gatehouse kept unsealed is sealed now (the secrets, the
+    /// deployment secrets, webhook signing keys, and the certificate
+    /// authority's key file, which moves into the database); a home
+    /// sealed with another key is refused in one line naming both keys.
+    pub fn open_keyed(home: Home, limits: Limits, key: Option<Key>) -> anyhow::Result<Kernel> {
         home.create()?;
         // A database that vanished is never silently replaced by an empty
         // one: that would forget every claim, rule and decision.
@@ -159,8 +174,14 @@ impl Kernel {
                 marker.display()
             );
         }
-        let store = Store::open(&database)?;
+        let key = match key {
+            Some(k) => k,
+            None => Key::of_home(home.root())?,
+        };
+        let store = Store::open(&database, Arc::new(key))?;
         home.mark()?;
+        store.seal_at_rest()?;
+        adopt_authority_file(&home, &store)?;
         let liveness = Liveness::on_home(&home)?;
         let runtime = Runtime::new(home.cache_dir(), limits)?;
         Kernel::start(home, store, runtime, liveness)
@@ -179,13 +200,34 @@ impl Kernel {
     /// hosts decide ([`Kernel::decided_elsewhere`]). The database must be
     /// at this binary's schema (`gatehouse db migrate`); opening never
     /// migrates it.
-    pub async fn open_shared(home: Home, url: &str, limits: Limits) -> anyhow::Result<Kernel> {
+    ///
+    /// Its secrets are sealed with `key`, which the operator holds and
+    /// gives every host; a database sealed with another key, or still
+    /// holding unsealed secrets (`gatehouse db migrate` seals them), is
+    /// refused.
+    pub async fn open_shared(
+        home: Home,
+        url: &str,
+        limits: Limits,
+        key: Key,
+    ) -> anyhow::Result<Kernel> {
         use crate::store::postgres;
         let url = postgres::DatabaseUrl::parse(url)?;
         home.create()?;
         let shared = postgres::Shared::open(&url, SHARED_CONNECTIONS).await?;
+        let store = Store::on_shared(shared, Arc::new(key));
+        let unsealed = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || store.has_unsealed())
+                .await
+                .context("checking the database's secrets panicked")??
+        };
+        if unsealed {
+            bail!(
+                "the database {url} holds secrets an older Gatehouse kept unsealed; run `gatehouse db migrate` with this key (GATEHOUSE_KEY_FILE) first, which seals them"
+            );
+        }
         let liveness = Liveness::on_database(&home, &url).await?;
-        let store = Store::on_shared(shared);
         let mut runtime = Runtime::new(home.cache_dir(), limits)?;
         let sources = store.clone();
         runtime.fetch_sources_from(Box::new(move |digest| sources.component(digest)));
@@ -305,21 +347,76 @@ impl Kernel {
         if let Some(a) = self.inner.authority.get() {
             return Ok(a.clone());
         }
-        let a = Arc::new(if self.inner.store.is_shared() {
-            // One deployment signs with one key, on every host.
-            let seed = self
-                .inner
-                .store
-                .deployment_secret(crate::grants::SHARED_KEY_NAME)?;
-            crate::grants::Authority::from_seed_hex(&seed)?
-        } else {
-            crate::grants::Authority::open(&self.inner.home)?
-        });
+        // One deployment signs with one key, on every host; kept sealed.
+        let seed = self
+            .inner
+            .store
+            .deployment_secret(crate::grants::SHARED_KEY_NAME)?;
+        let a = Arc::new(crate::grants::Authority::from_seed_hex(&seed)?);
         Ok(self.inner.authority.get_or_init(|| a).clone())
     }
 
     pub(crate) fn owner(&self) -> &str {
         self.inner.liveness.owner()
+    }
+
+    /// Which key this deployment's secrets are sealed with, and where
+    /// this process got it (never the key itself).
+    pub fn sealing_key(&self) -> KeyShown {
+        let key = self.inner.store.key();
+        KeyShown {
+            id: key.id().to_owned(),
+            origin: key.origin().to_string(),
+        }
+    }
+
+    /// Seal every secret again with `new`, in one transaction (issue 43:
+    /// rotation). Afterwards only `new` opens them; on a home, the home's
+    /// own key file is removed if it held the old key. Refused while other
+    /// processes use the home (they hold the old key); on a shared database
+    /// the operator stops the other hosts first (a host left running has
+    /// its next secret refused, opened or written: a value it sealed with
+    /// the old key would open on no other host; `store::sealed::check_key_in`).
+    pub async fn rotate_key(&self, new: Key) -> anyhow::Result<Rotated> {
+        let old = self.inner.store.key().clone();
+        if new.id() == old.id() {
+            bail!(
+                "the new key is the key in use ({}); make another with `gatehouse key new > FILE`",
+                old.id()
+            );
+        }
+        if !self.inner.store.is_shared() {
+            let others = self.others_alive();
+            if !others.is_empty() {
+                bail!(
+                    "{} other gatehouse process(es) are using this home with the old key (serve, mcp serve, or a command still running); stop them, then rotate",
+                    others.len()
+                );
+            }
+        }
+        let now = new.id().to_owned();
+        let store = self.inner.store.clone();
+        let done = tokio::task::spawn_blocking(move || store.reseal(&new))
+            .await
+            .context("sealing the secrets again panicked")??;
+        let removed = match old.origin() {
+            crate::seal::Origin::Home(path) => {
+                std::fs::remove_file(path).with_context(|| {
+                    format!(
+                        "the secrets are sealed with key {now} now, but the home's old key file {} could not be removed; remove it by hand",
+                        path.display()
+                    )
+                })?;
+                Some(path.display().to_string())
+            }
+            _ => None,
+        };
+        Ok(Rotated {
+            sealed: done.changed,
+            was: old.id().to_owned(),
+            now,
+            removed,
+        })
     }
 
     pub(crate) fn idempotency_secret(&self) -> &str {
@@ -1039,7 +1136,7 @@ impl Kernel {
             &pre,
             &self.runtime().limits,
             &g.name,
-            reach_for(binding),
+            reach_for(binding, self.store().key())?,
             invocation,
         )
         .await;
@@ -1267,7 +1364,7 @@ impl Kernel {
             &pre,
             &self.runtime().limits,
             &g.name,
-            reach_for(binding),
+            reach_for(binding, self.store().key())?,
             invocation,
         )
         .await;
@@ -1574,12 +1671,64 @@ fn validator_for(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
     compiled
 }
 
-/// Where a call through `binding` may reach, and with which credential.
-pub(crate) fn reach_for(binding: &Binding) -> Reach {
-    Reach::of(
+/// Which key a deployment's secrets are sealed with (`gatehouse key show`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KeyShown {
+    /// The key's id (a fingerprint; never the key).
+    pub id: String,
+    /// Where this process got it, in words.
+    pub origin: String,
+}
+
+/// What `gatehouse key rotate` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Rotated {
+    /// Secrets sealed again.
+    pub sealed: usize,
+    /// The old key's id.
+    pub was: String,
+    /// The new key's id.
+    pub now: String,
+    /// The home's own key file, removed because it held the old key.
+    pub removed: Option<String>,
+}
+
+/// Where a call through `binding` may reach, and with which credential,
+/// opened with the deployment's `key` (the one place a resolved
+/// credential is opened before it is injected).
+pub(crate) fn reach_for(binding: &Binding, key: &Key) -> anyhow::Result<Reach> {
+    Ok(Reach::of(
         binding.gatekeeper(),
-        binding.resolved.credential.secret().map(str::to_owned),
-    )
+        open_credential(&binding.resolved.credential, key)?,
+    ))
+}
+
+/// The secret of `credential`, opened with `key`, if it has one.
+pub(crate) fn open_credential(
+    credential: &Credential,
+    key: &Key,
+) -> anyhow::Result<Option<String>> {
+    credential
+        .secret()
+        .map(|s| s.open(key).map(|v| v.to_string()))
+        .transpose()
+}
+
+/// Move an older home's plaintext certificate authority key file into the
+/// state database, sealed, then remove the file. A database that already
+/// keeps another authority key is refused: which one signs is not guessed.
+fn adopt_authority_file(home: &Home, store: &Store) -> anyhow::Result<()> {
+    let Some(hex) = crate::grants::legacy_key_hex(home)? else {
+        return Ok(());
+    };
+    let kept = store.keep_deployment_secret(crate::grants::SHARED_KEY_NAME, &hex)?;
+    if kept != hex {
+        bail!(
+            "the home keeps a certificate authority key file {} besides the sealed key in its database, and they differ; move the file aside (the database's key is the one in use)",
+            crate::grants::key_path(home).display()
+        );
+    }
+    crate::grants::forget_legacy_key(home)
 }
 
 /// The settings a gatekeeper sees: the operator's, plus `allowed-hosts`.

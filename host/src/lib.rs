@@ -21,6 +21,7 @@
 //! - [`inbox`]: what a person sees, through the one rule (W, L);
 //! - [`observations`]: what reads touched (O, S);
 //! - [`grants`], [`workflow`]: scoped approvals as signed certificates (G);
+//! - [`seal`]: secrets at rest, sealed with a key the operator holds;
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
 //! - [`prompt`]: the approval prompt, a security boundary (R);
 //! - [`hooks`]: triggers bound to gadgets, webhooks and schedules (H1);
@@ -69,6 +70,7 @@ pub mod revert;
 mod rules_cited;
 pub(crate) mod runtime;
 pub mod scaffold;
+pub mod seal;
 pub mod sharing;
 pub mod signin;
 pub mod store;

@@ -24,6 +24,9 @@ pub struct Migrated {
     pub before: i64,
     /// The schema version it is at now.
     pub now: i64,
+    /// Secrets an older Gatehouse had kept unsealed, sealed now with the
+    /// key given (issue 43).
+    pub sealed: usize,
 }
 
 /// Where a database stands: its schema, and the claims in flight with
@@ -52,14 +55,46 @@ pub async fn database_status(url: &DatabaseUrl) -> anyhow::Result<Status> {
     })
 }
 
-/// Bring the PostgreSQL database at `url` to this binary's schema.
-pub async fn migrate_database(url: &DatabaseUrl) -> anyhow::Result<Migrated> {
+/// Bring the PostgreSQL database at `url` to this binary's schema, then
+/// seal with `key` what an older Gatehouse kept unsealed. Without a key, a
+/// database that holds unsealed secrets is migrated and refused in one
+/// line saying how to give one (its hosts could not open it anyway).
+pub async fn migrate_database(
+    url: &DatabaseUrl,
+    key: Option<crate::seal::Key>,
+) -> anyhow::Result<Migrated> {
     let mut client = postgres::connect(url).await?;
     let (before, now) = postgres::migrate(&mut client, url).await?;
+    let shared = postgres::Shared::open(url, 1).await?;
+    let sealed = match key {
+        Some(key) => {
+            let store = crate::store::Store::on_shared(shared, std::sync::Arc::new(key));
+            let changed = tokio::task::spawn_blocking(move || store.seal_at_rest())
+                .await
+                .map_err(|_| anyhow::anyhow!("sealing the database's secrets panicked"))??
+                .changed;
+            if changed > 0 {
+                // The unsealed values are dead row versions now: rewrite
+                // the tables so that none is left in them.
+                postgres::vacuum_sealed(&client, url).await?;
+            }
+            changed
+        }
+        None => {
+            let unsealed = shared.run(crate::store::sealed::unsealed_in).await?;
+            if unsealed > 0 {
+                bail!(
+                    "the database {url} is at schema {now}, and holds {unsealed} secret(s) an older Gatehouse kept unsealed; seal them with the key its hosts will hold: `gatehouse key new > FILE`, then run `gatehouse db migrate` again with GATEHOUSE_KEY_FILE=FILE"
+                );
+            }
+            0
+        }
+    };
     Ok(Migrated {
         database: url.to_string(),
         before,
         now,
+        sealed,
     })
 }
 
@@ -95,8 +130,9 @@ impl Kernel {
     }
 
     /// What the home keeps as files and a shared database keeps in tables:
-    /// every installed component's bytes (checked against its digest) and
-    /// the certificate authority's key.
+    /// every installed component's bytes (checked against its digest). The
+    /// certificate authority's key is a row of `deployment_secrets` on both
+    /// (sealed), copied with the tables.
     fn files_to_move(&self) -> anyhow::Result<Files> {
         let mut digests: Vec<String> = self
             .store()
@@ -114,13 +150,6 @@ impl Kernel {
                 Ok((d, bytes))
             })
             .collect::<anyhow::Result<_>>()?;
-        let secrets = crate::grants::stored_key_hex(self.home())?
-            .map(|key| (crate::grants::SHARED_KEY_NAME.to_owned(), key))
-            .into_iter()
-            .collect();
-        Ok(Files {
-            components,
-            secrets,
-        })
+        Ok(Files { components })
     }
 }

@@ -310,7 +310,16 @@ impl Kernel {
             pending: Vec::new(),
             idempotency_key: Some(idempotency_key),
         };
-        let reach = Reach::of(&g, claim.credential().secret().map(str::to_owned));
+        let credential =
+            match crate::kernel::open_credential(claim.credential(), self.store().key()) {
+                Ok(c) => c,
+                Err(e) => {
+                    return self
+                        .fail(id, format!("{e:#}; nothing was sent"), true)
+                        .await;
+                }
+            };
+        let reach = Reach::of(&g, credential);
         let pre = match self.runtime().gatekeeper(&g.digest) {
             Ok(p) => p,
             Err(e) => {

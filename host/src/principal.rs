@@ -10,6 +10,7 @@
 //! (`choose_credential`, a pure function of facts the store reads in the
 //! caller's transaction); who may do what is `crate::access`.
 
+use crate::seal::Sealed;
 use serde::Serialize;
 
 /// Who is acting.
@@ -115,16 +116,18 @@ pub enum Credential {
     Account {
         /// The account's name, `user/label`, as the ledger records it.
         id: String,
-        /// Its secret, injected by the kernel; never shown or logged.
-        secret: String,
+        /// Its secret as stored (sealed), opened by the kernel only to
+        /// inject it; never shown or logged.
+        secret: Sealed,
     },
     /// The gatekeeper's operator credential: only ever for the chat
     /// owner's own calls.
     Operator {
         /// The operator secret's name.
         name: String,
-        /// Its value, injected by the kernel; never shown or logged.
-        secret: String,
+        /// Its value as stored (sealed), opened by the kernel only to
+        /// inject it; never shown or logged.
+        secret: Sealed,
     },
     /// No credential: the gatekeeper has none, and the person no account.
     Anonymous,
@@ -160,8 +163,9 @@ impl Credential {
         }
     }
 
-    /// The secret to inject, if any.
-    pub fn secret(&self) -> Option<&str> {
+    /// The secret to inject, if any, as stored (sealed): the kernel
+    /// opens it with the deployment's key.
+    pub fn secret(&self) -> Option<&Sealed> {
         match self {
             Credential::Account { secret, .. } | Credential::Operator { secret, .. } => {
                 Some(secret)
@@ -182,9 +186,9 @@ pub(crate) struct CredentialFacts<'a> {
     pub chosen: Option<&'a str>,
     /// The person's account there (the chosen one, else their default):
     /// `(id, secret)`.
-    pub own: Option<(String, String)>,
+    pub own: Option<(String, Sealed)>,
     /// The gatekeeper's operator credential: its name, and its value if set.
-    pub operator: Option<(&'a str, Option<String>)>,
+    pub operator: Option<(&'a str, Option<Sealed>)>,
 }
 
 /// Which credential a call runs under: the person's own account; else, for
@@ -255,8 +259,14 @@ mod tests {
             gatekeeper: "issues",
             is_owner,
             chosen: None,
-            own: own.then(|| ("bob/main".to_owned(), "b-secret".to_owned())),
-            operator: operator.then_some(("tracker-token", Some("op-secret".to_owned()))),
+            own: own.then(|| {
+                let kept = Sealed::kept("secrets", "account/bob/issues/main", "b-secret".into());
+                ("bob/main".to_owned(), kept)
+            }),
+            operator: operator.then(|| {
+                let kept = Sealed::kept("secrets", "tracker-token", "op-secret".into());
+                ("tracker-token", Some(kept))
+            }),
         }
     }
 

@@ -22,7 +22,7 @@
 use gatehouse::store::Trust;
 use gatehouse::{Home, Kernel};
 use gatehouse_e2e::postgres::durable_cluster;
-use gatehouse_e2e::{World, call, pending_id, test_limits};
+use gatehouse_e2e::{World, call, pending_id, shared_key, test_limits};
 use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
@@ -245,7 +245,7 @@ fn host_process(spec: &str) {
         .build()
         .expect("tokio runtime");
     rt.block_on(async move {
-        let k = Kernel::open_shared(Home::at(&home), &url, test_limits())
+        let k = Kernel::open_shared(Home::at(&home), &url, test_limits(), shared_key())
             .await
             .expect("the host opens");
         let empty = json!({"steps": []}).to_string();

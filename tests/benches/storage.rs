@@ -44,7 +44,7 @@ fn main() {
     // PostgreSQL: a durable cluster of its own, migrated by Gatehouse.
     let pg = durable_cluster();
     let url = DatabaseUrl::parse(&pg.database()).expect("a postgres URL");
-    rt.block_on(gatehouse::moving::migrate_database(&url))
+    rt.block_on(gatehouse::moving::migrate_database(&url, None))
         .expect("the database migrates");
     let mut client = rt.block_on(postgres::connect(&url)).expect("connects");
     // Prepared once, as the SQLite side's statements are cached.

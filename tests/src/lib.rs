@@ -21,6 +21,26 @@ pub use gatehouse_pg_cluster as postgres;
 /// The tracker credential stored as the secret `tracker-token`.
 pub const TOKEN: &str = "tok-3c9e1f0d-never-shown-to-guests";
 
+/// The key a shared database's secrets are sealed with in the tests
+/// (issue 43: a shared database needs the operator's key): fixed, so
+/// every host and CLI process of a test holds the same one. Base64 of
+/// "Gatehouse test key -- not secret".
+pub const SHARED_KEY: &str = "R2F0ZWhvdXNlIHRlc3Qga2V5IC0tIG5vdCBzZWNyZXQ=";
+
+/// [`SHARED_KEY`] as a key.
+pub fn shared_key() -> gatehouse::seal::Key {
+    gatehouse::seal::Key::parse(SHARED_KEY, gatehouse::seal::Origin::Env)
+        .expect("the tests' key is a key")
+}
+
+/// `cmd` as a host of the shared database at `url`: the one place a
+/// test process is given a database and the key its secrets are sealed
+/// with.
+pub fn on_database<'c>(cmd: &'c mut Command, url: &str) -> &'c mut Command {
+    cmd.env("GATEHOUSE_DATABASE_URL", url)
+        .env("GATEHOUSE_KEY", SHARED_KEY)
+}
+
 pub struct World {
     pub dir: tempfile::TempDir,
     pub tracker: Tracker,
@@ -80,13 +100,12 @@ impl World {
 
     async fn shared_before(url: &str, keys: Keys) -> World {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let o = cli_command(dir.path(), &["db", "migrate"])
-            .env("GATEHOUSE_DATABASE_URL", url)
+        let o = on_database(&mut cli_command(dir.path(), &["db", "migrate"]), url)
             .output()
             .expect("gatehouse runs");
         assert!(o.status.success(), "db migrate: {}", stderr(&o));
         let tracker = World::tracker(&[], keys);
-        let kernel = Kernel::open_shared(Home::at(dir.path()), url, test_limits())
+        let kernel = Kernel::open_shared(Home::at(dir.path()), url, test_limits(), shared_key())
             .await
             .expect("the kernel opens on the shared database");
         World {
@@ -126,7 +145,7 @@ impl World {
             .database
             .as_deref()
             .expect("a world on a shared database");
-        Kernel::open_shared(Home::at(home), url, test_limits())
+        Kernel::open_shared(Home::at(home), url, test_limits(), shared_key())
             .await
             .expect("another host opens")
     }
@@ -136,7 +155,7 @@ impl World {
     pub fn cli_host(&self, home: &Path, args: &[&str]) -> Command {
         let mut c = cli_command(home, args);
         if let Some(url) = &self.database {
-            c.env("GATEHOUSE_DATABASE_URL", url);
+            on_database(&mut c, url);
         }
         c
     }

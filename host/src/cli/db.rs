@@ -40,9 +40,13 @@ pub(super) enum DbCmd {
 }
 
 /// `db migrate` of a PostgreSQL database: no home, no kernel.
-pub(super) async fn migrate_shared(url: &str, json: bool) -> anyhow::Result<bool> {
+pub(super) async fn migrate_shared(
+    url: &str,
+    key: Option<crate::seal::Key>,
+    json: bool,
+) -> anyhow::Result<bool> {
     let url = DatabaseUrl::parse(url)?;
-    let done = crate::moving::migrate_database(&url).await?;
+    let done = crate::moving::migrate_database(&url, key).await?;
     print_record(&done, json, |d| {
         if d.before == d.now {
             outln!("{} is at schema {}; nothing to do", d.database, d.now);
@@ -52,6 +56,12 @@ pub(super) async fn migrate_shared(url: &str, json: bool) -> anyhow::Result<bool
                 d.database,
                 d.before,
                 d.now
+            );
+        }
+        if d.sealed > 0 {
+            outln!(
+                "sealed {} secret(s) an older gatehouse had kept unsealed",
+                d.sealed
             );
         }
     })?;
@@ -107,6 +117,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool>
         DbCmd::Copy { to, json } => {
             let url = DatabaseUrl::parse(&to)?;
             let copied = kernel.copy_to_database(&url).await?;
+            let key = kernel.sealing_key();
             print_record(&copied, json, |c| {
                 let rows: u64 = c.tables.iter().map(|t| t.1).sum();
                 outln!(
@@ -114,6 +125,11 @@ pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool>
                     c.tables.len(),
                     c.components,
                     c.next_ledger_id
+                );
+                outln!(
+                    "its secrets are sealed with key {} ({}): give every host of the database that key with GATEHOUSE_KEY_FILE",
+                    key.id,
+                    key.origin
                 );
             })?;
         }

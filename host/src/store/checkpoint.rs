@@ -164,7 +164,7 @@ mod tests {
     fn the_log_reaches_the_database_file_without_a_commit_copying_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gatehouse.db");
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, crate::seal::test_key()).unwrap();
         let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let before = size();
         // Some 3,000 commits of two pages each: under the writer's own
@@ -201,7 +201,7 @@ mod tests {
     fn under_steady_commits_the_log_starts_over_after_a_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gatehouse.db");
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, crate::seal::test_key()).unwrap();
         let wal = dir.path().join("gatehouse.db-wal");
         let mut longest = 0;
         // 8,000 commits of two pages or more, some 4,000 a second: far

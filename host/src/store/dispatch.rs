@@ -451,7 +451,7 @@ mod tests {
     /// own account: every table resolution can read is in play.
     fn shared_chat() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let store = Store::open(&dir.path().join("state.db"), crate::seal::test_key()).unwrap();
         store.put_secret("op", "operator-credential").unwrap();
         store
             .put_gatekeeper(&GatekeeperRecord {
@@ -674,8 +674,10 @@ mod on_both_engines {
 
     fn credential(c: &Credential) -> String {
         match c {
-            Credential::Account { id, secret } => format!("account {id} {secret}"),
-            Credential::Operator { name, secret } => format!("operator {name} {secret}"),
+            Credential::Account { id, secret } => format!("account {id} {}", secret.stored()),
+            Credential::Operator { name, secret } => {
+                format!("operator {name} {}", secret.stored())
+            }
             Credential::Anonymous => "anonymous".into(),
             Credential::Refused(_) => "refused".into(),
         }

@@ -16,10 +16,12 @@
 //! first locks that row (`FOR UPDATE`), as SQLite's `IMMEDIATE`
 //! transactions already do for the whole file.
 
+use super::sealed;
 use super::sql::{Engine, Row, Sql, args};
 use super::words::{FiringOutcome, HookKind};
 use super::{Store, now_ms};
 use crate::access::{Need, Refusal};
+use crate::seal::{Key, Place};
 use serde::Serialize;
 
 /// A hook as people see it (never its secret).
@@ -115,7 +117,7 @@ impl Store {
     /// Record a new, disabled hook: its ledger entry and its row, in one
     /// transaction. Returns its id (the ledger's).
     pub fn add_hook(&self, h: &NewHook) -> anyhow::Result<i64> {
-        self.write(|db| add_hook_in(db, h, now_ms()))
+        self.write(|db| add_hook_in(db, &self.key, h, now_ms()))
     }
 
     pub fn hook(&self, id: i64) -> anyhow::Result<Option<Hook>> {
@@ -129,7 +131,7 @@ impl Store {
 
     /// The webhook whose URL token has this digest, with its signing secret.
     pub fn webhook_by_token(&self, digest: &str) -> anyhow::Result<Option<(Hook, String)>> {
-        self.with(|db| webhook_by_token_in(db, digest))
+        self.with(|db| webhook_by_token_in(db, &self.key, digest))
     }
 
     /// Enable or disable hook `id` as `by`, who must be allowed to decide
@@ -247,7 +249,7 @@ fn firing_from_row(r: &Row) -> anyhow::Result<Firing> {
     })
 }
 
-fn add_hook_in(db: &dyn Sql, h: &NewHook, now: i64) -> anyhow::Result<i64> {
+fn add_hook_in(db: &dyn Sql, key: &Key, h: &NewHook, now: i64) -> anyhow::Result<i64> {
     let id: i64 = db
         .row(
             "INSERT INTO ledger (chat, kind, caller, person, gadget, gatekeeper, tool, created_at)
@@ -257,8 +259,16 @@ fn add_hook_in(db: &dyn Sql, h: &NewHook, now: i64) -> anyhow::Result<i64> {
         )?
         .ok_or_else(|| anyhow::anyhow!("the ledger returned no id for the new hook"))?
         .get(0)?;
+    let row = id.to_string();
+    if h.webhook.is_some() {
+        sealed::check_key_in(db, key)?;
+    }
     let (kind, digest, secret) = match &h.webhook {
-        Some((d, s)) => (HookKind::Webhook, Some(d.as_str()), Some(s.as_str())),
+        Some((d, s)) => (
+            HookKind::Webhook,
+            Some(d.as_str()),
+            Some(key.seal_text(Place::new(sealed::HOOKS, &row), s)?),
+        ),
         None => (HookKind::Schedule, None, None),
     };
     db.exec(
@@ -305,7 +315,11 @@ fn hooks_in(db: &dyn Sql, chat: Option<&str>) -> anyhow::Result<Vec<Hook>> {
     rows.iter().map(hook_from_row).collect()
 }
 
-fn webhook_by_token_in(db: &dyn Sql, digest: &str) -> anyhow::Result<Option<(Hook, String)>> {
+fn webhook_by_token_in(
+    db: &dyn Sql,
+    key: &Key,
+    digest: &str,
+) -> anyhow::Result<Option<(Hook, String)>> {
     let found: Option<(i64, String)> = db
         .row(
             "SELECT id, secret FROM hooks WHERE token_digest = ?1 AND kind = 'webhook'",
@@ -316,6 +330,9 @@ fn webhook_by_token_in(db: &dyn Sql, digest: &str) -> anyhow::Result<Option<(Hoo
     let Some((id, secret)) = found else {
         return Ok(None);
     };
+    let secret = key
+        .open_text(Place::new(sealed::HOOKS, &id.to_string()), &secret)?
+        .to_string();
     Ok(hook_in(db, id)?.map(|h| (h, secret)))
 }
 
@@ -560,7 +577,7 @@ mod on_both_engines {
             webhook: token.map(|t| (t.to_string().repeat(64), "signing-key".into())),
             by: "ana".into(),
         };
-        b.run(move |db| add_hook_in(db, &h, 5))
+        b.run(move |db| add_hook_in(db, &crate::seal::test_key(), &h, 5))
             .await
             .expect("a hook")
     }
@@ -597,13 +614,13 @@ mod on_both_engines {
                     "{e}"
                 );
                 let (found, secret) = b
-                    .run(|db| webhook_by_token_in(db, &"a".repeat(64)))
+                    .run(|db| webhook_by_token_in(db, &crate::seal::test_key(), &"a".repeat(64)))
                     .await
                     .expect("read")
                     .unwrap_or_else(|| panic!("{e}: found by its token's digest"));
                 assert_eq!((found.id, secret.as_str()), (web, "signing-key"), "{e}");
                 assert!(
-                    b.run(|db| webhook_by_token_in(db, &"b".repeat(64)))
+                    b.run(|db| webhook_by_token_in(db, &crate::seal::test_key(), &"b".repeat(64)))
                         .await
                         .expect("read")
                         .is_none(),

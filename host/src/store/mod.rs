@@ -22,9 +22,12 @@ mod hooks;
 mod known;
 mod ledger;
 mod notices;
+mod pg_tls;
+mod pg_url;
 pub mod postgres;
 mod registry;
 pub(crate) mod rules;
+pub(crate) mod sealed;
 mod sessions;
 mod sharing;
 pub(crate) mod sql;
@@ -174,6 +177,8 @@ pub(crate) struct Store {
     /// policy epoch, its chats' admissions ([`known`]). Nothing, on a
     /// shared database.
     known: Arc<known::Known>,
+    /// The key the deployment's secrets are sealed with ([`sealed`]).
+    key: Arc<crate::seal::Key>,
 }
 
 /// Which database holds the deployment: every store method reaches it
@@ -326,11 +331,13 @@ fn system_error(conn: &Connection) -> Option<std::io::Error> {
 }
 
 impl Store {
-    /// Open (creating if needed) the database at `path`.
+    /// Open (creating if needed) the database at `path`, whose secrets
+    /// are sealed with `key` (the caller seals what an older Gatehouse
+    /// left unsealed: [`Store::seal_at_rest`]).
     ///
     /// A file that is not a Gatehouse database, or is damaged, is refused
     /// with a message that says so; it is never overwritten.
-    pub fn open(path: &Path) -> anyhow::Result<Store> {
+    pub fn open(path: &Path, key: Arc<crate::seal::Key>) -> anyhow::Result<Store> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -389,17 +396,19 @@ impl Store {
             })),
             resolutions: Arc::default(),
             known: Arc::new(known::Known::watching(wal)),
+            key,
         })
     }
 
     /// The store of a deployment held in the shared database behind
     /// `shared` (migrated to this binary's schema: [`postgres::Shared::open`]
     /// refuses any other).
-    pub(crate) fn on_shared(shared: postgres::Shared) -> Store {
+    pub(crate) fn on_shared(shared: postgres::Shared, key: Arc<crate::seal::Key>) -> Store {
         Store {
             db: Db::Shared(shared),
             resolutions: Arc::default(),
             known: Arc::default(),
+            key,
         }
     }
 
@@ -904,6 +913,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("migrations/V8__open_by_chat.sql")),
     (9, include_str!("migrations/V9__ledger_checks.sql")),
     (10, include_str!("migrations/V10__actions_by_state.sql")),
+    (12, include_str!("migrations/V12__sealed_secrets.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,
@@ -1047,7 +1057,8 @@ mod upgrade {
         let before = entries(&home_of_schema_6(&path));
         assert_eq!(before.len(), 5);
 
-        let store = Store::open(&path).expect("schema 6 is brought to the newest");
+        let store =
+            Store::open(&path, crate::seal::test_key()).expect("schema 6 is brought to the newest");
         assert_eq!(store.schema_version().unwrap(), newest());
         store
             .with(|db| {
@@ -1116,7 +1127,10 @@ mod upgrade {
         // Opening again finds nothing to do.
         drop(store);
         assert_eq!(
-            Store::open(&path).unwrap().schema_version().unwrap(),
+            Store::open(&path, crate::seal::test_key())
+                .unwrap()
+                .schema_version()
+                .unwrap(),
             newest()
         );
     }
@@ -1134,7 +1148,9 @@ mod upgrade {
         .unwrap();
         drop(conn);
 
-        let refused = Store::open(&path).err().expect("refused");
+        let refused = Store::open(&path, crate::seal::test_key())
+            .err()
+            .expect("refused");
         assert_eq!(
             format!("{refused:#}"),
             "cannot bring the state database to schema 7: row 99 of hooks names a ledger entry that does not exist (the file was changed outside Gatehouse); schema 7 was not applied, restore the file from a backup"
@@ -1163,7 +1179,7 @@ mod upgrade {
     fn the_ledger_checks_its_rules_without_a_temporary_table() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gatehouse.db");
-        drop(Store::open(&path).unwrap());
+        drop(Store::open(&path, crate::seal::test_key()).unwrap());
         let conn = Connection::open(&path).unwrap();
         let columns: Vec<String> = conn
             .prepare("SELECT name FROM pragma_table_info('ledger') WHERE name <> 'id'")

@@ -19,9 +19,12 @@ use super::sql::{Cell, Sql, args};
 use anyhow::{Context as _, bail};
 use rusqlite::types::ValueRef;
 use std::time::Duration;
+use tokio_postgres::Client;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls};
+
+use super::pg_tls::Tls;
+pub use super::pg_url::DatabaseUrl;
 
 mod embedded {
     refinery::embed_migrations!("src/store/migrations/postgres");
@@ -77,39 +80,6 @@ pub const TABLES: &[&str] = &[
 /// replaces it, and it does not make a database "in use".
 const SEEDED: &[&str] = &["durability_mark", "policy_epoch"];
 
-/// A PostgreSQL connection string, kept whole for connecting and shown
-/// without its password.
-#[derive(Clone)]
-pub struct DatabaseUrl(String);
-
-impl DatabaseUrl {
-    /// `url` if it names PostgreSQL (`postgres://` or `postgresql://`).
-    pub fn parse(url: &str) -> anyhow::Result<DatabaseUrl> {
-        let url = url.trim();
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            bail!(
-                "the database URL must start with postgres:// or postgresql:// (got {}); give a PostgreSQL connection URL",
-                DatabaseUrl(url.to_owned())
-            );
-        }
-        let shown = DatabaseUrl(url.to_owned());
-        let config: tokio_postgres::Config = url.parse().map_err(|e| {
-            anyhow::anyhow!("the database URL {shown} is not a valid PostgreSQL URL ({e}); fix it")
-        })?;
-        // This version has no TLS client: a URL that demands TLS is
-        // refused here, in words, rather than failing later in a handshake.
-        if !matches!(
-            config.get_ssl_mode(),
-            tokio_postgres::config::SslMode::Disable | tokio_postgres::config::SslMode::Prefer
-        ) {
-            bail!(
-                "the database URL {shown} requires TLS, and this version of gatehouse connects to PostgreSQL without it; reach the database over loopback or a private network with sslmode=disable"
-            );
-        }
-        Ok(shown)
-    }
-}
-
 /// How long a connection attempt may take when the URL does not say
 /// (`connect_timeout`): an unreachable database is reported in seconds,
 /// not after the system's TCP timeout of minutes.
@@ -119,73 +89,62 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// database is stuck, and waiting on would hang the host).
 const POOL_WAIT: Duration = Duration::from_secs(60);
 
-impl DatabaseUrl {
-    /// The driver's configuration for this URL (checked by
-    /// [`DatabaseUrl::parse`]), with [`CONNECT_TIMEOUT`] unless it names
-    /// its own.
-    fn config(&self) -> anyhow::Result<tokio_postgres::Config> {
-        let mut config: tokio_postgres::Config = self
-            .0
-            .parse()
-            .map_err(|e| anyhow::anyhow!("the database URL {self} is not valid ({e})"))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        Ok(config)
-    }
+/// The driver's configuration for `url` and the TLS connector its
+/// `sslmode` asks for: what every connection to the database is made
+/// with (the pool's, the listener's, the presence lock's, the flight's,
+/// and the `db` commands').
+fn config_and_tls(url: &DatabaseUrl) -> anyhow::Result<(tokio_postgres::Config, Tls)> {
+    Ok((
+        url.config(CONNECT_TIMEOUT)?,
+        Tls::new(url.tls(), url.root_cert())?,
+    ))
 }
 
-impl std::fmt::Display for DatabaseUrl {
-    /// The URL with any password replaced by `***`: it is printed in
-    /// errors and reports.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let url = &self.0;
-        let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-            return f.write_str(url);
-        };
-        let rest = &url[scheme_end..];
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let Some(at) = rest[..authority_end].rfind('@') else {
-            return f.write_str(url);
-        };
-        match rest[..at].find(':') {
-            Some(colon) => write!(
-                f,
-                "{}{}:***{}",
-                &url[..scheme_end],
-                &rest[..colon],
-                &rest[at..]
-            ),
-            None => f.write_str(url),
-        }
-    }
-}
-
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DatabaseUrl({self})")
+/// Why connecting to `url` failed, as one line: a certificate refused is
+/// worded by `pg_tls`, anything else names what the driver said.
+fn connect_error(
+    url: &DatabaseUrl,
+    config: &tokio_postgres::Config,
+    e: &tokio_postgres::Error,
+) -> anyhow::Error {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "the server".to_owned(),
+    };
+    match super::pg_tls::refusal(e, url.root_cert(), &host) {
+        Some(line) => anyhow::anyhow!("cannot connect to the database {url}: {line}"),
+        None => anyhow::anyhow!(
+            "cannot connect to the database {url} ({}); check that PostgreSQL runs there and that the URL (GATEHOUSE_DATABASE_URL or --database) is right",
+            reason(e)
+        ),
     }
 }
 
 /// Connect to `url`; the connection's own task runs on the current runtime
 /// until the client is dropped.
 pub async fn connect(url: &DatabaseUrl) -> anyhow::Result<Client> {
-    let (client, connection) = url
-        .config()?
-        .connect(NoTls)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot connect to the database {url} ({}); check that PostgreSQL runs there and that the URL (GATEHOUSE_DATABASE_URL or --database) is right",
-                reason(&e)
-            )
-        })?;
+    let (client, connection) = connect_raw(url).await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %reason(&e), "the PostgreSQL connection ended");
         }
     });
     Ok(client)
+}
+
+/// Connect to `url`, handing back the connection to drive: the one
+/// path every connection to the database is made by.
+async fn connect_raw(
+    url: &DatabaseUrl,
+) -> anyhow::Result<(
+    Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, super::pg_tls::TlsStream>,
+)> {
+    let (config, tls) = config_and_tls(url)?;
+    config
+        .connect(tls)
+        .await
+        .map_err(|e| connect_error(url, &config, &e))
 }
 
 /// What the server said, on one line (tokio-postgres puts the server's
@@ -267,6 +226,22 @@ pub async fn migrate(client: &mut Client, url: &DatabaseUrl) -> anyhow::Result<(
     Ok((before, version(client).await?))
 }
 
+/// Rewrite the tables that keep sealed secrets (`VACUUM FULL`), so that
+/// the unsealed values an older Gatehouse kept, replaced by sealing, are
+/// not left behind as dead row versions. The tables are small; they are
+/// locked for the moment it takes.
+pub async fn vacuum_sealed(client: &Client, url: &DatabaseUrl) -> anyhow::Result<()> {
+    client
+        .batch_execute("VACUUM FULL secrets, deployment_secrets, hooks")
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the secrets of {url} are sealed, but the tables could not be rewritten to drop the unsealed values ({}); run VACUUM FULL on secrets, deployment_secrets and hooks",
+                reason(&e)
+            )
+        })
+}
+
 /// The shared database as a host serves from it: a pool of connections
 /// (deadpool), each store call one transaction on one of them, run off the
 /// executor like every store call. Crate-private, as the embedded store is
@@ -294,10 +269,10 @@ impl Shared {
                 "the database {url} is at schema {at} and this gatehouse needs {newest}; run `gatehouse db migrate --database URL` first"
             );
         }
-        let config = url.config()?;
+        let (config, tls) = config_and_tls(url)?;
         let manager = deadpool_postgres::Manager::from_config(
             config,
-            NoTls,
+            tls,
             deadpool_postgres::ManagerConfig {
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
             },
@@ -408,11 +383,7 @@ pub(crate) struct Listener {
 impl Listener {
     /// Listen on `channel` of the database at `url`.
     pub async fn open(url: &DatabaseUrl, channel: &str) -> anyhow::Result<Listener> {
-        let (client, mut connection) = url
-            .config()?
-            .connect(NoTls)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {url} ({})", reason(&e)))?;
+        let (client, mut connection) = connect_raw(url).await?;
         let (tell, heard) = tokio::sync::mpsc::unbounded_channel();
         // The driver hands notifications to whoever polls the connection:
         // this task polls it, and passes each payload on.
@@ -573,13 +544,11 @@ pub struct Copied {
 }
 
 /// What besides the tables an embedded home keeps as files, read by the
-/// kernel: component bytes by digest, and deployment secrets kept as
-/// files (the certificate authority's key).
+/// kernel: component bytes by digest. (Secrets are rows, sealed: a copy
+/// carries them as they are, so the database's hosts need the home's key.)
 pub struct Files {
     /// Component bytes, by their SHA-256 digest.
     pub components: Vec<(String, Vec<u8>)>,
-    /// Deployment secrets by name (hex, at least 64 characters).
-    pub secrets: Vec<(String, String)>,
 }
 
 impl Store {
@@ -660,16 +629,6 @@ impl Store {
             )
             .await
             .map_err(|e| anyhow::anyhow!("cannot copy component {digest} ({})", reason(&e)))?;
-        }
-        for (name, value) in files.secrets {
-            tx.execute(
-                "INSERT INTO deployment_secrets (name, value, created_at) VALUES ($1, $2, $3)",
-                &[&name, &value, &now],
-            )
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!("cannot copy the deployment secret {name} ({})", reason(&e))
-            })?;
         }
         let next_ledger_id: i64 = tx
             .query_one(
@@ -866,33 +825,13 @@ fn snapshot(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_password_is_never_shown() {
-        let url = DatabaseUrl::parse("postgres://alice:s3cret@db.example:5432/gh?sslmode=disable")
-            .expect("a postgres URL");
-        assert_eq!(
-            url.to_string(),
-            "postgres://alice:***@db.example:5432/gh?sslmode=disable"
-        );
-        let bare = DatabaseUrl::parse("postgresql://db/gh").expect("a postgres URL");
-        assert_eq!(bare.to_string(), "postgresql://db/gh");
-        let refused = DatabaseUrl::parse("mysql://root:pw@db/x").expect_err("not postgres");
-        assert!(!refused.to_string().contains("pw"), "{refused}");
-        let tls = DatabaseUrl::parse("postgres://alice:s3cret@db/gh?sslmode=require")
-            .expect_err("no TLS client in this version");
-        assert!(tls.to_string().contains("requires TLS"), "{tls}");
-        assert!(!tls.to_string().contains("s3cret"), "{tls}");
-        let bad = DatabaseUrl::parse("postgres://alice:s3cret@db/gh?nonsense=1")
-            .expect_err("an unknown option");
-        assert!(!bad.to_string().contains("s3cret"), "{bad}");
-    }
-
     /// Every table of the embedded schema is copied, in an order that
     /// fills a table after those its foreign keys name.
     #[test]
     fn the_copy_knows_every_table_in_foreign_key_order() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let store = Store::open(&dir.path().join("gatehouse.db")).expect("the store opens");
+        let store = Store::open(&dir.path().join("gatehouse.db"), crate::seal::test_key())
+            .expect("the store opens");
         let conn = store.home().expect("the home").lock();
         let tables: Vec<String> = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")

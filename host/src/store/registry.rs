@@ -1,9 +1,11 @@
 //! What is installed and introduced: gadgets, gatekeepers, secrets, chats and
 //! introductions. Plain records; the rules about them live in the kernel.
 
+use super::sealed;
 use super::sql::{Row, Sql, args};
 use super::{Store, now_ms};
 pub use crate::manifest::Trust;
+use crate::seal::{Key, Place, Sealed};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 use sha2::Digest as _;
@@ -93,9 +95,10 @@ pub(crate) fn gatekeeper_in(
     })))
 }
 
-pub(crate) fn secret_in(db: &dyn Sql, name: &str) -> anyhow::Result<Option<String>> {
+/// The secret `name` as kept (sealed): opened only where it is used.
+pub(crate) fn secret_in(db: &dyn Sql, name: &str) -> anyhow::Result<Option<Sealed>> {
     db.row("SELECT value FROM secrets WHERE name = ?1", args![name])?
-        .map(|r| r.get(0))
+        .map(|r| Ok(Sealed::kept(sealed::SECRETS, name, r.get(0)?)))
         .transpose()
 }
 
@@ -313,12 +316,16 @@ impl Store {
         self.with(|db| set_trust_in(db, name, trust))
     }
 
+    /// Keep the operator credential `name`, sealed.
     pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
-        self.with(|db| put_secret_in(db, name, value))
+        self.write(|db| put_secret_in(db, &self.key, name, value))
     }
 
+    /// The operator credential `name`, opened.
     pub fn secret(&self, name: &str) -> anyhow::Result<Option<String>> {
-        self.with(|db| secret_in(db, name))
+        self.with(|db| secret_in(db, name))?
+            .map(|s| s.open(&self.key).map(|v| v.to_string()))
+            .transpose()
     }
 
     pub fn create_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
@@ -424,11 +431,13 @@ fn set_trust_in(db: &dyn Sql, name: &str, trust: Trust) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn put_secret_in(db: &dyn Sql, name: &str, value: &str) -> anyhow::Result<()> {
+fn put_secret_in(db: &dyn Sql, key: &Key, name: &str, value: &str) -> anyhow::Result<()> {
+    sealed::check_key_in(db, key)?;
+    let sealed = key.seal_text(Place::new(sealed::SECRETS, name), value)?;
     db.exec(
         "INSERT INTO secrets (name, value) VALUES (?1, ?2)
          ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-        args![name, value],
+        args![name, sealed],
     )?;
     Ok(())
 }
@@ -571,8 +580,9 @@ mod on_both_engines {
                 assert_eq!(gd.map(|g| g.installed_at), Some(2), "{e}");
 
                 b.run(|db| {
-                    put_secret_in(db, "op", "first-credential")?;
-                    put_secret_in(db, "op", "rotated-credential")?;
+                    let key = crate::seal::test_key();
+                    put_secret_in(db, &key, "op", "first-credential")?;
+                    put_secret_in(db, &key, "op", "rotated-credential")?;
                     put_gatekeeper_in(db, &gatekeeper("g", Some("op")))?;
                     put_gatekeeper_in(db, &gatekeeper("h", None))?;
                     // Added again: the newest record replaces the first.
@@ -583,7 +593,12 @@ mod on_both_engines {
                 .await
                 .expect("added");
                 let secret = b.run(|db| secret_in(db, "op")).await.expect("secret");
-                assert_eq!(secret.as_deref(), Some("rotated-credential"), "{e}");
+                let opened = secret.map(|s| s.open(&crate::seal::test_key()).expect("opens"));
+                assert_eq!(
+                    opened.as_deref().map(String::as_str),
+                    Some("rotated-credential"),
+                    "{e}"
+                );
                 let g = b
                     .run(|db| gatekeeper_in(db, "g"))
                     .await

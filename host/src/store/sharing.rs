@@ -7,9 +7,11 @@
 //! (`crate::sharing`). Its statements are written once for both engines
 //! (`store::sql`).
 
+use super::sealed;
 use super::sql::{Engine, Row, Sql, args};
 use super::{Store, now_ms};
 use crate::access::{Access, Standing};
+use crate::seal::{Key, Place, Sealed};
 use serde::Serialize;
 
 /// One of a person's accounts at a gatekeeper's service (never its secret).
@@ -145,15 +147,21 @@ pub(crate) fn account_credential_in(
     user: &str,
     gatekeeper: &str,
     label: Option<&str>,
-) -> anyhow::Result<Option<(Account, String)>> {
+) -> anyhow::Result<Option<(Account, Sealed)>> {
     db.row(
-        "SELECT a.\"user\", a.gatekeeper, a.label, a.is_default, s.value
+        "SELECT a.\"user\", a.gatekeeper, a.label, a.is_default, s.value, s.name
          FROM accounts a JOIN secrets s ON s.name = a.secret
          WHERE a.\"user\" = ?1 AND a.gatekeeper = ?2
            AND COALESCE(a.label = ?3, a.is_default = 1)",
         args![user, gatekeeper, label],
     )?
-    .map(|r| Ok((account_from(&r)?, r.get(4)?)))
+    .map(|r| {
+        let name: String = r.get(5)?;
+        Ok((
+            account_from(&r)?,
+            Sealed::kept(sealed::SECRETS, &name, r.get(4)?),
+        ))
+    })
     .transpose()
 }
 
@@ -290,6 +298,7 @@ impl Store {
         self.write(|db| {
             connect_account_in(
                 db,
+                &self.key,
                 user,
                 gatekeeper,
                 label,
@@ -313,7 +322,9 @@ impl Store {
         gatekeeper: &str,
         label: Option<&str>,
     ) -> anyhow::Result<Option<(Account, String)>> {
-        self.with(|db| account_credential_in(db, user, gatekeeper, label))
+        self.with(|db| account_credential_in(db, user, gatekeeper, label))?
+            .map(|(a, secret)| Ok((a, secret.open(&self.key)?.to_string())))
+            .transpose()
     }
 
     /// Share `chat` with `user`, unless the chat is latched (SPEC O3). The
@@ -423,9 +434,12 @@ fn users_in(db: &dyn Sql) -> anyhow::Result<Vec<String>> {
 
 /// [`Store::connect_account`] in the caller's writing transaction. On
 /// PostgreSQL the person's row is held first, so two accounts connected at
-/// once cannot both find no default and both become it.
+/// once cannot both find no default and both become it. The credential is
+/// sealed with `key` for its row as it is written.
+#[allow(clippy::too_many_arguments)]
 fn connect_account_in(
     db: &dyn Sql,
+    key: &Key,
     user: &str,
     gatekeeper: &str,
     label: &str,
@@ -440,10 +454,14 @@ fn connect_account_in(
             args![user],
         )?;
     }
+    sealed::check_key_in(db, key)?;
     db.exec(
         "INSERT INTO secrets (name, value) VALUES (?1, ?2)
          ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-        args![secret, credential],
+        args![
+            secret,
+            key.seal_text(Place::new(sealed::SECRETS, &secret), credential)?
+        ],
     )?;
     let has_default = db
         .row(
@@ -1007,7 +1025,16 @@ mod on_both_engines {
                     async move {
                         b.run(move |db| {
                             let credential = format!("credential-of-{user}-{label}");
-                            connect_account_in(db, user, "g", &label, &credential, default, 1)
+                            connect_account_in(
+                                db,
+                                &crate::seal::test_key(),
+                                user,
+                                "g",
+                                &label,
+                                &credential,
+                                default,
+                                1,
+                            )
                         })
                         .await
                         .expect("connected")
@@ -1027,7 +1054,11 @@ mod on_both_engines {
                         b.run(move |db| account_credential_in(db, "bob", "g", label))
                             .await
                             .expect("read")
-                            .map(|(a, credential)| (a.label, credential))
+                            .map(|(a, credential)| {
+                                let key = crate::seal::test_key();
+                                let opened = credential.open(&key).expect("opens");
+                                (a.label, opened.to_string())
+                            })
                     }
                 };
                 assert_eq!(
@@ -1072,7 +1103,16 @@ mod on_both_engines {
                         tokio::spawn(async move {
                             b.run(move |db| {
                                 let label = format!("l{n}");
-                                let a = connect_account_in(db, "cy", "g", &label, "c", false, 1)?;
+                                let a = connect_account_in(
+                                    db,
+                                    &crate::seal::test_key(),
+                                    "cy",
+                                    "g",
+                                    &label,
+                                    "c",
+                                    false,
+                                    1,
+                                )?;
                                 std::thread::sleep(Duration::from_millis(200));
                                 Ok(a)
                             })

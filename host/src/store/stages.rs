@@ -557,7 +557,9 @@ mod tests {
     #[test]
     fn a_chats_open_actions_are_counted_from_the_index_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::open(&dir.path().join("gatehouse.db")).unwrap();
+        let store =
+            crate::store::Store::open(&dir.path().join("gatehouse.db"), crate::seal::test_key())
+                .unwrap();
         store
             .read(|conn| {
                 let admission: &[&dyn rusqlite::ToSql] = &[&"work", &"mail:send", &1, &2];
@@ -687,7 +689,7 @@ mod tests {
     fn home_with(chats: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, crate::store::Store) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gatehouse.db");
-        let store = crate::store::Store::open(&path).unwrap();
+        let store = crate::store::Store::open(&path, crate::seal::test_key()).unwrap();
         for chat in chats {
             store.create_chat(chat, "ana").unwrap();
         }

@@ -18,7 +18,8 @@ impl Backend {
     pub async fn both() -> Vec<Backend> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         // Opening the store creates and migrates the file.
-        crate::store::Store::open(&dir.path().join("state.db")).expect("the embedded store");
+        crate::store::Store::open(&dir.path().join("state.db"), crate::seal::test_key())
+            .expect("the embedded store");
         let url = DatabaseUrl::parse(&gatehouse_pg_cluster::cluster().database())
             .expect("the cluster's URL");
         let mut client = postgres::connect(&url).await.expect("a connection");
@@ -43,9 +44,12 @@ impl Backend {
     pub fn store(&self) -> crate::store::Store {
         match self {
             Backend::Sqlite(dir) => {
-                crate::store::Store::open(&dir.path().join("state.db")).expect("the embedded store")
+                crate::store::Store::open(&dir.path().join("state.db"), crate::seal::test_key())
+                    .expect("the embedded store")
             }
-            Backend::Postgres(shared, _) => crate::store::Store::on_shared(shared.clone()),
+            Backend::Postgres(shared, _) => {
+                crate::store::Store::on_shared(shared.clone(), crate::seal::test_key())
+            }
         }
     }
 

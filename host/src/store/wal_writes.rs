@@ -433,7 +433,7 @@ mod tests {
         assert!(super::registered());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gatehouse.db");
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, crate::seal::test_key()).unwrap();
         let writer = store.home().unwrap();
         let conn = writer.lock();
         conn.execute_batch(
@@ -459,7 +459,7 @@ mod tests {
     fn large_and_rolled_back_transactions_leave_the_log_sound() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gatehouse.db");
-        let store = Store::open(&path).unwrap();
+        let store = Store::open(&path, crate::seal::test_key()).unwrap();
         let writer = store.home().unwrap();
         let mut conn = writer.lock();
         conn.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")

@@ -303,7 +303,9 @@ mod tests {
     /// migrations actually build (so a rebuilt table is read as rebuilt).
     fn checked_words(table: &str, column: &str) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::open(&dir.path().join("state.db")).unwrap();
+        let store =
+            crate::store::Store::open(&dir.path().join("state.db"), crate::seal::test_key())
+                .unwrap();
         let sql: String = store
             .home()
             .expect("the home")

@@ -5,7 +5,10 @@
 //! `postgres` user the Debian package creates.
 //!
 //! One cluster serves a whole test process; each test gets a database of
-//! its own ([`Cluster::database`]). The cluster stops and its directory is
+//! its own ([`Cluster::database`]). The server offers TLS (issue 43) with
+//! a certificate for `127.0.0.1` and `localhost` signed by an authority
+//! made at start ([`Cluster::ca_file`]); a connection that does not ask
+//! for TLS works as before. The cluster stops and its directory is
 //! removed when the test process ends, whichever way it ends: a watcher
 //! process started beside the server waits for the test process to exit.
 
@@ -21,6 +24,8 @@ const ROLE: &str = "gatehouse";
 pub struct Cluster {
     port: u16,
     bin: PathBuf,
+    /// The PEM file of the authority that signed the server's certificate.
+    ca: PathBuf,
 }
 
 /// The cluster of this test process, started on first use.
@@ -116,6 +121,17 @@ impl Cluster {
                 .unwrap_or(0)
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // The server's certificate, before the directory is handed to the
+        // server's user: its key must be that user's, readable by it only.
+        let tls = dir.join("tls");
+        std::fs::create_dir_all(&tls).map_err(|e| format!("{}: {e}", tls.display()))?;
+        let ca = tls.join("ca.pem");
+        let authority = Authority::new("Gatehouse test cluster CA")?;
+        write(&ca, &authority.pem)?;
+        let (cert, key) = authority.server(&["127.0.0.1", "localhost"])?;
+        write(&tls.join("server.crt"), &cert)?;
+        write(&tls.join("server.key"), &key)?;
+        restrict(&tls.join("server.key"))?;
         if root {
             let chown = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -162,8 +178,10 @@ impl Cluster {
                 " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             };
             let options = format!(
-                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c max_connections=300{disk}",
-                dir.display()
+                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c max_connections=300{disk} -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                dir.display(),
+                tls.join("server.crt").display(),
+                tls.join("server.key").display()
             );
             let started = as_server_user(
                 &bin.join("pg_ctl"),
@@ -186,7 +204,7 @@ impl Cluster {
             .map_err(|e| format!("pg_ctl: {e}"))?;
             if started.success() {
                 watch(&bin, &dir, &data, root)?;
-                return Ok(Cluster { port, bin });
+                return Ok(Cluster { port, bin, ca });
             }
             last = std::fs::read_to_string(&log).unwrap_or_default();
         }
@@ -204,6 +222,17 @@ impl Cluster {
         );
         self.psql("postgres", &format!("CREATE DATABASE {name}"));
         self.url(&name)
+    }
+
+    /// The PEM file of the authority that signed the server's certificate
+    /// (for `sslrootcert=`).
+    pub fn ca_file(&self) -> &Path {
+        &self.ca
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL of database `name`.
@@ -302,4 +331,65 @@ fn watch(bin: &Path, dir: &Path, data: &Path, root: bool) -> Result<(), String> 
     cmd.spawn()
         .map(|_| ())
         .map_err(|e| format!("the watcher: {e}"))
+}
+
+/// A certificate authority made for a test: its certificate as PEM, and
+/// the means to sign a server's certificate.
+pub struct Authority {
+    /// The authority's own certificate, PEM.
+    pub pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Authority {
+    /// A fresh self-signed authority named `name`.
+    pub fn new(name: &str) -> Result<Authority, String> {
+        let fail = |e: rcgen::Error| format!("cannot make a test certificate authority: {e}");
+        let key = rcgen::KeyPair::generate().map_err(fail)?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).map_err(fail)?;
+        Ok(Authority {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// A server certificate for `names` (host names or IP addresses)
+    /// signed by this authority, and its key, both PEM.
+    pub fn server(&self, names: &[&str]) -> Result<(String, String), String> {
+        let fail = |e: rcgen::Error| format!("cannot make a test server certificate: {e}");
+        let key = rcgen::KeyPair::generate().map_err(fail)?;
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = rcgen::CertificateParams::new(names).map_err(fail)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "gatehouse test cluster");
+        let cert = params.signed_by(&key, &self.issuer).map_err(fail)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Readable and writable by its owner only, as PostgreSQL demands of its
+/// key.
+fn restrict(path: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }

@@ -240,11 +240,16 @@ fn a_read_only_database_is_reported_as_read_only_not_as_damage() {
     } else {
         std::process::Command::new(gatehouse_e2e::cli_binary())
     };
+    // The home's own key file is owner-only, and one others may read is
+    // refused as a key: the person is given the key itself, as an operator
+    // holding it would give it.
+    let key = std::fs::read_to_string(home.join("gatehouse.key")).unwrap();
     let o = cmd
         .arg("chats")
         .env_clear()
         .env("GATEHOUSE_HOME", &home)
         .env("GATEHOUSE_USER", "alice")
+        .env("GATEHOUSE_KEY", key.trim())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{o:?}");

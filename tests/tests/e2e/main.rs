@@ -29,6 +29,7 @@ mod notices;
 mod pending_visibility;
 mod revert;
 mod sandbox;
+mod secrets;
 mod sharing;
 mod side_doors;
 mod web_api;
