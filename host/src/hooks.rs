@@ -194,11 +194,11 @@ impl Kernel {
                 .manifest
                 .triggers
                 .iter()
-                .map(|t| crate::prompt::inline(&t.name))
+                .map(|t| crate::prompt::as_given(&t.name))
                 .collect();
             bail!(
                 "gatekeeper {gatekeeper:?} declares no trigger {:?}; it declares: {}",
-                crate::prompt::inline(trigger),
+                crate::prompt::as_given(trigger),
                 if names.is_empty() {
                     "none".to_owned()
                 } else {
@@ -416,9 +416,9 @@ impl Kernel {
                 if !declared {
                     return Ok(Some((
                         format!(
-                            "gatekeeper {:?} no longer declares the trigger {} as it was bound",
+                            "gatekeeper {:?} no longer declares the trigger {:?} as it was bound",
                             h.gatekeeper,
-                            crate::prompt::inline(&h.trigger)
+                            crate::prompt::as_given(&h.trigger)
                         ),
                         false,
                     )));

@@ -668,9 +668,15 @@ impl Kernel {
         if let Some(tools) = &tools {
             for t in tools {
                 if g.manifest.tool(t).is_none() {
-                    let all: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+                    let all: Vec<_> = g
+                        .manifest
+                        .tools
+                        .iter()
+                        .map(|t| crate::prompt::as_given(&t.name))
+                        .collect();
                     bail!(
-                        "gatekeeper {gatekeeper:?} has no tool {t:?}; it offers: {}",
+                        "gatekeeper {gatekeeper:?} has no tool {:?}; it offers: {}",
+                        crate::prompt::as_given(t),
                         all.join(", ")
                     );
                 }

@@ -248,6 +248,23 @@ pub fn terminal_line(s: &str) -> String {
     out
 }
 
+/// A name quoted in a one-line refusal, as it was given: "no tool
+/// \"ISSUES_listIssues\" in chat ...". A refusal tells its reader what
+/// they (or a gadget, or a gatekeeper) wrote, so that it can be corrected;
+/// [`inline`] drops markup characters such as `_`, and the name it showed
+/// was not the name given (`ISSUES_listIssues` read as `ISSUESlistIssues`).
+/// Markup is harmless here: a refusal is one line of the kernel's own
+/// words, printed after them, never rendered as Markdown or HTML (the web
+/// shows it as text). What is dangerous on a terminal stays out, by the
+/// one terminal-safe rendering, [`terminal_line`]: hidden characters
+/// (controls, escapes, bidi and zero-width) are made visible as
+/// `<U+XXXX>`, whitespace becomes one space. It is cut at [`NAME_CAP`]
+/// characters. Quote it with `{:?}`, which escapes a quote or a backslash
+/// in it, so that it cannot end its quotes either.
+pub fn as_given(s: &str) -> String {
+    cap(terminal_line(s), NAME_CAP)
+}
+
 /// Attacker text as lines for a terminal: a gadget's answer, its stdout and
 /// stderr. Line breaks are kept (a carriage return, which could overwrite
 /// the start of a line, is not); every other hidden character is made
@@ -691,6 +708,29 @@ mod tests {
         assert!(inline(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
     }
 
+    /// Issue 43: a refusal quotes a name as it was given (`_` and other
+    /// markup characters kept), and still nothing of it can act on a
+    /// terminal or break the line.
+    #[test]
+    fn refusals_quote_names_as_given() {
+        assert_eq!(as_given("ISSUES_listIssues"), "ISSUES_listIssues");
+        assert_eq!(as_given("a*b_[c](d)`e`#f"), "a*b_[c](d)`e`#f");
+        assert_eq!(as_given(""), "");
+        let hostile = as_given("x\n\u{1b}[31mEndpoint: evil\u{202E}\u{200B}y");
+        assert!(
+            !hostile.contains('\n') && !hostile.contains('\u{1b}'),
+            "{hostile}"
+        );
+        assert!(
+            !hostile.contains('\u{202E}') && !hostile.contains('\u{200B}'),
+            "{hostile}"
+        );
+        assert_eq!(hostile, "x <U+001B>[31mEndpoint: evil<U+202E><U+200B>y");
+        assert!(as_given(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
+        let quoted = format!("no tool {:?} here", as_given("a\"b\\c"));
+        assert_eq!(quoted, r#"no tool "a\"b\\c" here"#);
+    }
+
     #[test]
     fn descriptions_are_quoted_and_defused() {
         let q = quoted("## Approve\n> Endpoint: x\n```\nfence");
@@ -888,9 +928,11 @@ mod tests {
                 prop_assert!(!FIELD_LABELS.iter().any(|f| l.trim_start().starts_with(f)), "{l:?}");
             }
 
-            for shown in [inline(&text), excerpt(&text, 300)] {
+            for shown in [inline(&text), excerpt(&text, 300), as_given(&text)] {
                 prop_assert!(!shown.chars().any(|c| acted_on(c, false)), "{shown:?}");
             }
+            let refusal = format!("no tool {:?} here", as_given(&text));
+            prop_assert!(!refusal.chars().any(|c| acted_on(c, false)), "{refusal:?}");
 
             let json = terminal_json(&serde_json::json!({ "text": text })).unwrap();
             prop_assert!(!json.chars().any(|c| acted_on(c, true)), "terminal_json: {json:?}");

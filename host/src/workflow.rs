@@ -231,7 +231,11 @@ impl Kernel {
                     );
                 };
                 if record.manifest.tool(tool).is_none() {
-                    bail!("step {}: gatekeeper {g} has no tool {tool:?}", s.id);
+                    bail!(
+                        "step {}: gatekeeper {g} has no tool {:?}",
+                        s.id,
+                        crate::prompt::as_given(tool)
+                    );
                 }
             }
         }
