@@ -12,7 +12,8 @@ use std::collections::HashSet;
 pub struct NoticeTarget {
     /// The person.
     pub user: String,
-    /// The URL notices are POSTed to (checked by [`crate::notify::check_url`]).
+    /// The URL notices are POSTed to (checked by
+    /// [`crate::notify::check_destination`] when set and at every send).
     pub url: String,
     /// When the person set it, in ms since the epoch.
     pub set_at: i64,
