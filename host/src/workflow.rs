@@ -174,15 +174,16 @@ fn covers(state: RequestState) -> bool {
         RequestState::Pending
         | RequestState::Rejected
         | RequestState::Withdrawn
-        | RequestState::Replaced => false,
+        | RequestState::Replaced
+        | RequestState::Expired => false,
     }
 }
 
-/// Whether a request in `state` may be re-submitted: a rejected or
-/// withdrawn one, so that no step stays stuck (G2).
+/// Whether a request in `state` may be re-submitted: a rejected, withdrawn
+/// or expired one, so that no step stays stuck (G2).
 fn may_resubmit(state: RequestState) -> bool {
     match state {
-        RequestState::Rejected | RequestState::Withdrawn => true,
+        RequestState::Rejected | RequestState::Withdrawn | RequestState::Expired => true,
         RequestState::Pending | RequestState::Approved | RequestState::Replaced => false,
     }
 }

@@ -903,6 +903,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("migrations/V8__open_by_chat.sql")),
     (9, include_str!("migrations/V9__ledger_checks.sql")),
     (10, include_str!("migrations/V10__actions_by_state.sql")),
+    (
+        11,
+        include_str!("migrations/V11__requests_expire_hooks_pin.sql"),
+    ),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

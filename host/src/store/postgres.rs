@@ -69,6 +69,7 @@ pub const TABLES: &[&str] = &[
     "deployment_secrets",
     "notify_targets",
     "notices",
+    "request_notices",
     "durability_mark",
     "policy_epoch",
 ];
