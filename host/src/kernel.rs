@@ -742,6 +742,18 @@ impl Kernel {
                 Ok(g)
             })
             .await?;
+        // A turn pinned to a component (a hook's) runs exactly it: if the
+        // name was re-installed since, the new code is not what the caller
+        // vouched for, and nothing runs.
+        if let Some(pinned) = &turn.pinned
+            && *pinned != g.digest
+        {
+            bail!(
+                "gadget {:?} was re-installed (it is now sha256 {}, not the sha256 {pinned} this turn was allowed to run); nothing ran",
+                g.name,
+                g.digest
+            );
+        }
         let pre = self.inner.runtime.gadget(&g.digest)?;
         let report = crate::runtime::gadget::run(
             &pre,
@@ -793,6 +805,7 @@ impl Kernel {
             awaited: Arc::default(),
             step: None,
             unsynced: None,
+            pinned: None,
         })
     }
 

@@ -47,6 +47,7 @@ pub const FIELD_LABELS: &[&str] = &[
     "Trigger:",
     "Gadget:",
     "Added by:",
+    "Code:",
     "Runs as:",
     "Enable:",
     "Disable:",
@@ -469,8 +470,15 @@ pub fn summary(a: &Action) -> String {
 
 /// The prompt for a hook (SPEC H1, R1): what a person enables. The
 /// trigger's name and description are the gatekeeper's words, shown as an
-/// action's are (inline name, quoted description).
-pub fn render_hook(h: &crate::store::Hook, description: Option<&str>) -> String {
+/// action's are (inline name, quoted description). `code` is the digest of
+/// the component installed under the hook's gadget name now: what
+/// enabling lets its turns run, shown so that a person enables code, not
+/// a name (a re-install under the name is told as a change).
+pub fn render_hook(
+    h: &crate::store::Hook,
+    description: Option<&str>,
+    code: Option<&str>,
+) -> String {
     let state = if h.enabled { "enabled" } else { "disabled" };
     let mut out = String::new();
     out.push_str(&format!("Hook #{} ({state})\n", h.id));
@@ -488,6 +496,30 @@ pub fn render_hook(h: &crate::store::Hook, description: Option<&str>) -> String 
         inline(&h.gadget),
         inline(&h.chat)
     ));
+    match code {
+        Some(code) => out.push_str(&format!(
+            "Code: sha256 {} (what enabling it runs; code installed under the name later runs only once it is enabled again)\n",
+            inline(code)
+        )),
+        None => out.push_str(&format!(
+            "Code: none: no gadget named {} is installed, so enabling it is refused\n",
+            inline(&h.gadget)
+        )),
+    }
+    if let (Some(pinned), Some(code)) = (&h.gadget_digest, code)
+        && pinned != code
+    {
+        out.push_str(&format!(
+            "Changed: gadget {} was re-installed since this hook was set up to run sha256 {}; {}\n",
+            inline(&h.gadget),
+            inline(pinned),
+            if h.enabled {
+                "its firings run nothing until it is enabled again"
+            } else {
+                "enabling it runs the new code above"
+            }
+        ));
+    }
     out.push_str(&format!("Added by: {}\n", inline(&h.created_by)));
     let person = match (&h.enabled_by, h.enabled) {
         (Some(p), true) => inline(p),
