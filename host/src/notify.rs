@@ -1,11 +1,17 @@
-//! Notifications: telling people that actions wait for them.
+//! Notifications: telling people that actions and workflow approval
+//! requests wait for them.
 //!
 //! When an action starts waiting for a person, `serve` tells each person
 //! who may decide it (the one authorization rule, `crate::access`) and who
 //! set a notification URL: one Slack-compatible webhook message
 //! (`{"text": ...}`) per person per batch window, listing each waiting
 //! action by the prompt's one-line summary ([`crate::prompt::summary`]),
-//! never by its arguments. The URL is the only place a notice goes.
+//! never by its arguments. A workflow approval request is told of the
+//! same way, in the same batches, to each person who may decide it (the
+//! run's approvers among them), by its one line
+//! ([`crate::prompt::request_summary`]): never its allowed-calls list nor
+//! its reason, which the gadget wrote and which may carry what the run
+//! read. The URL is the only place a notice goes.
 //!
 //! Batching: a person's notice is due one window after the oldest action
 //! they were not yet told of was staged, and never sooner than one window
@@ -32,6 +38,8 @@
 //! anything else.
 
 use crate::kernel::Kernel;
+use crate::store::Told;
+use crate::store::workflows::WaitingRequest;
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 use std::time::Duration;
@@ -51,6 +59,8 @@ pub struct NoticeSent {
     /// The actions the notice named: each now counted as told, so the next
     /// batch does not repeat it.
     pub actions: Vec<i64>,
+    /// The workflow approval requests it named, counted as told likewise.
+    pub requests: Vec<i64>,
     /// The HTTP status the URL answered.
     pub status: u16,
 }
@@ -353,34 +363,17 @@ impl Kernel {
         let mut sent = Vec::new();
         for t in targets {
             let user = t.user.clone();
-            // What waits for this person: pending actions in chats where
-            // the one rule lets them decide, that they were not told of.
-            let waiting = self
-                .store()
-                .run(move |s| {
-                    let told = s.noticed(&user)?;
-                    let mut decides = std::collections::HashMap::new();
-                    let mut out = Vec::new();
-                    for a in s.pending_all()? {
-                        if told.contains(&a.id) {
-                            continue;
-                        }
-                        let may = match decides.get(&a.chat) {
-                            Some(m) => *m,
-                            None => {
-                                let m = s.access(&a.chat, &user)?.may_decide();
-                                decides.insert(a.chat.clone(), m);
-                                m
-                            }
-                        };
-                        if may {
-                            out.push(a);
-                        }
-                    }
-                    Ok(out)
-                })
-                .await?;
-            let Some(oldest) = waiting.iter().map(|a| a.created_at).min() else {
+            // What waits for this person, that they were not told of:
+            // pending actions in chats where the one rule lets them
+            // decide, and workflow approval requests of runs whose
+            // requests it lets them decide (a run's approvers among them).
+            let (actions, requests) = self.store().run(move |s| waiting_for(s, &user)).await?;
+            let oldest = actions
+                .iter()
+                .map(|a| a.created_at)
+                .chain(requests.iter().map(|r| r.created_at))
+                .min();
+            let Some(oldest) = oldest else {
                 continue;
             };
             let now = crate::store::now_ms();
@@ -390,20 +383,27 @@ impl Kernel {
             if now < due {
                 continue;
             }
-            let (user, ids) = (
-                t.user.clone(),
-                waiting.iter().map(|a| a.id).collect::<Vec<_>>(),
-            );
-            let (claimed, _) = self
+            let user = t.user.clone();
+            let action_ids: Vec<i64> = actions.iter().map(|a| a.id).collect();
+            let request_ids: Vec<i64> = requests.iter().map(|r| r.id).collect();
+            let (claimed, claimed_requests) = self
                 .store()
-                .run(move |s| s.claim_notices(&user, &ids))
+                .run(move |s| {
+                    let (a, _) = s.claim_notices(&user, Told::Actions, &action_ids)?;
+                    let (r, _) = s.claim_notices(&user, Told::Requests, &request_ids)?;
+                    Ok((a, r))
+                })
                 .await?;
-            if claimed.is_empty() {
+            if claimed.is_empty() && claimed_requests.is_empty() {
                 continue;
             }
             let told: Vec<&crate::store::Action> =
-                waiting.iter().filter(|a| claimed.contains(&a.id)).collect();
-            let text = notice_text(&told);
+                actions.iter().filter(|a| claimed.contains(&a.id)).collect();
+            let told_requests: Vec<&WaitingRequest> = requests
+                .iter()
+                .filter(|r| claimed_requests.contains(&r.id))
+                .collect();
+            let text = notice_text(&told, &told_requests);
             let body = serde_json::json!({ "text": text }).to_string();
             let posted = post_json(&t.url, body.into_bytes(), allowed).await;
             let user = t.user.clone();
@@ -413,6 +413,7 @@ impl Kernel {
                     sent.push(NoticeSent {
                         user: t.user,
                         actions: claimed,
+                        requests: claimed_requests,
                         status,
                     });
                 }
@@ -422,9 +423,11 @@ impl Kernel {
                         Err(e) => format!("{e:#}"),
                     };
                     tracing::warn!(user = %t.user, error = %why, "a notice could not be delivered; it is retried at the next pass");
-                    let c = claimed.clone();
                     self.store()
-                        .run(move |s| s.release_notices(&user, &c))
+                        .run(move |s| {
+                            s.release_notices(&user, Told::Actions, &claimed)?;
+                            s.release_notices(&user, Told::Requests, &claimed_requests)
+                        })
                         .await?;
                 }
             }
@@ -433,20 +436,91 @@ impl Kernel {
     }
 }
 
-/// The text of one notice: a count, then one summary line per action.
-fn notice_text(actions: &[&crate::store::Action]) -> String {
-    let n = actions.len();
-    let mut lines = vec![format!(
-        "Gatehouse: {n} action{} wait{} for your decision; nothing has been sent for {}.",
-        if n == 1 { "" } else { "s" },
-        if n == 1 { "s" } else { "" },
-        if n == 1 { "it" } else { "them" }
-    )];
-    for a in actions.iter().take(MAX_LINES) {
-        lines.push(crate::prompt::summary(a));
+/// What waits for `user` and was not told of yet: pending actions they may
+/// decide, and pending approval requests they may decide (the one rule,
+/// asked once per chat for each).
+fn waiting_for(
+    s: &crate::store::Store,
+    user: &str,
+) -> anyhow::Result<(Vec<crate::store::Action>, Vec<WaitingRequest>)> {
+    let told = s.noticed(user, Told::Actions)?;
+    let mut decides = std::collections::HashMap::new();
+    let mut actions = Vec::new();
+    for a in s.pending_all()? {
+        if told.contains(&a.id) {
+            continue;
+        }
+        let may = match decides.get(&a.chat) {
+            Some(m) => *m,
+            None => {
+                let m = s.access(&a.chat, user)?.may_decide();
+                decides.insert(a.chat.clone(), m);
+                m
+            }
+        };
+        if may {
+            actions.push(a);
+        }
     }
-    if n > MAX_LINES {
-        lines.push(format!("…and {} more (`gatehouse pending`)", n - MAX_LINES));
+    let told = s.noticed(user, Told::Requests)?;
+    let mut decides = std::collections::HashMap::new();
+    let mut requests = Vec::new();
+    for r in s.waiting_requests()? {
+        if told.contains(&r.id) {
+            continue;
+        }
+        let may = match decides.get(&r.chat) {
+            Some(m) => *m,
+            None => {
+                let m = s.access(&r.chat, user)?.may_decide_requests();
+                decides.insert(r.chat.clone(), m);
+                m
+            }
+        };
+        if may {
+            requests.push(r);
+        }
+    }
+    Ok((actions, requests))
+}
+
+/// The text of one notice: a count, then one summary line per action and
+/// per approval request (never an argument, a list or a reason).
+fn notice_text(actions: &[&crate::store::Action], requests: &[&WaitingRequest]) -> String {
+    let (n, m) = (actions.len(), requests.len());
+    let plural =
+        |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+    let head = match (n, m) {
+        (_, 0) => format!(
+            "Gatehouse: {} for your decision; nothing has been sent for {}.",
+            plural(n, "action waits", "actions wait"),
+            if n == 1 { "it" } else { "them" }
+        ),
+        (0, _) => format!(
+            "Gatehouse: {} for your decision; nothing {} covers has been sent.",
+            plural(m, "approval request waits", "approval requests wait"),
+            if m == 1 { "it" } else { "they" }
+        ),
+        _ => format!(
+            "Gatehouse: {} and {} wait for your decision; nothing has been sent for them.",
+            plural(n, "action", "actions"),
+            plural(m, "approval request", "approval requests")
+        ),
+    };
+    let mut lines = vec![head];
+    let all: Vec<String> = actions
+        .iter()
+        .map(|a| crate::prompt::summary(a))
+        .chain(requests.iter().map(|r| crate::prompt::request_summary(r)))
+        .collect();
+    for l in all.iter().take(MAX_LINES) {
+        lines.push(l.clone());
+    }
+    if all.len() > MAX_LINES {
+        lines.push(format!(
+            "…and {} more (`gatehouse pending`, `gatehouse workflow requests`)",
+            all.len() - MAX_LINES
+        ));
     }
     lines.join("\n")
 }

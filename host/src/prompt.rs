@@ -379,7 +379,8 @@ impl serde_json::ser::Formatter for VisibleJson<'_> {
 pub struct LedgerShown {
     /// The chat.
     pub chat: String,
-    /// `action`, `observation` or `hook`.
+    /// `action`, `observation` or `hook` (or `request`, for a workflow
+    /// approval request in `log --approved-by`).
     pub kind: String,
     /// `gatekeeper:tool`.
     pub what: String,
@@ -447,6 +448,45 @@ pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
     )
 }
 
+/// The shown fields of a workflow approval request someone approved
+/// (`log --approved-by`, SPEC L2), as [`ledger_shown`] gives them for an
+/// action: its kind is `request`, what it is the step of a run of a
+/// design, its caller the run's initiator, its state what it is now, and
+/// who approved it (kept when it was since withdrawn or replaced).
+pub fn approved_request_shown(r: &crate::store::workflows::ApprovedRequest) -> LedgerShown {
+    let state = inline(r.state.as_str());
+    let by = inline(&r.approved_by);
+    LedgerShown {
+        chat: inline(&r.chat),
+        kind: "request".to_owned(),
+        what: format!(
+            "workflow {} run {} step {}",
+            inline(&r.workflow),
+            r.run,
+            inline(&r.step)
+        ),
+        caller: inline(&r.initiator),
+        status: match r.state {
+            crate::store::RequestState::Approved => format!("approved by {by}"),
+            _ => format!("approved by {by}, {state} since"),
+        },
+        state,
+        resolved_by: Some(by),
+        classified_by: None,
+    }
+}
+
+/// A request someone approved as one line, beside [`ledger_line`]'s
+/// actions: `request #N` (its own sequence, so never read as action #N),
+/// then its [`approved_request_shown`] fields.
+pub fn approved_request_line(r: &crate::store::workflows::ApprovedRequest) -> String {
+    let s = approved_request_shown(r);
+    format!(
+        "request #{:<5} {:<12} {:<32} {:<20} {}",
+        r.id, s.chat, s.what, s.caller, s.status
+    )
+}
+
 /// Multi-line text (an error chain, which may quote a gatekeeper or a
 /// gadget) as one terminal-safe line: [`terminal_line`].
 pub fn one_line(s: &str) -> String {
@@ -465,6 +505,24 @@ pub fn summary(a: &Action) -> String {
         inline(&a.chat),
         inline(&a.caller),
         a.id
+    )
+}
+
+/// One waiting approval request as one line, for a notice (as
+/// [`summary`] is for an action): which step of which run asks, where, and
+/// how to see it; every name through [`inline`], and never its
+/// allowed-calls list or its reason (the gadget wrote them; they may carry
+/// what the run read).
+pub fn request_summary(r: &crate::store::workflows::WaitingRequest) -> String {
+    format!(
+        "Approval request #{} waits for a decision: step {} of workflow {} (run {}) in chat {}, started by {} (`gatehouse workflow requests --run {}`)",
+        r.id,
+        inline(&r.step),
+        inline(&r.workflow),
+        r.run,
+        inline(&r.chat),
+        inline(&r.initiator),
+        r.run
     )
 }
 

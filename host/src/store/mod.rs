@@ -45,7 +45,7 @@ pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
-pub use notices::NoticeTarget;
+pub use notices::{NoticeTarget, Told};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub(crate) use registry::{chat_in, gadget_in};
 pub use rules::{AgentRun, Rule};

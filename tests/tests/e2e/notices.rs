@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A loopback webhook receiver: keeps each request's body and when it came.
-struct Receiver {
+pub(crate) struct Receiver {
     addr: std::net::SocketAddr,
     got: Arc<Mutex<Vec<(Instant, String, String)>>>,
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -61,18 +61,18 @@ impl Receiver {
         Receiver { addr, got }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn got(&self) -> Vec<(Instant, String, String)> {
+    pub(crate) fn got(&self) -> Vec<(Instant, String, String)> {
         self.got.lock().unwrap().clone()
     }
 }
 
 /// The CLI on `w`'s home with the operator's allowance of private
 /// notification addresses in its environment.
-fn allowing_private(w: &gatehouse_e2e::World, args: &[&str]) -> std::process::Output {
+pub(crate) fn allowing_private(w: &gatehouse_e2e::World, args: &[&str]) -> std::process::Output {
     gatehouse_e2e::cli_command(w.home(), args)
         .env(gatehouse::notify::ALLOW_PRIVATE_VAR, "1")
         .output()
