@@ -178,11 +178,15 @@ pub type Demo = fn(Option<PathBuf>) -> Pin<Box<dyn Future<Output = anyhow::Resul
 /// Entry point for the binary, which hands in the `demo` command's tour.
 pub fn main(demo: Demo) -> ExitCode {
     let cli = Cli::parse();
+    // Colours only for a person at a terminal: stderr that goes to a file,
+    // a pipe or a log collector gets plain text, so that a warning line
+    // read there (or grepped, or mailed) carries no escape sequences.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -339,7 +343,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
         Command::Chats(cmd) => chats::execute(kernel, cmd, me).await,
         Command::Gatekeepers(cmd) => gatekeepers::execute(kernel, cmd).await,
         Command::Actions(cmd) => actions::execute(kernel, cmd, me).await,
-        Command::People(cmd) => people::execute(kernel, cmd, me),
+        Command::People(cmd) => people::execute(kernel, cmd, me).await,
         Command::Sharing(cmd) => sharing::execute(kernel, cmd, me).await,
         Command::Workflow(cmd) => workflow::execute(kernel, cmd, me).await,
         Command::Hook(cmd) => {

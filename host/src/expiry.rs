@@ -34,7 +34,7 @@ pub fn parse(text: &str) -> anyhow::Result<Duration> {
     let d = humantime::parse_duration(text.trim()).map_err(|e| {
         anyhow::anyhow!(
             "--expire-after {:?} is not a duration ({e}); write it like 90s, 30m, 2h or 7d",
-            crate::prompt::inline(text)
+            crate::prompt::as_given(text)
         )
     })?;
     if d < MIN || d > MAX {

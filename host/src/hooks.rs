@@ -59,6 +59,10 @@ pub struct AddedHook {
 pub struct ShownHook {
     /// The hook as stored.
     pub hook: Hook,
+    /// The SHA-256 of the component installed under the hook's gadget name
+    /// now: what enabling the hook lets its turns run (the prompt shows it;
+    /// `None`: the gadget is not installed).
+    pub code: Option<String>,
     /// The hook's prompt: what enabling it lets its turns do, and for whom,
     /// through the same sanitiser as an action's prompt.
     pub prompt: String,
@@ -110,6 +114,8 @@ pub struct Firing {
     pub firing: i64,
     person: String,
     input: String,
+    /// The component its turn runs, and no other (the hook's pinned digest).
+    code: String,
 }
 
 /// How a hook's turn ended.
@@ -174,7 +180,7 @@ impl Kernel {
                 Ok((
                     s.gatekeeper(&g)?,
                     s.introductions(&c)?.iter().any(|i| i.gatekeeper == g),
-                    s.gadget(&gd)?.is_some(),
+                    s.gadget(&gd)?,
                 ))
             })
             .await?;
@@ -186,19 +192,19 @@ impl Kernel {
                 "gatekeeper {gatekeeper:?} is not introduced into chat {chat:?}; a hook binds a trigger of a service the chat has (`gatehouse introduce {chat} {gatekeeper} --key KEY`)"
             );
         }
-        if !installed {
+        let Some(installed) = installed else {
             bail!("no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`");
-        }
+        };
         let Some(t) = record.manifest.triggers.iter().find(|t| t.name == trigger) else {
             let names: Vec<String> = record
                 .manifest
                 .triggers
                 .iter()
-                .map(|t| crate::prompt::inline(&t.name))
+                .map(|t| crate::prompt::as_given(&t.name))
                 .collect();
             bail!(
                 "gatekeeper {gatekeeper:?} declares no trigger {:?}; it declares: {}",
-                crate::prompt::inline(trigger),
+                crate::prompt::as_given(trigger),
                 if names.is_empty() {
                     "none".to_owned()
                 } else {
@@ -233,6 +239,7 @@ impl Kernel {
             gatekeeper: gatekeeper.to_owned(),
             trigger: trigger.to_owned(),
             gadget: gadget.to_owned(),
+            gadget_digest: installed.digest,
             every_secs,
             webhook,
             by: by.to_owned(),
@@ -291,10 +298,13 @@ impl Kernel {
                         .find(|t| t.name == hook.trigger)
                         .map(|t| t.description.clone())
                 });
-                let prompt = crate::prompt::render_hook(&hook, description.as_deref());
+                let code = s.gadget(&hook.gadget)?.map(|g| g.digest);
+                let prompt =
+                    crate::prompt::render_hook(&hook, description.as_deref(), code.as_deref());
                 let firings = s.firings(id)?;
                 Ok(Some(ShownHook {
                     hook,
+                    code,
                     prompt,
                     firings,
                 }))
@@ -304,17 +314,21 @@ impl Kernel {
 
     /// Enable (or disable) hook `id` as `person`, who must be allowed to
     /// decide in its chat. Enabling makes them the person its turns act
-    /// for. A hook `person` may not see is "no such hook".
+    /// for, and pins the code they run: the component installed under the
+    /// hook's gadget name now, which must be `shown` (the digest its
+    /// prompt showed them, [`ShownHook::code`]) when given. A hook
+    /// `person` may not see is "no such hook".
     pub async fn set_hook_enabled(
         &self,
         person: &str,
         id: i64,
         enabled: bool,
+        shown: Option<&str>,
     ) -> anyhow::Result<Hook> {
-        let p = person.to_owned();
+        let (p, shown) = (person.to_owned(), shown.map(str::to_owned));
         match self
             .store()
-            .run(move |s| s.set_hook_enabled(id, &p, enabled))
+            .run(move |s| s.set_hook_enabled(id, &p, enabled, shown.as_deref()))
             .await?
         {
             None => bail!("no hook {id} that you may see; `gatehouse hooks` lists them"),
@@ -378,8 +392,11 @@ impl Kernel {
 
     /// Checks before a firing, then its record: the hook is enabled, the
     /// person who enabled it may still decide in its chat (else the hook
-    /// is disabled, and the firing refused), and its gatekeeper still
-    /// declares the trigger.
+    /// is disabled, and the firing refused), its gatekeeper still declares
+    /// the trigger, and its gadget's name still holds the component the
+    /// hook was enabled for (else the hook is disabled, and the firing
+    /// refused: new code under an old name runs only once a person shown
+    /// its digest enables the hook again).
     async fn begin(
         &self,
         hook: Hook,
@@ -416,14 +433,34 @@ impl Kernel {
                 if !declared {
                     return Ok(Some((
                         format!(
-                            "gatekeeper {:?} no longer declares the trigger {} as it was bound",
+                            "gatekeeper {:?} no longer declares the trigger {:?} as it was bound",
                             h.gatekeeper,
-                            crate::prompt::inline(&h.trigger)
+                            crate::prompt::as_given(&h.trigger)
                         ),
                         false,
                     )));
                 }
-                Ok(None)
+                let now = s.gadget(&h.gadget)?.map(|g| g.digest);
+                match (&h.gadget_digest, now) {
+                    (Some(pinned), Some(now)) if *pinned == now => Ok(None),
+                    (_, None) => Ok(Some((
+                        format!(
+                            "gadget {:?} is no longer installed; the hook was disabled (install it, then a person who may decide there enables the hook again)",
+                            h.gadget
+                        ),
+                        true,
+                    ))),
+                    (pinned, Some(now)) => Ok(Some((
+                        format!(
+                            "gadget {:?} was re-installed since the hook was enabled (it was enabled to run sha256 {}; the name now holds sha256 {now}); the new code did not run and the hook was disabled: `gatehouse hook show {}` shows it, and `gatehouse hook enable {}` lets it run",
+                            h.gadget,
+                            pinned.as_deref().unwrap_or("(none recorded)"),
+                            h.id,
+                            h.id
+                        ),
+                        true,
+                    ))),
+                }
             })
             .await?;
         if let Some((reason, disable)) = problem {
@@ -458,11 +495,14 @@ impl Kernel {
             "event": event,
         })
         .to_string();
+        // Checked above: the hook's pinned digest is what its name holds.
+        let code = hook.gadget_digest.clone().unwrap_or_default();
         Ok(Ok(Firing {
             hook,
             firing,
             person,
             input,
+            code,
         }))
     }
 
@@ -479,7 +519,10 @@ impl Kernel {
                 chat: f.hook.chat.clone(),
                 person: f.person.clone(),
             };
-            let turn = Turn::new(&f.hook.gadget, &f.hook.chat, principal);
+            let mut turn = Turn::new(&f.hook.gadget, &f.hook.chat, principal);
+            // Exactly the component the hook was enabled for: were the name
+            // re-installed since the check above, nothing runs.
+            turn.pinned = Some(f.code.clone());
             self.run_turn(turn, &f.input).await
         }
         .await;

@@ -9,8 +9,33 @@
 
 use crate::access::{Access, Need, Refusal};
 use crate::kernel::Kernel;
+use crate::store::workflows::ApprovedRequest;
 use crate::store::{Action, Chat, LedgerEntry, LedgerFilter, LedgerKind};
 use serde::Serialize;
+
+/// One record of what a person approved (SPEC L2): an action of a chat's
+/// ledger, or a workflow approval request. They are distinct records, told
+/// apart by `kind` (`action` or `request`): a request is not a ledger
+/// entry, and its id is from the requests' own sequence.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Approval {
+    /// An action they approved (from the decision history), boxed: an
+    /// entry is several times a request's size.
+    Action(Box<LedgerEntry>),
+    /// A workflow approval request they approved.
+    Request(ApprovedRequest),
+}
+
+impl Approval {
+    /// When it was approved, for the order of the list.
+    fn at(&self) -> i64 {
+        match self {
+            Approval::Action(e) => e.decided_at.unwrap_or(e.created_at),
+            Approval::Request(r) => r.approved_at,
+        }
+    }
+}
 
 /// An action with its approval prompt: the one rendering every surface
 /// shows (SPEC R3).
@@ -202,6 +227,76 @@ impl Kernel {
             filter.chats = Some(visible);
         }
         self.store().run(move |s| s.ledger(&filter)).await
+    }
+
+    /// Everything `filter.approved_by` approved that `person` may see
+    /// (SPEC L2), in the order it was approved: the actions, as
+    /// [`Kernel::ledger`] answers them, and the workflow approval requests.
+    /// A request is listed where `person` may see the requests of its run
+    /// (a run's approvers may, without seeing the rest of its chat). With
+    /// a chat in the filter, only that chat's; a chat of which `person`
+    /// may see neither the ledger nor the requests is refused as if it did
+    /// not exist. A filter by kind or by hook keeps to ledger entries, and
+    /// leaves requests out. Without `approved_by`, the ledger alone.
+    pub async fn approvals(
+        &self,
+        person: &str,
+        filter: LedgerFilter,
+    ) -> anyhow::Result<Vec<Approval>> {
+        let Some(who) = filter.approved_by.clone() else {
+            let entries = self.ledger(person, filter).await?;
+            return Ok(entries
+                .into_iter()
+                .map(|e| Approval::Action(Box::new(e)))
+                .collect());
+        };
+        let chat = filter.chat.clone();
+        let actions = match &chat {
+            Some(c) => {
+                let access = self.store().access(c, person)?;
+                if access.may_see() {
+                    self.ledger(person, filter.clone()).await?
+                } else if access.may_see_requests() {
+                    Vec::new()
+                } else {
+                    access.require(Need::See, c, person)?;
+                    Vec::new()
+                }
+            }
+            None => self.ledger(person, filter.clone()).await?,
+        };
+        let requests = if filter.kind.is_some() || filter.hook.is_some() {
+            Vec::new()
+        } else {
+            let p = person.to_owned();
+            self.store()
+                .run(move |s| {
+                    let mut sees = std::collections::HashMap::new();
+                    let mut out = Vec::new();
+                    for r in s.requests_approved_by(&who, chat.as_deref())? {
+                        let may = match sees.get(&r.chat) {
+                            Some(m) => *m,
+                            None => {
+                                let m = s.access(&r.chat, &p)?.may_see_requests();
+                                sees.insert(r.chat.clone(), m);
+                                m
+                            }
+                        };
+                        if may {
+                            out.push(r);
+                        }
+                    }
+                    Ok(out)
+                })
+                .await?
+        };
+        let mut all: Vec<Approval> = actions
+            .into_iter()
+            .map(|e| Approval::Action(Box::new(e)))
+            .chain(requests.into_iter().map(Approval::Request))
+            .collect();
+        all.sort_by_key(|a| a.at());
+        Ok(all)
     }
 
     /// What the live view watches, chat by chat (inbox, requests): a

@@ -770,9 +770,15 @@ impl Kernel {
         if let Some(tools) = &tools {
             for t in tools {
                 if g.manifest.tool(t).is_none() {
-                    let all: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+                    let all: Vec<_> = g
+                        .manifest
+                        .tools
+                        .iter()
+                        .map(|t| crate::prompt::as_given(&t.name))
+                        .collect();
                     bail!(
-                        "gatekeeper {gatekeeper:?} has no tool {t:?}; it offers: {}",
+                        "gatekeeper {gatekeeper:?} has no tool {:?}; it offers: {}",
+                        crate::prompt::as_given(t),
                         all.join(", ")
                     );
                 }
@@ -838,6 +844,18 @@ impl Kernel {
                 Ok(g)
             })
             .await?;
+        // A turn pinned to a component (a hook's) runs exactly it: if the
+        // name was re-installed since, the new code is not what the caller
+        // vouched for, and nothing runs.
+        if let Some(pinned) = &turn.pinned
+            && *pinned != g.digest
+        {
+            bail!(
+                "gadget {:?} was re-installed (it is now sha256 {}, not the sha256 {pinned} this turn was allowed to run); nothing ran",
+                g.name,
+                g.digest
+            );
+        }
         let pre = self.inner.runtime.gadget(&g.digest)?;
         let report = crate::runtime::gadget::run(
             &pre,
@@ -889,6 +907,7 @@ impl Kernel {
             awaited: Arc::default(),
             step: None,
             unsynced: None,
+            pinned: None,
         })
     }
 

@@ -104,7 +104,7 @@ impl Gate {
                 "unknown-tool",
                 &format!(
                     "no tool {:?} in chat {:?}: tools are named KEY{SEPARATOR}TOOL; tools/list lists them",
-                    crate::prompt::inline(name),
+                    crate::prompt::as_given(name),
                     self.chat
                 ),
             );

@@ -401,9 +401,15 @@ impl Kernel {
             anyhow::anyhow!("no gatekeeper named {gname:?}; `gatehouse gatekeepers` lists them")
         })?;
         let Some(t) = g.manifest.tool(tool) else {
-            let all: Vec<_> = g.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+            let all: Vec<_> = g
+                .manifest
+                .tools
+                .iter()
+                .map(|t| crate::prompt::as_given(&t.name))
+                .collect();
             anyhow::bail!(
-                "gatekeeper {gname:?} has no tool {tool:?}; it offers: {}",
+                "gatekeeper {gname:?} has no tool {:?}; it offers: {}",
+                crate::prompt::as_given(tool),
                 all.join(", ")
             );
         };

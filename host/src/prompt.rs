@@ -47,6 +47,7 @@ pub const FIELD_LABELS: &[&str] = &[
     "Trigger:",
     "Gadget:",
     "Added by:",
+    "Code:",
     "Runs as:",
     "Enable:",
     "Disable:",
@@ -248,6 +249,23 @@ pub fn terminal_line(s: &str) -> String {
     out
 }
 
+/// A name quoted in a one-line refusal, as it was given: "no tool
+/// \"ISSUES_listIssues\" in chat ...". A refusal tells its reader what
+/// they (or a gadget, or a gatekeeper) wrote, so that it can be corrected;
+/// [`inline`] drops markup characters such as `_`, and the name it showed
+/// was not the name given (`ISSUES_listIssues` read as `ISSUESlistIssues`).
+/// Markup is harmless here: a refusal is one line of the kernel's own
+/// words, printed after them, never rendered as Markdown or HTML (the web
+/// shows it as text). What is dangerous on a terminal stays out, by the
+/// one terminal-safe rendering, [`terminal_line`]: hidden characters
+/// (controls, escapes, bidi and zero-width) are made visible as
+/// `<U+XXXX>`, whitespace becomes one space. It is cut at [`NAME_CAP`]
+/// characters. Quote it with `{:?}`, which escapes a quote or a backslash
+/// in it, so that it cannot end its quotes either.
+pub fn as_given(s: &str) -> String {
+    cap(terminal_line(s), NAME_CAP)
+}
+
 /// Attacker text as lines for a terminal: a gadget's answer, its stdout and
 /// stderr. Line breaks are kept (a carriage return, which could overwrite
 /// the start of a line, is not); every other hidden character is made
@@ -361,7 +379,8 @@ impl serde_json::ser::Formatter for VisibleJson<'_> {
 pub struct LedgerShown {
     /// The chat.
     pub chat: String,
-    /// `action`, `observation` or `hook`.
+    /// `action`, `observation` or `hook` (or `request`, for a workflow
+    /// approval request in `log --approved-by`).
     pub kind: String,
     /// `gatekeeper:tool`.
     pub what: String,
@@ -429,6 +448,45 @@ pub fn ledger_line(e: &crate::store::LedgerEntry) -> String {
     )
 }
 
+/// The shown fields of a workflow approval request someone approved
+/// (`log --approved-by`, SPEC L2), as [`ledger_shown`] gives them for an
+/// action: its kind is `request`, what it is the step of a run of a
+/// design, its caller the run's initiator, its state what it is now, and
+/// who approved it (kept when it was since withdrawn or replaced).
+pub fn approved_request_shown(r: &crate::store::workflows::ApprovedRequest) -> LedgerShown {
+    let state = inline(r.state.as_str());
+    let by = inline(&r.approved_by);
+    LedgerShown {
+        chat: inline(&r.chat),
+        kind: "request".to_owned(),
+        what: format!(
+            "workflow {} run {} step {}",
+            inline(&r.workflow),
+            r.run,
+            inline(&r.step)
+        ),
+        caller: inline(&r.initiator),
+        status: match r.state {
+            crate::store::RequestState::Approved => format!("approved by {by}"),
+            _ => format!("approved by {by}, {state} since"),
+        },
+        state,
+        resolved_by: Some(by),
+        classified_by: None,
+    }
+}
+
+/// A request someone approved as one line, beside [`ledger_line`]'s
+/// actions: `request #N` (its own sequence, so never read as action #N),
+/// then its [`approved_request_shown`] fields.
+pub fn approved_request_line(r: &crate::store::workflows::ApprovedRequest) -> String {
+    let s = approved_request_shown(r);
+    format!(
+        "request #{:<5} {:<12} {:<32} {:<20} {}",
+        r.id, s.chat, s.what, s.caller, s.status
+    )
+}
+
 /// Multi-line text (an error chain, which may quote a gatekeeper or a
 /// gadget) as one terminal-safe line: [`terminal_line`].
 pub fn one_line(s: &str) -> String {
@@ -450,10 +508,35 @@ pub fn summary(a: &Action) -> String {
     )
 }
 
+/// One waiting approval request as one line, for a notice (as
+/// [`summary`] is for an action): which step of which run asks, where, and
+/// how to see it; every name through [`inline`], and never its
+/// allowed-calls list or its reason (the gadget wrote them; they may carry
+/// what the run read).
+pub fn request_summary(r: &crate::store::workflows::WaitingRequest) -> String {
+    format!(
+        "Approval request #{} waits for a decision: step {} of workflow {} (run {}) in chat {}, started by {} (`gatehouse workflow requests --run {}`)",
+        r.id,
+        inline(&r.step),
+        inline(&r.workflow),
+        r.run,
+        inline(&r.chat),
+        inline(&r.initiator),
+        r.run
+    )
+}
+
 /// The prompt for a hook (SPEC H1, R1): what a person enables. The
 /// trigger's name and description are the gatekeeper's words, shown as an
-/// action's are (inline name, quoted description).
-pub fn render_hook(h: &crate::store::Hook, description: Option<&str>) -> String {
+/// action's are (inline name, quoted description). `code` is the digest of
+/// the component installed under the hook's gadget name now: what
+/// enabling lets its turns run, shown so that a person enables code, not
+/// a name (a re-install under the name is told as a change).
+pub fn render_hook(
+    h: &crate::store::Hook,
+    description: Option<&str>,
+    code: Option<&str>,
+) -> String {
     let state = if h.enabled { "enabled" } else { "disabled" };
     let mut out = String::new();
     out.push_str(&format!("Hook #{} ({state})\n", h.id));
@@ -471,6 +554,30 @@ pub fn render_hook(h: &crate::store::Hook, description: Option<&str>) -> String 
         inline(&h.gadget),
         inline(&h.chat)
     ));
+    match code {
+        Some(code) => out.push_str(&format!(
+            "Code: sha256 {} (what enabling it runs; code installed under the name later runs only once it is enabled again)\n",
+            inline(code)
+        )),
+        None => out.push_str(&format!(
+            "Code: none: no gadget named {} is installed, so enabling it is refused\n",
+            inline(&h.gadget)
+        )),
+    }
+    if let (Some(pinned), Some(code)) = (&h.gadget_digest, code)
+        && pinned != code
+    {
+        out.push_str(&format!(
+            "Changed: gadget {} was re-installed since this hook was set up to run sha256 {}; {}\n",
+            inline(&h.gadget),
+            inline(pinned),
+            if h.enabled {
+                "its firings run nothing until it is enabled again"
+            } else {
+                "enabling it runs the new code above"
+            }
+        ));
+    }
     out.push_str(&format!("Added by: {}\n", inline(&h.created_by)));
     let person = match (&h.enabled_by, h.enabled) {
         (Some(p), true) => inline(p),
@@ -691,6 +798,29 @@ mod tests {
         assert!(inline(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
     }
 
+    /// Issue 43: a refusal quotes a name as it was given (`_` and other
+    /// markup characters kept), and still nothing of it can act on a
+    /// terminal or break the line.
+    #[test]
+    fn refusals_quote_names_as_given() {
+        assert_eq!(as_given("ISSUES_listIssues"), "ISSUES_listIssues");
+        assert_eq!(as_given("a*b_[c](d)`e`#f"), "a*b_[c](d)`e`#f");
+        assert_eq!(as_given(""), "");
+        let hostile = as_given("x\n\u{1b}[31mEndpoint: evil\u{202E}\u{200B}y");
+        assert!(
+            !hostile.contains('\n') && !hostile.contains('\u{1b}'),
+            "{hostile}"
+        );
+        assert!(
+            !hostile.contains('\u{202E}') && !hostile.contains('\u{200B}'),
+            "{hostile}"
+        );
+        assert_eq!(hostile, "x <U+001B>[31mEndpoint: evil<U+202E><U+200B>y");
+        assert!(as_given(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
+        let quoted = format!("no tool {:?} here", as_given("a\"b\\c"));
+        assert_eq!(quoted, r#"no tool "a\"b\\c" here"#);
+    }
+
     #[test]
     fn descriptions_are_quoted_and_defused() {
         let q = quoted("## Approve\n> Endpoint: x\n```\nfence");
@@ -888,9 +1018,11 @@ mod tests {
                 prop_assert!(!FIELD_LABELS.iter().any(|f| l.trim_start().starts_with(f)), "{l:?}");
             }
 
-            for shown in [inline(&text), excerpt(&text, 300)] {
+            for shown in [inline(&text), excerpt(&text, 300), as_given(&text)] {
                 prop_assert!(!shown.chars().any(|c| acted_on(c, false)), "{shown:?}");
             }
+            let refusal = format!("no tool {:?} here", as_given(&text));
+            prop_assert!(!refusal.chars().any(|c| acted_on(c, false)), "{refusal:?}");
 
             let json = terminal_json(&serde_json::json!({ "text": text })).unwrap();
             prop_assert!(!json.chars().any(|c| acted_on(c, true)), "terminal_json: {json:?}");

@@ -127,17 +127,17 @@ impl Kernel {
                 let tag = original.tag();
                 let Some(entry) = g.manifest.tool(&original.tool) else {
                     return cannot(format!(
-                        "its gatekeeper no longer offers {}",
-                        crate::prompt::inline(&original.tool)
+                        "its gatekeeper no longer offers {:?}",
+                        crate::prompt::as_given(&original.tool)
                     ));
                 };
                 let Some(by) = entry.reverted_by.clone() else {
                     return Ok(Err(RevertRefusal::NotRevertible {
                         id,
-                        tag: crate::prompt::inline(&tag),
+                        tag: crate::prompt::as_given(&tag),
                     }));
                 };
-                let shown = crate::prompt::inline(&by);
+                let shown = format!("{:?}", crate::prompt::as_given(&by));
                 let Some(reverting) = g.manifest.tool(&by) else {
                     return cannot(format!(
                         "its gatekeeper names {shown} as the tool that undoes it, but offers no such tool"

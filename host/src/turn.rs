@@ -49,6 +49,10 @@ pub struct Turn {
     /// durable before it is answered, for a caller the answer reaches at
     /// once (an external agent, an embedder).
     pub(crate) unsynced: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The component the turn must run, by digest, when the caller vouched
+    /// for that code and no other (a hook runs what it was enabled for):
+    /// a gadget name that now names another component runs nothing.
+    pub pinned: Option<String>,
 }
 
 /// A workflow step's side of a turn (SPEC G).
@@ -81,6 +85,7 @@ impl Turn {
             awaited: Arc::default(),
             step: None,
             unsynced: None,
+            pinned: None,
         }
     }
 

@@ -16,7 +16,7 @@ use crate::kernel::{CallError, CallOutcome, Kernel, StepContext, Turn, check_nam
 use crate::overseer::Decision;
 use crate::principal::Principal;
 use crate::store::workflows::{
-    AuditRow, NewCertificate, NewInvocation, NewStep, RequestRecord, StepRecord,
+    AuditRow, NewCertificate, NewInvocation, NewStep, RequestRecord, StepRecord, coverage,
 };
 use crate::store::{
     ClaimBy, Facts, InvocationDecision, NewAction, RequestState, RunState, StageError, Staged,
@@ -118,38 +118,6 @@ fn certificate_ttl_ms() -> i64 {
         * 1000
 }
 
-/// The requests covering `step` (G2): its own latest request, else the
-/// union of what covers its predecessors. Coverage only runs forward.
-fn coverage<'a>(
-    steps: &[StepRecord],
-    requests: &'a [RequestRecord],
-    step: &str,
-) -> Vec<&'a RequestRecord> {
-    let mut out: Vec<&RequestRecord> = Vec::new();
-    let mut seen = BTreeSet::new();
-    let mut todo = vec![step.to_owned()];
-    while let Some(s) = todo.pop() {
-        if !seen.insert(s.clone()) {
-            continue;
-        }
-        if let Some(r) = requests
-            .iter()
-            .filter(|r| r.step == s && r.state != RequestState::Replaced)
-            .max_by_key(|r| r.id)
-        {
-            if !out.iter().any(|o| o.id == r.id) {
-                out.push(r);
-            }
-            continue;
-        }
-        if let Some(rec) = steps.iter().find(|x| x.step == s) {
-            todo.extend(rec.preds.iter().cloned());
-        }
-    }
-    out.sort_by_key(|r| r.id);
-    out
-}
-
 /// Steps reachable from `step` (itself included), following edges forward.
 fn forward(steps: &[StepRecord], step: &str) -> Vec<String> {
     let mut out = vec![step.to_owned()];
@@ -174,17 +142,26 @@ fn covers(state: RequestState) -> bool {
         RequestState::Pending
         | RequestState::Rejected
         | RequestState::Withdrawn
-        | RequestState::Replaced => false,
+        | RequestState::Replaced
+        | RequestState::Expired => false,
     }
 }
 
-/// Whether a request in `state` may be re-submitted: a rejected or
-/// withdrawn one, so that no step stays stuck (G2).
+/// Whether a request in `state` may be re-submitted: a rejected, withdrawn
+/// or expired one, so that no step stays stuck (G2).
 fn may_resubmit(state: RequestState) -> bool {
     match state {
-        RequestState::Rejected | RequestState::Withdrawn => true,
+        RequestState::Rejected | RequestState::Withdrawn | RequestState::Expired => true,
         RequestState::Pending | RequestState::Approved | RequestState::Replaced => false,
     }
+}
+
+/// Why request `id` cannot be decided now that it expired: what happened,
+/// that nothing was sent, and how to ask again.
+fn expired_message(id: i64) -> String {
+    format!(
+        "request #{id} expired before anyone decided it (a request waits at most its run's chat's expiry, like an action); nothing it covers was sent; `gatehouse workflow resubmit {id}` asks again"
+    )
 }
 
 fn approvers(cover: &[&RequestRecord]) -> String {
@@ -198,6 +175,12 @@ fn approvers(cover: &[&RequestRecord]) -> String {
 }
 
 fn gate_message(step: &str, r: &RequestRecord) -> String {
+    if r.state == RequestState::Expired {
+        return format!(
+            "refused before it reached any gatekeeper: step {step} is covered by approval request #{0}, which expired before anyone decided it; `gatehouse workflow resubmit {0}` asks again",
+            r.id
+        );
+    }
     format!(
         "refused before it reached any gatekeeper: step {step} is covered by approval request #{}, which is {}; no tool may be called until it is approved",
         r.id, r.state
@@ -231,7 +214,11 @@ impl Kernel {
                     );
                 };
                 if record.manifest.tool(tool).is_none() {
-                    bail!("step {}: gatekeeper {g} has no tool {tool:?}", s.id);
+                    bail!(
+                        "step {}: gatekeeper {g} has no tool {:?}",
+                        s.id,
+                        crate::prompt::as_given(tool)
+                    );
                 }
             }
         }
@@ -696,7 +683,14 @@ impl Kernel {
             RequestDecision::Withdraw => (RequestState::Approved, RequestState::Withdrawn),
         };
         if !self.store().decide_request(id, from, to, by)? {
-            bail!("request #{id} is {}, not {from}; nothing changed", r.state);
+            // Read again: it may have expired as it was decided (the store
+            // marks it in the same transaction), or been decided by
+            // someone else.
+            let now = self.store().request(id)?.map_or(r.state, |r| r.state);
+            if now == RequestState::Expired {
+                bail!("{}", expired_message(id));
+            }
+            bail!("request #{id} is {now}, not {from}; nothing changed");
         }
         self.advance(r.run).await
     }
@@ -719,7 +713,7 @@ impl Kernel {
         access.require(crate::access::Need::DecideRequests, &chat, by)?;
         if !may_resubmit(r.state) {
             bail!(
-                "request #{id} is {}; only a rejected or withdrawn request is re-submitted",
+                "request #{id} is {}; only a rejected, withdrawn or expired request is re-submitted",
                 r.state
             );
         }

@@ -5,6 +5,7 @@
 //! rule); this module parses, asks and prints.
 
 use super::{print_json, print_record, print_records};
+use crate::inbox::Approval;
 use crate::kernel::Kernel;
 use crate::overseer::Decision;
 use crate::prompt::{excerpt, inline};
@@ -66,7 +67,7 @@ pub(super) struct LogArgs {
     /// A hook's entry and everything its turns wrote.
     #[arg(long, value_name = "ID")]
     hook: Option<i64>,
-    /// Actions this person approved.
+    /// Actions and workflow approval requests this person approved.
     #[arg(long)]
     approved_by: Option<String>,
     /// Calls that ran on a server's own read-only claim.
@@ -222,14 +223,17 @@ async fn log(kernel: &Kernel, me: &str, args: LogArgs) -> anyhow::Result<()> {
         hook: args.hook,
         ..LedgerFilter::default()
     };
-    let entries = kernel.ledger(me, filter).await?;
     if args.observations {
-        print_records(&entries, args.json, super::sharing::print_observation)
-    } else {
-        print_records(&entries, args.json, |e| {
-            outln!("{}", crate::prompt::ledger_line(e))
-        })
+        let entries = kernel.ledger(me, filter).await?;
+        return print_records(&entries, args.json, super::sharing::print_observation);
     }
+    // Everything one person approved includes the workflow approval
+    // requests they approved: records of their own (`kind` `request`).
+    let entries = kernel.approvals(me, filter).await?;
+    print_records(&entries, args.json, |e| match e {
+        Approval::Action(e) => outln!("{}", crate::prompt::ledger_line(e)),
+        Approval::Request(r) => outln!("{}", crate::prompt::approved_request_line(r)),
+    })
 }
 
 async fn rules(kernel: &Kernel, me: &str, cmd: RulesCmd) -> anyhow::Result<()> {

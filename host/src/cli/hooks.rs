@@ -82,7 +82,7 @@ pub async fn execute(
         HookCmd::Show { id, json } => show(kernel, me, id, json).await?,
         HookCmd::Enable { id, json } => enable(kernel, me, id, json).await?,
         HookCmd::Disable { id, json } => {
-            let h = kernel.set_hook_enabled(me, id, false).await?;
+            let h = kernel.set_hook_enabled(me, id, false, None).await?;
             super::print_record(&h, json, |h| {
                 outln!(
                     "disabled hook {}: nothing fires until it is enabled again",
@@ -151,7 +151,11 @@ async fn enable(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Resul
     if !json {
         out!("{}", shown.prompt);
     }
-    let h = kernel.set_hook_enabled(me, id, true).await?;
+    // What it enables is the code the prompt showed: a re-install while
+    // it was read is refused.
+    let h = kernel
+        .set_hook_enabled(me, id, true, shown.code.as_deref())
+        .await?;
     super::print_record(&h, json, |h| {
         outln!(
             "enabled hook {}: its turns run as hook {} in {} for {}",

@@ -31,8 +31,10 @@ pub(super) enum UserCmd {
     /// Change a person's settings (yourself only).
     Set {
         name: String,
-        /// Where `serve` tells you that actions wait for you: a
-        /// Slack-compatible webhook (https, or http to loopback).
+        /// Where `serve` tells you that actions and approval requests wait
+        /// for you: a Slack-compatible webhook at a public address, over
+        /// https (private addresses, and http to loopback, only where the
+        /// operator set GATEHOUSE_NOTIFY_ALLOW_PRIVATE=1).
         #[arg(long, value_name = "URL", conflicts_with = "no_notify")]
         notify_url: Option<String>,
         /// Stop notices.
@@ -61,7 +63,7 @@ pub(super) enum AccountCmd {
     },
 }
 
-pub(super) fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result<bool> {
+pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result<bool> {
     match cmd {
         Command::User(UserCmd::Add { name }) => {
             if kernel.add_user(&name)? {
@@ -74,7 +76,7 @@ pub(super) fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result
             name,
             notify_url,
             no_notify,
-        }) => set_notices(kernel, me, &name, notify_url, no_notify)?,
+        }) => set_notices(kernel, me, &name, notify_url, no_notify).await?,
         Command::Users { json } => print_records(&kernel.users()?, json, |u| outln!("{u}"))?,
         Command::Account(AccountCmd::Connect {
             user,
@@ -96,7 +98,7 @@ pub(super) fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result
     Ok(true)
 }
 
-fn set_notices(
+async fn set_notices(
     kernel: &Kernel,
     me: &str,
     name: &str,
@@ -106,7 +108,12 @@ fn set_notices(
     if notify_url.is_none() && !no_notify {
         bail!("nothing to set: give --notify-url URL or --no-notify");
     }
-    kernel.set_notify_url(me, name, notify_url.as_deref())?;
+    // The operator's choice, from this process's environment; `serve`
+    // reads its own and checks again at every send.
+    let allowed = crate::notify::Destinations::from_env()?;
+    kernel
+        .set_notify_url(me, name, notify_url.as_deref(), allowed)
+        .await?;
     match notify_url {
         Some(u) => outln!(
             "{name}'s notices go to {u}: one message per batch when actions wait for {name}'s decision"

@@ -69,6 +69,7 @@ async fn serve(kernel: &Kernel, port: u16, notify_every: u64) -> anyhow::Result<
         crate::web::Config {
             port,
             notify_every: std::time::Duration::from_secs(notify_every),
+            notify_destinations: crate::notify::Destinations::from_env()?,
             ..crate::web::Config::default()
         },
     )

@@ -49,7 +49,8 @@ pub enum WorkflowCmd {
     Reject { id: i64 },
     /// Withdraw an approval: the covered steps are stopped again.
     Withdraw { id: i64 },
-    /// Re-submit a rejected or withdrawn request (its step asks anew).
+    /// Re-submit a rejected, withdrawn or expired request (its step asks
+    /// anew).
     Resubmit { id: i64 },
     /// Who allowed each call of a run, on what grounds (never the arguments).
     Invocations {
@@ -134,17 +135,22 @@ fn print_run(s: &RunSummary, json: bool) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
     }
-    for r in s
-        .requests
-        .iter()
-        .filter(|r| r.state == RequestState::Pending)
-    {
-        outln!(
-            "  request #{} from step {} awaits a decision: `gatehouse workflow requests --run {}`",
-            r.id,
-            inline(&r.step),
-            s.run
-        );
+    for r in &s.requests {
+        match r.state {
+            RequestState::Pending => outln!(
+                "  request #{} from step {} awaits a decision: `gatehouse workflow requests --run {}`",
+                r.id,
+                inline(&r.step),
+                s.run
+            ),
+            RequestState::Expired => outln!(
+                "  request #{} from step {} expired before anyone decided it: `gatehouse workflow resubmit {}` asks again",
+                r.id,
+                inline(&r.step),
+                r.id
+            ),
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -767,7 +767,7 @@ pub async fn describe(
             m.tools.len()
         );
     }
-    let shown = |t: &str| crate::prompt::inline(t);
+    let shown = |t: &str| format!("{:?}", crate::prompt::as_given(t));
     let mut total = 0usize;
     let mut seen = std::collections::HashSet::new();
     let mut tools = Vec::new();

@@ -96,10 +96,18 @@ impl std::fmt::Display for CallError {
                 "no service {key:?} is introduced to this chat; introduced: [{}]",
                 known.join(", ")
             ),
+            // Names as given (`crate::prompt::as_given`): the gadget (or
+            // the person reading its output) corrects its call from them.
             CallError::NotGranted { key, tool, allowed } => write!(
                 f,
-                "tool {tool:?} is not granted to {key}; allowed: [{}]",
-                allowed.join(", ")
+                "tool {:?} is not granted to {}; allowed: [{}]",
+                crate::prompt::as_given(tool),
+                crate::prompt::as_given(key),
+                allowed
+                    .iter()
+                    .map(|t| crate::prompt::as_given(t))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             CallError::InvalidArgs(m) | CallError::Refused(m) | CallError::Service(m) => {
                 f.write_str(m)

@@ -1077,14 +1077,27 @@ impl Store {
     /// chat's owner only (the one rule's `Manage`, asked in the same
     /// transaction). Pending actions already past the new expiry expire
     /// now.
+    ///
+    /// Once due, an action is expired for good (H3): a longer expiry never
+    /// brings back one that was past the old expiry, even if nothing had
+    /// looked at it yet (expiry is marked as pending work is read, so a
+    /// due action may still read `pending` in the table). So what is due
+    /// under the old expiry is marked first, in the same transaction as
+    /// the change: no sender can see the longer expiry without that mark.
+    /// The approval requests of the chat's workflow runs follow the same
+    /// rule.
     pub fn set_expiry(&self, chat: &str, by: &str, ms: i64) -> anyhow::Result<()> {
         self.write(|tx| {
             super::sharing::access(tx, chat, by)?.require(Need::Manage, chat, by)?;
+            let runs = super::workflows::RequestScope::Chat(chat);
+            stages::expire_due(tx, Some(chat))?;
+            super::workflows::expire_due_requests_in(tx, runs, now_ms())?;
             tx.exec(
                 "UPDATE chats SET expire_after_ms = ?2 WHERE name = ?1",
                 args![chat, ms],
             )?;
             stages::expire_due(tx, Some(chat))?;
+            super::workflows::expire_due_requests_in(tx, runs, now_ms())?;
             Ok(())
         })
     }

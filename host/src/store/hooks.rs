@@ -58,6 +58,12 @@ pub struct Hook {
     pub firings: i64,
     /// When it last fired, if ever.
     pub last_fired_at: Option<i64>,
+    /// The SHA-256 of the gadget's component it runs: the one installed
+    /// under `gadget` when the hook was added, and again when it was (last)
+    /// enabled. A gadget re-installed under that name since is another
+    /// component, which the hook does not run until a person who was shown
+    /// it enables the hook again.
+    pub gadget_digest: Option<String>,
 }
 
 /// What `hook add` records.
@@ -71,6 +77,9 @@ pub struct NewHook {
     pub trigger: String,
     /// The gadget to run.
     pub gadget: String,
+    /// The digest of the component installed under `gadget` now: what the
+    /// hook runs until it is enabled again.
+    pub gadget_digest: String,
     /// A schedule's period in seconds; `None` for a webhook.
     pub every_secs: Option<i64>,
     /// A webhook's URL token digest and signing secret.
@@ -139,13 +148,19 @@ impl Store {
     /// `by` the person its turns act for, and records them as the hook's
     /// `resolved-by` in the ledger; a schedule is next due one period
     /// later. `Ok(None)`: no hook `by` may see.
+    ///
+    /// Enabling pins the component installed under the hook's gadget name
+    /// now (its digest), the code its turns will run; with `shown`, the
+    /// digest the person was shown in the hook's prompt, it must be that
+    /// one (a re-install while they read is refused, and nothing changes).
     pub fn set_hook_enabled(
         &self,
         id: i64,
         by: &str,
         enabled: bool,
+        shown: Option<&str>,
     ) -> anyhow::Result<Option<Result<Hook, Refusal>>> {
-        self.write(|db| set_hook_enabled_in(db, id, by, enabled, now_ms()))
+        self.write(|db| set_hook_enabled_in(db, id, by, enabled, shown, now_ms()))
     }
 
     /// Disable a hook whatever anyone's standing (the kernel found that the
@@ -214,7 +229,7 @@ impl Store {
 const HOOK_COLUMNS: &str = "h.id, h.chat, h.gatekeeper, h.trigger, h.gadget, h.kind, h.every_secs,
     h.enabled, h.enabled_by, h.enabled_at, h.created_by, h.created_at, h.next_due_at,
     (SELECT count(*) FROM hook_firings f WHERE f.hook = h.id),
-    (SELECT max(fired_at) FROM hook_firings f WHERE f.hook = h.id)";
+    (SELECT max(fired_at) FROM hook_firings f WHERE f.hook = h.id), h.gadget_digest";
 
 fn hook_from_row(r: &Row) -> anyhow::Result<Hook> {
     Ok(Hook {
@@ -233,6 +248,7 @@ fn hook_from_row(r: &Row) -> anyhow::Result<Hook> {
         next_due_at: r.get(12)?,
         firings: r.get(13)?,
         last_fired_at: r.get(14)?,
+        gadget_digest: r.get(15)?,
     })
 }
 
@@ -273,8 +289,8 @@ fn add_hook_in(db: &dyn Sql, key: &Key, h: &NewHook, now: i64) -> anyhow::Result
     };
     db.exec(
         "INSERT INTO hooks (id, chat, gatekeeper, trigger, gadget, kind, every_secs,
-           token_digest, secret, created_by, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+           token_digest, secret, created_by, created_at, gadget_digest)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         args![
             id,
             h.chat,
@@ -286,7 +302,8 @@ fn add_hook_in(db: &dyn Sql, key: &Key, h: &NewHook, now: i64) -> anyhow::Result
             digest,
             secret,
             h.by,
-            now
+            now,
+            h.gadget_digest
         ],
     )?;
     Ok(id)
@@ -357,6 +374,7 @@ fn set_hook_enabled_in(
     id: i64,
     by: &str,
     enabled: bool,
+    shown: Option<&str>,
     now: i64,
 ) -> anyhow::Result<Option<Result<Hook, Refusal>>> {
     if hold_hook(db, id)?.is_none() {
@@ -373,11 +391,26 @@ fn set_hook_enabled_in(
         return Ok(Some(Err(r)));
     }
     if enabled {
+        let Some(code) = super::registry::gadget_in(db, &h.gadget)?.map(|g| g.digest) else {
+            anyhow::bail!(
+                "gadget {:?} is not installed, so hook {id} has nothing to run; install it, then enable the hook",
+                h.gadget
+            );
+        };
+        if let Some(shown) = shown
+            && shown != code
+        {
+            anyhow::bail!(
+                "gadget {:?} was re-installed while hook {id}'s prompt was shown (it is now sha256 {code}); nothing was enabled: show the hook again (`gatehouse hook show {id}`) and enable what it shows",
+                h.gadget
+            );
+        }
         let due = h.every_secs.map(|s| now + s * 1000);
         db.exec(
-            "UPDATE hooks SET enabled = 1, enabled_by = ?2, enabled_at = ?3, next_due_at = ?4
+            "UPDATE hooks SET enabled = 1, enabled_by = ?2, enabled_at = ?3, next_due_at = ?4,
+               gadget_digest = ?5
              WHERE id = ?1",
-            args![id, by, now, due],
+            args![id, by, now, due, code],
         )?;
         db.exec(
             "UPDATE ledger SET resolved_by = ?2, decided_at = ?3 WHERE id = ?1 AND kind = 'hook'",
@@ -557,6 +590,11 @@ mod on_both_engines {
                 )?;
             }
             db.exec(
+                "INSERT INTO gadgets (name, digest, installed_at) VALUES (?1, ?2, 0)
+                 ON CONFLICT DO NOTHING",
+                args!["triage", "d".repeat(64)],
+            )?;
+            db.exec(
                 "INSERT INTO chats (name, owner, created_at) VALUES ('c', 'ana', 0)",
                 args![],
             )
@@ -573,6 +611,7 @@ mod on_both_engines {
             gatekeeper: "g".into(),
             trigger: "pinged".into(),
             gadget: "triage".into(),
+            gadget_digest: "d".repeat(64),
             every_secs: every,
             webhook: token.map(|t| (t.to_string().repeat(64), "signing-key".into())),
             by: "ana".into(),
@@ -588,9 +627,76 @@ mod on_both_engines {
         by: &'static str,
         now: i64,
     ) -> Option<Result<Hook, Refusal>> {
-        b.run(move |db| set_hook_enabled_in(db, id, by, true, now))
+        b.run(move |db| set_hook_enabled_in(db, id, by, true, None, now))
             .await
             .expect("set")
+    }
+
+    /// Issue 43 (SPEC H1): a hook is pinned to the component its gadget's
+    /// name held when it was added, and enabling pins what the name holds
+    /// then: only the digest the person was shown (a re-install while
+    /// they read is refused, and nothing changes), and never nothing (a
+    /// gadget no longer installed is refused).
+    #[test]
+    fn enabling_a_hook_pins_the_code_its_person_was_shown() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                chat(&b).await;
+                let id = add(&b, None, Some(60)).await;
+                let (old, new) = ("d".repeat(64), "e".repeat(64));
+                let h = b.run(move |db| hook_in(db, id)).await.expect("read");
+                assert_eq!(h.and_then(|h| h.gadget_digest), Some(old.clone()), "{e}");
+                let reinstall = |digest: String| {
+                    b.run(move |db| {
+                        db.exec(
+                            "UPDATE gadgets SET digest = ?1 WHERE name = 'triage'",
+                            args![digest],
+                        )
+                    })
+                };
+                reinstall(new.clone()).await.expect("re-installed");
+                // Shown the old code, enabling is refused, and nothing changes.
+                let o = old.clone();
+                let refused = b
+                    .run(move |db| set_hook_enabled_in(db, id, "ana", true, Some(&o), 10))
+                    .await;
+                let err = format!("{:#}", refused.expect_err("refused"));
+                assert!(err.contains("was re-installed while hook"), "{e}: {err}");
+                let h = b
+                    .run(move |db| hook_in(db, id))
+                    .await
+                    .expect("read")
+                    .expect("the hook");
+                assert_eq!(
+                    (h.enabled, h.gadget_digest),
+                    (false, Some(old.clone())),
+                    "{e}"
+                );
+                // Shown the new code, it pins the new code.
+                let n = new.clone();
+                let h = b
+                    .run(move |db| set_hook_enabled_in(db, id, "ana", true, Some(&n), 11))
+                    .await
+                    .expect("enabled")
+                    .and_then(Result::ok)
+                    .unwrap_or_else(|| panic!("{e}: enabled"));
+                assert_eq!(
+                    (h.enabled, h.gadget_digest),
+                    (true, Some(new.clone())),
+                    "{e}"
+                );
+                // No gadget under the name: nothing to enable.
+                b.run(|db| db.exec("DELETE FROM gadgets WHERE name = 'triage'", args![]))
+                    .await
+                    .expect("removed");
+                let refused = b
+                    .run(move |db| set_hook_enabled_in(db, id, "ana", true, None, 12))
+                    .await;
+                let err = format!("{:#}", refused.expect_err("refused"));
+                assert!(err.contains("is not installed"), "{e}: {err}");
+            }
+        });
     }
 
     /// A hook is added disabled; only a person who may decide in its chat
@@ -665,7 +771,7 @@ mod on_both_engines {
                     .expect("read");
                 assert_eq!(resolved, (Some("ana".into()), Some(10)), "{e}");
                 let h = b
-                    .run(move |db| set_hook_enabled_in(db, every, "ana", false, 11))
+                    .run(move |db| set_hook_enabled_in(db, every, "ana", false, None, 11))
                     .await
                     .expect("set")
                     .and_then(Result::ok)

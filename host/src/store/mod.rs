@@ -49,7 +49,7 @@ pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
-pub use notices::NoticeTarget;
+pub use notices::{NoticeTarget, Told};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub(crate) use registry::{chat_in, gadget_in};
 pub use rules::{AgentRun, Rule};
@@ -913,6 +913,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("migrations/V8__open_by_chat.sql")),
     (9, include_str!("migrations/V9__ledger_checks.sql")),
     (10, include_str!("migrations/V10__actions_by_state.sql")),
+    (
+        11,
+        include_str!("migrations/V11__requests_expire_hooks_pin.sql"),
+    ),
     (12, include_str!("migrations/V12__sealed_secrets.sql")),
 ];
 

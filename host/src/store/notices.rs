@@ -12,12 +12,42 @@ use std::collections::HashSet;
 pub struct NoticeTarget {
     /// The person.
     pub user: String,
-    /// The URL notices are POSTed to (checked by [`crate::notify::check_url`]).
+    /// The URL notices are POSTed to (checked by
+    /// [`crate::notify::check_destination`] when set and at every send).
     pub url: String,
     /// When the person set it, in ms since the epoch.
     pub set_at: i64,
     /// When the last notice went there: the next waits a batch window after it.
     pub last_sent_at: Option<i64>,
+}
+
+/// What a notice tells of: the record of who was told of what is kept
+/// per kind, since actions and approval requests are numbered apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Told {
+    /// Actions waiting for a decision (`notices`).
+    Actions,
+    /// Workflow approval requests waiting for a decision
+    /// (`request_notices`).
+    Requests,
+}
+
+impl Told {
+    /// `(table, column, the ids that still wait)`.
+    fn sql(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Told::Actions => (
+                "notices",
+                "action",
+                "SELECT id FROM ledger WHERE kind = 'action' AND state = 'pending'",
+            ),
+            Told::Requests => (
+                "request_notices",
+                "request",
+                "SELECT id FROM approval_requests WHERE state = 'pending'",
+            ),
+        }
+    }
 }
 
 impl Store {
@@ -37,28 +67,30 @@ impl Store {
         Ok(self.notify_targets()?.into_iter().find(|t| t.user == user))
     }
 
-    /// The actions `user` was already told of (and that still wait). The
-    /// record of actions that no longer wait is dropped first, so an
-    /// action that waits again later is told of again.
-    pub fn noticed(&self, user: &str) -> anyhow::Result<HashSet<i64>> {
-        self.write(|db| noticed_in(db, user))
+    /// The `what` (actions, or approval requests) `user` was already told
+    /// of (and that still wait). The record of those that no longer wait
+    /// is dropped first, so one that waits again later is told of again.
+    pub fn noticed(&self, user: &str, what: Told) -> anyhow::Result<HashSet<i64>> {
+        self.write(|db| noticed_in(db, user, what))
     }
 
-    /// Claim the telling of `actions` to `user`: the ones no other process
-    /// claimed first are recorded and returned, with the time `user` was
-    /// last sent a notice. Only the claimer sends them.
+    /// Claim the telling of `ids` (actions, or approval requests) to
+    /// `user`: the ones no other process claimed first are recorded and
+    /// returned, with the time `user` was last sent a notice. Only the
+    /// claimer sends them.
     pub fn claim_notices(
         &self,
         user: &str,
-        actions: &[i64],
+        what: Told,
+        ids: &[i64],
     ) -> anyhow::Result<(Vec<i64>, Option<i64>)> {
-        self.write(|db| claim_notices_in(db, user, actions, now_ms()))
+        self.write(|db| claim_notices_in(db, user, what, ids, now_ms()))
     }
 
     /// A claimed notice was not delivered: forget the claim, so the next
     /// pass tries again.
-    pub fn release_notices(&self, user: &str, actions: &[i64]) -> anyhow::Result<()> {
-        self.write(|db| release_notices_in(db, user, actions))
+    pub fn release_notices(&self, user: &str, what: Told, ids: &[i64]) -> anyhow::Result<()> {
+        self.write(|db| release_notices_in(db, user, what, ids))
     }
 
     /// Record that `user` was sent a notice now.
@@ -112,14 +144,14 @@ fn notify_targets_in(db: &dyn Sql) -> anyhow::Result<Vec<NoticeTarget>> {
     .collect()
 }
 
-fn noticed_in(db: &dyn Sql, user: &str) -> anyhow::Result<HashSet<i64>> {
+fn noticed_in(db: &dyn Sql, user: &str, what: Told) -> anyhow::Result<HashSet<i64>> {
+    let (table, column, waiting) = what.sql();
     db.exec(
-        "DELETE FROM notices WHERE action NOT IN
-           (SELECT id FROM ledger WHERE kind = 'action' AND state = 'pending')",
+        &format!("DELETE FROM {table} WHERE {column} NOT IN ({waiting})"),
         args![],
     )?;
     db.rows(
-        "SELECT action FROM notices WHERE \"user\" = ?1",
+        &format!("SELECT {column} FROM {table} WHERE \"user\" = ?1"),
         args![user],
     )?
     .iter()
@@ -130,16 +162,20 @@ fn noticed_in(db: &dyn Sql, user: &str) -> anyhow::Result<HashSet<i64>> {
 fn claim_notices_in(
     db: &dyn Sql,
     user: &str,
-    actions: &[i64],
+    what: Told,
+    ids: &[i64],
     now: i64,
 ) -> anyhow::Result<(Vec<i64>, Option<i64>)> {
+    let (table, column, _) = what.sql();
     let mut claimed = Vec::new();
-    for id in actions {
-        // The notice's key is (user, action): a second claimer's insert
-        // does nothing, on either engine.
+    for id in ids {
+        // The notice's key is (user, id): a second claimer's insert does
+        // nothing, on either engine.
         let n = db.exec(
-            "INSERT INTO notices (\"user\", action, sent_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT DO NOTHING",
+            &format!(
+                "INSERT INTO {table} (\"user\", {column}, sent_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO NOTHING"
+            ),
             args![user, id, now],
         )?;
         if n == 1 {
@@ -157,10 +193,11 @@ fn claim_notices_in(
     Ok((claimed, last))
 }
 
-fn release_notices_in(db: &dyn Sql, user: &str, actions: &[i64]) -> anyhow::Result<()> {
-    for id in actions {
+fn release_notices_in(db: &dyn Sql, user: &str, what: Told, ids: &[i64]) -> anyhow::Result<()> {
+    let (table, column, _) = what.sql();
+    for id in ids {
         db.exec(
-            "DELETE FROM notices WHERE \"user\" = ?1 AND action = ?2",
+            &format!("DELETE FROM {table} WHERE \"user\" = ?1 AND {column} = ?2"),
             args![user, id],
         )?;
     }
@@ -182,7 +219,8 @@ mod on_both_engines {
 
     /// Several tellers race to tell one person of the same two actions:
     /// each action is claimed by exactly one of them, and once an action
-    /// no longer waits its record is dropped.
+    /// no longer waits its record is dropped. The same for an approval
+    /// request (issue 43), recorded apart.
     #[test]
     fn each_notice_is_claimed_once_and_forgotten_when_its_action_no_longer_waits() {
         runtime().block_on(async {
@@ -214,8 +252,10 @@ mod on_both_engines {
                     .map(|_| {
                         let b = b.clone();
                         tokio::spawn(async move {
-                            b.run(move |db| claim_notices_in(db, "ana", &[first, second], 7))
-                                .await
+                            b.run(move |db| {
+                                claim_notices_in(db, "ana", Told::Actions, &[first, second], 7)
+                            })
+                            .await
                         })
                     })
                     .collect();
@@ -231,7 +271,7 @@ mod on_both_engines {
                     .await
                     .expect("sent");
                 let (again, last) = b
-                    .run(move |db| claim_notices_in(db, "ana", &[first], 12))
+                    .run(move |db| claim_notices_in(db, "ana", Told::Actions, &[first], 12))
                     .await
                     .expect("claimed");
                 assert_eq!((again, last), (vec![], Some(11)), "{e}");
@@ -243,7 +283,10 @@ mod on_both_engines {
                 })
                 .await
                 .expect("decided");
-                let noticed = b.run(|db| noticed_in(db, "ana")).await.expect("noticed");
+                let noticed = b
+                    .run(|db| noticed_in(db, "ana", Told::Actions))
+                    .await
+                    .expect("noticed");
                 assert_eq!(noticed, HashSet::from([second]), "{e}");
                 let targets = b.run(notify_targets_in).await.expect("targets");
                 assert_eq!(targets.len(), 1, "{e}");
@@ -252,6 +295,62 @@ mod on_both_engines {
                     (url, Some(11)),
                     "{e}"
                 );
+                // Approval requests are told of apart (their ids are
+                // another sequence): claimed once, forgotten once decided.
+                let request = b
+                    .run(|db| {
+                        let run: i64 = db
+                            .row(
+                                "INSERT INTO workflow_runs (workflow, version, initiator, chat, state, created_at, updated_at)
+                                 VALUES ('w', 1, 'ana', 'c', 'waiting', 0, 0) RETURNING id",
+                                args![],
+                            )?
+                            .ok_or_else(|| anyhow::anyhow!("no run"))?
+                            .get(0)?;
+                        db.row(
+                            "INSERT INTO approval_requests (run, step, allowed, reason, state, created_at)
+                             VALUES (?1, 's', '{}', 'r', 'pending', 0) RETURNING id",
+                            args![run],
+                        )?
+                        .ok_or_else(|| anyhow::anyhow!("no request"))?
+                        .get::<i64>(0)
+                    })
+                    .await
+                    .expect("a request");
+                let tellers: Vec<_> = (0..4)
+                    .map(|_| {
+                        let b = b.clone();
+                        tokio::spawn(async move {
+                            b.run(move |db| {
+                                claim_notices_in(db, "ana", Told::Requests, &[request], 14)
+                            })
+                            .await
+                        })
+                    })
+                    .collect();
+                let mut told = Vec::new();
+                for t in tellers {
+                    told.extend(t.await.expect("joined").expect("claimed").0);
+                }
+                assert_eq!(told, vec![request], "{e}: told once");
+                let noticed = b
+                    .run(|db| noticed_in(db, "ana", Told::Requests))
+                    .await
+                    .expect("noticed");
+                assert_eq!(noticed, HashSet::from([request]), "{e}");
+                b.run(move |db| {
+                    db.exec(
+                        "UPDATE approval_requests SET state = 'expired' WHERE id = ?1",
+                        args![request],
+                    )
+                })
+                .await
+                .expect("expired");
+                let noticed = b
+                    .run(|db| noticed_in(db, "ana", Told::Requests))
+                    .await
+                    .expect("noticed");
+                assert!(noticed.is_empty(), "{e}: no longer waits");
                 b.run(|db| set_notify_url_in(db, "ana", None, 13))
                     .await
                     .expect("cleared");

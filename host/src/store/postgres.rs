@@ -72,6 +72,7 @@ pub const TABLES: &[&str] = &[
     "deployment_secrets",
     "notify_targets",
     "notices",
+    "request_notices",
     "durability_mark",
     "policy_epoch",
 ];

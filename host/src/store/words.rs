@@ -173,6 +173,9 @@ stored_words! {
         Withdrawn = "withdrawn",
         /// Replaced by a newer request of the same step.
         Replaced = "replaced",
+        /// Nobody decided it within its run's chat's expiry (SPEC H3's
+        /// parity): it can no longer be approved; re-submitting asks anew.
+        Expired = "expired",
     }
     unknown reads as Rejected;
 }

@@ -91,11 +91,119 @@ pub struct RequestRecord {
     pub allowed: serde_json::Value,
     /// Why the step asks (the gadget's words, shown sanitised).
     pub reason: String,
-    /// `pending`, `approved`, `rejected`, `withdrawn`, or `replaced` (by a
-    /// later request of the same step).
+    /// `pending`, `approved`, `rejected`, `withdrawn`, `replaced` (by a
+    /// later request of the same step), or `expired` (nobody decided it
+    /// within its run's chat's expiry).
     pub state: RequestState,
-    /// Who approved, rejected or withdrew it.
+    /// Who approved, rejected or withdrew it (`None` for an expired one:
+    /// the clock decided).
     pub decided_by: Option<String>,
+    /// When it was decided, withdrawn or expired, in ms since the epoch.
+    pub decided_at: Option<i64>,
+    /// When the step asked, in ms since the epoch; its expiry counts from
+    /// here.
+    pub created_at: i64,
+    /// Who approved it, kept whatever happened to it since (a withdrawal,
+    /// a replacement): what `log --approved-by` answers from (SPEC L2).
+    pub approved_by: Option<String>,
+    /// When it was approved.
+    pub approved_at: Option<i64>,
+}
+
+/// A request waiting for a decision, with what a notice names of it (never
+/// its list or its reason: the gadget wrote those, and they may carry what
+/// the run read).
+#[derive(Clone, Debug, Serialize)]
+pub struct WaitingRequest {
+    /// The request's id.
+    pub id: i64,
+    /// The run.
+    pub run: i64,
+    /// The step that asked.
+    pub step: String,
+    /// The design's name.
+    pub workflow: String,
+    /// The run's chat: who may decide is the one rule's answer for it.
+    pub chat: String,
+    /// Who started the run.
+    pub initiator: String,
+    /// When the step asked.
+    pub created_at: i64,
+}
+
+/// A request a person approved (SPEC L2): a record of its own beside the
+/// actions they approved, in `log --approved-by`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ApprovedRequest {
+    /// Always `request`: what tells this record from a ledger entry (its
+    /// id is from the requests' own sequence, not the ledger's).
+    pub kind: &'static str,
+    /// The request's id (`workflow requests --run RUN` shows it).
+    pub id: i64,
+    /// The run.
+    pub run: i64,
+    /// The step that asked.
+    pub step: String,
+    /// The design's name.
+    pub workflow: String,
+    /// The run's chat.
+    pub chat: String,
+    /// Who started the run.
+    pub initiator: String,
+    /// Its state now (`approved`, or `withdrawn` or `replaced` since).
+    pub state: RequestState,
+    /// Who approved it.
+    pub approved_by: String,
+    /// When.
+    pub approved_at: i64,
+    /// When the step asked.
+    pub created_at: i64,
+}
+
+/// Whose requests an expiry sweep looks at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RequestScope<'a> {
+    /// Every run's.
+    All,
+    /// One run's.
+    Run(i64),
+    /// The runs of one chat (its expiry was changed).
+    Chat(&'a str),
+}
+
+/// The requests covering `step` (G2): its own latest request, else the
+/// union of what covers its predecessors. Coverage only runs forward.
+/// Here, beside the rows it reads, because the expiry sweep asks it too
+/// (to tell the steps gated on what expired); the decisions built on it
+/// are `crate::workflow`'s.
+pub(crate) fn coverage<'a>(
+    steps: &[StepRecord],
+    requests: &'a [RequestRecord],
+    step: &str,
+) -> Vec<&'a RequestRecord> {
+    let mut out: Vec<&RequestRecord> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec![step.to_owned()];
+    while let Some(s) = todo.pop() {
+        if !seen.insert(s.clone()) {
+            continue;
+        }
+        if let Some(r) = requests
+            .iter()
+            .filter(|r| r.step == s && r.state != RequestState::Replaced)
+            .max_by_key(|r| r.id)
+        {
+            if !out.iter().any(|o| o.id == r.id) {
+                out.push(r);
+            }
+            continue;
+        }
+        if let Some(rec) = steps.iter().find(|x| x.step == s) {
+            todo.extend(rec.preds.iter().cloned());
+        }
+    }
+    out.sort_by_key(|r| r.id);
+    out
 }
 
 /// One decided call of a workflow step (SPEC G7): the audit keeps its
@@ -249,6 +357,10 @@ fn request_from_row(r: &Row) -> anyhow::Result<RequestRecord> {
         reason: r.get(4)?,
         state: RequestState::from_stored(&r.get::<String>(5)?),
         decided_by: r.get(6)?,
+        decided_at: r.get(7)?,
+        created_at: r.get(8)?,
+        approved_by: r.get(9)?,
+        approved_at: r.get(10)?,
     })
 }
 
@@ -265,7 +377,7 @@ fn run_from_row(r: &Row) -> anyhow::Result<RunRecord> {
 
 const STEP_COLUMNS: &str =
     "run, step, position, gadget, input, tools, preds, status, attempts, note";
-const REQUEST_COLUMNS: &str = "id, run, step, allowed, reason, state, decided_by";
+const REQUEST_COLUMNS: &str = "id, run, step, allowed, reason, state, decided_by, decided_at, created_at, approved_by, approved_at";
 
 impl Store {
     /// Publish a new version of `name`; returns its number.
@@ -340,17 +452,37 @@ impl Store {
         self.write(|db| add_request_in(db, run, step, allowed, reason, now_ms()))
     }
 
-    /// The request `id`, if there is one.
+    /// The request `id`, if there is one. A pending request past its
+    /// run's chat's expiry is marked `expired` as it is read (the clock
+    /// decided, not the reader), as an action is.
     pub fn request(&self, id: i64) -> anyhow::Result<Option<RequestRecord>> {
-        self.with(|db| request_in(db, id))
+        let found = self.with(|db| request_in(db, id))?;
+        match found {
+            Some(r) if r.state == RequestState::Pending => {
+                if self
+                    .expire_due_requests(RequestScope::Run(r.run))?
+                    .is_empty()
+                {
+                    Ok(Some(r))
+                } else {
+                    self.with(|db| request_in(db, id))
+                }
+            }
+            other => Ok(other),
+        }
     }
 
-    /// Requests of a run (all runs if `None`), oldest first.
+    /// Requests of a run (all runs if `None`), oldest first; what expired
+    /// is marked so first.
     pub fn requests(&self, run: Option<i64>) -> anyhow::Result<Vec<RequestRecord>> {
+        self.expire_due_requests(run.map_or(RequestScope::All, RequestScope::Run))?;
         self.with(|db| requests_in(db, run))
     }
 
     /// Move a request from `from` to `to`; false if it was not in `from`.
+    /// From `pending`, a request past its run's chat's expiry is marked
+    /// `expired` in the same transaction and is not decided: an expired
+    /// request can no longer be approved (or rejected).
     pub fn decide_request(
         &self,
         id: i64,
@@ -358,7 +490,37 @@ impl Store {
         to: RequestState,
         by: &str,
     ) -> anyhow::Result<bool> {
-        self.with(|db| decide_request_in(db, id, from, to, by, now_ms()))
+        self.write(|db| decide_request_in(db, id, from, to, by, now_ms()))
+    }
+
+    /// Mark every pending request in `scope` that is past its run's chat's
+    /// expiry `expired`, and tell the steps gated on it (their note says
+    /// so and how to ask again); the ids it marked. It looks first, and
+    /// takes the write lock only when something is due.
+    pub(crate) fn expire_due_requests(&self, scope: RequestScope<'_>) -> anyhow::Result<Vec<i64>> {
+        let now = now_ms();
+        if self.with(|db| due_requests_in(db, scope, now))?.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(|db| expire_due_requests_in(db, scope, now_ms()))
+    }
+
+    /// Every request waiting for a decision, oldest first, with its run's
+    /// chat (what expired is marked so first).
+    pub fn waiting_requests(&self) -> anyhow::Result<Vec<WaitingRequest>> {
+        self.expire_due_requests(RequestScope::All)?;
+        self.with(waiting_requests_in)
+    }
+
+    /// The requests `person` approved (of the runs of `chat`, or of every
+    /// run), by request id: what they agreed to, whatever happened to it
+    /// since (SPEC L2).
+    pub fn requests_approved_by(
+        &self,
+        person: &str,
+        chat: Option<&str>,
+    ) -> anyhow::Result<Vec<ApprovedRequest>> {
+        self.with(|db| requests_approved_by_in(db, person, chat))
     }
 
     /// Record a certificate issued for a step (its serial names it for
@@ -599,7 +761,11 @@ fn requests_in(db: &dyn Sql, run: Option<i64>) -> anyhow::Result<Vec<RequestReco
 }
 
 /// One conditional `UPDATE` decides: of deciders racing on one request,
-/// on either engine, only the first finds it still in `from`.
+/// on either engine, only the first finds it still in `from`. A pending
+/// request past its run's chat's expiry is marked `expired` first, in the
+/// caller's transaction, so it is no longer pending when the `UPDATE`
+/// looks. An approval also records its approver, once (a schema trigger
+/// keeps it).
 fn decide_request_in(
     db: &dyn Sql,
     id: i64,
@@ -608,12 +774,157 @@ fn decide_request_in(
     by: &str,
     now: i64,
 ) -> anyhow::Result<bool> {
+    if from == RequestState::Pending {
+        let run: Option<i64> = db
+            .row("SELECT run FROM approval_requests WHERE id = ?1", args![id])?
+            .map(|r| r.get(0))
+            .transpose()?;
+        if let Some(run) = run {
+            expire_due_requests_in(db, RequestScope::Run(run), now)?;
+        }
+    }
+    let approves = i64::from(to == RequestState::Approved);
     let n = db.exec(
-        "UPDATE approval_requests SET state = ?3, decided_by = ?4, decided_at = ?5
+        "UPDATE approval_requests SET state = ?3, decided_by = ?4, decided_at = ?5,
+           approved_by = CASE WHEN ?6 = 1 THEN ?4 ELSE approved_by END,
+           approved_at = CASE WHEN ?6 = 1 THEN ?5 ELSE approved_at END
          WHERE id = ?1 AND state = ?2",
-        args![id, from, to, by, now],
+        args![id, from, to, by, now, approves],
     )?;
     Ok(n == 1)
+}
+
+/// The pending requests past their run's chat's expiry (`?1` the default
+/// expiry, `?2` now), in one run (`?3`), in the runs of one chat (`?4`), or
+/// everywhere: `(id, run)`. Counted from when the step asked, as an
+/// action's expiry is counted from its staging (SPEC H3).
+const DUE_REQUESTS: &str = "SELECT r.id, r.run FROM approval_requests r
+     JOIN workflow_runs w ON w.id = r.run
+     LEFT JOIN chats c ON c.name = w.chat
+     WHERE r.state = 'pending'
+       AND r.created_at + COALESCE(c.expire_after_ms, ?1) <= ?2
+       AND (CAST(?3 AS BIGINT) IS NULL OR r.run = ?3)
+       AND (CAST(?4 AS TEXT) IS NULL OR w.chat = ?4)
+     ORDER BY r.id";
+
+fn due_requests_in(
+    db: &dyn Sql,
+    scope: RequestScope<'_>,
+    now: i64,
+) -> anyhow::Result<Vec<(i64, i64)>> {
+    let (run, chat) = match scope {
+        RequestScope::All => (None, None),
+        RequestScope::Run(r) => (Some(r), None),
+        RequestScope::Chat(c) => (None, Some(c)),
+    };
+    db.rows(
+        DUE_REQUESTS,
+        args![super::DEFAULT_EXPIRY_MS, now, run, chat],
+    )?
+    .iter()
+    .map(|r| Ok((r.get(0)?, r.get(1)?)))
+    .collect()
+}
+
+/// [`Store::expire_due_requests`] in the caller's transaction: each due
+/// request is marked by a conditional `UPDATE` (a decider that took it
+/// first keeps it), then each step gated on one of them is told, in its
+/// note: the request expired, nothing it covers was sent, and how to ask
+/// again. The step stays gated (re-submitting runs the asking step again,
+/// and an approval then lets it run).
+pub(crate) fn expire_due_requests_in(
+    db: &dyn Sql,
+    scope: RequestScope<'_>,
+    now: i64,
+) -> anyhow::Result<Vec<i64>> {
+    let mut expired = Vec::new();
+    let mut runs = std::collections::BTreeSet::new();
+    for (id, run) in due_requests_in(db, scope, now)? {
+        let n = db.exec(
+            "UPDATE approval_requests SET state = 'expired', decided_at = ?2
+             WHERE id = ?1 AND state = 'pending'",
+            args![id, now],
+        )?;
+        if n == 1 {
+            expired.push(id);
+            runs.insert(run);
+        }
+    }
+    for run in runs {
+        let steps = run_steps_in(db, run)?;
+        let requests = requests_in(db, Some(run))?;
+        for step in steps.iter().filter(|s| s.status == StepStatus::Gated) {
+            let Some(r) = coverage(&steps, &requests, &step.step)
+                .into_iter()
+                .find(|r| expired.contains(&r.id))
+            else {
+                continue;
+            };
+            let note = format!(
+                "approval request #{0} expired before anyone decided it; nothing it covers was sent; `gatehouse workflow resubmit {0}` asks again",
+                r.id
+            );
+            db.exec(
+                "UPDATE run_steps SET note = ?3 WHERE run = ?1 AND step = ?2",
+                args![run, step.step, note],
+            )?;
+        }
+    }
+    Ok(expired)
+}
+
+fn waiting_requests_in(db: &dyn Sql) -> anyhow::Result<Vec<WaitingRequest>> {
+    db.rows(
+        "SELECT r.id, r.run, r.step, w.workflow, w.chat, w.initiator, r.created_at
+         FROM approval_requests r JOIN workflow_runs w ON w.id = r.run
+         WHERE r.state = 'pending' ORDER BY r.id",
+        args![],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(WaitingRequest {
+            id: r.get(0)?,
+            run: r.get(1)?,
+            step: r.get(2)?,
+            workflow: r.get(3)?,
+            chat: r.get(4)?,
+            initiator: r.get(5)?,
+            created_at: r.get(6)?,
+        })
+    })
+    .collect()
+}
+
+fn requests_approved_by_in(
+    db: &dyn Sql,
+    person: &str,
+    chat: Option<&str>,
+) -> anyhow::Result<Vec<ApprovedRequest>> {
+    db.rows(
+        "SELECT r.id, r.run, r.step, w.workflow, w.chat, w.initiator, r.state,
+                r.approved_by, r.approved_at, r.created_at
+         FROM approval_requests r JOIN workflow_runs w ON w.id = r.run
+         WHERE r.approved_by = ?1 AND (CAST(?2 AS TEXT) IS NULL OR w.chat = ?2)
+         ORDER BY r.id",
+        args![person, chat],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(ApprovedRequest {
+            kind: "request",
+            id: r.get(0)?,
+            run: r.get(1)?,
+            step: r.get(2)?,
+            workflow: r.get(3)?,
+            chat: r.get(4)?,
+            initiator: r.get(5)?,
+            state: RequestState::from_stored(&r.get::<String>(6)?),
+            approved_by: r.get(7)?,
+            approved_at: r.get(8)?,
+            created_at: r.get(9)?,
+        })
+    })
+    .collect()
 }
 
 fn put_certificate_in(db: &dyn Sql, c: &NewCertificate<'_>) -> anyhow::Result<()> {
@@ -738,6 +1049,152 @@ mod on_both_engines {
         })
         .await
         .expect("a run")
+    }
+
+    /// Issue 43 (SPEC H3's parity): a pending request past its run's
+    /// chat's expiry is marked `expired` (by the clock, nobody's
+    /// decision), and the step gated on it is told in its note; a
+    /// decision on it then finds it expired and changes nothing. An
+    /// approval records its approver, kept through a withdrawal and
+    /// listed for `log --approved-by`; the schema refuses rewriting it.
+    #[test]
+    fn a_request_expires_like_an_action_and_its_approver_is_kept() {
+        runtime().block_on(async {
+            for b in Backend::both().await {
+                let e = b.name();
+                let chat = format!("c-{}", crate::entropy::random_hex(4).expect("entropy"));
+                let c = chat.clone();
+                b.run(move |db| {
+                    db.exec(
+                        "INSERT INTO chats (name, owner, created_at, expire_after_ms)
+                         VALUES (?1, 'ann', 0, 1000)",
+                        args![c],
+                    )
+                })
+                .await
+                .expect("a chat expiring after a second");
+                let run = run_of(&b, &chat).await;
+                let id = b
+                    .run(move |db| {
+                        let id = add_request_in(db, run, "fetch", r#"{"K:send": {}}"#, "why", 1_000)?;
+                        set_step_status_in(db, run, "fetch", StepStatus::Done, None, true)?;
+                        set_step_status_in(db, run, "send", StepStatus::Gated, Some("waits"), true)?;
+                        Ok(id)
+                    })
+                    .await
+                    .expect("requested");
+                let early = b
+                    .run(move |db| expire_due_requests_in(db, RequestScope::Run(run), 1_999))
+                    .await
+                    .expect("swept");
+                assert!(early.is_empty(), "{e}: not due yet");
+
+                // Due at 2 000: the approval finds it expired.
+                let decided = b
+                    .run(move |db| {
+                        decide_request_in(
+                            db,
+                            id,
+                            RequestState::Pending,
+                            RequestState::Approved,
+                            "carol",
+                            2_000,
+                        )
+                    })
+                    .await
+                    .expect("decided");
+                assert!(!decided, "{e}: an expired request is never approved");
+                let r = b
+                    .run(move |db| request_in(db, id))
+                    .await
+                    .expect("read")
+                    .expect("the request");
+                assert_eq!(
+                    (r.state, r.decided_by.as_deref(), r.decided_at, r.approved_by.as_deref()),
+                    (RequestState::Expired, None, Some(2_000), None),
+                    "{e}"
+                );
+                let steps = b.run(move |db| run_steps_in(db, run)).await.expect("read");
+                let send = steps.iter().find(|s| s.step == "send").expect("send");
+                assert_eq!(send.status, StepStatus::Gated, "{e}");
+                assert_eq!(
+                    send.note.clone(),
+                    Some(format!(
+                        "approval request #{id} expired before anyone decided it; nothing it covers was sent; `gatehouse workflow resubmit {id}` asks again"
+                    )),
+                    "{e}: the step waiting on it is told"
+                );
+                let c = chat.clone();
+                let again = b
+                    .run(move |db| expire_due_requests_in(db, RequestScope::Chat(&c), 9_000))
+                    .await
+                    .expect("swept");
+                assert!(again.is_empty(), "{e}: expired once");
+
+                // Asked anew, approved in time, withdrawn: still approved by carol.
+                let second = b
+                    .run(move |db| {
+                        let second =
+                            add_request_in(db, run, "fetch", r#"{"K:send": {"n": 1}}"#, "again", 5_000)?;
+                        let approved = decide_request_in(
+                            db,
+                            second,
+                            RequestState::Pending,
+                            RequestState::Approved,
+                            "carol",
+                            5_001,
+                        )?;
+                        let withdrawn = decide_request_in(
+                            db,
+                            second,
+                            RequestState::Approved,
+                            RequestState::Withdrawn,
+                            "ann",
+                            5_002,
+                        )?;
+                        assert!(approved && withdrawn);
+                        Ok(second)
+                    })
+                    .await
+                    .expect(e);
+                let listed = b
+                    .run(|db| requests_approved_by_in(db, "carol", None))
+                    .await
+                    .expect("listed");
+                let seen: Vec<_> = listed
+                    .iter()
+                    .map(|r| (r.kind, r.id, r.state, r.approved_by.as_str(), r.approved_at))
+                    .collect();
+                assert_eq!(
+                    seen,
+                    vec![("request", second, RequestState::Withdrawn, "carol", 5_001)],
+                    "{e}"
+                );
+                let c = chat.clone();
+                assert!(
+                    b.run(move |db| requests_approved_by_in(db, "carol", Some(&c)))
+                        .await
+                        .expect("listed")
+                        .len()
+                        == 1
+                        && b.run(|db| requests_approved_by_in(db, "carol", Some("other")))
+                            .await
+                            .expect("listed")
+                            .is_empty(),
+                    "{e}: by chat"
+                );
+                let rewrite = b
+                    .run(move |db| {
+                        db.exec(
+                            "UPDATE approval_requests SET approved_by = 'mallory' WHERE id = ?1",
+                            args![second],
+                        )
+                    })
+                    .await;
+                let err = format!("{:#}", rewrite.expect_err("refused"));
+                assert!(err.contains("who approved a request is never rewritten"), "{e}: {err}");
+            }
+        });
     }
 
     /// Publishers of one name at once each get a version of their own,

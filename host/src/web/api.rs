@@ -733,11 +733,31 @@ fn nonempty(s: Option<String>) -> Option<String> {
     s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
 }
 
+/// A workflow approval request in the ledger's answer to `approved_by`
+/// (SPEC L2): a record of its own (`kind` `request`, its id from the
+/// requests' sequence), with the same shown fields as an entry.
+#[derive(Serialize)]
+struct ApprovedRequestView {
+    #[serde(flatten)]
+    request: crate::store::workflows::ApprovedRequest,
+    summary: String,
+    shown: prompt::LedgerShown,
+}
+
+/// One record of the ledger's answer: an entry, or (for `approved_by`) a
+/// workflow approval request (both boxed: each is a few hundred bytes).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum LedgerItem {
+    Entry(Box<EntryView>),
+    Request(Box<ApprovedRequestView>),
+}
+
 async fn ledger(
     State(st): State<AppState>,
     p: Person,
     q: Result<Query<LedgerQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<Vec<EntryView>>> {
+) -> ApiResult<Json<Vec<LedgerItem>>> {
     let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
     let kind = match nonempty(q.kind).as_deref().map(LedgerKind::from_word) {
         None => None,
@@ -754,7 +774,23 @@ async fn ledger(
         hook: q.hook,
         ..LedgerFilter::default()
     };
-    Ok(Json(filtered_ledger(&st, p.user, f).await?))
+    // What one person approved includes the workflow approval requests
+    // they approved, as the terminal's `log --approved-by` lists them.
+    let all = st.kernel.approvals(&p.user, f).await.map_err(refused)?;
+    Ok(Json(
+        all.into_iter()
+            .map(|a| match a {
+                crate::inbox::Approval::Action(e) => LedgerItem::Entry(Box::new(entry_view(*e))),
+                crate::inbox::Approval::Request(r) => {
+                    LedgerItem::Request(Box::new(ApprovedRequestView {
+                        summary: prompt::approved_request_line(&r),
+                        shown: prompt::approved_request_shown(&r),
+                        request: r,
+                    }))
+                }
+            })
+            .collect(),
+    ))
 }
 
 // ----- rules -----

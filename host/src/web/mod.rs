@@ -68,6 +68,10 @@ pub struct Config {
     pub grace: Duration,
     /// The notification batch window (`serve --notify-every`).
     pub notify_every: Duration,
+    /// Where notices may go: public addresses only unless the operator
+    /// allows private ones (`GATEHOUSE_NOTIFY_ALLOW_PRIVATE=1`, read by
+    /// `serve`); checked at every send.
+    pub notify_destinations: crate::notify::Destinations,
     /// Hook turns (deliveries and schedules) that run at once; a delivery
     /// beyond them is answered 503, to be retried.
     pub hook_turns: usize,
@@ -87,6 +91,7 @@ impl Default for Config {
             // each within the gatekeeper deadline.
             grace: Duration::from_secs(120),
             notify_every: crate::notify::DEFAULT_WINDOW,
+            notify_destinations: crate::notify::Destinations::PublicOnly,
             hook_turns: 4,
             tick: Duration::from_millis(500),
         }
@@ -240,7 +245,12 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
     let background = vec![
         tokio::spawn(events::watch(state.clone(), config.tick, elsewhere)),
         tokio::spawn(hooks::schedules(state.clone(), config.tick)),
-        tokio::spawn(notices(state.clone(), config.notify_every, config.tick)),
+        tokio::spawn(notices(
+            state.clone(),
+            config.notify_every,
+            config.notify_destinations,
+            config.tick,
+        )),
     ];
     let app = app(state);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -257,10 +267,15 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
 /// Send the notices that are due (docs/operations.md, "Notifications"),
 /// every tick, until the server stops. The kernel decides
 /// who is told of what ([`Kernel::notify_pass`]).
-async fn notices(state: AppState, window: Duration, tick: Duration) {
+async fn notices(
+    state: AppState,
+    window: Duration,
+    allowed: crate::notify::Destinations,
+    tick: Duration,
+) {
     let mut stopping = state.stopping.clone();
     loop {
-        if let Err(e) = state.kernel.notify_pass(window).await {
+        if let Err(e) = state.kernel.notify_pass(window, allowed).await {
             tracing::warn!(error = %format!("{e:#}"), "a notification pass failed");
         }
         tokio::select! {

@@ -233,3 +233,33 @@ fn a_closed_pipe_on_stdout_stops_the_printing_not_the_command() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// Issue 43: the log's lines carry no colour escapes when stderr is not a
+/// terminal (a pipe here, as under a service manager or a log collector).
+/// A damaged compiled-cache entry makes the next process warn as it
+/// rebuilds it: that warning line must read as plain text.
+#[test]
+fn a_warning_on_a_piped_stderr_carries_no_escape_sequences() {
+    let w = World::new();
+    w.install("script");
+    w.kernel.new_chat("work", "alice").expect("chat");
+    let compiled = gatehouse_e2e::compiled_files(w.home());
+    assert_eq!(compiled.len(), 1, "{compiled:?}");
+    std::fs::write(&compiled[0], b"not a compiled component ".repeat(400))
+        .expect("the cache entry is writable");
+    let o = cli_command(
+        w.home(),
+        &["run", "script", "--chat", "work", r#"{"steps": []}"#],
+    )
+    .stderr(Stdio::piped())
+    .output()
+    .expect("the cli runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let warning = err
+        .lines()
+        .find(|l| l.contains("compiled cache entry is damaged"))
+        .unwrap_or_else(|| panic!("the rebuild is logged as a warning: {err:?}"));
+    assert!(warning.contains("WARN"), "{warning:?}");
+    assert!(!err.contains('\u{1b}'), "no escape sequence: {err:?}");
+}

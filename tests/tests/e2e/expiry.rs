@@ -155,6 +155,49 @@ async fn an_expired_action_counts_as_closed_for_the_cap() {
     assert!(w.tracker.writes().is_empty());
 }
 
+/// The state of action `id` as the table holds it, read past the kernel
+/// (which would mark a due action as it reads it).
+fn stored_state(w: &World, id: i64) -> String {
+    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    db.query_row("SELECT state FROM ledger WHERE id = ?1", [id], |r| r.get(0))
+        .unwrap()
+}
+
+/// Issue 43: lengthening a chat's expiry never brings back an action that
+/// was already past the old one, even when nothing had looked at it since
+/// it fell due (the table still said `pending`): once due, it is expired
+/// for good, and never sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn lengthening_the_expiry_never_revives_an_action_already_past_it() {
+    let w = World::standard(Trust::Byo).await;
+    let o = w.cli(&["chat", "set", "work", "--expire-after", "1s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = w.stage_label("due").await;
+    let staged_at = w.kernel.inspect().action(id).unwrap().unwrap().created_at;
+    wait_past(staged_at, 1000);
+    assert_eq!(stored_state(&w, id), "pending", "nothing has marked it yet");
+
+    let o = w.cli(&["chat", "set", "work", "--expire-after", "7d"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stored_state(&w, id), "expired", "marked with the change");
+    let e = one_line(&w.cli(&["approve", &id.to_string()]));
+    assert!(
+        e.contains(&format!("#{id} refused: action #{id} expired")),
+        "{e}"
+    );
+    assert!(w.tracker.writes().is_empty(), "never sent");
+    let polled = w.script("work", json!([{"poll": id}])).await;
+    assert_eq!(polled[0]["status"], "expired", "{polled}");
+
+    // What is staged under the longer expiry waits, and is sent once
+    // approved.
+    let fresh = w.stage_label("fresh").await;
+    let d = w.kernel.approve(fresh, "alice").await.unwrap();
+    assert!(d.ok(), "{d:?}");
+    assert_eq!(w.tracker.writes().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_owner_sets_an_expiry_and_a_bad_one_is_refused_in_one_line() {
     let w = World::standard(Trust::Byo).await;

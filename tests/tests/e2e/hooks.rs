@@ -375,3 +375,127 @@ async fn hooks_a_schedule_fires_and_a_latched_chat_makes_no_outbound_call() {
     );
     server.stop().await;
 }
+
+/// Fire `hook`'s schedule until a firing of it newer than `after` has
+/// ended (the kernel's own schedule pass, as `serve` calls it); that
+/// firing. Waits for the condition, within `PATIENCE`.
+async fn next_firing(w: &World, hook: i64, after: i64) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        w.kernel
+            .fire_due_schedules()
+            .await
+            .expect("a schedule pass");
+        let ended = firings(w, hook)
+            .into_iter()
+            .find(|f| f["id"].as_i64().unwrap_or(0) > after && f["outcome"] != "running");
+        if let Some(f) = ended {
+            return f;
+        }
+        assert!(start.elapsed() < PATIENCE, "hook {hook} did not fire");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 43 (SPEC H1): a hook names its gadget by digest. Re-installing
+/// other code under the gadget's name does not change what an enabled
+/// hook runs: its next firing runs nothing (recorded as refused, the hook
+/// disabled, saying why) until a person enables it again, shown the new
+/// code's digest in its prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_runs_only_the_code_it_was_enabled_for() {
+    let w = World::standard(Trust::Byo).await;
+    w.kernel.add_user("alice").unwrap();
+    let triage = w.kernel.inspect().gadget("triage").unwrap().unwrap().digest;
+    let script = w.kernel.inspect().gadget("script").unwrap().unwrap().digest;
+    assert_ne!(triage, script);
+    let added = cli_json(
+        &w,
+        &[
+            "hook",
+            "add",
+            "work",
+            "--gatekeeper",
+            "issues",
+            "--trigger",
+            "hourly",
+            "--gadget",
+            "triage",
+            "--every",
+            "1",
+            "--json",
+        ],
+    );
+    let hook = added["hook"]["id"].as_i64().unwrap();
+    assert_eq!(added["hook"]["gadget_digest"], triage.as_str());
+    let o = w.cli(&["hook", "enable", &hook.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("Code: sha256 {triage} ")),
+        "the prompt names the code: {}",
+        stdout(&o)
+    );
+    let first = next_firing(&w, hook, 0).await;
+    assert_eq!(first["outcome"], "done", "{first}");
+    let label = format!("hook {hook} in work for alice");
+    let staged = |w: &World| {
+        w.kernel
+            .inspect()
+            .pending(Some("work"))
+            .unwrap()
+            .iter()
+            .filter(|a| a.caller == label)
+            .count()
+    };
+    let before = staged(&w);
+    assert!(before > 0, "triage's turn staged its write");
+
+    // Other code under the same name.
+    let path = gatehouse_e2e::guest("script")
+        .to_string_lossy()
+        .into_owned();
+    let o = w.cli(&["install", &path, "--name", "triage"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        w.kernel.inspect().gadget("triage").unwrap().unwrap().digest,
+        script
+    );
+
+    // The next firing runs nothing, says why, and disables the hook.
+    let refused = next_firing(&w, hook, first["id"].as_i64().unwrap()).await;
+    assert_eq!(refused["outcome"], "refused", "{refused}");
+    let note = refused["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("was re-installed since the hook was enabled")
+            && note.contains(&triage)
+            && note.contains(&script)
+            && note.contains(&format!("gatehouse hook enable {hook}")),
+        "{note}"
+    );
+    assert_eq!(staged(&w), before, "no turn ran");
+    let listed = cli_json(&w, &["hooks", "--json"]);
+    assert_eq!(listed[0]["enabled"], false, "{listed}");
+    assert_eq!(listed[0]["gadget_digest"], triage.as_str(), "{listed}");
+
+    // Its prompt shows the new code and the change; enabling it again
+    // runs the new code.
+    let shown = stdout(&w.cli(&["hook", "show", &hook.to_string()]));
+    assert!(
+        shown.contains(&format!("Code: sha256 {script} ")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!(
+            "Changed: gadget triage was re-installed since this hook was set up to run sha256 {triage}"
+        )),
+        "{shown}"
+    );
+    let o = w.cli(&["hook", "enable", &hook.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        cli_json(&w, &["hooks", "--json"])[0]["gadget_digest"],
+        script.as_str()
+    );
+    let again = next_firing(&w, hook, refused["id"].as_i64().unwrap()).await;
+    assert_ne!(again["outcome"], "refused", "{again}");
+}

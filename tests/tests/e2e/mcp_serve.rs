@@ -615,3 +615,100 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
         "deleted 7"
     );
 }
+
+/// Issue 43: a refusal quotes a tool name as it was given. An agent that
+/// writes `ISSUES_listIssues` (one underscore, not the separator) is told
+/// exactly that name, not `ISSUESlistIssues` with its `_` taken for
+/// markup; and a gadget's or a person's misspelt name comes back the same
+/// way, from every surface.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusal_quotes_the_tool_name_as_given() {
+    use std::io::Write as _;
+    let w = World::standard(Trust::Byo).await;
+    let mut child = cli_command(w.home(), &["mcp", "serve", "--chat", "work"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for m in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "ISSUES_listIssues", "arguments": {}}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "ISSUES__list_issues", "arguments": {}}}),
+    ] {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 2 {
+        let l = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("an answer on stdout");
+        let m: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+        if let Some(id @ (2 | 3)) = m["id"].as_i64() {
+            answers.insert(id, m);
+        }
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let message = |id: i64| {
+        let a = &answers[&id]["result"];
+        let m = a["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{a}"))
+            .to_owned();
+        assert_eq!(text(a), m);
+        m
+    };
+    let unknown = message(2);
+    assert!(
+        unknown.starts_with(r#"no tool "ISSUES_listIssues" in chat "work""#),
+        "{unknown}"
+    );
+    // A tool the binding does not grant, through the kernel's refusal.
+    let refused = message(3);
+    assert!(
+        refused
+            .starts_with(r#"tool "list_issues" is not granted to ISSUES; allowed: [listIssues,"#),
+        "{refused}"
+    );
+    // A person's hook of a trigger the gatekeeper does not declare.
+    let o = w.cli(&[
+        "hook",
+        "add",
+        "work",
+        "--gatekeeper",
+        "issues",
+        "--trigger",
+        "issue_opened",
+        "--gadget",
+        "triage",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(r#"declares no trigger "issue_opened"; it declares: issueOpened"#),
+        "{}",
+        stderr(&o)
+    );
+    // A rule for a tool the gatekeeper does not have.
+    let o = w.cli(&["rules", "add", "issues:add_label"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(r#"has no tool "add_label"; it offers: listIssues"#),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -5,6 +5,7 @@
 //! see.
 
 use crate::web_api::{Api, PATIENCE, people_world, stage_labels};
+use gatehouse::notify::Destinations;
 use gatehouse::store::Trust;
 use gatehouse_e2e::{stderr, wait_until};
 use serde_json::Value;
@@ -13,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A loopback webhook receiver: keeps each request's body and when it came.
-struct Receiver {
+pub(crate) struct Receiver {
     addr: std::net::SocketAddr,
     got: Arc<Mutex<Vec<(Instant, String, String)>>>,
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -60,13 +61,22 @@ impl Receiver {
         Receiver { addr, got }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn got(&self) -> Vec<(Instant, String, String)> {
+    pub(crate) fn got(&self) -> Vec<(Instant, String, String)> {
         self.got.lock().unwrap().clone()
     }
+}
+
+/// The CLI on `w`'s home with the operator's allowance of private
+/// notification addresses in its environment.
+pub(crate) fn allowing_private(w: &gatehouse_e2e::World, args: &[&str]) -> std::process::Output {
+    gatehouse_e2e::cli_command(w.home(), args)
+        .env(gatehouse::notify::ALLOW_PRIVATE_VAR, "1")
+        .output()
+        .expect("the cli runs")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -87,16 +97,21 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("use https"), "{}", stderr(&o));
+    // The receiver is on loopback: a private destination, which the
+    // operator allows here (where URLs are set and where `serve` runs).
     for (who, path) in [("alice", "/alice"), ("bob", "/bob")] {
-        let o = w.cli(&[
-            "--as",
-            who,
-            "user",
-            "set",
-            who,
-            "--notify-url",
-            &receiver.url(path),
-        ]);
+        let o = allowing_private(
+            &w,
+            &[
+                "--as",
+                who,
+                "user",
+                "set",
+                who,
+                "--notify-url",
+                &receiver.url(path),
+            ],
+        );
         assert!(o.status.success(), "{}", stderr(&o));
     }
     let window = Duration::from_secs(3);
@@ -105,6 +120,7 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
         gatehouse::web::Config {
             port: 0,
             notify_every: window,
+            notify_destinations: Destinations::AlsoPrivate,
             tick: Duration::from_millis(100),
             ..gatehouse::web::Config::default()
         },
@@ -166,6 +182,83 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
         "bob may not decide in work"
     );
     server.stop().await;
+}
+
+/// Issue 43: a notification URL leads only to a public address unless the
+/// operator allows private ones. Refused when set (a private, loopback,
+/// link-local, unique-local, shared or unspecified address, as written or
+/// as its name resolves, IPv4 inside IPv6 too); and checked again at every
+/// send, so a URL set while the operator allowed private addresses (or
+/// whose name now resolves elsewhere) receives nothing once they do not.
+#[tokio::test(flavor = "multi_thread")]
+async fn notices_go_to_private_addresses_only_where_the_operator_allows() {
+    let w = people_world(Trust::Byo).await;
+    for url in [
+        "https://10.1.2.3/hook",
+        "https://169.254.169.254/latest",
+        "https://100.64.0.7/x",
+        "https://[::ffff:192.168.1.1]/x",
+        "https://[fe80::1]/x",
+        "https://[fd00::1]/x",
+        "https://0.0.0.0/x",
+        "https://localhost/x",
+        "http://127.0.0.1:9/x",
+    ] {
+        let o = w.cli(&["user", "set", "alice", "--notify-url", url]);
+        assert_eq!(o.status.code(), Some(1), "{url}: {}", stdout_of(&o));
+        let e = stderr(&o);
+        assert_eq!(e.trim_end().lines().count(), 1, "{url}: one line: {e}");
+        assert!(
+            e.contains("notices go only to public addresses")
+                && e.contains("GATEHOUSE_NOTIFY_ALLOW_PRIVATE=1"),
+            "{url}: {e}"
+        );
+    }
+    assert_eq!(
+        w.kernel.notify_url("alice").unwrap(),
+        None,
+        "nothing was set"
+    );
+    // A value of the setting that is neither 1 nor 0 is refused, not guessed.
+    let o = gatehouse_e2e::cli_command(
+        w.home(),
+        &["user", "set", "alice", "--notify-url", "https://10.1.2.3/x"],
+    )
+    .env(gatehouse::notify::ALLOW_PRIVATE_VAR, "yes")
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not 1 or 0"), "{}", stderr(&o));
+
+    // Allowed by the operator, a loopback receiver is taken...
+    let receiver = Receiver::start();
+    let o = allowing_private(
+        &w,
+        &["user", "set", "alice", "--notify-url", &receiver.url("/a")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    stage_labels(&w, "work", &["one"]).await;
+    // ...but a `serve` whose operator does not allow private addresses
+    // sends it nothing: the check is made again at the send.
+    let sent = w
+        .kernel
+        .notify_pass(Duration::ZERO, Destinations::PublicOnly)
+        .await
+        .unwrap();
+    assert!(sent.is_empty(), "{sent:?}");
+    assert!(receiver.got().is_empty(), "{:?}", receiver.got());
+    // Where it is allowed, the same notice goes (it was not lost).
+    let sent = w
+        .kernel
+        .notify_pass(Duration::ZERO, Destinations::AlsoPrivate)
+        .await
+        .unwrap();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(wait_until(PATIENCE, || receiver.got().len() == 1));
+}
+
+fn stdout_of(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// Read server-sent events from a stream until `want` returns true for one

@@ -657,3 +657,313 @@ async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
         "the audit says the re-run's calls were not sent again"
     );
 }
+
+/// A design whose first step asks for one small launch in eu-1, and whose
+/// second makes it under the step's certificate.
+fn ask_then_launch(name: &str) -> Value {
+    json!({
+        "name": name,
+        "services": {"CLOUD": "cloud"},
+        "steps": [
+            {"id": "ask", "gadget": "script", "input": request(json!({
+                "CLOUD:launchInstance": {"type": {"eq": "small"}, "region": {"eq": "eu-1"}}
+            }))},
+            {"id": "launch", "gadget": "script", "tools": ["CLOUD:launchInstance"],
+             "input": script(json!([certcall("launchInstance", json!({"type": "small", "region": "eu-1"}))]))}
+        ],
+        "edges": [["ask", "launch"]]
+    })
+}
+
+/// Issue 43 (parity with SPEC H3 and the notices of actions): an approval
+/// request notifies the people who may decide it, as a waiting action
+/// does, by a summary line that carries none of its list or reason; and
+/// it waits at most its run's chat's expiry: then it is `expired`, can no
+/// longer be approved (nothing it covers is sent), the step waiting on it
+/// is told, and it shows as expired. Re-submitting asks anew.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action() {
+    use crate::notices::{Receiver, allowing_private};
+    use gatehouse::notify::Destinations;
+    use std::time::Duration;
+    let Fixture { w, cloud } = fixture().await;
+    let k = &w.kernel;
+    let receiver = Receiver::start();
+    for who in ["carol", "dave"] {
+        let o = allowing_private(
+            &w,
+            &[
+                "--as",
+                who,
+                "user",
+                "set",
+                who,
+                "--notify-url",
+                &receiver.url(&format!("/{who}")),
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    publish(&w, ask_then_launch("expiring"));
+    let s = k
+        .start_workflow("expiring", None, "alice", &["carol"])
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.state.to_string(), status(&s, "launch")),
+        ("waiting".into(), "gated".into())
+    );
+    let (run, req) = (s.run, s.requests[0].id);
+    let chat = k.inspect().workflow_run(run).unwrap().unwrap().chat;
+
+    // carol, the run's approver, is told; dave, who may not decide, is not.
+    let sent = k
+        .notify_pass(Duration::ZERO, Destinations::AlsoPrivate)
+        .await
+        .unwrap();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        (sent[0].user.as_str(), sent[0].requests.clone()),
+        ("carol", vec![req])
+    );
+    assert!(gatehouse_e2e::wait_until(
+        Duration::from_secs(30),
+        || receiver.got().len() == 1
+    ));
+    let (_, path, body) = &receiver.got()[0];
+    assert_eq!(path, "/carol");
+    let text = serde_json::from_str::<Value>(body).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.starts_with("Gatehouse: 1 approval request waits for your decision"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "Approval request #{req} waits for a decision: step ask of workflow expiring (run {run}) in chat {chat}, started by alice"
+        )),
+        "{text}"
+    );
+    for secret in [
+        "launch one small web server",
+        "eu-1",
+        "small",
+        "launchInstance",
+    ] {
+        assert!(
+            !text.contains(secret),
+            "no list or reason text ({secret}): {text}"
+        );
+    }
+    // Told once.
+    let again = k
+        .notify_pass(Duration::ZERO, Destinations::AlsoPrivate)
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "{again:?}");
+
+    // The run's chat expires what waits longer than a second.
+    let o = w.cli(&["chat", "set", &chat, "--expire-after", "1s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let asked = k.inspect().requests(Some(run)).unwrap()[0].created_at;
+    assert!(gatehouse_e2e::wait_until(Duration::from_secs(30), || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+            > asked + 1050
+    }));
+
+    // A longer expiry set now does not bring it back (nothing read it since
+    // it fell due: the change itself marks it, as for an action).
+    let o = w.cli(&["chat", "set", &chat, "--expire-after", "7d"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // It can no longer be approved, from the kernel or the CLI; nothing is sent.
+    let e = k
+        .decide_request(req, RequestDecision::Approve, "carol")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("request #{req} expired before anyone decided it")),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("gatehouse workflow resubmit {req}")),
+        "{e}"
+    );
+    let o = cli_command(
+        w.home(),
+        &["--as", "carol", "workflow", "approve", &req.to_string()],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o).trim_end().lines().count(), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("expired before anyone decided it"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(cloud.writes().is_empty(), "nothing it covers was sent");
+
+    // It shows as expired, and the step waiting on it is told.
+    let r = &k.inspect().requests(Some(run)).unwrap()[0];
+    assert_eq!(
+        (r.state.to_string(), r.decided_by.clone()),
+        ("expired".into(), None)
+    );
+    let shown = stdout(
+        &cli_command(
+            w.home(),
+            &[
+                "--as",
+                "carol",
+                "workflow",
+                "requests",
+                "--run",
+                &run.to_string(),
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(
+        shown.contains(&format!("request #{req} (run {run}, step ask) expired")),
+        "{shown}"
+    );
+    let status_text = stdout(&w.cli(&["workflow", "status", &run.to_string()]));
+    assert!(
+        status_text.contains(&format!(
+            "request #{req} from step ask expired before anyone decided it: `gatehouse workflow resubmit {req}` asks again"
+        )),
+        "{status_text}"
+    );
+    let steps = k.inspect().run_steps(run).unwrap();
+    let launch = steps.iter().find(|x| x.step == "launch").unwrap();
+    assert_eq!(launch.status.to_string(), "gated");
+    assert_eq!(
+        launch.note.as_deref(),
+        Some(
+            format!(
+                "approval request #{req} expired before anyone decided it; nothing it covers was sent; `gatehouse workflow resubmit {req}` asks again"
+            )
+            .as_str()
+        ),
+        "the step waiting on it is told"
+    );
+    // An expired request is not told of again.
+    let none = k
+        .notify_pass(Duration::ZERO, Destinations::AlsoPrivate)
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "{none:?}");
+
+    // Re-submitting asks anew, and the new request, approved, lets the
+    // step run.
+    let s = k.resubmit(req, "alice").await.unwrap();
+    let fresh = s.requests.iter().find(|r| r.state == "pending").unwrap().id;
+    assert_ne!(fresh, req);
+    let s = k
+        .decide_request(fresh, RequestDecision::Approve, "carol")
+        .await
+        .unwrap();
+    assert_eq!(s.state.to_string(), "done");
+    assert_eq!(cloud.writes().len(), 1);
+}
+
+/// Issue 43 (SPEC L2): "everything a person approved" includes the
+/// workflow approval requests they approved, as records of their own
+/// (`kind` `request`, numbered apart from the ledger), kept when the
+/// approval is later withdrawn; listed to whoever may see the run's
+/// requests, and to nobody else.
+#[tokio::test(flavor = "multi_thread")]
+async fn log_approved_by_lists_the_workflow_requests_a_person_approved() {
+    // The service stays up for the whole test.
+    let Fixture { w, cloud: _cloud } = fixture().await;
+    let k = &w.kernel;
+    // An action alice approves by hand, in a chat of her own.
+    k.new_chat("work", "alice").unwrap();
+    k.introduce("work", "cloud", "CLOUD", None, "alice")
+        .unwrap();
+    let out = w
+        .script(
+            "work",
+            json!([{"call": {"key": "CLOUD", "tool": "launchInstance", "args": {"type": "small", "region": "eu-1"}}}]),
+        )
+        .await;
+    let action = gatehouse_e2e::pending_id(&out[0]);
+    let d = k.approve(action, "alice").await.unwrap();
+    assert!(d.ok(), "{d:?}");
+
+    publish(&w, ask_then_launch("approved"));
+    let s = k
+        .start_workflow("approved", None, "alice", &["carol"])
+        .await
+        .unwrap();
+    let (run, req) = (s.run, s.requests[0].id);
+    k.decide_request(req, RequestDecision::Approve, "carol")
+        .await
+        .unwrap();
+
+    let log = |who: &str, args: &[&str]| -> Vec<Value> {
+        let mut all = vec!["--as", who, "log", "--json"];
+        all.extend_from_slice(args);
+        let o = cli_command(w.home(), &all).output().unwrap();
+        assert!(o.status.success(), "{all:?}: {}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o))
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap()
+    };
+    // carol approved the request, and no action.
+    let carol = log("carol", &["--approved-by", "carol"]);
+    assert_eq!(carol.len(), 1, "{carol:?}");
+    assert_eq!(carol[0]["kind"], "request");
+    assert_eq!(carol[0]["id"], req);
+    assert_eq!(carol[0]["run"], run);
+    assert_eq!(carol[0]["step"], "ask");
+    assert_eq!(carol[0]["workflow"], "approved");
+    assert_eq!(carol[0]["approved_by"], "carol");
+    assert_eq!(carol[0]["state"], "approved");
+    // The run's owner sees it too; alice's own list holds her action only.
+    assert_eq!(log("alice", &["--approved-by", "carol"]), carol);
+    let alice = log("alice", &["--approved-by", "alice"]);
+    assert_eq!(alice.len(), 1, "{alice:?}");
+    assert_eq!(
+        (alice[0]["kind"].clone(), alice[0]["id"].clone()),
+        (json!("action"), json!(action))
+    );
+    // Someone who may see neither the run's requests nor its chat: nothing.
+    assert!(log("dave", &["--approved-by", "carol"]).is_empty());
+    // A kind or hook filter keeps to ledger entries.
+    assert!(log("alice", &["--approved-by", "carol", "--kind", "action"]).is_empty());
+
+    // Withdrawn later, it was still approved by carol.
+    k.decide_request(req, RequestDecision::Withdraw, "carol")
+        .await
+        .unwrap();
+    let carol = log("carol", &["--approved-by", "carol"]);
+    assert_eq!(
+        (carol[0]["state"].clone(), carol[0]["approved_by"].clone()),
+        (json!("withdrawn"), json!("carol"))
+    );
+    let text = stdout(
+        &cli_command(
+            w.home(),
+            &["--as", "carol", "log", "--approved-by", "carol"],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(text.starts_with(&format!("request #{req} ")), "{text}");
+    assert!(
+        text.contains(&format!("workflow approved run {run} step ask"))
+            && text.contains("approved by carol, withdrawn since"),
+        "{text}"
+    );
+}

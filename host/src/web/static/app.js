@@ -397,8 +397,10 @@ const FILTERS = [
 function entryTable(entries) {
   if (entries.length === 0) return el("p", { class: "empty", text: "No entries." });
   const head = el("tr", {}, ...["#", "Chat", "Kind", "Gatekeeper:tool", "Caller", "State", "Resolved by", "Auto", "Classified by"].map((h) => el("th", { text: h })));
-  const rows = entries.map((e) => el("tr", { class: "entry", dataset: { id: String(e.id) } },
-    el("td", { text: String(e.id) }),
+  // A workflow approval request (in an "approved by" answer) is a record
+  // of its own, numbered apart from the ledger: its id says so.
+  const rows = entries.map((e) => el("tr", { class: "entry", dataset: { id: String(e.id), kind: e.kind } },
+    el("td", { text: e.kind === "request" ? `request ${e.id}` : String(e.id) }),
     el("td", { text: e.shown.chat }),
     el("td", { text: e.shown.kind }),
     el("td", { text: e.shown.what }),
