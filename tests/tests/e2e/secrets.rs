@@ -334,7 +334,7 @@ async fn rotation_moves_every_secret_to_the_new_key_and_the_old_is_refused() {
 }
 
 /// A home an older Gatehouse wrote (plaintext secrets, the authority's
-/// key as a file, no key file, schema 10) is sealed when it opens, and
+/// key as a file, no key file, schema 11) is sealed when it opens, and
 /// still works: an approval is sent with the person's own token.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_older_homes_plaintext_is_sealed_on_open_and_still_sends() {
@@ -381,7 +381,7 @@ async fn an_older_homes_plaintext_is_sealed_on_open_and_still_sends() {
              UPDATE secrets SET value = '{BOB}' WHERE name = 'account/bob/issues/main';
              UPDATE deployment_secrets SET value = '{}' WHERE name = 'idempotency';
              DELETE FROM deployment_secrets WHERE name = 'certificate-authority';
-             PRAGMA user_version = 10;",
+             PRAGMA user_version = 11;",
             "cd".repeat(32)
         ))
         .unwrap();
