@@ -33,9 +33,29 @@ macro_rules! outln {
     ($($arg:tt)*) => { gatehouse::console::stdout_line(format_args!($($arg)*)) };
 }
 
-/// [`run`] in the shape the CLI takes it (`gatehouse::cli::Demo`).
-pub fn tour(home: Option<PathBuf>) -> Pin<Box<dyn Future<Output = anyhow::Result<bool>>>> {
-    Box::pin(run(home))
+mod experiment;
+
+/// [`run`], or an experiment, in the shape the CLI takes it
+/// (`gatehouse::cli::Demo`).
+pub fn tour(
+    home: Option<PathBuf>,
+    asked: Option<gatehouse::cli::Experiment>,
+) -> Pin<Box<dyn Future<Output = anyhow::Result<bool>>>> {
+    match asked {
+        None => Box::pin(run(home)),
+        Some(gatehouse::cli::Experiment::PendingWrites {
+            endpoint,
+            model,
+            key_env,
+            runs,
+        }) => Box::pin(experiment::pending_writes(experiment::Setup {
+            home,
+            endpoint,
+            model,
+            key_env,
+            runs,
+        })),
+    }
 }
 
 fn step(n: u32, text: &str) {
@@ -909,7 +929,7 @@ fn indent(s: &str) -> String {
 }
 
 /// A temporary directory removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -917,7 +937,7 @@ impl Drop for TempDir {
     }
 }
 
-fn tempdir() -> anyhow::Result<TempDir> {
+pub(crate) fn tempdir() -> anyhow::Result<TempDir> {
     let base = std::env::temp_dir().join(format!(
         "gatehouse-demo-{}-{}",
         std::process::id(),

@@ -121,8 +121,13 @@ enum Command {
     /// full check that opening no longer runs, since its cost grows with
     /// the database.
     Check,
-    /// A guided end-to-end run on the bundled examples.
-    Demo,
+    /// A guided end-to-end run on the bundled examples; or, with
+    /// `pending-writes`, the experiment of whether hiding a pending write
+    /// makes a language model write twice.
+    Demo {
+        #[command(subcommand)]
+        experiment: Option<Experiment>,
+    },
     #[command(flatten)]
     Web(web::Command),
     /// Gatehouse as an MCP server: a chat's tools for any MCP client.
@@ -168,12 +173,42 @@ enum NewCmd {
     },
 }
 
-/// The guided tour behind `gatehouse demo`, handed in by the binary: it
-/// lives outside this library because it runs against the loopback
-/// services (crate `gatehouse-services`), which are not part of the
-/// product. Given the state directory (`--home`, else a fresh temporary
-/// one), it answers whether every step behaved.
-pub type Demo = fn(Option<PathBuf>) -> Pin<Box<dyn Future<Output = anyhow::Result<bool>>>>;
+/// The guided tour behind `gatehouse demo` and its experiments, handed in
+/// by the binary: they live outside this library because they run against
+/// the loopback services (crate `gatehouse-services`), which are not part
+/// of the product. Given the state directory (`--home`, else a fresh
+/// temporary one) and what was asked, it answers whether every step
+/// behaved.
+pub type Demo =
+    fn(Option<PathBuf>, Option<Experiment>) -> Pin<Box<dyn Future<Output = anyhow::Result<bool>>>>;
+
+/// An experiment `gatehouse demo` runs instead of its tour.
+#[derive(Subcommand, Clone, Debug)]
+pub enum Experiment {
+    /// Does hiding a pending write make a language model write twice? An
+    /// `assistant` gadget asks a model to make sure an issue exists with a
+    /// label, under three harnesses (one that hides pending writes, one
+    /// that waits for the decision, one whose gatekeeper simulates), each
+    /// `--runs` times; every staged write is approved as a person would,
+    /// and the table counts the issues created. Without `--endpoint`, a
+    /// scripted model on 127.0.0.1 plays the model.
+    PendingWrites {
+        /// An OpenAI-compatible endpoint (`https://HOST[/v1]` or
+        /// `http://127.0.0.1:PORT`).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// The model's name at the endpoint.
+        #[arg(long, requires = "endpoint")]
+        model: Option<String>,
+        /// The environment variable holding the endpoint's API key (never
+        /// given on the command line).
+        #[arg(long, requires = "endpoint")]
+        key_env: Option<String>,
+        /// Runs per harness.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+    },
+}
 
 /// Entry point for the binary, which hands in the `demo` command's tour.
 pub fn main(demo: Demo) -> ExitCode {
@@ -260,8 +295,8 @@ fn read_component(file: &PathBuf) -> anyhow::Result<Vec<u8>> {
 
 /// Run a parsed command. `Ok(false)` means "refused": exit code 1.
 pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
-    if let Command::Demo = cli.command {
-        return demo(cli.home).await;
+    if let Command::Demo { experiment } = cli.command {
+        return demo(cli.home, experiment).await;
     }
     // A starter needs no home and no kernel.
     if let Command::New(new) = &cli.command {
@@ -339,7 +374,9 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
 /// One command, with the kernel open: handed to its noun's module.
 async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<bool> {
     match command {
-        Command::Demo | Command::New(_) => unreachable!("handled before the kernel opens"),
+        Command::Demo { .. } | Command::New(_) => {
+            unreachable!("handled before the kernel opens")
+        }
         Command::Chats(cmd) => chats::execute(kernel, cmd, me).await,
         Command::Gatekeepers(cmd) => gatekeepers::execute(kernel, cmd).await,
         Command::Actions(cmd) => actions::execute(kernel, cmd, me).await,

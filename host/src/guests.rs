@@ -24,6 +24,11 @@ pub const AGENT: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/
 /// The tracker gatekeeper that can simulate its actions.
 pub const ISSUES_SIM: &[u8] =
     include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/issues_sim.wasm"));
+/// The language-model agent: its tool calls pass the gate.
+pub const ASSISTANT: &[u8] =
+    include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/assistant.wasm"));
+/// The gatekeeper for an OpenAI-compatible chat completions endpoint.
+pub const MODEL: &[u8] = include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/model.wasm"));
 /// The data-warehouse gatekeeper (owner-only payroll table).
 pub const WAREHOUSE: &[u8] =
     include_bytes!(concat!(env!("GATEHOUSE_GUESTS_DIR"), "/warehouse.wasm"));

@@ -143,42 +143,19 @@ fn matching(value: Value, id: &Value) -> Option<Value> {
 /// messages (notifications, requests this client cannot answer) are
 /// skipped; an event whose data is not JSON makes the reply broken.
 fn read_events(stream: &mut Incoming, id: &Value) -> Result<Option<Value>, String> {
-    let mut pending: Vec<u8> = Vec::new();
-    let mut data = String::new();
-    let mut total = 0;
-    loop {
-        let Some(c) = chunk(stream, &mut total)? else {
-            return Ok(None);
-        };
-        pending.extend_from_slice(&c);
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                if !data.is_empty() {
-                    let value: Value = serde_json::from_str(&data).map_err(|e| {
-                        format!(
-                            "an event of the reply is not JSON ({e}): {}",
-                            one_line(&data, 120)
-                        )
-                    })?;
-                    if let Some(m) = matching(value, id) {
-                        return Ok(Some(m));
-                    }
-                    data.clear();
-                }
-                continue;
-            }
-            if let Some(rest) = line.strip_prefix("data:") {
-                if !data.is_empty() {
-                    data.push('\n');
-                }
-                data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
-            }
-            // `event:`, `id:`, `retry:` and `:` comments carry nothing here.
+    for data in stream.events(MAX_REPLY) {
+        let data = data.map_err(|e| format!("reading the reply failed: {e}"))?;
+        let value: Value = serde_json::from_str(&data).map_err(|e| {
+            format!(
+                "an event of the reply is not JSON ({e}): {}",
+                one_line(&data, 120)
+            )
+        })?;
+        if let Some(m) = matching(value, id) {
+            return Ok(Some(m));
         }
     }
+    Ok(None)
 }
 
 #[cfg(test)]

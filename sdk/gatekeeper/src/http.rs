@@ -351,6 +351,105 @@ impl Incoming {
     }
 }
 
+impl Incoming {
+    /// The body read as server-sent events (`text/event-stream`): each
+    /// item is one event's data (its `data:` lines joined by newlines);
+    /// `event:`, `id:`, `retry:` and comment lines carry nothing here, and
+    /// an event without data is skipped. Reading stops with an error once
+    /// the body passes `max` bytes, so a stream that never ends cannot
+    /// exhaust the gatekeeper's memory; dropping the iterator stops reading.
+    pub fn events(&mut self, max: usize) -> Events<'_> {
+        Events {
+            incoming: self,
+            max,
+            total: 0,
+            buffered: Vec::new(),
+            done: false,
+        }
+    }
+}
+
+/// The events of an [`Incoming`] body; see [`Incoming::events`].
+pub struct Events<'a> {
+    incoming: &'a mut Incoming,
+    max: usize,
+    total: usize,
+    buffered: Vec<u8>,
+    done: bool,
+}
+
+impl Events<'_> {
+    /// The next line of the body without its line ending; `None` at the
+    /// end (a last line without an ending included).
+    fn line(&mut self) -> Result<Option<String>, String> {
+        loop {
+            if let Some(end) = self.buffered.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffered.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line);
+                return Ok(Some(line.trim_end_matches(['\n', '\r']).to_owned()));
+            }
+            match self.incoming.read()? {
+                Some(chunk) => {
+                    self.total += chunk.len();
+                    if self.total > self.max {
+                        return Err(format!(
+                            "the event stream is larger than {} bytes, the most this gatekeeper reads",
+                            self.max
+                        ));
+                    }
+                    self.buffered.extend_from_slice(&chunk);
+                }
+                None if self.buffered.is_empty() => return Ok(None),
+                None => {
+                    let line = String::from_utf8_lossy(&self.buffered).into_owned();
+                    self.buffered.clear();
+                    return Ok(Some(line.trim_end_matches('\r').to_owned()));
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<String, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let mut data: Option<String> = None;
+        loop {
+            let line = match self.line() {
+                Ok(Some(line)) => line,
+                Ok(None) => {
+                    self.done = true;
+                    return data.map(Ok);
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            };
+            if line.is_empty() {
+                if let Some(d) = data.take() {
+                    return Some(Ok(d));
+                }
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("data:") {
+                let rest = rest.strip_prefix(' ').unwrap_or(rest);
+                match &mut data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(rest);
+                    }
+                    None => data = Some(rest.to_owned()),
+                }
+            }
+        }
+    }
+}
+
 impl Drop for Incoming {
     fn drop(&mut self) {
         drop(self.stream.take());

@@ -3,6 +3,7 @@
 
 mod actions;
 mod apply;
+mod assistant;
 mod audit;
 mod auto_approval;
 mod blueprints;
