@@ -33,6 +33,10 @@
 //! and the POST goes to one of exactly those addresses, never to a second
 //! lookup's answer.
 //!
+//! Web Push (`crate::push`, issue 44) tells a person's devices by the same
+//! decision ([`decidable_by`]), the same destination check
+//! ([`check_destination_named`]) and the same POST ([`Post`]).
+//!
 //! Owns the batching, the wording, where a notice may go and the one HTTP
 //! POST. May not decide who may decide (it asks `access`), and never sends
 //! anything else.

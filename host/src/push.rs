@@ -171,7 +171,11 @@ fn check_subject(subject: &str) -> anyhow::Result<String> {
             (Some(address), _) => address
                 .split_once('@')
                 .is_some_and(|(who, host)| !who.is_empty() && host.contains('.')),
-            (_, Some(rest)) => !rest.is_empty() && rest.parse::<http::Uri>().is_ok(),
+            (_, Some(rest)) => {
+                !rest.is_empty()
+                    && s.parse::<http::Uri>()
+                        .is_ok_and(|u| u.authority().is_some_and(|a| !a.host().is_empty()))
+            }
             _ => false,
         };
     if !fine {
