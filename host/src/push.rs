@@ -124,10 +124,7 @@ impl Push {
             subject,
             key,
             public,
-            roots: settings
-                .roots
-                .clone()
-                .unwrap_or_else(notify::mozilla_roots),
+            roots: settings.roots.clone().unwrap_or_else(notify::mozilla_roots),
         })
     }
 
@@ -320,9 +317,8 @@ pub fn message<'a>(
         }
     }
     let (n, m) = (actions, requests);
-    let plural = |k: usize, one: &str, many: &str| {
-        format!("{k} {}", if k == 1 { one } else { many })
-    };
+    let plural =
+        |k: usize, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
     let what = match (n, m) {
         (_, 0) => plural(n, "action waits", "actions wait"),
         (0, _) => plural(m, "approval request waits", "approval requests wait"),
@@ -570,7 +566,9 @@ impl Kernel {
             .map(|a| a.chat.as_str())
             .chain(requests.iter().map(|r| r.chat.as_str()));
         let text = serde_json::to_string(&message(actions.len(), requests.len(), chats))?;
-        let answered = self.push_one(push, &t.keys, text.into_bytes(), allowed).await;
+        let answered = self
+            .push_one(push, &t.keys, text.into_bytes(), allowed)
+            .await;
         let store = self.store().clone();
         let outcome = match answered {
             Ok(a) if (200..300).contains(&a.status) => {
@@ -586,7 +584,11 @@ impl Kernel {
             }
             other => {
                 let (status, retry_after, why) = match &other {
-                    Ok(a) => (Some(a.status), a.retry_after, format!("it answered HTTP {}", a.status)),
+                    Ok(a) => (
+                        Some(a.status),
+                        a.retry_after,
+                        format!("it answered HTTP {}", a.status),
+                    ),
                     Err(e) => (None, None, format!("{e:#}")),
                 };
                 let transient = status.is_none_or(|s| s == 429 || (500..600).contains(&s));
@@ -632,8 +634,12 @@ impl Kernel {
         plain: Vec<u8>,
         allowed: Destinations,
     ) -> anyhow::Result<notify::Answered> {
-        let body = web_push_native::encrypt(plain, &device_key(&keys.p256dh)?, &device_secret(&keys.auth)?)
-            .map_err(|e| anyhow::anyhow!("the push message could not be encrypted: {e}"))?;
+        let body = web_push_native::encrypt(
+            plain,
+            &device_key(&keys.p256dh)?,
+            &device_secret(&keys.auth)?,
+        )
+        .map_err(|e| anyhow::anyhow!("the push message could not be encrypted: {e}"))?;
         let now_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -695,7 +701,10 @@ mod tests {
         use p256::ecdsa::signature::Verifier as _;
         let p = push();
         for (endpoint, aud) in [
-            ("https://push.example.com/wpush/v2/abc", "https://push.example.com"),
+            (
+                "https://push.example.com/wpush/v2/abc",
+                "https://push.example.com",
+            ),
             ("https://Push.Example.com:443/x", "https://push.example.com"),
             ("https://127.0.0.1:8443/send/1", "https://127.0.0.1:8443"),
         ] {
@@ -747,7 +756,10 @@ mod tests {
             "mailto:ops@example.com\nX-Injected: 1",
         ] {
             let e = check_subject(bad).expect_err(bad).to_string();
-            assert!(!e.contains('\n') && e.contains("--vapid-subject"), "{bad:?}: {e}");
+            assert!(
+                !e.contains('\n') && e.contains("--vapid-subject"),
+                "{bad:?}: {e}"
+            );
         }
         let long = format!("mailto:{}@example.com", "a".repeat(300));
         assert!(check_subject(&long).is_err());
@@ -765,11 +777,17 @@ mod tests {
             p256dh: p256dh.into(),
             auth: auth.into(),
         };
-        let e = check_subscription(&sub("https://10.0.0.8/push", &p256dh, &auth), Destinations::PublicOnly)
-            .await
-            .expect_err("private")
-            .to_string();
-        assert!(e.contains(notify::ALLOW_PRIVATE_VAR) && e.contains(ENDPOINT), "{e}");
+        let e = check_subscription(
+            &sub("https://10.0.0.8/push", &p256dh, &auth),
+            Destinations::PublicOnly,
+        )
+        .await
+        .expect_err("private")
+        .to_string();
+        assert!(
+            e.contains(notify::ALLOW_PRIVATE_VAR) && e.contains(ENDPOINT),
+            "{e}"
+        );
         assert!(!e.contains('\n'), "{e}");
         let service = check_subscription(
             &sub("https://10.0.0.8:8443/push/1", &p256dh, &auth),
@@ -782,13 +800,23 @@ mod tests {
             (sub("http://127.0.0.1:9/push", &p256dh, &auth), "https://"),
             (sub("ftp://example.com/push", &p256dh, &auth), "https://"),
             (
-                sub(&format!("https://10.0.0.8/{}", "a".repeat(2100)), &p256dh, &auth),
+                sub(
+                    &format!("https://10.0.0.8/{}", "a".repeat(2100)),
+                    &p256dh,
+                    &auth,
+                ),
                 "2048",
             ),
             (sub("https://10.0.0.8/p", "AAAA", &auth), "p256dh"),
-            (sub("https://10.0.0.8/p", &"A".repeat(200), &auth), "too long"),
+            (
+                sub("https://10.0.0.8/p", &"A".repeat(200), &auth),
+                "too long",
+            ),
             (sub("https://10.0.0.8/p", &p256dh, "AAAA"), "16 bytes"),
-            (sub("https://10.0.0.8/p", &p256dh, "not base64!"), "base64url"),
+            (
+                sub("https://10.0.0.8/p", &p256dh, "not base64!"),
+                "base64url",
+            ),
             (sub("https://u:p@10.0.0.8/p", &p256dh, &auth), "user name"),
         ] {
             let e = check_subscription(&bad, Destinations::AlsoPrivate)
@@ -823,7 +851,10 @@ mod tests {
         }
         let many: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
         let m = message(8, 0, many.iter().map(String::as_str));
-        assert_eq!(m.body, "8 actions wait for you in c0, c1, c2, c3, c4 and 3 more");
+        assert_eq!(
+            m.body,
+            "8 actions wait for you in c0, c1, c2, c3, c4 and 3 more"
+        );
         assert_eq!(m.chats.len(), CHATS_NAMED);
         // The biggest message fits a push (4096 bytes less the
         // encryption's 103).

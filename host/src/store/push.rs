@@ -111,7 +111,11 @@ impl Store {
     /// Keep a new device for `new.user`, unless they already have `max`
     /// (a resubscription of the same endpoint replaces the old one and
     /// does not count twice).
-    pub fn push_subscribe(&self, new: &NewPushDevice<'_>, max: usize) -> anyhow::Result<Subscribed> {
+    pub fn push_subscribe(
+        &self,
+        new: &NewPushDevice<'_>,
+        max: usize,
+    ) -> anyhow::Result<Subscribed> {
         self.write(|db| subscribe_in(db, &self.key, new, max, now_ms()))
     }
 
@@ -264,10 +268,7 @@ fn remove_in(db: &dyn Sql, user: Option<&str>, id: &str) -> anyhow::Result<bool>
             "SELECT 1 FROM push_subscriptions WHERE id = ?1 AND \"user\" = ?2",
             args![id, u],
         )?,
-        None => db.row(
-            "SELECT 1 FROM push_subscriptions WHERE id = ?1",
-            args![id],
-        )?,
+        None => db.row("SELECT 1 FROM push_subscriptions WHERE id = ?1", args![id])?,
     };
     if mine.is_none() {
         return Ok(false);
@@ -326,13 +327,7 @@ fn told_in(db: &dyn Sql, id: &str, what: Told) -> anyhow::Result<HashSet<i64>> {
     .collect()
 }
 
-fn claim_in(
-    db: &dyn Sql,
-    id: &str,
-    what: Told,
-    ids: &[i64],
-    now: i64,
-) -> anyhow::Result<Vec<i64>> {
+fn claim_in(db: &dyn Sql, id: &str, what: Told, ids: &[i64], now: i64) -> anyhow::Result<Vec<i64>> {
     let kind = what.kind();
     let mut claimed = Vec::new();
     for item in ids {
@@ -445,8 +440,14 @@ mod on_both_engines {
                         .expect("subscribe")
                     }
                 };
-                assert!(matches!(subscribe("ana", 1, 2).await, Subscribed::Added(_)), "{e}");
-                assert!(matches!(subscribe("ana", 2, 2).await, Subscribed::Added(_)), "{e}");
+                assert!(
+                    matches!(subscribe("ana", 1, 2).await, Subscribed::Added(_)),
+                    "{e}"
+                );
+                assert!(
+                    matches!(subscribe("ana", 2, 2).await, Subscribed::Added(_)),
+                    "{e}"
+                );
                 assert!(
                     matches!(subscribe("ana", 3, 2).await, Subscribed::TooMany(2)),
                     "{e}: the cap"
@@ -457,7 +458,10 @@ mod on_both_engines {
                 );
                 // The endpoint of ana's second device, subscribed by ben:
                 // it is ben's now, and ana has one device left.
-                assert!(matches!(subscribe("ben", 2, 2).await, Subscribed::Added(_)), "{e}");
+                assert!(
+                    matches!(subscribe("ben", 2, 2).await, Subscribed::Added(_)),
+                    "{e}"
+                );
                 let all = b.run(|db| devices_in(db, None)).await.expect("devices");
                 let owners: Vec<(String, String)> =
                     all.iter().map(|d| (d.user.clone(), d.id.clone())).collect();
@@ -469,9 +473,12 @@ mod on_both_engines {
                 // Sealed at rest, opened for the sender.
                 let stored: String = b
                     .run(|db| {
-                        db.row("SELECT secret FROM push_subscriptions WHERE id = ?1", args![id(1)])?
-                            .ok_or_else(|| anyhow::anyhow!("no row"))?
-                            .get(0)
+                        db.row(
+                            "SELECT secret FROM push_subscriptions WHERE id = ?1",
+                            args![id(1)],
+                        )?
+                        .ok_or_else(|| anyhow::anyhow!("no row"))?
+                        .get(0)
                     })
                     .await
                     .expect("stored");
@@ -491,8 +498,10 @@ mod on_both_engines {
                     .map(|_| {
                         let b = b.clone();
                         tokio::spawn(async move {
-                            b.run(move |db| claim_in(db, &id(1), Told::Actions, &[first, second], 7))
-                                .await
+                            b.run(move |db| {
+                                claim_in(db, &id(1), Told::Actions, &[first, second], 7)
+                            })
+                            .await
                         })
                     })
                     .collect();
@@ -519,7 +528,10 @@ mod on_both_engines {
                     .expect("released");
                 // Decided: forgotten.
                 b.run(move |db| {
-                    db.exec("UPDATE ledger SET state = 'rejected' WHERE id = ?1", args![first])
+                    db.exec(
+                        "UPDATE ledger SET state = 'rejected' WHERE id = ?1",
+                        args![first],
+                    )
                 })
                 .await
                 .expect("decided");
@@ -592,7 +604,10 @@ mod on_both_engines {
                     "{e}"
                 );
                 assert!(
-                    b.run(|db| devices_in(db, None)).await.expect("devices").is_empty(),
+                    b.run(|db| devices_in(db, None))
+                        .await
+                        .expect("devices")
+                        .is_empty(),
                     "{e}"
                 );
             }

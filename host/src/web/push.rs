@@ -34,7 +34,10 @@ pub(crate) struct Enabled {
 /// Push, if the operator enabled it (`serve --vapid-subject`): the VAPID
 /// key is made on first use. A contact that is not one stops `serve` with
 /// one line.
-pub(super) async fn enable(kernel: &Kernel, config: &Config) -> anyhow::Result<Option<Arc<Enabled>>> {
+pub(super) async fn enable(
+    kernel: &Kernel,
+    config: &Config,
+) -> anyhow::Result<Option<Arc<Enabled>>> {
     let Some(settings) = &config.push else {
         return Ok(None);
     };
@@ -46,10 +49,7 @@ pub(super) async fn enable(kernel: &Kernel, config: &Config) -> anyhow::Result<O
 
 /// The push loop beside the server, if push is enabled: every tick, push
 /// what is due ([`Kernel::push_pass`]), until the server stops.
-pub(super) fn deliveries(
-    state: &AppState,
-    config: &Config,
-) -> Option<tokio::task::JoinHandle<()>> {
+pub(super) fn deliveries(state: &AppState, config: &Config) -> Option<tokio::task::JoinHandle<()>> {
     let enabled = state.push.clone()?;
     let (state, window, tick) = (state.clone(), config.notify_every, config.tick);
     Some(tokio::spawn(async move {
@@ -73,11 +73,7 @@ pub(super) fn deliveries(
 /// The API's routes with push's added.
 pub(super) fn routes(api: Routes) -> Routes {
     api.add(Method::GET, "/api/push", get(status))
-        .add(
-            Method::POST,
-            "/api/push/subscriptions",
-            post(subscribe),
-        )
+        .add(Method::POST, "/api/push/subscriptions", post(subscribe))
         .add(
             Method::DELETE,
             "/api/push/subscriptions/{id}",

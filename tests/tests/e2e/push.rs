@@ -35,13 +35,18 @@ struct Received {
     body: Vec<u8>,
 }
 
+/// A status to answer, with a `Retry-After`.
+type Scripted = (u16, Option<&'static str>);
+/// What the stand-in answers, path by path, in order.
+type Script = Arc<Mutex<HashMap<String, VecDeque<Scripted>>>>;
+
 /// A push service on loopback, over TLS: keeps every request, and answers
 /// each path with its scripted statuses (then 201).
 struct StandIn {
     port: u16,
     roots: rustls::RootCertStore,
     got: Arc<Mutex<Vec<Received>>>,
-    script: Arc<Mutex<HashMap<String, VecDeque<(u16, Option<&'static str>)>>>>,
+    script: Script,
 }
 
 impl StandIn {
@@ -69,8 +74,7 @@ impl StandIn {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let got = Arc::new(Mutex::new(Vec::new()));
-        let script: Arc<Mutex<HashMap<String, VecDeque<(u16, Option<&'static str>)>>>> =
-            Arc::default();
+        let script: Script = Arc::default();
         let (log, answers) = (got.clone(), script.clone());
         tokio::spawn(async move {
             loop {
@@ -82,35 +86,37 @@ impl StandIn {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (log, answers) = (log.clone(), answers.clone());
-                        async move {
-                            use http_body_util::BodyExt as _;
-                            let (parts, body) = req.into_parts();
-                            let body = body.collect().await?.to_bytes().to_vec();
-                            let path = parts.uri.path().to_owned();
-                            log.lock().unwrap().push(Received {
-                                at: Instant::now(),
-                                path: path.clone(),
-                                headers: parts.headers,
-                                body,
-                            });
-                            let (status, retry_after) = answers
-                                .lock()
-                                .unwrap()
-                                .get_mut(&path)
-                                .and_then(VecDeque::pop_front)
-                                .unwrap_or((201, None));
-                            let mut res = http::Response::builder().status(status);
-                            if let Some(r) = retry_after {
-                                res = res.header("retry-after", r);
+                    let service = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let (log, answers) = (log.clone(), answers.clone());
+                            async move {
+                                use http_body_util::BodyExt as _;
+                                let (parts, body) = req.into_parts();
+                                let body = body.collect().await?.to_bytes().to_vec();
+                                let path = parts.uri.path().to_owned();
+                                log.lock().unwrap().push(Received {
+                                    at: Instant::now(),
+                                    path: path.clone(),
+                                    headers: parts.headers,
+                                    body,
+                                });
+                                let (status, retry_after) = answers
+                                    .lock()
+                                    .unwrap()
+                                    .get_mut(&path)
+                                    .and_then(VecDeque::pop_front)
+                                    .unwrap_or((201, None));
+                                let mut res = http::Response::builder().status(status);
+                                if let Some(r) = retry_after {
+                                    res = res.header("retry-after", r);
+                                }
+                                Ok::<_, hyper::Error>(
+                                    res.body(http_body_util::Full::new(hyper::body::Bytes::new()))
+                                        .unwrap(),
+                                )
                             }
-                            Ok::<_, hyper::Error>(
-                                res.body(http_body_util::Full::new(hyper::body::Bytes::new()))
-                                    .unwrap(),
-                            )
-                        }
-                    });
+                        },
+                    );
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
                         .await;
@@ -133,7 +139,7 @@ impl StandIn {
         format!("https://127.0.0.1:{}", self.port)
     }
 
-    fn answer(&self, device: &str, answers: &[(u16, Option<&'static str>)]) {
+    fn answer(&self, device: &str, answers: &[Scripted]) {
         self.script
             .lock()
             .unwrap()
@@ -216,8 +222,10 @@ impl Device {
             .unwrap();
         let prk = hkdf::Hkdf::<Sha256>::new(Some(salt), &ikm);
         let (mut cek, mut nonce) = ([0u8; 16], [0u8; 12]);
-        prk.expand(b"Content-Encoding: aes128gcm\0", &mut cek).unwrap();
-        prk.expand(b"Content-Encoding: nonce\0", &mut nonce).unwrap();
+        prk.expand(b"Content-Encoding: aes128gcm\0", &mut cek)
+            .unwrap();
+        prk.expand(b"Content-Encoding: nonce\0", &mut nonce)
+            .unwrap();
         let plain = aes_gcm::Aes128Gcm::new(&cek.into())
             .decrypt(&nonce.into(), sealed)
             .expect("the message opens with the device's key");
@@ -305,12 +313,22 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
     let mut no_csrf = Api::signed_in(&w, &server.url(), "alice").await;
     no_csrf.csrf = None;
     let a = no_csrf
-        .send("POST", "/api/push/subscriptions", Some(device.subscription(&service)), &[])
+        .send(
+            "POST",
+            "/api/push/subscriptions",
+            Some(device.subscription(&service)),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 403, "{}", a.text);
     // Loopback is private: refused without the operator's allowance.
     let a = alice
-        .send("POST", "/api/push/subscriptions", Some(device.subscription(&service)), &[])
+        .send(
+            "POST",
+            "/api/push/subscriptions",
+            Some(device.subscription(&service)),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 400, "{}", a.text);
     let e = a.error();
@@ -318,10 +336,16 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
         e.contains("GATEHOUSE_NOTIFY_ALLOW_PRIVATE=1") && e.contains("the push endpoint"),
         "{e}"
     );
-    for endpoint in ["https://10.1.2.3/push", "https://169.254.169.254/x", "https://[fd00::1]/x"] {
+    for endpoint in [
+        "https://10.1.2.3/push",
+        "https://169.254.169.254/x",
+        "https://[fd00::1]/x",
+    ] {
         let mut s = device.subscription(&service);
         s["endpoint"] = json!(endpoint);
-        let a = alice.send("POST", "/api/push/subscriptions", Some(s), &[]).await;
+        let a = alice
+            .send("POST", "/api/push/subscriptions", Some(s), &[])
+            .await;
         assert_eq!(a.status, 400, "{endpoint}: {}", a.text);
         assert!(a.error().contains("GATEHOUSE_NOTIFY_ALLOW_PRIVATE=1"));
     }
@@ -338,18 +362,31 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
     bad_key["keys"]["p256dh"] = json!("AAAA");
     let mut bad_auth = device.subscription(&service);
     bad_auth["keys"]["auth"] = json!(B64URL.encode([1u8; 15]));
-    for (s, why) in [(plain, "https://"), (bad_key, "p256dh"), (bad_auth, "16 bytes")] {
-        let a = alice.send("POST", "/api/push/subscriptions", Some(s), &[]).await;
+    for (s, why) in [
+        (plain, "https://"),
+        (bad_key, "p256dh"),
+        (bad_auth, "16 bytes"),
+    ] {
+        let a = alice
+            .send("POST", "/api/push/subscriptions", Some(s), &[])
+            .await;
         assert_eq!(a.status, 400, "{why}: {}", a.text);
         assert!(a.error().contains(why), "{why}: {}", a.text);
     }
     let mut extra = device.subscription(&service);
     extra["extra"] = json!(1);
-    let a = alice.send("POST", "/api/push/subscriptions", Some(extra), &[]).await;
+    let a = alice
+        .send("POST", "/api/push/subscriptions", Some(extra), &[])
+        .await;
     assert_eq!(a.status, 422, "{}", a.text);
 
     let a = alice
-        .send("POST", "/api/push/subscriptions", Some(device.subscription(&service)), &[])
+        .send(
+            "POST",
+            "/api/push/subscriptions",
+            Some(device.subscription(&service)),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 201, "{}", a.text);
     let phone = a.json();
@@ -364,14 +401,24 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
     assert_eq!(listed["devices"][0]["id"], id.as_str());
     assert_eq!(bob.get("/api/push").await.json()["devices"], json!([]));
     let a = bob
-        .send("DELETE", &format!("/api/push/subscriptions/{id}"), None, &[])
+        .send(
+            "DELETE",
+            &format!("/api/push/subscriptions/{id}"),
+            None,
+            &[],
+        )
         .await;
     assert_eq!(a.status, 404, "not bob's: {}", a.text);
     // Ten devices at most; the same endpoint again replaces, not adds.
     for n in 1..10 {
         let other = Device::new(&format!("tablet-{n}"));
         let a = alice
-            .send("POST", "/api/push/subscriptions", Some(other.subscription(&service)), &[])
+            .send(
+                "POST",
+                "/api/push/subscriptions",
+                Some(other.subscription(&service)),
+                &[],
+            )
             .await;
         assert_eq!(a.status, 201, "{n}: {}", a.text);
     }
@@ -386,19 +433,38 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(a.error().contains("remove one first"));
     let a = alice
-        .send("POST", "/api/push/subscriptions", Some(device.subscription(&service)), &[])
+        .send(
+            "POST",
+            "/api/push/subscriptions",
+            Some(device.subscription(&service)),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 201, "the same endpoint again: {}", a.text);
     let devices = alice.get("/api/push").await.json()["devices"].clone();
     assert_eq!(devices.as_array().unwrap().len(), 10);
     let newest = devices[9]["id"].as_str().unwrap().to_owned();
-    assert!(!devices.as_array().unwrap().iter().any(|d| d["id"] == id.as_str()));
+    assert!(
+        !devices
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["id"] == id.as_str())
+    );
     let a = alice
-        .send("DELETE", &format!("/api/push/subscriptions/{newest}"), None, &[])
+        .send(
+            "DELETE",
+            &format!("/api/push/subscriptions/{newest}"),
+            None,
+            &[],
+        )
         .await;
     assert_eq!(a.status, 204, "{}", a.text);
     assert_eq!(
-        alice.get("/api/push").await.json()["devices"].as_array().unwrap().len(),
+        alice.get("/api/push").await.json()["devices"]
+            .as_array()
+            .unwrap()
+            .len(),
         9
     );
     server.stop().await;
@@ -407,9 +473,17 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
     let server = crate::web_api::serve(&w).await;
     let alice = Api::signed_in(&w, &server.url(), "alice").await;
     let status = alice.get("/api/push").await.json();
-    assert_eq!((status["enabled"].clone(), status["key"].clone()), (json!(false), Value::Null));
+    assert_eq!(
+        (status["enabled"].clone(), status["key"].clone()),
+        (json!(false), Value::Null)
+    );
     let a = alice
-        .send("POST", "/api/push/subscriptions", Some(Device::new("x").subscription(&service)), &[])
+        .send(
+            "POST",
+            "/api/push/subscriptions",
+            Some(Device::new("x").subscription(&service)),
+            &[],
+        )
         .await;
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(a.error().contains("--vapid-subject"));
@@ -441,7 +515,12 @@ async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
         .to_owned();
     for (api, device) in [(&alice, &phone), (&bob, &laptop)] {
         let a = api
-            .send("POST", "/api/push/subscriptions", Some(device.subscription(&service)), &[])
+            .send(
+                "POST",
+                "/api/push/subscriptions",
+                Some(device.subscription(&service)),
+                &[],
+            )
             .await;
         assert_eq!(a.status, 201, "{}", a.text);
     }
@@ -458,7 +537,10 @@ async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
     assert_eq!(first.len(), 1, "one push for the batch");
     check_vapid(&first[0], &key, &service.origin());
     let message: Value = serde_json::from_slice(&phone.open(&first[0].body)).unwrap();
-    assert_eq!(message["body"], "3 actions wait for you in work", "{message}");
+    assert_eq!(
+        message["body"], "3 actions wait for you in work",
+        "{message}"
+    );
     assert_eq!(message["actions"], 3);
     assert_eq!(message["chats"], json!(["work"]));
 
@@ -470,14 +552,21 @@ async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
     let to_bob = service.to("bob-laptop");
     check_vapid(&to_bob[0], &key, &service.origin());
     let message: Value = serde_json::from_slice(&laptop.open(&to_bob[0].body)).unwrap();
-    assert_eq!(message["body"], "1 action waits for you in bobs", "{message}");
+    assert_eq!(
+        message["body"], "1 action waits for you in bobs",
+        "{message}"
+    );
     assert_eq!(message["chats"], json!(["bobs"]));
     server.stop().await;
 
     // Every push, opened: no argument text anywhere, and nothing of work
     // ever reached bob.
     for r in service.got() {
-        let device = if r.path.ends_with("alice-phone") { &phone } else { &laptop };
+        let device = if r.path.ends_with("alice-phone") {
+            &phone
+        } else {
+            &laptop
+        };
         let text = String::from_utf8(device.open(&r.body)).unwrap();
         assert!(!text.contains(PLANTED), "argument text in a push: {text}");
         assert!(!String::from_utf8_lossy(&r.body).contains(PLANTED));
@@ -495,9 +584,12 @@ async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
 async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
     let w = people_world(Trust::Byo).await;
     let service = StandIn::start().await;
-    let push = Push::enable(&w.kernel, &Settings::new(SUBJECT).trusting(service.roots.clone()))
-        .await
-        .unwrap();
+    let push = Push::enable(
+        &w.kernel,
+        &Settings::new(SUBJECT).trusting(service.roots.clone()),
+    )
+    .await
+    .unwrap();
     let (gone, busy) = (Device::new("gone"), Device::new("busy"));
     for d in [&gone, &busy] {
         w.kernel
@@ -545,7 +637,13 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
     let gone_id = outcomes.keys().find(|k| **k != busy_id).cloned().unwrap();
     assert_eq!(outcomes[&gone_id], Outcome::Gone { status: 410 });
     assert!(
-        matches!(outcomes[&busy_id], Outcome::Retry { status: Some(429), .. }),
+        matches!(
+            outcomes[&busy_id],
+            Outcome::Retry {
+                status: Some(429),
+                ..
+            }
+        ),
         "{outcomes:?}"
     );
     let refused_at = service.to("busy")[0].at;
@@ -572,7 +670,11 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
         "not before Retry-After: {:?}",
         to_busy[1].at - refused_at
     );
-    assert_eq!(service.to("gone").len(), 1, "a gone device is not pushed again");
+    assert_eq!(
+        service.to("gone").len(),
+        1,
+        "a gone device is not pushed again"
+    );
     let message: Value = serde_json::from_slice(&busy.open(&to_busy[1].body)).unwrap();
     assert_eq!(message["body"], "1 action waits for you in work");
     // Told once: nothing more is pushed for the same action.
@@ -582,4 +684,68 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
         .await
         .unwrap();
     assert!(again.is_empty(), "{again:?}");
+}
+
+/// The page's part: the service worker is served from the origin's root
+/// (its scope is the whole inbox, no `Service-Worker-Allowed` needed) as
+/// JavaScript under the page's policy; push.js, like app.js, builds the
+/// page with text only, asks the browser's permission only from its
+/// click handler, and sends the subscription only to this origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_asks_permission_only_on_a_click_and_serves_its_worker_at_the_root() {
+    let w = gatehouse_e2e::World::new();
+    let server = crate::web_api::serve(&w).await;
+    let api = Api::new(&server.url());
+    let html = api.get("/").await.text;
+    assert!(html.contains("<span id=\"push\" hidden></span>"), "{html}");
+    let mut scripts = Vec::new();
+    for path in ["/sw.js", "/assets/push.js"] {
+        let a = api.get(path).await;
+        assert_eq!(a.status, 200, "{path}");
+        assert!(
+            a.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript"),
+            "{path}"
+        );
+        assert_eq!(
+            a.headers["content-security-policy"],
+            gatehouse::web::CONTENT_SECURITY_POLICY
+        );
+        for forbidden in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "http:",
+            "https:",
+        ] {
+            assert!(!a.text.contains(forbidden), "{path} uses {forbidden}");
+        }
+        scripts.push(a.text);
+    }
+    let (worker, page) = (&scripts[0], &scripts[1]);
+    // The worker shows the push as text and opens only this origin's inbox.
+    assert!(worker.contains("showNotification(") && worker.contains("openWindow(inbox)"));
+    assert!(
+        !worker.contains("fetch(") && !worker.contains("\"fetch\""),
+        "no fetch handler, no requests"
+    );
+    // The permission is asked in `enable`, which only a click calls.
+    assert_eq!(page.matches("requestPermission(").count(), 1);
+    let asked = page.find("requestPermission(").unwrap();
+    let enable = page.find("async function enable()").unwrap();
+    assert!(asked > enable, "asked inside enable()");
+    assert_eq!(page.matches("enable();").count(), 1);
+    let call = page.find("enable();").unwrap();
+    let handler = page[..call].rfind("addEventListener(").unwrap();
+    assert!(
+        page[handler..call].starts_with("addEventListener(\"click\""),
+        "enable() is called from a click handler only"
+    );
+    assert!(page.contains("navigator.serviceWorker.register(\"/sw.js\", { scope: \"/\" })"));
+    assert!(page.contains("api(\"POST\", \"/api/push/subscriptions\""));
+    server.stop().await;
 }
