@@ -65,6 +65,7 @@ pub mod observations;
 pub mod overseer;
 pub mod principal;
 pub mod prompt;
+pub mod push;
 pub mod revert;
 #[cfg(test)]
 mod rules_cited;

@@ -33,6 +33,10 @@
 //! and the POST goes to one of exactly those addresses, never to a second
 //! lookup's answer.
 //!
+//! Web Push (`crate::push`, issue 44) tells a person's devices by the same
+//! decision ([`decidable_by`]), the same destination check
+//! ([`check_destination_named`]) and the same POST ([`Post`]).
+//!
 //! Owns the batching, the wording, where a notice may go and the one HTTP
 //! POST. May not decide who may decide (it asks `access`), and never sends
 //! anything else.
@@ -178,11 +182,20 @@ fn not_public_v6(ip: std::net::Ipv6Addr) -> Option<&'static str> {
 /// is not written as a non-public address unless `allowed` says so. Where a
 /// name resolves to is [`check_destination`]'s.
 pub fn check_url(url: &str, allowed: Destinations) -> anyhow::Result<()> {
-    let target = Target::parse(url)?;
+    check_url_named(NOTIFY_URL, url, allowed)
+}
+
+/// How a notification URL is named in a refusal.
+const NOTIFY_URL: &str = "--notify-url";
+
+/// [`check_url`] for any destination a notice goes to (a webhook, a push
+/// service's endpoint), named `what` in a refusal: the one check.
+pub fn check_url_named(what: &str, url: &str, allowed: Destinations) -> anyhow::Result<()> {
+    let target = Target::parse(what, url)?;
     if let Some(ip) = target.literal()
         && let Some(why) = not_public(ip)
     {
-        refuse_private(url, &target.host, ip, why, allowed)?;
+        refuse_private(what, url, &target.host, ip, why, allowed)?;
     }
     Ok(())
 }
@@ -196,15 +209,25 @@ pub async fn check_destination(
     url: &str,
     allowed: Destinations,
 ) -> anyhow::Result<Vec<std::net::SocketAddr>> {
-    check_url(url, allowed)?;
-    let target = Target::parse(url)?;
+    check_destination_named(NOTIFY_URL, url, allowed).await
+}
+
+/// [`check_destination`] for any destination a notice goes to, named
+/// `what` in a refusal (a push service's endpoint: `crate::push`).
+pub async fn check_destination_named(
+    what: &str,
+    url: &str,
+    allowed: Destinations,
+) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    check_url_named(what, url, allowed)?;
+    let target = Target::parse(what, url)?;
     let addrs: Vec<std::net::SocketAddr> = match target.literal() {
         Some(ip) => vec![std::net::SocketAddr::new(ip, target.port)],
         None => tokio::net::lookup_host((target.host.as_str(), target.port))
             .await
             .with_context(|| {
                 format!(
-                    "the notification URL's host {:?} cannot be resolved; check the name",
+                    "the host {:?} of {what} cannot be resolved; check the name",
                     crate::prompt::as_given(&target.host)
                 )
             })?
@@ -212,17 +235,17 @@ pub async fn check_destination(
     };
     if addrs.is_empty() {
         bail!(
-            "the notification URL's host {:?} resolves to no address; check the name",
+            "the host {:?} of {what} resolves to no address; check the name",
             crate::prompt::as_given(&target.host)
         );
     }
     for a in &addrs {
         if let Some(why) = not_public(a.ip()) {
-            refuse_private(url, &target.host, a.ip(), why, allowed)?;
+            refuse_private(what, url, &target.host, a.ip(), why, allowed)?;
         }
         if !target.https && !a.ip().is_loopback() {
             bail!(
-                "--notify-url {:?} is plain http, and its host {:?} resolves to {}, which is not this machine; use https (plain http is allowed only to loopback)",
+                "{what} {:?} is plain http, and its host {:?} resolves to {}, which is not this machine; use https (plain http is allowed only to loopback)",
                 crate::prompt::as_given(url),
                 crate::prompt::as_given(&target.host),
                 a.ip()
@@ -232,15 +255,16 @@ pub async fn check_destination(
     Ok(addrs)
 }
 
-fn private_refusal(url: &str, host: &str, why: &str) -> String {
+fn private_refusal(what: &str, url: &str, host: &str, why: &str) -> String {
     format!(
-        "--notify-url {:?}: {:?} is {why}; notices go only to public addresses unless the operator allows private ones ({ALLOW_PRIVATE_VAR}=1 where URLs are set and where `serve` runs)",
+        "{what} {:?}: {:?} is {why}; notices go only to public addresses unless the operator allows private ones ({ALLOW_PRIVATE_VAR}=1 where URLs are set and where `serve` runs)",
         crate::prompt::as_given(url),
         crate::prompt::as_given(host)
     )
 }
 
 fn refuse_private(
+    what: &str,
     url: &str,
     host: &str,
     ip: std::net::IpAddr,
@@ -256,7 +280,7 @@ fn refuse_private(
     } else {
         format!("{host} ({ip})")
     };
-    bail!(private_refusal(url, &shown, why))
+    bail!(private_refusal(what, url, &shown, why))
 }
 
 /// A notification URL taken apart: checked for its form and scheme.
@@ -268,24 +292,21 @@ struct Target {
 }
 
 impl Target {
-    fn parse(url: &str) -> anyhow::Result<Target> {
+    fn parse(what: &str, url: &str) -> anyhow::Result<Target> {
         if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            bail!("--notify-url must be one URL of at most 2048 characters, without spaces");
+            bail!("{what} must be one URL of at most 2048 characters, without spaces");
         }
-        let uri: http::Uri = url.parse().with_context(|| {
-            format!(
-                "--notify-url {:?} is not a URL",
-                crate::prompt::as_given(url)
-            )
-        })?;
+        let uri: http::Uri = url
+            .parse()
+            .with_context(|| format!("{what} {:?} is not a URL", crate::prompt::as_given(url)))?;
         let Some(authority) = uri.authority() else {
             bail!(
-                "--notify-url {:?} names no host; give a full URL like https://hooks.example.com/...",
+                "{what} {:?} names no host; give a full URL like https://hooks.example.com/...",
                 crate::prompt::as_given(url)
             );
         };
         if authority.as_str().contains('@') {
-            bail!("--notify-url must not carry a user name or password");
+            bail!("{what} must not carry a user name or password");
         }
         let host = authority
             .host()
@@ -296,10 +317,10 @@ impl Target {
             Some("https") => true,
             Some("http") if is_loopback(&host) => false,
             Some("http") => bail!(
-                "--notify-url {:?} is plain http to a host that is not this machine; use https (plain http is allowed only to loopback)",
+                "{what} {:?} is plain http to a host that is not this machine; use https (plain http is allowed only to loopback)",
                 crate::prompt::as_given(url)
             ),
-            _ => bail!("--notify-url must start with https:// (or http:// to loopback)"),
+            _ => bail!("{what} must start with https:// (or http:// to loopback)"),
         };
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         Ok(Target { host, port, https })
@@ -443,13 +464,26 @@ fn waiting_for(
     s: &crate::store::Store,
     user: &str,
 ) -> anyhow::Result<(Vec<crate::store::Action>, Vec<WaitingRequest>)> {
+    let (mut actions, mut requests) = decidable_by(s, user)?;
     let told = s.noticed(user, Told::Actions)?;
+    actions.retain(|a| !told.contains(&a.id));
+    let told = s.noticed(user, Told::Requests)?;
+    requests.retain(|r| !told.contains(&r.id));
+    Ok((actions, requests))
+}
+
+/// Everything that waits for a decision `user` may make: pending actions
+/// in chats where the one rule lets them decide, and pending approval
+/// requests it lets them decide (asked once per chat for each). Who is
+/// told of what, for every way a person is told (the webhook here, their
+/// devices in `crate::push`): there is no other such list.
+pub(crate) fn decidable_by(
+    s: &crate::store::Store,
+    user: &str,
+) -> anyhow::Result<(Vec<crate::store::Action>, Vec<WaitingRequest>)> {
     let mut decides = std::collections::HashMap::new();
     let mut actions = Vec::new();
     for a in s.pending_all()? {
-        if told.contains(&a.id) {
-            continue;
-        }
         let may = match decides.get(&a.chat) {
             Some(m) => *m,
             None => {
@@ -462,13 +496,9 @@ fn waiting_for(
             actions.push(a);
         }
     }
-    let told = s.noticed(user, Told::Requests)?;
     let mut decides = std::collections::HashMap::new();
     let mut requests = Vec::new();
     for r in s.waiting_requests()? {
-        if told.contains(&r.id) {
-            continue;
-        }
         let may = match decides.get(&r.chat) {
             Some(m) => *m,
             None => {
@@ -530,64 +560,117 @@ fn notice_text(actions: &[&crate::store::Action], requests: &[&WaitingRequest]) 
 /// Mozilla roots; a redirect is not followed (the URL is the only place a
 /// notice may go).
 async fn post_json(url: &str, body: Vec<u8>, allowed: Destinations) -> anyhow::Result<u16> {
-    tokio::time::timeout(POST_TIMEOUT, post_json_now(url, body, allowed))
-        .await
-        .map_err(|_| anyhow::anyhow!("no answer within {} s", POST_TIMEOUT.as_secs()))?
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    let roots = mozilla_roots();
+    let post = Post {
+        what: NOTIFY_URL,
+        url,
+        headers,
+        body,
+        allowed,
+        roots: &roots,
+    };
+    Ok(post.send().await?.status)
 }
 
-async fn post_json_now(url: &str, body: Vec<u8>, allowed: Destinations) -> anyhow::Result<u16> {
-    use http_body_util::Full;
-    use hyper_util::rt::TokioIo;
-    // The addresses checked are the addresses connected to: the name is
-    // not looked up a second time, whose answer could differ.
-    let addrs = check_destination(url, allowed).await?;
-    let uri: http::Uri = url.parse()?;
-    let authority = uri.authority().context("the URL names no host")?.clone();
-    let https = uri.scheme_str() == Some("https");
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let tcp = tokio::net::TcpStream::connect(&addrs[..])
-        .await
-        .with_context(|| format!("cannot connect to {authority}"))?;
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".into());
-    let request = http::Request::post(path)
-        .header(http::header::HOST, authority.as_str())
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::USER_AGENT, "gatehouse-notify")
-        .body(Full::new(hyper::body::Bytes::from(body)))?;
-    let status = if https {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .context("the TLS configuration")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from(host.clone())
-            .with_context(|| format!("{host:?} is not a name TLS can verify"))?;
-        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-            .connect(name, tcp)
+/// The authorities a notice's TLS peer must be certified by: Mozilla's.
+pub(crate) fn mozilla_roots() -> std::sync::Arc<rustls::RootCertStore> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    std::sync::Arc::new(roots)
+}
+
+/// One POST of a notice (a webhook message, a push message: the one way
+/// `serve` sends anything out).
+pub(crate) struct Post<'a> {
+    /// How the destination is named in a refusal.
+    pub what: &'a str,
+    /// Where it goes, checked again now ([`check_destination_named`]).
+    pub url: &'a str,
+    /// Its headers (`Host` and `User-Agent` are added).
+    pub headers: http::HeaderMap,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Where the operator lets notices go.
+    pub allowed: Destinations,
+    /// Who may certify the destination's TLS certificate.
+    pub roots: &'a std::sync::Arc<rustls::RootCertStore>,
+}
+
+/// What a destination answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Answered {
+    /// The HTTP status.
+    pub status: u16,
+    /// `Retry-After`, when given in seconds (a date is not read).
+    pub retry_after: Option<u64>,
+}
+
+impl Post<'_> {
+    /// Send it, within [`POST_TIMEOUT`]; a redirect is not followed.
+    pub(crate) async fn send(self) -> anyhow::Result<Answered> {
+        tokio::time::timeout(POST_TIMEOUT, self.send_now())
             .await
-            .with_context(|| format!("TLS with {authority} failed"))?;
-        send(TokioIo::new(tls), request).await?
-    } else {
-        send(TokioIo::new(tcp), request).await?
-    };
-    Ok(status)
+            .map_err(|_| anyhow::anyhow!("no answer within {} s", POST_TIMEOUT.as_secs()))?
+    }
+
+    async fn send_now(self) -> anyhow::Result<Answered> {
+        use http_body_util::Full;
+        use hyper_util::rt::TokioIo;
+        let url = self.url;
+        // The addresses checked are the addresses connected to: the name is
+        // not looked up a second time, whose answer could differ.
+        let addrs = check_destination_named(self.what, url, self.allowed).await?;
+        let uri: http::Uri = url.parse()?;
+        let authority = uri.authority().context("the URL names no host")?.clone();
+        let https = uri.scheme_str() == Some("https");
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let tcp = tokio::net::TcpStream::connect(&addrs[..])
+            .await
+            .with_context(|| format!("cannot connect to {authority}"))?;
+        let path = uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/".into());
+        let mut request = http::Request::post(path)
+            .header(http::header::HOST, authority.as_str())
+            .header(http::header::USER_AGENT, "gatehouse-notify")
+            .body(Full::new(hyper::body::Bytes::from(self.body)))?;
+        request.headers_mut().extend(self.headers);
+        let answered = if https {
+            let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .context("the TLS configuration")?
+            .with_root_certificates(self.roots.clone())
+            .with_no_client_auth();
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .with_context(|| format!("{host:?} is not a name TLS can verify"))?;
+            let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+                .connect(name, tcp)
+                .await
+                .with_context(|| format!("TLS with {authority} failed"))?;
+            send(TokioIo::new(tls), request).await?
+        } else {
+            send(TokioIo::new(tcp), request).await?
+        };
+        Ok(answered)
+    }
 }
 
 async fn send<I>(
     io: I,
     request: http::Request<http_body_util::Full<hyper::body::Bytes>>,
-) -> anyhow::Result<u16>
+) -> anyhow::Result<Answered>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -602,9 +685,17 @@ where
         .await
         .context("the request failed")?;
     let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
     drop(response);
     driver.abort();
-    Ok(status)
+    Ok(Answered {
+        status,
+        retry_after,
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,11 @@ pub(super) enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 60,
               value_parser = clap::value_parser!(u64).range(1..=86400))]
         notify_every: u64,
+        /// Turn on Web Push notifications (issue 44): the operator's
+        /// contact push services may reach (mailto:you@example.com or an
+        /// https:// URL). Off without it.
+        #[arg(long, value_name = "CONTACT")]
+        vapid_subject: Option<String>,
     },
     /// Sign-in links for the web inbox.
     #[command(subcommand)]
@@ -43,7 +48,11 @@ pub(super) enum TokenCmd {
 
 pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<bool> {
     match cmd {
-        Command::Serve { port, notify_every } => serve(kernel, port, notify_every).await?,
+        Command::Serve {
+            port,
+            notify_every,
+            vapid_subject,
+        } => serve(kernel, port, notify_every, vapid_subject).await?,
         Command::Token(TokenCmd::Create { person, url }) => {
             let base = inbox_address(kernel, url);
             let ttl = i64::try_from(crate::web::SIGNIN_TTL.as_millis()).unwrap_or(i64::MAX);
@@ -63,13 +72,19 @@ enum Stop {
 
 /// `serve`: until Ctrl-C (or SIGTERM), the server failing, or the state
 /// database vanishing; requests and decisions in flight finish first.
-async fn serve(kernel: &Kernel, port: u16, notify_every: u64) -> anyhow::Result<()> {
+async fn serve(
+    kernel: &Kernel,
+    port: u16,
+    notify_every: u64,
+    vapid_subject: Option<String>,
+) -> anyhow::Result<()> {
     let mut server = crate::web::start(
         kernel.clone(),
         crate::web::Config {
             port,
             notify_every: std::time::Duration::from_secs(notify_every),
             notify_destinations: crate::notify::Destinations::from_env()?,
+            push: vapid_subject.as_deref().map(crate::push::Settings::new),
             ..crate::web::Config::default()
         },
     )

@@ -25,6 +25,7 @@ mod notices;
 mod pg_tls;
 mod pg_url;
 pub mod postgres;
+mod push;
 mod registry;
 pub(crate) mod rules;
 pub(crate) mod sealed;
@@ -50,6 +51,7 @@ pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
 pub use notices::{NoticeTarget, Told};
+pub use push::{NewPushDevice, PushDevice, PushKeys, PushTarget, Subscribed};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
 pub(crate) use registry::{chat_in, gadget_in};
 pub use rules::{AgentRun, Rule};
@@ -918,6 +920,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/V11__requests_expire_hooks_pin.sql"),
     ),
     (12, include_str!("migrations/V12__sealed_secrets.sql")),
+    (14, include_str!("migrations/V14__push_subscriptions.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

@@ -34,7 +34,7 @@ pub enum Told {
 
 impl Told {
     /// `(table, column, the ids that still wait)`.
-    fn sql(self) -> (&'static str, &'static str, &'static str) {
+    pub(super) fn sql(self) -> (&'static str, &'static str, &'static str) {
         match self {
             Told::Actions => (
                 "notices",

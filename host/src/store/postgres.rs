@@ -73,6 +73,8 @@ pub const TABLES: &[&str] = &[
     "notify_targets",
     "notices",
     "request_notices",
+    "push_subscriptions",
+    "push_notices",
     "durability_mark",
     "policy_epoch",
 ];

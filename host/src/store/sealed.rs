@@ -48,6 +48,11 @@ const COLUMNS: &[Column] = &[
         replace: "UPDATE deployment_secrets SET value = ?2 WHERE name = ?1 AND value = ?3",
     },
     Column {
+        table: super::push::PUSH_SUBSCRIPTIONS,
+        read: "SELECT id, secret FROM push_subscriptions ORDER BY id",
+        replace: "UPDATE push_subscriptions SET secret = ?2 WHERE id = ?1 AND secret = ?3",
+    },
+    Column {
         table: HOOKS,
         read: "SELECT CAST(id AS TEXT), secret FROM hooks WHERE secret IS NOT NULL ORDER BY id",
         replace: "UPDATE hooks SET secret = ?2 WHERE CAST(id AS TEXT) = ?1 AND secret = ?3",

@@ -14,6 +14,12 @@ use axum::routing::get;
 const SHELL: &str = include_str!("static/app.html");
 const SCRIPT: &str = include_str!("static/app.js");
 const STYLE: &str = include_str!("static/app.css");
+/// Web Push (issue 44): the page's "Notify me on this device" control,
+/// and the service worker that shows a push. The worker is served from
+/// the origin's root so that its scope is the whole inbox (`/`), with no
+/// `Service-Worker-Allowed` needed.
+const PUSH_SCRIPT: &str = include_str!("static/push.js");
+const SERVICE_WORKER: &str = include_str!("static/sw.js");
 
 fn with_type(body: &'static str, content_type: &'static str) -> Response {
     (
@@ -29,6 +35,14 @@ async fn shell() -> Response {
 
 async fn script() -> Response {
     with_type(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+async fn push_script() -> Response {
+    with_type(PUSH_SCRIPT, "text/javascript; charset=utf-8")
+}
+
+async fn service_worker() -> Response {
+    with_type(SERVICE_WORKER, "text/javascript; charset=utf-8")
 }
 
 async fn style() -> Response {
@@ -64,5 +78,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/chats/{chat}", get(shell))
         .route("/assets/app.js", get(script))
         .route("/assets/app.css", get(style))
+        .route("/assets/push.js", get(push_script))
+        .route("/sw.js", get(service_worker))
         .fallback(not_found)
 }

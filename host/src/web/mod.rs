@@ -28,6 +28,7 @@ mod api;
 mod assets;
 mod events;
 mod hooks;
+mod push;
 mod requests;
 mod session;
 
@@ -78,6 +79,8 @@ pub struct Config {
     /// How often the live view, the schedules and the notices look for
     /// what changed.
     pub tick: Duration,
+    /// Web Push (`serve --vapid-subject`, issue 44): off without it.
+    pub push: Option<crate::push::Settings>,
 }
 
 impl Default for Config {
@@ -94,6 +97,7 @@ impl Default for Config {
             notify_destinations: crate::notify::Destinations::PublicOnly,
             hook_turns: 4,
             tick: Duration::from_millis(500),
+            push: None,
         }
     }
 }
@@ -118,6 +122,8 @@ pub(crate) struct AppState {
     /// Set when the server stops: live-view streams end, so that stopping
     /// never waits for them.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Web Push, if the operator enabled it.
+    pub push: Option<Arc<push::Enabled>>,
 }
 
 impl AppState {
@@ -227,6 +233,7 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
     let decisions = Arc::new(tokio::sync::RwLock::new(()));
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let (changes, _) = tokio::sync::broadcast::channel(256);
+    let push = push::enable(&kernel, &config).await?;
     let state = AppState {
         kernel,
         session_ttl_ms: i64::try_from(config.session_ttl.as_millis()).unwrap_or(i64::MAX),
@@ -238,11 +245,12 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
             (config.max_connections / 2).max(1),
         )),
         stopping,
+        push,
     };
     // Listening is in place before the server answers: nothing another
     // host does after this is missed by the live view.
     let elsewhere = state.kernel.decided_elsewhere().await;
-    let background = vec![
+    let mut background = vec![
         tokio::spawn(events::watch(state.clone(), config.tick, elsewhere)),
         tokio::spawn(hooks::schedules(state.clone(), config.tick)),
         tokio::spawn(notices(
@@ -252,6 +260,7 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
             config.tick,
         )),
     ];
+    background.extend(push::deliveries(&state, &config));
     let app = app(state);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(serve(listener, app, config, decisions, rx));
@@ -400,7 +409,7 @@ impl Routes {
 /// Every API route the server answers, as `(METHOD, path)` with OpenAPI's
 /// `{param}` syntax (which axum 0.8 shares).
 pub fn api_routes() -> Vec<(String, String)> {
-    api::routes()
+    push::routes(api::routes())
         .list
         .into_iter()
         .map(|(m, p)| (m.as_str().to_owned(), p.to_owned()))
@@ -408,7 +417,7 @@ pub fn api_routes() -> Vec<(String, String)> {
 }
 
 fn app(state: AppState) -> Router {
-    let api = api::routes().router;
+    let api = push::routes(api::routes()).router;
     Router::new()
         .merge(api)
         .merge(hooks::routes())

@@ -28,6 +28,7 @@ mod mcp_serve;
 mod model;
 mod notices;
 mod pending_visibility;
+mod push;
 mod revert;
 mod sandbox;
 mod secrets;

@@ -856,8 +856,9 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
         assert_eq!(a.headers["referrer-policy"], "no-referrer");
         let html = a.text.to_lowercase();
         // Scripts and styles only as files.
-        assert_eq!(html.matches("<script").count(), 1);
+        assert_eq!(html.matches("<script").count(), 2);
         assert!(html.contains("<script src=\"/assets/app.js\""));
+        assert!(html.contains("<script src=\"/assets/push.js\""));
         assert!(!html.contains("<style") && !html.contains(" style=") && !html.contains(" onload"));
     }
     let csp = web::CONTENT_SECURITY_POLICY;

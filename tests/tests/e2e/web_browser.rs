@@ -695,3 +695,84 @@ async fn web_browser_decides_a_workflow_request_with_the_clis_allowed_calls() {
     let _ = c.close().await;
     server.stop().await;
 }
+
+/// Issue 44 in a real browser: the "Notify me on this device" control
+/// registers nothing until it is clicked; the click registers the inbox's
+/// service worker at the origin's root (scope `/`) and asks the browser to
+/// subscribe. Headless Chromium has no push service, so the subscription
+/// itself never completes and nothing reaches the server: the stand-in
+/// push service of `push.rs` covers the rest. The
+/// browser is started with notifications allowed (a preference), since a
+/// headless browser cannot show the permission prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn web_browser_registers_the_service_worker_only_when_asked_to_notify() {
+    let driver = Driver::start();
+    let w = people_world(Trust::Byo).await;
+    let server = gatehouse::web::start(
+        w.kernel.clone(),
+        gatehouse::web::Config {
+            port: 0,
+            push: Some(gatehouse::push::Settings::new("mailto:ops@example.com")),
+            ..gatehouse::web::Config::default()
+        },
+    )
+    .await
+    .expect("the server starts with push");
+    let binary = on_path("chromium")
+        .or_else(|| on_path("chromium-browser"))
+        .unwrap_or_else(|| panic!("{INSTALL}"));
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": binary,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+            "prefs": { "profile.default_content_setting_values.notifications": 1 },
+        }),
+    );
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .unwrap_or_else(|e| panic!("cannot start a Chromium session ({e}); {INSTALL}"));
+    sign_in(&c, &w, &server.url(), "alice").await;
+    c.wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#push-enable"))
+        .await
+        .expect("the control is shown when push is on");
+    let registered = "const done = arguments[arguments.length - 1];
+        navigator.serviceWorker.getRegistration('/').then(
+            (r) => done(r ? r.scope + ' ' + (r.installing || r.waiting || r.active).scriptURL : ''),
+            (e) => done('error: ' + e));";
+    let before = c
+        .execute_async(registered, vec![])
+        .await
+        .expect("the script runs");
+    assert_eq!(before, json!(""), "nothing is registered before the click");
+    c.find(Locator::Css("#push-enable"))
+        .await
+        .expect("the control")
+        .click()
+        .await
+        .expect("it clicks");
+    let base = server.url();
+    let want = json!(format!("{base}/ {base}/sw.js"));
+    let started = Instant::now();
+    let mut after = Value::Null;
+    while after != want && started.elapsed() < PATIENCE {
+        after = c
+            .execute_async(registered, vec![])
+            .await
+            .expect("the script runs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        after, want,
+        "the worker is registered, its scope the whole inbox"
+    );
+    // No push service here: nothing reaches the server.
+    assert!(w.kernel.push_devices("alice").await.unwrap().is_empty());
+    c.close().await.expect("the browser closes");
+    server.stop().await;
+}
