@@ -12,7 +12,9 @@
 
 use super::ceremonies::Ceremonies;
 use crate::kernel::Kernel;
-use crate::store::{Redeemed, StoredPasskey};
+use crate::store::Redeemed;
+/// A stored passkey, as the kernel hands it to surfaces.
+pub use crate::store::StoredPasskey;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use std::time::Duration;

@@ -845,7 +845,14 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
     let server = serve(&w).await;
     assert!(server.addr().ip().is_loopback());
     let api = Api::new(&server.url());
-    for page in ["/", "/signin", "/ledger", "/rules", "/chats/work"] {
+    for (page, script) in [
+        ("/", "app.js"),
+        ("/signin", "signin.js"),
+        ("/account", "signin.js"),
+        ("/ledger", "app.js"),
+        ("/rules", "app.js"),
+        ("/chats/work", "app.js"),
+    ] {
         let a = api.get(page).await;
         assert_eq!(a.status, 200, "{page}");
         assert_eq!(
@@ -857,27 +864,33 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
         let html = a.text.to_lowercase();
         // Scripts and styles only as files.
         assert_eq!(html.matches("<script").count(), 1);
-        assert!(html.contains("<script src=\"/assets/app.js\""));
+        assert!(
+            html.contains(&format!("<script src=\"/assets/{script}\"")),
+            "{page}"
+        );
         assert!(!html.contains("<style") && !html.contains(" style=") && !html.contains(" onload"));
     }
     let csp = web::CONTENT_SECURITY_POLICY;
     assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"));
-    let js = api.get("/assets/app.js").await;
-    assert!(
-        js.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/javascript")
-    );
-    for forbidden in [
-        "innerHTML",
-        "outerHTML",
-        "insertAdjacentHTML",
-        "document.write",
-        "eval(",
-    ] {
-        assert!(!js.text.contains(forbidden), "app.js uses {forbidden}");
+    for script in ["/assets/app.js", "/assets/signin.js"] {
+        let js = api.get(script).await;
+        assert!(
+            js.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript")
+        );
+        for forbidden in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
+            assert!(!js.text.contains(forbidden), "{script} uses {forbidden}");
+        }
     }
+    let js = api.get("/assets/app.js").await;
     // The live view is a server-sent events stream: the page never polls.
     assert!(js.text.contains("new EventSource(\"/api/events\")"));
     for polling in ["setInterval", "setTimeout"] {
