@@ -34,6 +34,14 @@ const { default: Provider } = await import(
   pathToFileURL(join(modules, "oidc-provider", "lib", "index.js")).href
 );
 
+// Stdout carries the one line above and nothing else: the library's
+// notices (console.log and console.info) go to stderr, and a reader that
+// stopped reading never stops the provider.
+for (const name of ["log", "info", "debug"]) {
+  console[name] = (...args) => process.stderr.write(args.join(" ") + "\n");
+}
+process.stdout.on("error", () => {});
+
 const config = JSON.parse(process.env.OIDC_TEST_CONFIG || "{}");
 const host = config.host || "localhost";
 const subjects = new Set(config.subjects || []);
@@ -63,8 +71,6 @@ server.listen(0, host === "localhost" ? "127.0.0.1" : host, () => {
       return { accountId: sub, async claims() { return { sub }; } };
     },
   });
-  // The library warns about its development helpers on stderr; the tests
-  // keep stderr for failures.
   server.on("request", provider.callback());
   process.stdout.write(JSON.stringify({ issuer }) + "\n");
 });

@@ -54,6 +54,9 @@ impl ProviderConfig {
 /// A running provider, stopped when dropped.
 pub struct Provider {
     child: Child,
+    /// Its stdout, kept open: the provider writes nothing more there, but
+    /// a closed pipe must not be what stops it.
+    _out: BufReader<std::process::ChildStdout>,
     /// Its issuer URL (`http://localhost:PORT`), where discovery starts.
     pub issuer: String,
     /// Its clients, as configured.
@@ -98,8 +101,9 @@ impl Provider {
             .spawn()
             .unwrap_or_else(|e| panic!("node does not start ({e}); {INSTALL}"));
         let out = child.stdout.take().expect("the provider's stdout");
+        let mut out = BufReader::new(out);
         let mut first = String::new();
-        let read = BufReader::new(out).read_line(&mut first);
+        let read = out.read_line(&mut first);
         let issuer = read
             .ok()
             .and_then(|_| serde_json::from_str::<Value>(&first).ok())
@@ -111,6 +115,7 @@ impl Provider {
         };
         Provider {
             child,
+            _out: out,
             issuer,
             clients: config.clients,
         }

@@ -16,9 +16,12 @@ use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-/// `Strict-Transport-Security` when the inbox is reached over HTTPS: a
-/// year, this name only (other hosts under the same domain are not the
-/// inbox's to pin).
+/// `Strict-Transport-Security` when the inbox is reached over HTTPS under
+/// its public name: a year, this name only (other hosts under the same
+/// domain are not the inbox's to pin). **Decision**: never for a loopback
+/// name: browsers ignore it for addresses, and for `localhost` it would
+/// pin every local port to HTTPS, this server's own plain-HTTP loopback
+/// serving (where passkeys live) included.
 pub const HSTS: &str = "max-age=31536000";
 
 /// The one URL people reach the inbox at (`--public-url`).
@@ -231,7 +234,7 @@ impl Answering {
                 primary: u.origin(),
                 tls,
                 trusted_proxy: exposure.trusted_proxy,
-                hsts: tls || u.https,
+                hsts: (tls || u.https) && !crate::signin::is_loopback_name(&u.host),
                 public_host: Some(u.host.clone()),
                 port,
             },
@@ -250,7 +253,7 @@ impl Answering {
                     primary: format!("{scheme}://{}:{port}", names[0]),
                     tls,
                     trusted_proxy: exposure.trusted_proxy,
-                    hsts: tls,
+                    hsts: false,
                     public_host: None,
                     port,
                 }
@@ -587,6 +590,12 @@ mod tests {
 
         let local = Answering::new(&Exposure::default(), 9000);
         assert!(!local.hsts());
+        let mut local_tls = Exposure::default();
+        local_tls.tls = tls();
+        assert!(
+            !Answering::new(&local_tls, 9000).hsts(),
+            "never HSTS for localhost"
+        );
         let at_address = Seen {
             host: "127.0.0.1:9000".into(),
             ..seen.clone()

@@ -78,11 +78,15 @@ async fn from(
     }
 }
 
-/// A certificate for `localhost` and 127.0.0.1, made here, written as PEM
-/// files; the DER to trust it by.
+/// A certificate for the public name `inbox.example.test`, `localhost` and
+/// 127.0.0.1, made here, written as PEM files; the DER to trust it by.
 fn certificate(dir: &std::path::Path) -> (TlsFiles, Vec<u8>) {
-    let made = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
-        .expect("a self-signed certificate");
+    let made = rcgen::generate_simple_self_signed(vec![
+        "inbox.example.test".into(),
+        "localhost".into(),
+        "127.0.0.1".into(),
+    ])
+    .expect("a self-signed certificate");
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
     std::fs::write(&cert, made.cert.pem()).expect("the certificate is written");
@@ -90,11 +94,11 @@ fn certificate(dir: &std::path::Path) -> (TlsFiles, Vec<u8>) {
     (TlsFiles { cert, key }, made.cert.der().to_vec())
 }
 
-/// One HTTPS request to `port` on loopback, as `name`, trusting `root`
-/// only.
+/// One HTTPS request to `port` on loopback, to the server named `name`
+/// (TLS) with `Host: host`, trusting `root` only.
 async fn https(
     port: u16,
-    name: &str,
+    (name, host): (&str, &str),
     root: &[u8],
     method: &str,
     path: &str,
@@ -126,7 +130,7 @@ async fn https(
     let mut req = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", format!("{name}:{port}"));
+        .header("host", host);
     let bytes = match body {
         Some(b) => {
             req = req.header("content-type", "application/json");
@@ -156,26 +160,28 @@ async fn web_serves_tls_from_certificate_files_with_hsts_and_strict_cookies() {
     let w = people_world(Trust::Byo).await;
     let dir = tempfile::tempdir().expect("a directory");
     let (files, root) = certificate(dir.path());
+    let public = "inbox.example.test";
+
+    // Under its public name (the port as a forwarder might map it).
     let server = serve_exposed(
         &w,
         Exposure {
-            tls: Some(files),
+            tls: Some(files.clone()),
+            public_url: Some(PublicUrl::parse(&format!("https://{public}")).expect("a URL")),
             ..Exposure::default()
         },
         SigninRate::default(),
     )
     .await;
     let port = server.addr().port();
-    assert_eq!(server.url(), format!("https://127.0.0.1:{port}"));
-
-    let page = https(port, "localhost", &root, "GET", "/signin", None).await;
+    assert_eq!(server.url(), format!("https://{public}"));
+    let page = https(port, (public, public), &root, "GET", "/signin", None).await;
     assert_eq!(page.status, 200, "{}", page.text);
     assert_eq!(
         page.headers["strict-transport-security"],
         "max-age=31536000"
     );
     assert!(page.text.contains("/assets/signin.js"));
-
     // Sign in over TLS: the session cookie is Secure, HttpOnly, Strict.
     let token = w
         .kernel
@@ -183,7 +189,7 @@ async fn web_serves_tls_from_certificate_files_with_hsts_and_strict_cookies() {
         .expect("a token");
     let a = https(
         port,
-        "127.0.0.1",
+        (public, public),
         &root,
         "POST",
         "/api/session",
@@ -196,6 +202,29 @@ async fn web_serves_tls_from_certificate_files_with_hsts_and_strict_cookies() {
         assert!(cookie.contains(part), "{cookie} lacks {part}");
     }
     assert_eq!(a.json()["user"], "alice");
+    // A loopback name is not the public one.
+    let local = format!("localhost:{port}");
+    let a = https(port, ("localhost", &local), &root, "GET", "/signin", None).await;
+    assert_eq!(a.status, 421, "{}", a.text);
+    server.stop().await;
+
+    // On loopback without a public URL: TLS, loopback names, and no HSTS
+    // (it would pin every port of localhost).
+    let server = serve_exposed(
+        &w,
+        Exposure {
+            tls: Some(files),
+            ..Exposure::default()
+        },
+        SigninRate::default(),
+    )
+    .await;
+    let port = server.addr().port();
+    assert_eq!(server.url(), format!("https://127.0.0.1:{port}"));
+    let local = format!("127.0.0.1:{port}");
+    let page = https(port, ("127.0.0.1", &local), &root, "GET", "/signin", None).await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(page.headers.get("strict-transport-security").is_none());
 
     // Plain HTTP to the TLS port gets no HTTP answer.
     let plain = tokio::time::timeout(

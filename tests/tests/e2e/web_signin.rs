@@ -201,6 +201,25 @@ async fn web_signin_by_passkey_in_chromium_and_replays_or_other_origins_are_refu
         .expect("the stored passkey");
     assert!(row.contains("counter") && !row.contains(&private), "{row}");
 
+    // The operator sees it by its label (and could remove it).
+    let o = cli_command(w.home(), &["passkey", "list", "alice"])
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("test laptop") && stdout(&o).contains(&kept[0].credential),
+        "{}",
+        stdout(&o)
+    );
+    let o = cli_command(w.home(), &["passkey", "remove", "alice", "no-such-id"])
+        .output()
+        .expect("runs");
+    assert!(
+        !o.status.success() && stderr(&o).contains("no passkey"),
+        "{}",
+        stderr(&o)
+    );
+
     // Signed out, she signs in by passkey alone and sees her inbox. The
     // page's answer is kept to be replayed below.
     c.goto(&format!("{base}/")).await.expect("the inbox");
@@ -410,6 +429,32 @@ async fn web_signin_by_oidc_in_chromium_needs_an_operators_binding() {
         .output()
         .expect("runs");
     assert!(stdout(&o).contains("alice-at-idp"), "{}", stdout(&o));
+    // One subject, one person; only known people.
+    for (who, words) in [
+        ("bob", "bound to alice already"),
+        ("carol", "no person named"),
+    ] {
+        let o = cli_command(
+            w.home(),
+            &[
+                "user",
+                "bind",
+                who,
+                "--oidc-subject",
+                "alice-at-idp",
+                "--issuer",
+                &issuer,
+            ],
+        )
+        .output()
+        .expect("user bind runs");
+        assert!(!o.status.success(), "{who} was bound");
+        let err = stderr(&o);
+        assert!(
+            err.contains(words) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
 
     let server = serve(
         &w,
@@ -509,6 +554,7 @@ async fn web_signin_by_oidc_in_chromium_needs_an_operators_binding() {
         cookie.set_path("/signin/oidc");
         cookie.set_http_only(true);
         cookie.set_secure(true);
+        cookie.set_domain("127.0.0.1");
         c.add_cookie(cookie)
             .await
             .expect("the ceremony cookie is set");
