@@ -217,6 +217,9 @@ pub(crate) struct Answering {
     tls: bool,
     trusted_proxy: Option<IpNet>,
     hsts: bool,
+    /// The public URL is https: a request that did not come over HTTPS
+    /// (directly, or to the trusted proxy by its word) is sent there.
+    https_only: bool,
     /// The public URL's host, or none on loopback.
     public_host: Option<String>,
     port: u16,
@@ -235,6 +238,7 @@ impl Answering {
                 tls,
                 trusted_proxy: exposure.trusted_proxy,
                 hsts: (tls || u.https) && !crate::signin::is_loopback_name(&u.host),
+                https_only: u.https,
                 public_host: Some(u.host.clone()),
                 port,
             },
@@ -254,6 +258,7 @@ impl Answering {
                     tls,
                     trusted_proxy: exposure.trusted_proxy,
                     hsts: false,
+                    https_only: false,
                     public_host: None,
                     port,
                 }
@@ -357,9 +362,11 @@ impl Answering {
             .and_then(|v| parse_forwarded_ip(&v))
             .or(peer_ip)
             .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        // A proxy that does not say is taken to serve the public URL's
+        // scheme (it is the one the operator named for it).
         let https = match last_value(headers, "x-forwarded-proto") {
             Some(p) => p.eq_ignore_ascii_case("https"),
-            None => self.tls,
+            None => self.tls || self.https_only,
         };
         let host = last_value(headers, "x-forwarded-host")
             .or(host_header)
@@ -410,8 +417,7 @@ fn last_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .last()
+        .rfind(|v| !v.is_empty())
         .map(str::to_owned)
 }
 
@@ -451,7 +457,7 @@ pub(crate) async fn guard(
     let answering = &state.answering;
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let seen = answering.seen(peer, req.headers());
-    let mut res = if !answering.hosts.iter().any(|h| *h == seen.host) {
+    let mut res = if !answering.hosts.contains(&seen.host) {
         ApiError::new(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
@@ -460,6 +466,34 @@ pub(crate) async fn guard(
             ),
         )
         .into_response_now()
+    } else if answering.https_only && !seen.https {
+        // Plain HTTP to a server whose public URL is https: straight to
+        // the proxy's port, or the proxy says it came in clear text.
+        let target = format!(
+            "{}{}",
+            answering.primary,
+            req.uri()
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+        );
+        if safe(req.method())
+            && let Ok(location) = HeaderValue::from_str(&target)
+        {
+            let mut r = axum::response::Response::new(axum::body::Body::empty());
+            *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
+            r.headers_mut().insert(header::LOCATION, location);
+            r
+        } else {
+            ApiError::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                format!(
+                    "this server answers only {} over HTTPS, through its proxy",
+                    answering.primary
+                ),
+            )
+            .into_response_now()
+        }
     } else if let Some(origin) = header_text(req.headers(), header::ORIGIN.as_str())
         && !safe(req.method())
         && !answering
@@ -590,8 +624,10 @@ mod tests {
 
         let local = Answering::new(&Exposure::default(), 9000);
         assert!(!local.hsts());
-        let mut local_tls = Exposure::default();
-        local_tls.tls = tls();
+        let local_tls = Exposure {
+            tls: tls(),
+            ..Exposure::default()
+        };
         assert!(
             !Answering::new(&local_tls, 9000).hsts(),
             "never HSTS for localhost"
@@ -643,6 +679,21 @@ mod tests {
         assert_eq!(proxied.client, "203.0.113.7".parse::<IpAddr>().expect("ip"));
         assert!(proxied.https);
         assert_eq!(proxied.host, "inbox.example.com");
+        // The proxy says nothing of the scheme: the public URL's is taken.
+        let mut x2 = x.clone();
+        x2.public_url = Some(PublicUrl::parse("https://inbox.example.com").expect("a URL"));
+        let a2 = Answering::new(&x2, 9000);
+        let mut quiet = h.clone();
+        quiet.remove("x-forwarded-proto");
+        assert!(
+            a2.seen(Some("127.0.0.2:5000".parse().expect("addr")), &quiet)
+                .https
+        );
+        assert!(
+            !a2.seen(Some("127.0.0.9:5000".parse().expect("addr")), &h)
+                .https,
+            "a stranger's word is not taken"
+        );
         let mut bad = h.clone();
         bad.insert("x-forwarded-for", HeaderValue::from_static("garbage"));
         let fallback = a.seen(Some("127.0.0.2:5000".parse().expect("addr")), &bad);

@@ -273,11 +273,92 @@ async fn web_serves_tls_from_certificate_files_with_hsts_and_strict_cookies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
     let w = people_world(Trust::Byo).await;
+
+    // Behind a proxy at 127.0.0.2, under the public name: the test is the
+    // proxy (127.0.0.2) and a stranger (127.0.0.3) at once.
     let server = serve_exposed(
         &w,
         Exposure {
             trusted_proxy: Some(web::parse_proxy("127.0.0.2").expect("a proxy")),
             public_url: Some(PublicUrl::parse("https://inbox.example.test").expect("a URL")),
+            ..Exposure::default()
+        },
+        SigninRate::default(),
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{}", server.addr().port());
+    assert_eq!(server.url(), "https://inbox.example.test");
+    let proxied = [
+        ("host", "inbox.example.test"),
+        ("x-forwarded-proto", "https"),
+    ];
+
+    // The public name is the one answered; loopback names are not.
+    let a = from("127.0.0.2", &base, "GET", "/api/signin", &[], None).await;
+    assert_eq!(a.status, 421, "{}", a.text);
+    assert!(a.error().contains("https://inbox.example.test"));
+    let a = from("127.0.0.2", &base, "GET", "/api/signin", &proxied, None).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.headers["strict-transport-security"], "max-age=31536000");
+    // The proxy's X-Forwarded-Host is believed.
+    let forwarded_host = [
+        ("host", "127.0.0.1"),
+        ("x-forwarded-host", "inbox.example.test"),
+        ("x-forwarded-proto", "https"),
+    ];
+    let a = from(
+        "127.0.0.2",
+        &base,
+        "GET",
+        "/api/signin",
+        &forwarded_host,
+        None,
+    )
+    .await;
+    assert_eq!(a.status, 200, "the proxy's forwarded host: {}", a.text);
+    // The proxy says a request came in clear text: sent to https.
+    let clear = [
+        ("host", "inbox.example.test"),
+        ("x-forwarded-proto", "http"),
+    ];
+    let a = from("127.0.0.2", &base, "GET", "/signin?x=1", &clear, None).await;
+    assert_eq!(a.status, 308, "{}", a.text);
+    assert_eq!(
+        a.headers["location"],
+        "https://inbox.example.test/signin?x=1"
+    );
+    // A stranger who says the same things is not believed: its request came
+    // in clear text, whatever it claims, and a change is refused.
+    let a = from("127.0.0.3", &base, "GET", "/signin", &proxied, None).await;
+    assert_eq!(a.status, 308, "a stranger's X-Forwarded-Proto: {}", a.text);
+    let a = from(
+        "127.0.0.3",
+        &base,
+        "POST",
+        "/api/session",
+        &proxied,
+        Some(json!({ "token": "x" })),
+    )
+    .await;
+    assert_eq!(a.status, 421, "{}", a.text);
+    let a = from(
+        "127.0.0.3",
+        &base,
+        "GET",
+        "/api/signin",
+        &forwarded_host,
+        None,
+    )
+    .await;
+    assert_eq!(a.status, 421, "a stranger's X-Forwarded-Host: {}", a.text);
+    server.stop().await;
+
+    // On loopback behind the same proxy: who the client is, for the rate
+    // limit, comes from the proxy's X-Forwarded-For only.
+    let server = serve_exposed(
+        &w,
+        Exposure {
+            trusted_proxy: Some(web::parse_proxy("127.0.0.2").expect("a proxy")),
             ..Exposure::default()
         },
         SigninRate {
@@ -287,51 +368,14 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
     )
     .await;
     let base = format!("http://127.0.0.1:{}", server.addr().port());
-    assert_eq!(server.url(), "https://inbox.example.test");
-    let public = [("host", "inbox.example.test")];
-
-    // The public name is the one answered; loopback names are not.
-    let a = from("127.0.0.3", &base, "GET", "/api/signin", &[], None).await;
-    assert_eq!(a.status, 421, "{}", a.text);
-    assert!(a.error().contains("https://inbox.example.test"));
-    let a = from("127.0.0.3", &base, "GET", "/api/signin", &public, None).await;
-    assert_eq!(a.status, 200, "{}", a.text);
-    assert_eq!(a.headers["strict-transport-security"], "max-age=31536000");
-
-    // A stranger's X-Forwarded-Host is not believed...
-    let spoofed_host = [
-        ("host", "127.0.0.1"),
-        ("x-forwarded-host", "inbox.example.test"),
-    ];
-    let a = from(
-        "127.0.0.3",
-        &base,
-        "GET",
-        "/api/signin",
-        &spoofed_host,
-        None,
-    )
-    .await;
-    assert_eq!(a.status, 421, "a stranger's forwarded host: {}", a.text);
-    // ...the proxy's is.
-    let a = from(
-        "127.0.0.2",
-        &base,
-        "GET",
-        "/api/signin",
-        &spoofed_host,
-        None,
-    )
-    .await;
-    assert_eq!(a.status, 200, "the proxy's forwarded host: {}", a.text);
-
-    // A stranger's X-Forwarded-For does not change who it is to the rate
-    // limit: two tries, then 429 for its own address whatever it claims.
+    let host = format!("127.0.0.1:{}", server.addr().port());
     let wrong = json!({ "token": "no-such-token" });
+    // A stranger's X-Forwarded-For does not change who it is: two tries,
+    // then 429 for its own address whatever it claims.
     for i in 0..2 {
         let claimed = format!("203.0.113.{i}");
         let h = [
-            ("host", "inbox.example.test"),
+            ("host", host.as_str()),
             ("x-forwarded-for", claimed.as_str()),
         ];
         let a = from(
@@ -345,10 +389,7 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
         .await;
         assert_eq!(a.status, 401, "{}", a.text);
     }
-    let h = [
-        ("host", "inbox.example.test"),
-        ("x-forwarded-for", "203.0.113.99"),
-    ];
+    let h = [("host", host.as_str()), ("x-forwarded-for", "203.0.113.99")];
     let a = from(
         "127.0.0.3",
         &base,
@@ -364,11 +405,10 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
         "keyed by the real address: {}",
         a.text
     );
-
     // From the proxy, the last forwarded address is the client: each has
     // its own budget.
     let client_a = [
-        ("host", "inbox.example.test"),
+        ("host", host.as_str()),
         ("x-forwarded-for", "6.6.6.6, 198.51.100.1"),
     ];
     for _ in 0..2 {
@@ -394,10 +434,7 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
     .await;
     assert_eq!(a.status, 429, "{}", a.text);
     assert!(a.error().contains("198.51.100.1"), "{}", a.text);
-    let client_b = [
-        ("host", "inbox.example.test"),
-        ("x-forwarded-for", "198.51.100.2"),
-    ];
+    let client_b = [("host", host.as_str()), ("x-forwarded-for", "198.51.100.2")];
     let a = from(
         "127.0.0.2",
         &base,
