@@ -6,8 +6,9 @@
 -- key never leaves the person's authenticator), and a binding only says
 -- whose identity at an issuer is which person. `handle` is the random
 -- WebAuthn user handle of the person (the same on each of their passkeys),
--- never their name.
-CREATE TABLE web_passkeys (
+-- never their name. Written to run again harmlessly, as version 12 is (a
+-- home set back to an older version runs the newer ones again).
+CREATE TABLE IF NOT EXISTS web_passkeys (
     credential TEXT PRIMARY KEY CHECK (length(credential) BETWEEN 1 AND 1400),
     "user"     TEXT NOT NULL REFERENCES users(name),
     handle     TEXT NOT NULL CHECK (length(handle) = 36),
@@ -16,9 +17,9 @@ CREATE TABLE web_passkeys (
     created_at INTEGER NOT NULL,
     used_at    INTEGER
 ) STRICT;
-CREATE INDEX web_passkeys_by_user ON web_passkeys ("user");
+CREATE INDEX IF NOT EXISTS web_passkeys_by_user ON web_passkeys ("user");
 
-CREATE TABLE identity_bindings (
+CREATE TABLE IF NOT EXISTS identity_bindings (
     issuer     TEXT NOT NULL CHECK (length(issuer) BETWEEN 1 AND 2048),
     subject    TEXT NOT NULL CHECK (length(subject) BETWEEN 1 AND 255),
     "user"     TEXT NOT NULL REFERENCES users(name),
@@ -26,4 +27,4 @@ CREATE TABLE identity_bindings (
     created_at INTEGER NOT NULL,
     PRIMARY KEY (issuer, subject)
 ) STRICT;
-CREATE INDEX identity_bindings_by_user ON identity_bindings ("user");
+CREATE INDEX IF NOT EXISTS identity_bindings_by_user ON identity_bindings ("user");
