@@ -426,6 +426,12 @@ mod surfaces {
         ("web/events.rs", include_str!("web/events.rs")),
         ("web/hooks.rs", include_str!("web/hooks.rs")),
         ("web/requests.rs", include_str!("web/requests.rs")),
+        ("web/exposure.rs", include_str!("web/exposure.rs")),
+        ("web/tls.rs", include_str!("web/tls.rs")),
+        ("web/ratelimit.rs", include_str!("web/ratelimit.rs")),
+        ("web/passkey.rs", include_str!("web/passkey.rs")),
+        ("web/oidc.rs", include_str!("web/oidc.rs")),
+        ("web/signin.rs", include_str!("web/signin.rs")),
         ("demo/src/lib.rs", include_str!("../../demo/src/lib.rs")),
         ("demo/src/main.rs", include_str!("../../demo/src/main.rs")),
     ];

@@ -1,10 +1,28 @@
 //! Sign-in for surfaces that authenticate people (the web inbox): one-time
-//! sign-in tokens for known people, and the sessions they open.
+//! sign-in tokens for known people, passkeys (`passkey`), OpenID Connect
+//! identities an operator bound to people (`oidc`), and the sessions they
+//! open.
 //!
 //! Owns the kernel's side only: tokens and session secrets are stored as
-//! digests (`store::sessions`); cookies, CSRF headers and HTTP statuses are
+//! digests (`store::sessions`), ceremonies in flight stay in this process
+//! (`ceremonies`); cookies, CSRF headers, redirects and HTTP statuses are
 //! the surface's. A session names a person; what that person may then see
 //! or decide is `crate::access`'s, never the session's.
+
+mod ceremonies;
+pub mod oidc;
+mod oidc_http;
+pub mod passkey;
+
+/// Whether `host` (as a URL carries it: a name, an address, an IPv6
+/// address in brackets) is this machine.
+pub fn is_loopback_name(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
 
 use crate::kernel::Kernel;
 use crate::store::{Redeemed, SessionLookup, SigninRefusal};

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 pub mod bare;
 pub mod langs;
 pub mod mcp;
+pub mod oidc;
 pub use gatehouse_pg_cluster as postgres;
 
 /// The tracker credential stored as the secret `tracker-token`.

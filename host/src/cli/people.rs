@@ -1,5 +1,6 @@
 //! The people's commands: adding a person, their settings (where notices
-//! go), listing them, and their own accounts at a gatekeeper's service.
+//! go), listing them, their own accounts at a gatekeeper's service, and the
+//! operator's bindings of OpenID Connect identities to them (`user bind`).
 //! Words only: who may change whose settings is the kernel's rule, and a
 //! credential is read from stdin straight into the kernel, never printed.
 
@@ -41,6 +42,30 @@ pub(super) enum UserCmd {
         #[arg(long)]
         no_notify: bool,
     },
+    /// Let an identity at an OpenID Connect provider sign in as NAME in
+    /// the web inbox (the refusal page of an unbound identity names both).
+    Bind {
+        name: String,
+        /// The identity's subject (`sub`) at the issuer.
+        #[arg(long, value_name = "SUB")]
+        oidc_subject: String,
+        /// The issuer URL, exactly as the refusal page names it.
+        #[arg(long, value_name = "URL")]
+        issuer: String,
+    },
+    /// Remove a binding made with `user bind`.
+    Unbind {
+        name: String,
+        #[arg(long, value_name = "SUB")]
+        oidc_subject: String,
+        #[arg(long, value_name = "URL")]
+        issuer: String,
+    },
+    /// List every identity binding.
+    Bindings {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -77,6 +102,39 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             notify_url,
             no_notify,
         }) => set_notices(kernel, me, &name, notify_url, no_notify).await?,
+        Command::User(UserCmd::Bind {
+            name,
+            oidc_subject,
+            issuer,
+        }) => {
+            if kernel.bind_identity(&issuer, &oidc_subject, &name, me)? {
+                outln!("subject {oidc_subject:?} at {issuer} now signs in as {name}");
+            } else {
+                outln!("subject {oidc_subject:?} at {issuer} already signs in as {name}");
+            }
+        }
+        Command::User(UserCmd::Unbind {
+            name,
+            oidc_subject,
+            issuer,
+        }) => {
+            if !kernel.unbind_identity(&issuer, &oidc_subject, &name)? {
+                bail!(
+                    "no binding of subject {oidc_subject:?} at {issuer} (`gatehouse user bindings` lists them)"
+                );
+            }
+            outln!("subject {oidc_subject:?} at {issuer} no longer signs in as {name}");
+        }
+        Command::User(UserCmd::Bindings { json }) => {
+            print_records(&kernel.identity_bindings()?, json, |b| {
+                outln!(
+                    "{:<16} subject {:?} at {}",
+                    b.user,
+                    crate::prompt::inline(&b.subject),
+                    crate::prompt::inline(&b.issuer)
+                )
+            })?
+        }
         Command::Users { json } => print_records(&kernel.users()?, json, |u| outln!("{u}"))?,
         Command::Account(AccountCmd::Connect {
             user,

@@ -19,6 +19,7 @@ pub(crate) mod claims;
 mod deployment;
 pub mod dispatch;
 mod hooks;
+mod identities;
 mod known;
 mod ledger;
 mod notices;
@@ -49,6 +50,7 @@ pub use actions::{
 pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
+pub use identities::{IdentityBinding, PASSKEYS_PER_PERSON, StoredPasskey};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
 pub use notices::{NoticeTarget, Told};
 pub use push::{NewPushDevice, PushDevice, PushKeys, PushTarget, Subscribed};
@@ -920,6 +922,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/V11__requests_expire_hooks_pin.sql"),
     ),
     (12, include_str!("migrations/V12__sealed_secrets.sql")),
+    (
+        13,
+        include_str!("migrations/V13__passkeys_identity_bindings.sql"),
+    ),
     (14, include_str!("migrations/V14__push_subscriptions.sql")),
 ];
 

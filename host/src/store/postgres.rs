@@ -69,6 +69,8 @@ pub const TABLES: &[&str] = &[
     "web_signin_tokens",
     "web_sessions",
     "web_csrf",
+    "web_passkeys",
+    "identity_bindings",
     "deployment_secrets",
     "notify_targets",
     "notices",

@@ -103,6 +103,13 @@ impl Store {
         self.write(|db| redeem_signin_token_in(db, token, session_ttl_ms, now_ms()))
     }
 
+    /// Open a session for `user`, who proved who they are another way (a
+    /// passkey, an identity bound by the operator): the kernel's
+    /// `crate::signin` checked that proof, never this.
+    pub fn open_session(&self, user: &str, session_ttl_ms: i64) -> anyhow::Result<Redeemed> {
+        self.write(|db| open_session_in(db, user, session_ttl_ms, now_ms()))
+    }
+
     /// Look up a presented session secret.
     pub fn session(&self, secret: &str) -> anyhow::Result<SessionLookup> {
         self.with(|db| session_in(db, secret, now_ms()))
@@ -187,6 +194,17 @@ fn redeem_signin_token_in(
     if spent != 1 {
         return Ok(Err(SigninRefusal::Used));
     }
+    Ok(Ok(open_session_in(db, &user, session_ttl_ms, now)?))
+}
+
+/// Open a session for `user` (who signed in one way or another) lasting
+/// `session_ttl_ms`; the secret goes to the person, its digest here.
+fn open_session_in(
+    db: &dyn Sql,
+    user: &str,
+    session_ttl_ms: i64,
+    now: i64,
+) -> anyhow::Result<Redeemed> {
     let session = new_secret()?;
     let session_expires = now.saturating_add(session_ttl_ms);
     db.exec(
@@ -203,11 +221,11 @@ fn redeem_signin_token_in(
         "DELETE FROM web_signin_tokens WHERE expires_at < ?1",
         args![kept_since],
     )?;
-    Ok(Ok(Redeemed {
-        user,
+    Ok(Redeemed {
+        user: user.to_owned(),
         session,
         expires_at: session_expires,
-    }))
+    })
 }
 
 /// A session is found by the digest of its secret, never the secret.

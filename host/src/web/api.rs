@@ -68,7 +68,7 @@ impl IntoResponse for ApiError {
 
 /// JSON bodies whose rejection (wrong content type, bad JSON) is a one-line
 /// `{"error"}` like every other error.
-pub(crate) struct Body<T>(T);
+pub(crate) struct Body<T>(pub(crate) T);
 
 impl<S, T> axum::extract::FromRequest<S> for Body<T>
 where
@@ -150,7 +150,7 @@ pub(crate) fn routes() -> Routes {
 // ----- sessions -----
 
 #[derive(Serialize)]
-struct SessionView {
+pub(crate) struct SessionView {
     user: String,
     csrf: String,
     expires_at: i64,
@@ -185,6 +185,16 @@ async fn session_create(
         .redeem_signin_token(&token, ttl)
         .await?
         .map_err(|r| ApiError::new(StatusCode::UNAUTHORIZED, r.to_string()))?;
+    signed_in(&st, jar, redeemed).await
+}
+
+/// The answer to any sign-in that opened a session (a link, a passkey):
+/// the session cookie, and who is signed in with a CSRF token for the page.
+pub(crate) async fn signed_in(
+    st: &AppState,
+    jar: CookieJar,
+    redeemed: crate::store::Redeemed,
+) -> ApiResult<(CookieJar, Json<SessionView>)> {
     let session = redeemed.session.clone();
     let csrf = st.kernel.mint_csrf(&session).await?;
     let view = SessionView {
@@ -192,7 +202,10 @@ async fn session_create(
         user: redeemed.user,
         expires_at: redeemed.expires_at,
     };
-    Ok((jar.add(session_cookie(redeemed.session, ttl)), Json(view)))
+    Ok((
+        jar.add(session_cookie(redeemed.session, st.session_ttl_ms)),
+        Json(view),
+    ))
 }
 
 async fn session_end(

@@ -71,7 +71,6 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(shell))
-        .route("/signin", get(shell))
         .route("/ledger", get(shell))
         .route("/rules", get(shell))
         .route("/workflows", get(shell))

@@ -1,9 +1,12 @@
 //! The web inbox and its JSON API: `gatehouse serve` (SPEC R3, L2, U, A).
 //!
-//! Owns: the HTTP server (bound to 127.0.0.1 only), sign-in with one-time
-//! links and sessions (cookie, CSRF, expiry), the JSON API under `/api`
-//! (described in `docs/api/openapi.json`), and the page's static assets
-//! (HTML, JS and CSS embedded in the binary, no inline script).
+//! Owns: the HTTP server (on 127.0.0.1 unless the operator exposes it
+//! further, with TLS or behind a named proxy and under one public URL:
+//! `exposure`, `tls`), sign-in (one-time links, passkeys, OpenID Connect:
+//! `signin`, `passkey`, `oidc`, rate-limited per client by `ratelimit`) and
+//! sessions (cookie, CSRF, expiry), the JSON API under `/api` (described in
+//! `docs/api/openapi.json`), and the page's static assets (HTML, JS and CSS
+//! embedded in the binary, no inline script).
 //!
 //! May not: decide policy, or reach the store or the runtime. Handlers only
 //! authenticate and call the kernel's person-scoped API (the inbox, the
@@ -27,17 +30,26 @@
 mod api;
 mod assets;
 mod events;
+pub mod exposure;
 mod hooks;
+mod oidc;
+mod passkey;
 mod push;
+mod ratelimit;
 mod requests;
 mod session;
+mod signin;
+mod tls;
+
+pub use exposure::{Exposure, PublicUrl, TlsFiles, parse_proxy};
+pub use ratelimit::SigninRate;
 
 use crate::kernel::Kernel;
 use anyhow::Context as _;
 use axum::Router;
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::routing::MethodRouter;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower_http::set_header::SetResponseHeaderLayer;
@@ -81,6 +93,15 @@ pub struct Config {
     pub tick: Duration,
     /// Web Push (`serve --vapid-subject`, issue 44): off without it.
     pub push: Option<crate::push::Settings>,
+    /// Where it listens and under which name (`--bind`, `--tls-cert`,
+    /// `--tls-key`, `--trusted-proxy`, `--public-url`); checked by
+    /// [`start`] before anything listens.
+    pub exposure: Exposure,
+    /// Sign-in attempts allowed per client address.
+    pub signin_rate: SigninRate,
+    /// OpenID Connect sign-in (`--oidc-issuer`, `--oidc-client-id`,
+    /// `--oidc-client-secret`), if offered.
+    pub oidc: Option<crate::signin::oidc::OidcSettings>,
 }
 
 impl Default for Config {
@@ -98,6 +119,9 @@ impl Default for Config {
             hook_turns: 4,
             tick: Duration::from_millis(500),
             push: None,
+            exposure: Exposure::default(),
+            signin_rate: SigninRate::default(),
+            oidc: None,
         }
     }
 }
@@ -107,9 +131,17 @@ impl Default for Config {
 pub(crate) struct AppState {
     pub kernel: Kernel,
     pub session_ttl_ms: i64,
-    /// The port actually bound: only `Host: 127.0.0.1:PORT` and
-    /// `localhost:PORT` are answered (a DNS-rebinding page gets nothing).
-    pub port: u16,
+    /// The names and origins answered (the public URL, else
+    /// `127.0.0.1:PORT` and `localhost:PORT`: a DNS-rebinding page gets
+    /// nothing), and the proxy believed.
+    pub answering: Arc<exposure::Answering>,
+    /// Sign-in attempts per client address.
+    pub signin_limit: ratelimit::Limiter,
+    /// Passkeys for this server's relying party (none where its name
+    /// cannot carry them).
+    pub passkeys: Option<Arc<crate::signin::passkey::Passkeys>>,
+    /// OpenID Connect sign-in, if the operator configured it.
+    pub oidc: Option<Arc<crate::signin::oidc::Oidc>>,
     /// Decisions in flight: each holds a read guard; stopping takes the
     /// write guard, so it waits for all of them.
     pub decisions: Arc<tokio::sync::RwLock<()>>,
@@ -150,6 +182,7 @@ impl AppState {
 /// also waits for what is in flight.
 pub struct Server {
     addr: SocketAddr,
+    url: String,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     /// The live view's watcher, the schedules and the notices.
@@ -158,15 +191,15 @@ pub struct Server {
 }
 
 impl Server {
-    /// The address actually bound (always 127.0.0.1; the port chosen if 0
-    /// was asked for).
+    /// The address actually bound (the port chosen if 0 was asked for).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`, without a trailing slash.
+    /// Where people reach it, without a trailing slash: the public URL,
+    /// else `http://127.0.0.1:PORT` (`https://` when serving TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.url.clone()
     }
 
     /// Stop accepting, let requests and decisions in flight finish
@@ -218,18 +251,27 @@ impl Drop for Server {
     }
 }
 
-/// Bind 127.0.0.1:`config.port` and serve the inbox and API from `kernel`
-/// on the current tokio runtime.
+/// Check the exposure, then bind `config.exposure.bind`:`config.port` and
+/// serve the inbox and API from `kernel` on the current tokio runtime.
 pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, config.port))
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on 127.0.0.1:{} (is another server using it? `--port 0` picks a free one)",
-                config.port
-            )
-        })?;
+    config.exposure.check(config.port)?;
+    let tls = config
+        .exposure
+        .tls
+        .as_ref()
+        .map(tls::acceptor)
+        .transpose()?;
+    let oidc = match config.oidc.clone() {
+        Some(settings) => Some(Arc::new(kernel.oidc(settings).await?)),
+        None => None,
+    };
+    let bind = SocketAddr::new(config.exposure.bind, config.port);
+    let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| {
+        format!("cannot listen on {bind} (is another server using it? `--port 0` picks a free one)")
+    })?;
     let addr = listener.local_addr()?;
+    let answering = Arc::new(exposure::Answering::new(&config.exposure, addr.port()));
+    let passkeys = passkey::for_server(&kernel, &answering);
     let decisions = Arc::new(tokio::sync::RwLock::new(()));
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let (changes, _) = tokio::sync::broadcast::channel(256);
@@ -237,7 +279,10 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
     let state = AppState {
         kernel,
         session_ttl_ms: i64::try_from(config.session_ttl.as_millis()).unwrap_or(i64::MAX),
-        port: addr.port(),
+        answering: answering.clone(),
+        signin_limit: ratelimit::Limiter::new(config.signin_rate),
+        passkeys,
+        oidc,
         decisions: decisions.clone(),
         hook_turns: Arc::new(tokio::sync::Semaphore::new(config.hook_turns.max(1))),
         changes,
@@ -263,9 +308,10 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
     background.extend(push::deliveries(&state, &config));
     let app = app(state);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, app, config, decisions, rx));
+    let task = tokio::spawn(serve(listener, tls, app, config, decisions, rx));
     Ok(Server {
         addr,
+        url: answering.primary().to_owned(),
         shutdown: Some(tx),
         task: Some(task),
         background,
@@ -304,7 +350,7 @@ pub(crate) async fn serve_router(
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> std::io::Result<()> {
     let in_flight = Arc::new(tokio::sync::RwLock::new(()));
-    serve(listener, app, config, in_flight, stop).await
+    serve(listener, None, app, config, in_flight, stop).await
 }
 
 /// An accepted connection, set to send each answer at once
@@ -312,16 +358,21 @@ pub(crate) async fn serve_router(
 /// waits for the client's delayed ACK of the first segment (about 40 ms on
 /// Linux): every other request on a kept-alive connection stalled so.
 fn answer_at_once(
-    (stream, _): (tokio::net::TcpStream, std::net::SocketAddr),
-) -> std::io::Result<tokio::net::TcpStream> {
+    (stream, peer): (tokio::net::TcpStream, std::net::SocketAddr),
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
     stream.set_nodelay(true)?;
-    Ok(stream)
+    Ok((stream, peer))
 }
 
 /// The accept loop: at most `max_connections` at once, each HTTP/1 with a
-/// header-read timeout; on `stop`, stop accepting, finish what is in flight.
+/// header-read timeout (over TLS when `tls` is given: the handshake runs in
+/// the connection's own task, within the same timeout, so a slow client
+/// never holds the loop); each request carries its connection's peer
+/// address ([`exposure::Peer`]); on `stop`, stop accepting, finish what is
+/// in flight.
 async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
     config: Config,
     decisions: Arc<tokio::sync::RwLock<()>>,
@@ -340,9 +391,9 @@ async fn serve(
             },
             _ = &mut stop => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted.and_then(answer_at_once) {
-                Ok(stream) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: pass, retry.
                     tracing::warn!(error = %e, "cannot accept a connection");
@@ -352,14 +403,41 @@ async fn serve(
             },
             _ = &mut stop => break,
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(config.header_read_timeout)
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let service = hyper_util::service::TowerToHyperService::new(
+            tower_http::add_extension::AddExtension::new(app.clone(), exposure::Peer(peer)),
+        );
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(config.header_read_timeout);
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        let handshake_within = config.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let ended = match tls {
+                None => {
+                    watcher
+                        .watch(http.serve_connection(TokioIo::new(stream), service))
+                        .await
+                }
+                Some(acceptor) => {
+                    match tokio::time::timeout(handshake_within, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            watcher
+                                .watch(http.serve_connection(TokioIo::new(tls), service))
+                                .await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended");
             }
             drop(slot);
@@ -409,22 +487,35 @@ impl Routes {
 /// Every API route the server answers, as `(METHOD, path)` with OpenAPI's
 /// `{param}` syntax (which axum 0.8 shares).
 pub fn api_routes() -> Vec<(String, String)> {
-    push::routes(api::routes())
+    push::routes(api_router())
         .list
         .into_iter()
         .map(|(m, p)| (m.as_str().to_owned(), p.to_owned()))
         .collect()
 }
 
+/// The whole JSON API: the inbox's, then sign-in's.
+fn api_router() -> Routes {
+    signin::routes(passkey::routes(api::routes()))
+}
+
 fn app(state: AppState) -> Router {
-    let api = push::routes(api::routes()).router;
+    let api = push::routes(api_router()).router;
     Router::new()
         .merge(api)
         .merge(hooks::routes())
+        .merge(oidc::routes())
+        .merge(signin::pages())
         .merge(assets::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            only_loopback_hosts,
+            ratelimit::limit,
+        ))
+        // Outermost: a request to another name, or a change from another
+        // site, goes no further; the rest carry what they are seen as.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            exposure::guard,
         ))
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
@@ -450,37 +541,6 @@ fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Answer only requests addressed to this server by a loopback name, so a
-/// page on another site that rebinds its DNS name to 127.0.0.1 gets nothing.
-async fn only_loopback_hosts(
-    axum::extract::State(state): axum::extract::State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let ok = [
-        format!("127.0.0.1:{}", state.port),
-        format!("localhost:{}", state.port),
-    ]
-    .iter()
-    .any(|h| h == host);
-    if !ok {
-        return api::ApiError::new(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!(
-                "this server answers only http://127.0.0.1:{} (got Host {host:?})",
-                state.port
-            ),
-        )
-        .into_response_now();
-    }
-    next.run(req).await
-}
-
 #[cfg(test)]
 mod tests {
     /// Every connection the accept loop serves (the inbox's and `mcp
@@ -499,7 +559,7 @@ mod tests {
             let client = tokio::spawn(tokio::net::TcpStream::connect(addr));
             let accepted = listener.accept().await.expect("a connection");
             assert!(!accepted.0.nodelay().expect("the option"), "off by default");
-            let stream = super::answer_at_once(accepted).expect("set");
+            let (stream, _) = super::answer_at_once(accepted).expect("set");
             assert!(stream.nodelay().expect("the option"));
             drop(client.await);
         });

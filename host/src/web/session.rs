@@ -7,7 +7,8 @@
 //! as a digest only and handed out by `GET /api/session`, which the
 //! same-origin policy keeps from other sites' pages. The cookie is HttpOnly
 //! (no script reads it), Secure and SameSite=Strict (never sent on a request
-//! another site starts).
+//! another site starts). The one Lax cookie, an OpenID Connect sign-in's
+//! ceremony id, signs nobody in ([`oidc_cookie`] says why it is Lax).
 
 use super::AppState;
 use super::api::ApiError;
@@ -38,6 +39,42 @@ pub(crate) fn session_cookie(secret: String, max_age_ms: i64) -> Cookie<'static>
         .same_site(SameSite::Strict)
         .path("/")
         .max_age(cookie_max_age(max_age_ms))
+        .build()
+}
+
+/// The cookie that carries an OpenID Connect sign-in in progress (its
+/// ceremony id) from its start to the provider's callback.
+pub(crate) const OIDC_COOKIE: &str = "gatehouse_oidc";
+
+/// The ceremony cookie of an OpenID Connect sign-in. **SameSite=Lax, not
+/// Strict, and why**: the provider sends the browser back to the callback
+/// from its own site, a cross-site navigation on which a Strict cookie is
+/// never sent, so the callback could not tell which sign-in (and whose
+/// browser) it finishes. Lax is sent on that top-level GET only. It is
+/// safe here because the cookie signs nobody in: it only names a ceremony
+/// of this browser, good once, for ten minutes, on the `/signin/oidc`
+/// paths alone (a login-CSRF page cannot finish a sign-in this browser did
+/// not start). The session cookie the callback sets stays Strict.
+pub(crate) fn oidc_cookie(ceremony: String) -> Cookie<'static> {
+    Cookie::build((OIDC_COOKIE, ceremony))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Lax)
+        .path("/signin/oidc")
+        .max_age(time::Duration::seconds(
+            i64::try_from(crate::signin::oidc::CEREMONY_TTL.as_secs()).unwrap_or(600),
+        ))
+        .build()
+}
+
+/// The cookie that clears an OpenID Connect ceremony (spent or refused).
+pub(crate) fn oidc_removal_cookie() -> Cookie<'static> {
+    Cookie::build((OIDC_COOKIE, ""))
+        .http_only(true)
+        .secure(true)
+        .same_site(SameSite::Lax)
+        .path("/signin/oidc")
+        .max_age(cookie_max_age(0))
         .build()
 }
 
@@ -72,7 +109,7 @@ impl FromRequestParts<AppState> for Person {
         else {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "not signed in: open a sign-in link (`gatehouse token create NAME` prints one)",
+                "not signed in: sign in at /signin (a passkey, your identity provider, or a link from `gatehouse token create NAME`)",
             ));
         };
         // A request that changes state must carry one of the session's CSRF

@@ -36,4 +36,6 @@ mod sharing;
 mod side_doors;
 mod web_api;
 mod web_browser;
+mod web_exposure;
+mod web_signin;
 mod workflows;

@@ -818,13 +818,19 @@ async fn web_openapi_lists_exactly_the_routes_the_router_serves() {
     );
 
     // And each documented route really is routed: unauthenticated, each
-    // answers 401 (or 400/415 for the sign-in body), never the fallback 404.
+    // answers 401 (or 400/415 for a sign-in's body or name), never the
+    // fallback 404; the one that needs no session (which ways to sign in)
+    // answers.
     let w = World::new();
     let server = serve(&w).await;
     let api = Api::new(&server.url());
     for (method, p) in &documented {
         let concrete = p.replace("{id}", "1").replace("{chat}", "work");
         let a = api.send(method, &concrete, None, &[]).await;
+        if (method.as_str(), p.as_str()) == ("GET", "/api/signin") {
+            assert_eq!(a.status, 200, "{method} {concrete}: {}", a.text);
+            continue;
+        }
         assert!(
             [400, 401, 415].contains(&a.status),
             "{method} {concrete}: {} {}",
@@ -845,7 +851,14 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
     let server = serve(&w).await;
     assert!(server.addr().ip().is_loopback());
     let api = Api::new(&server.url());
-    for page in ["/", "/signin", "/ledger", "/rules", "/chats/work"] {
+    for (page, script) in [
+        ("/", "app.js"),
+        ("/signin", "signin.js"),
+        ("/account", "signin.js"),
+        ("/ledger", "app.js"),
+        ("/rules", "app.js"),
+        ("/chats/work", "app.js"),
+    ] {
         let a = api.get(page).await;
         assert_eq!(a.status, 200, "{page}");
         assert_eq!(
@@ -856,29 +869,38 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
         assert_eq!(a.headers["referrer-policy"], "no-referrer");
         let html = a.text.to_lowercase();
         // Scripts and styles only as files.
-        assert_eq!(html.matches("<script").count(), 2);
-        assert!(html.contains("<script src=\"/assets/app.js\""));
-        assert!(html.contains("<script src=\"/assets/push.js\""));
+        let scripts = if script == "app.js" { 2 } else { 1 };
+        assert_eq!(html.matches("<script").count(), scripts, "{page}");
+        assert!(
+            html.contains(&format!("<script src=\"/assets/{script}\"")),
+            "{page}"
+        );
+        if script == "app.js" {
+            assert!(html.contains("<script src=\"/assets/push.js\""), "{page}");
+        }
         assert!(!html.contains("<style") && !html.contains(" style=") && !html.contains(" onload"));
     }
     let csp = web::CONTENT_SECURITY_POLICY;
     assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"));
-    let js = api.get("/assets/app.js").await;
-    assert!(
-        js.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/javascript")
-    );
-    for forbidden in [
-        "innerHTML",
-        "outerHTML",
-        "insertAdjacentHTML",
-        "document.write",
-        "eval(",
-    ] {
-        assert!(!js.text.contains(forbidden), "app.js uses {forbidden}");
+    for script in ["/assets/app.js", "/assets/signin.js"] {
+        let js = api.get(script).await;
+        assert!(
+            js.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript")
+        );
+        for forbidden in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
+            assert!(!js.text.contains(forbidden), "{script} uses {forbidden}");
+        }
     }
+    let js = api.get("/assets/app.js").await;
     // The live view is a server-sent events stream: the page never polls.
     assert!(js.text.contains("new EventSource(\"/api/events\")"));
     for polling in ["setInterval", "setTimeout"] {

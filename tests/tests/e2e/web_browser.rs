@@ -26,13 +26,13 @@ fn on_path(name: &str) -> Option<PathBuf> {
 }
 
 /// chromedriver on an ephemeral port, stopped when dropped.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     port: u16,
 }
 
 impl Driver {
-    fn start() -> Driver {
+    pub(crate) fn start() -> Driver {
         let driver = on_path("chromedriver").unwrap_or_else(|| panic!("{INSTALL}"));
         if on_path("chromium").is_none() && on_path("chromium-browser").is_none() {
             panic!("{INSTALL}");
@@ -68,7 +68,7 @@ impl Drop for Driver {
 }
 
 /// A headless Chromium session.
-async fn browser(driver: &Driver) -> Client {
+pub(crate) async fn browser(driver: &Driver) -> Client {
     let binary = on_path("chromium")
         .or_else(|| on_path("chromium-browser"))
         .unwrap_or_else(|| panic!("{INSTALL}"));
@@ -94,7 +94,7 @@ async fn browser(driver: &Driver) -> Client {
 }
 
 /// Run `script` in the page until it returns true (or `PATIENCE` passes).
-async fn wait_for(c: &Client, what: &str, script: &str) {
+pub(crate) async fn wait_for(c: &Client, what: &str, script: &str) {
     let start = Instant::now();
     loop {
         let v = c.execute(script, vec![]).await.unwrap_or(Value::Null);
@@ -115,7 +115,7 @@ async fn wait_for(c: &Client, what: &str, script: &str) {
 /// What `script` returns, as text. The live view may be replacing the
 /// element the script reads at that moment (it re-renders whatever
 /// changed): a script that fails is asked again until [`PATIENCE`].
-async fn text(c: &Client, script: &str) -> String {
+pub(crate) async fn text(c: &Client, script: &str) -> String {
     let start = Instant::now();
     loop {
         match c.execute(script, vec![]).await {
@@ -127,7 +127,7 @@ async fn text(c: &Client, script: &str) -> String {
 }
 
 /// Save a screenshot under `<target>/web-screenshots/` and print its path.
-async fn screenshot(c: &Client, name: &str) -> PathBuf {
+pub(crate) async fn screenshot(c: &Client, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable");
     let target = exe
         .parent()
@@ -143,7 +143,7 @@ async fn screenshot(c: &Client, name: &str) -> PathBuf {
     path
 }
 
-async fn sign_in(c: &Client, w: &World, base: &str, user: &str) {
+pub(crate) async fn sign_in(c: &Client, w: &World, base: &str, user: &str) {
     let token = w
         .kernel
         .create_signin_token(user, 60_000)

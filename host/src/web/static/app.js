@@ -151,40 +151,6 @@ function failed(e) {
   }
 }
 
-// ----- sign-in -----
-
-async function signinView(main) {
-  const params = new URLSearchParams(location.search);
-  const token = params.get("token") || "";
-  // The token leaves the address bar at once (and never the page: no-referrer).
-  history.replaceState(null, "", "/signin");
-  clear(main);
-  if (!token) {
-    main.append(
-      el("h1", { text: "Sign in" }),
-      el("p", {
-        text: "Open the sign-in link printed by `gatehouse token create NAME` on the machine that runs Gatehouse.",
-      })
-    );
-    return;
-  }
-  const button = el("button", { type: "button", id: "signin", text: "Sign in" });
-  main.append(
-    el("h1", { text: "Sign in" }),
-    el("p", { text: "This one-time link signs you in to the Gatehouse inbox." }),
-    button
-  );
-  button.addEventListener("click", async () => {
-    button.disabled = true;
-    try {
-      await api("POST", "/api/session", { token });
-      location.assign("/");
-    } catch (e) {
-      showError(e.message);
-    }
-  });
-}
-
 // ----- the inbox -----
 
 // Cards by action id, kept across polls so selections and results stay.
@@ -639,12 +605,11 @@ async function frame() {
 async function start() {
   const main = document.getElementById("main");
   const path = location.pathname;
-  if (path === "/signin") return signinView(main);
   try {
     await frame();
   } catch (e) {
     clear(main);
-    main.append(el("p", { text: "Sign in with a link from `gatehouse token create NAME`." }));
+    main.append(el("p", {}, el("a", { href: "/signin", text: "Sign in" })));
     failed(e);
     return;
   }
