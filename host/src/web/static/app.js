@@ -214,7 +214,7 @@ const cards = new Map();
 // Chat groups by chat name: {section, list, observed, info}.
 const groups = new Map();
 // The batch: marks not yet sent, in the order they were made.
-const batch = { marks: new Map(), order: [], timer: 0, deadline: 0, sending: false };
+const batch = { marks: new Map(), order: [], timer: 0, sending: false, auto: true };
 
 function announce(msg) {
   const a = document.getElementById("announce");
@@ -234,8 +234,14 @@ function ext(text, by, tag) {
 
 function summaryNode(card) {
   const p = el("p", { class: "summary", id: `summary-${card.id}` });
+  // The gadget's pieces come in pairs: an argument's name, then its value
+  // (quoted); a tool's name is boxed as the gatekeeper's.
+  let gadget = 0;
   for (const piece of card.summary_pieces) {
-    if (piece.by === "gadget" || piece.by === "gatekeeper") p.append(ext(piece.text, piece.by));
+    if (piece.by === "gadget") {
+      gadget += 1;
+      p.append(ext(piece.text, piece.by, gadget % 2 === 0 ? "q" : "span"));
+    } else if (piece.by === "gatekeeper") p.append(ext(piece.text, piece.by, "span"));
     else if (piece.by === "name") p.append(el("span", { class: "name", text: piece.text }));
     else p.append(document.createTextNode(piece.text));
   }
@@ -266,8 +272,8 @@ function timeText(ms) {
 function factsNode(card) {
   const held = el("ul", { class: "held" }, ...card.held.map((h) => el("li", { text: h })));
   const dl = el("dl", { class: "facts" },
-    el("dt", { text: "Staged by" }), el("dd", { text: card.staged_by }),
-    el("dt", { text: "Staged" }), el("dd", {}, el("time", { dateTime: new Date(card.created_at).toISOString(), text: timeText(card.created_at) })));
+    el("dt", { text: "Staged by" }),
+    el("dd", {}, card.staged_by + " · ", el("time", { dateTime: new Date(card.created_at).toISOString(), text: timeText(card.created_at) })));
   if (card.reverts) dl.append(el("dt", { text: "Reverts" }), el("dd", { text: `action #${card.reverts} (a new action that undoes it)` }));
   if (card.held.length) dl.append(el("dt", { text: "Why held" }), el("dd", {}, held));
   return dl;
@@ -360,8 +366,8 @@ function batchBar() {
 function armBatch() {
   if (batch.timer) clearTimeout(batch.timer);
   batch.timer = 0;
-  if (batch.marks.size === 0) return;
-  batch.deadline = Date.now() + BATCH_WAIT_MS;
+  // A time limit a person can turn off (WCAG 2.2.1): "Send by itself".
+  if (batch.marks.size === 0 || !batch.auto) return;
   batch.timer = setTimeout(() => {
     batch.timer = 0;
     submitBatch();
@@ -380,11 +386,12 @@ function showBatch(said) {
   if (said !== undefined) status.textContent = said;
   else if (batch.sending) status.textContent = "Sending…";
   else if (n === 0) status.textContent = "Nothing marked. Approve or Reject a card; nothing is sent until the batch is submitted.";
-  else status.textContent = `${n} marked (${approve} approve, ${n - approve} reject): sent in ${BATCH_WAIT_MS / 1000} s unless you undo.`;
+  else if (batch.auto) status.textContent = `${n} marked (${approve} approve, ${n - approve} reject): sent in ${BATCH_WAIT_MS / 1000} s unless you undo.`;
+  else status.textContent = `${n} marked (${approve} approve, ${n - approve} reject): not sent until you submit them.`;
   // Restart the countdown bar's animation (decoration only).
   const old = document.getElementById("countdown");
   if (old) {
-    const fresh = el("span", { id: "countdown", class: n > 0 && !batch.sending ? "running" : "" });
+    const fresh = el("span", { id: "countdown", class: n > 0 && !batch.sending && batch.auto ? "running" : "" });
     fresh.setAttribute("aria-hidden", "true");
     old.replaceWith(fresh);
   }
@@ -679,7 +686,14 @@ async function inboxView(main) {
   const undoButton = el("button", { type: "button", id: "undo", text: "Undo" });
   const countdown = el("span", { id: "countdown" });
   countdown.setAttribute("aria-hidden", "true");
-  const bar = el("div", { id: "batchbar", class: "batch" }, status, el("span", { class: "batch-buttons" }, undoButton, submit), countdown);
+  const auto = el("input", { type: "checkbox", id: "auto-send", checked: true });
+  const autoLabel = el("label", { class: "auto" }, auto, ` Send by itself ${BATCH_WAIT_MS / 1000} s after the last mark`);
+  auto.addEventListener("change", () => {
+    batch.auto = auto.checked;
+    armBatch();
+    showBatch();
+  });
+  const bar = el("div", { id: "batchbar", class: "batch" }, status, autoLabel, el("span", { class: "batch-buttons" }, undoButton, submit), countdown);
   bar.setAttribute("role", "region");
   bar.setAttribute("aria-label", "Decisions not sent yet");
   main.append(
