@@ -264,9 +264,10 @@ function argsNode(card) {
   return wrap;
 }
 
+// One formatter for every card (making one is the slow part).
+const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
 function timeText(ms) {
-  const d = new Date(ms);
-  return d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+  return dateTime.format(new Date(ms));
 }
 
 function factsNode(card) {
