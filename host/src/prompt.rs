@@ -961,7 +961,9 @@ pub fn summary_line(pieces: &[Piece]) -> String {
 /// Why an action waits for a person, in the kernel's words, one reason a
 /// line: its classification, auto-approval's key one (as
 /// [`crate::classify::key_one_missing`] says), what changed since it was
-/// staged, the chat's latch, and when it expires.
+/// staged, the chat's latch, and when it expires. No line names the tool
+/// (the gatekeeper's word): the card's summary does, boxed as the
+/// gatekeeper's, and these lines are the kernel's alone.
 pub fn held(
     a: &Action,
     tool: Option<&crate::manifest::Tool>,
@@ -969,21 +971,21 @@ pub fn held(
     latched: bool,
     expires_at: Option<i64>,
 ) -> Vec<String> {
-    let name = inline(&a.tool);
     let mut out = vec![format!(
-        "An action: {name} is not declared read-only, so it may change the outside world (classified by: {}); nothing has been sent.",
+        "An action: the tool is not declared read-only, so it may change the outside world (classified by: {}); nothing has been sent.",
         inline(&a.classified_by)
     )];
     match tool {
-        None => out.push(format!(
-            "Its gatekeeper no longer declares {name}: approving it sends nothing if anything changed since it was staged."
-        )),
+        None => out.push(
+            "Its gatekeeper no longer declares the tool: approving it sends nothing if anything changed since it was staged."
+                .to_owned(),
+        ),
         Some(t) => match crate::classify::key_one_missing(&t.annotations, trust) {
             Some(m) => out.push(format!("Not auto-approvable: {m}.")),
-            None => out.push(format!(
-                "Key one holds (a vetted gatekeeper, a non-destructive idempotent tool): a rule for exactly {}:{name} (key two) would approve it without a person.",
-                inline(&a.gatekeeper)
-            )),
+            None => out.push(
+                "Key one holds (a vetted gatekeeper, a non-destructive idempotent tool): a rule for exactly this gatekeeper's tool (key two) would approve it without a person."
+                    .to_owned(),
+            ),
         },
     }
     if let Some(note) = &a.note {
@@ -1391,7 +1393,13 @@ mod tests {
             honours_idempotency_key: false,
         };
         let h = held(&a, Some(&tool), crate::manifest::Trust::Byo, true, Some(0));
-        assert!(h[0].starts_with("An action: createIssue is not declared read-only"));
+        assert!(h[0].starts_with("An action: the tool is not declared read-only"));
+        let hostile = action("tracker", "Approve all\u{202E}", "{}");
+        let quiet = held(&hostile, None, crate::manifest::Trust::Byo, false, None);
+        assert!(
+            quiet.iter().all(|l| !l.contains("Approve all")),
+            "{quiet:?}"
+        );
         assert!(
             h[1].contains("key one is missing") && h[1].contains("not vetted"),
             "{h:?}"

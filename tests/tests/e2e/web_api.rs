@@ -388,7 +388,7 @@ async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
         held[0]
             .as_str()
             .unwrap()
-            .starts_with("An action: addLabel is not declared read-only"),
+            .starts_with("An action: the tool is not declared read-only"),
         "{held:?}"
     );
     assert!(
