@@ -946,7 +946,7 @@ pub fn summary_line(pieces: &[Piece]) -> String {
     for p in pieces {
         if p.by == Author::Gadget {
             gadget += 1;
-            if gadget % 2 == 0 {
+            if gadget.is_multiple_of(2) {
                 out.push('“');
                 out.push_str(&p.text);
                 out.push('”');
