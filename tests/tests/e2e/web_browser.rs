@@ -1253,6 +1253,9 @@ async fn web_browser_pages_have_no_serious_accessibility_violations() {
             }
             let found = axe(&c, &source).await;
             assert!(found.is_empty(), "{page} at {}: {found:#?}", screen.name());
+            c.execute("window.scrollTo(0, 0); return true", vec![])
+                .await
+                .expect("the page scrolls to its top");
             screenshot(&c, &format!("a11y-{page}-{}", screen.name())).await;
             checked.push(format!("{page}/{}", screen.name()));
         }
