@@ -53,14 +53,243 @@ pub struct Shown {
     pub revertible: bool,
     /// The revert of it that may still be, or was, sent, if any.
     pub reverted_by: Option<i64>,
+    /// The action as a card (issue 44): a summary line, the arguments as
+    /// a table, who staged it and why it is held, every piece through the
+    /// one sanitiser ([`crate::prompt`]).
+    pub card: Card,
+}
+
+/// One action as the web inbox's card shows it: kernel renderings only
+/// ([`crate::prompt::summary_pieces`], [`crate::prompt::arg_rows`],
+/// [`crate::prompt::held`], [`crate::prompt::staged_by`]). Nothing here is
+/// raw attacker text but `chat` (a chat's name, for addressing it).
+#[derive(Clone, Debug, Serialize)]
+pub struct Card {
+    /// The action's id.
+    pub id: i64,
+    /// The chat's name, as stored (for links and grouping).
+    pub chat: String,
+    /// The chat's name through the sanitiser, for display.
+    pub chat_shown: String,
+    /// The gatekeeper instance's name through the sanitiser.
+    pub gatekeeper_shown: String,
+    /// The tool's name through the sanitiser (the gatekeeper wrote it).
+    pub tool_shown: String,
+    /// Where it is now (`pending`, `applied`, ...).
+    pub state: String,
+    /// When it was staged (ms since the epoch).
+    pub created_at: i64,
+    /// When it expires if nobody decides it (pending only).
+    pub expires_at: Option<i64>,
+    /// Where it goes, from the gatekeeper's record (the operator's word).
+    pub host: Option<String>,
+    /// The one-line summary, plain ([`crate::prompt::summary_line`]).
+    pub summary: String,
+    /// The same, piece by piece, each with its author.
+    pub summary_pieces: Vec<crate::prompt::Piece>,
+    /// The arguments as a table (at most 20 rows, values capped).
+    pub args: Vec<crate::prompt::ArgRow>,
+    /// Said when the table does not show every argument.
+    pub args_note: Option<String>,
+    /// Who staged it, through which gadget, with whose account.
+    pub staged_by: String,
+    /// Why it waits for a person, one reason a line.
+    pub held: Vec<String>,
+    /// For a revert: the action it undoes.
+    pub reverts: Option<i64>,
+    /// Whether the viewer may decide it (the one rule, SPEC W1).
+    pub may_decide: bool,
+}
+
+/// Per chat, what a card needs of it, looked up once per chat.
+#[derive(Default)]
+struct ChatFacts {
+    facts: std::collections::HashMap<String, (bool, i64, bool)>,
+}
+
+impl ChatFacts {
+    /// `(latched, expiry ms, may_decide)` of `chat` for `person`.
+    fn get(
+        &mut self,
+        s: &crate::store::Store,
+        chat: &str,
+        person: &str,
+    ) -> anyhow::Result<(bool, i64, bool)> {
+        if let Some(f) = self.facts.get(chat) {
+            return Ok(*f);
+        }
+        let latched = s.chat(chat)?.is_some_and(|c| c.latched);
+        let f = (
+            latched,
+            s.expiry(chat)?,
+            s.access(chat, person)?.may_decide(),
+        );
+        self.facts.insert(chat.to_owned(), f);
+        Ok(f)
+    }
+}
+
+/// The card of `a`, whose gatekeeper's record is `g` (if it still exists).
+fn card(
+    a: &Action,
+    g: Option<&crate::store::GatekeeperRecord>,
+    (latched, expiry_ms, may_decide): (bool, i64, bool),
+) -> Card {
+    use crate::prompt;
+    let tool = g.and_then(|g| g.manifest.tool(&a.tool));
+    let host = g.and_then(prompt::destination);
+    let trust = g.map(|g| g.trust).unwrap_or(crate::manifest::Trust::Byo);
+    let pending = a.state == crate::store::ActionState::Pending;
+    let expires_at = pending.then(|| a.created_at.saturating_add(expiry_ms));
+    let pieces = prompt::summary_pieces(a, host.as_deref());
+    let (args, args_note) = prompt::arg_rows(&a.args);
+    Card {
+        id: a.id,
+        chat: a.chat.clone(),
+        chat_shown: prompt::inline(&a.chat),
+        gatekeeper_shown: prompt::inline(&a.gatekeeper),
+        tool_shown: prompt::inline(&a.tool),
+        state: a.state.to_string(),
+        created_at: a.created_at,
+        expires_at,
+        summary: prompt::summary_line(&pieces),
+        summary_pieces: pieces,
+        args,
+        args_note,
+        staged_by: prompt::staged_by(a),
+        held: if pending {
+            prompt::held(a, tool, trust, latched, expires_at)
+        } else {
+            Vec::new()
+        },
+        host,
+        reverts: a.reverts,
+        may_decide,
+    }
+}
+
+/// One page of the inbox (issue 44): cards oldest first, after a cursor,
+/// with what the page shows of their chats.
+#[derive(Clone, Debug, Serialize)]
+pub struct InboxPage {
+    /// The cards, oldest first.
+    pub cards: Vec<Card>,
+    /// How many pending actions this person may see (in the chat asked
+    /// for, or in all), this page's included.
+    pub total: usize,
+    /// Ask again with `after` = this for the next page; `None`: no more.
+    pub next_after: Option<i64>,
+    /// The chats of this page's cards: latch, whether the person may
+    /// decide there, and their observation sets.
+    pub chats: Vec<InboxChat>,
+}
+
+/// A chat as the inbox shows it beside its cards.
+#[derive(Clone, Debug, Serialize)]
+pub struct InboxChat {
+    /// The chat's name, as stored.
+    pub name: String,
+    /// Its name through the sanitiser.
+    pub shown: String,
+    /// The restricted-data latch (SPEC O3).
+    pub latched: bool,
+    /// Whether this person may decide there.
+    pub may_decide: bool,
+    /// What the chat has read (SPEC S1), in brief.
+    pub observed: ObservedSet,
+}
+
+/// A chat's observation set in brief (SPEC S1): how many reads, of how
+/// many distinct sources, how many of them restricted (owner-only, O2),
+/// per gatekeeper. Names through the sanitiser; no source's title (a
+/// gatekeeper wrote it, and it may carry what the chat read).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ObservedSet {
+    /// Observations recorded.
+    pub reads: usize,
+    /// Distinct sources they touched.
+    pub sources: usize,
+    /// Distinct restricted sources among them.
+    pub restricted: usize,
+    /// The same per gatekeeper, in name order.
+    pub gatekeepers: Vec<ObservedBy>,
+}
+
+/// One gatekeeper's share of an [`ObservedSet`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ObservedBy {
+    /// The gatekeeper's name through the sanitiser.
+    pub gatekeeper: String,
+    /// Observations recorded through it.
+    pub reads: usize,
+    /// Distinct sources.
+    pub sources: usize,
+    /// Distinct restricted sources.
+    pub restricted: usize,
+}
+
+/// The brief of `chat`'s observation set, read from its ledger.
+fn observed_set(s: &crate::store::Store, chat: &str) -> anyhow::Result<ObservedSet> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let entries = s.ledger(&LedgerFilter {
+        chat: Some(chat.to_owned()),
+        kind: Some(LedgerKind::Observation),
+        ..LedgerFilter::default()
+    })?;
+    type Seen = (usize, BTreeSet<String>, BTreeSet<String>);
+    let mut by: BTreeMap<String, Seen> = BTreeMap::new();
+    let (mut all, mut all_restricted) = (BTreeSet::new(), BTreeSet::new());
+    let mut reads = 0;
+    for e in entries {
+        reads += 1;
+        let gk = e.gatekeeper.clone().unwrap_or_default();
+        let slot = by.entry(gk.clone()).or_default();
+        slot.0 += 1;
+        let list = e
+            .sources
+            .as_ref()
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for src in list {
+            let id = match src.get("id") {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => continue,
+            };
+            let key = format!("{gk}\u{0}{id}");
+            let restricted = src.get("restricted") == Some(&serde_json::Value::Bool(true));
+            slot.1.insert(id.clone());
+            all.insert(key.clone());
+            if restricted {
+                slot.2.insert(id);
+                all_restricted.insert(key);
+            }
+        }
+    }
+    Ok(ObservedSet {
+        reads,
+        sources: all.len(),
+        restricted: all_restricted.len(),
+        gatekeepers: by
+            .into_iter()
+            .map(|(gk, (reads, sources, restricted))| ObservedBy {
+                gatekeeper: crate::prompt::inline(&gk),
+                reads,
+                sources: sources.len(),
+                restricted: restricted.len(),
+            })
+            .collect(),
+    })
 }
 
 /// Render `a`'s prompt with its tool's description as the gatekeeper
 /// declares it now, for `person`.
 fn show(s: &crate::store::Store, a: Action, person: &str) -> anyhow::Result<Shown> {
-    let tool = s
-        .gatekeeper(&a.gatekeeper)?
-        .and_then(|g| g.manifest.tool(&a.tool).cloned());
+    let record = s.gatekeeper(&a.gatekeeper)?;
+    let facts = ChatFacts::default().get(s, &a.chat, person)?;
+    let card = card(&a, record.as_deref(), facts);
+    let tool = record.and_then(|g| g.manifest.tool(&a.tool).cloned());
     let prompt = crate::prompt::render(&a, tool.as_ref().map(|t| t.description.as_str()));
     let applied = a.state == crate::store::ActionState::Applied;
     let reverted_by = if applied {
@@ -77,6 +306,7 @@ fn show(s: &crate::store::Store, a: Action, person: &str) -> anyhow::Result<Show
         prompt,
         revertible,
         reverted_by,
+        card,
     })
 }
 
@@ -202,6 +432,76 @@ impl Kernel {
         let p = person.to_owned();
         self.store()
             .run(move |s| pending.into_iter().map(|a| show(s, a, &p)).collect())
+            .await
+    }
+
+    /// One page of the inbox as cards (issue 44): the pending actions
+    /// `person` may see (of one chat, or of all), oldest first, those with
+    /// an id after `after`, at most `limit` of them. Only the page's cards
+    /// are rendered, so the first page of a long inbox answers at once.
+    pub async fn inbox_page(
+        &self,
+        person: &str,
+        chat: Option<&str>,
+        after: Option<i64>,
+        limit: usize,
+    ) -> anyhow::Result<InboxPage> {
+        let pending = self.pending(person, chat).await?;
+        let total = pending.len();
+        let mut rest: Vec<Action> = pending
+            .into_iter()
+            .filter(|a| after.is_none_or(|after| a.id > after))
+            .collect();
+        let more = rest.len() > limit;
+        rest.truncate(limit);
+        let next_after = if more {
+            rest.last().map(|a| a.id)
+        } else {
+            None
+        };
+        let p = person.to_owned();
+        self.store()
+            .run(move |s| {
+                let mut facts = ChatFacts::default();
+                let mut records = std::collections::HashMap::new();
+                let mut cards = Vec::with_capacity(rest.len());
+                let mut chats: Vec<InboxChat> = Vec::new();
+                for a in &rest {
+                    let f = facts.get(s, &a.chat, &p)?;
+                    if !records.contains_key(&a.gatekeeper) {
+                        records.insert(a.gatekeeper.clone(), s.gatekeeper(&a.gatekeeper)?);
+                    }
+                    let g = records.get(&a.gatekeeper).and_then(|g| g.as_deref());
+                    cards.push(card(a, g, f));
+                    if !chats.iter().any(|c| c.name == a.chat) {
+                        chats.push(InboxChat {
+                            shown: crate::prompt::inline(&a.chat),
+                            latched: f.0,
+                            may_decide: f.2,
+                            observed: observed_set(s, &a.chat)?,
+                            name: a.chat.clone(),
+                        });
+                    }
+                }
+                Ok(InboxPage {
+                    cards,
+                    total,
+                    next_after,
+                    chats,
+                })
+            })
+            .await
+    }
+
+    /// The brief of a chat's observation set (SPEC S1), for someone who
+    /// may see the chat.
+    pub async fn observed_set(&self, person: &str, chat: &str) -> anyhow::Result<ObservedSet> {
+        let (p, c) = (person.to_owned(), chat.to_owned());
+        self.store()
+            .run(move |s| {
+                s.access(&c, &p)?.require(Need::See, &c, &p)?;
+                observed_set(s, &c)
+            })
             .await
     }
 

@@ -749,6 +749,286 @@ pub fn render(a: &Action, description: Option<&str>) -> String {
     out
 }
 
+/// Who wrote a piece of what a person reads on a card: the kernel's own
+/// words, a name a person or the operator chose (sanitised, shown as a
+/// name), or attacker text: a gatekeeper's (tool names, descriptions) or
+/// a gadget's (arguments). A surface must show the last two so that they
+/// can never pass for the kernel's words or controls (the web quotes,
+/// borders and labels them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Author {
+    /// The kernel's own words.
+    Kernel,
+    /// A name a person or the operator chose: a chat, a gatekeeper
+    /// instance, a person, a host (through [`inline`]).
+    Name,
+    /// Written by the gatekeeper: a tool's name.
+    Gatekeeper,
+    /// Written by the gadget: an argument's value.
+    Gadget,
+}
+
+/// One piece of a card's summary line, with who wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Piece {
+    /// The text, already through the sanitiser.
+    pub text: String,
+    /// Who wrote it.
+    pub by: Author,
+}
+
+fn piece(text: impl Into<String>, by: Author) -> Piece {
+    Piece {
+        text: text.into(),
+        by,
+    }
+}
+
+/// Longest argument value shown in a card's table, in characters.
+pub(crate) const CELL_CAP: usize = 200;
+/// Longest argument value quoted in a card's summary line.
+pub(crate) const HEADLINE_CAP: usize = 60;
+/// Most arguments a card's table shows; the full JSON has the rest.
+pub(crate) const ARG_ROWS: usize = 20;
+
+/// An argument's value as one table cell (R1): on one line, every line
+/// break shown as `↵`, every hidden character (controls, bidi overrides,
+/// zero-width) made visible as `<U+XXXX>`, capped at `max` characters.
+/// Markup characters are kept (the value is shown exactly, as text).
+pub fn cell(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max * 4));
+    let mut shown = 0usize;
+    for c in s.chars() {
+        let piece = match c {
+            '\n' | '\u{2028}' | '\u{2029}' => "↵".to_owned(),
+            '\t' => " ".to_owned(),
+            c if is_hidden(c) => visible(c),
+            c => c.to_string(),
+        };
+        shown += piece.chars().count();
+        out.push_str(&piece);
+        if shown > max + 12 {
+            break;
+        }
+    }
+    cap(out, max)
+}
+
+fn value_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn value_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// One row of a card's argument table: the argument's name through
+/// [`inline`], its value through [`cell`] (both written by the gadget).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ArgRow {
+    /// The argument's name.
+    pub name: String,
+    /// Its value on one line, capped ([`CELL_CAP`]).
+    pub value: String,
+    /// Its JSON type (`string`, `number`, `boolean`, `null`, `array`,
+    /// `object`).
+    pub kind: &'static str,
+}
+
+/// The arguments as a readable table: one row per top-level argument (at
+/// most [`ARG_ROWS`]), and a note when some are not shown or they are not
+/// a JSON object. The full JSON is [`args_block`]'s.
+pub fn arg_rows(args: &str) -> (Vec<ArgRow>, Option<String>) {
+    match serde_json::from_str::<serde_json::Value>(args) {
+        Ok(serde_json::Value::Object(map)) => {
+            let total = map.len();
+            let rows = map
+                .iter()
+                .take(ARG_ROWS)
+                .map(|(k, v)| ArgRow {
+                    name: inline(k),
+                    value: cell(&value_text(v), CELL_CAP),
+                    kind: value_kind(v),
+                })
+                .collect();
+            let note = (total > ARG_ROWS).then(|| {
+                format!(
+                    "{} more arguments are not shown here: see the full JSON",
+                    total - ARG_ROWS
+                )
+            });
+            (rows, note)
+        }
+        Ok(_) | Err(_) => (
+            vec![ArgRow {
+                name: "(arguments)".to_owned(),
+                value: cell(args, CELL_CAP),
+                kind: "raw",
+            }],
+            Some("the arguments are not a JSON object".to_owned()),
+        ),
+    }
+}
+
+/// The argument a summary line quotes: a title-like one if there is one,
+/// else the first string or number.
+fn headline(args: &str) -> Option<(String, String)> {
+    const PREFERRED: &[&str] = &[
+        "title", "name", "label", "subject", "summary", "message", "text", "path", "url", "body",
+        "id",
+    ];
+    let serde_json::Value::Object(map) = serde_json::from_str(args).ok()? else {
+        return None;
+    };
+    let simple = |v: &serde_json::Value| v.is_string() || v.is_number() || v.is_boolean();
+    PREFERRED
+        .iter()
+        .find_map(|k| map.get(*k).filter(|v| simple(v)).map(|v| (*k, v)))
+        .or_else(|| {
+            map.iter()
+                .find(|(_, v)| simple(v))
+                .map(|(k, v)| (k.as_str(), v))
+        })
+        .map(|(k, v)| (inline(k), cell(&value_text(v), HEADLINE_CAP)))
+}
+
+/// Where an action goes, as the operator configured its gatekeeper (never
+/// anything the gadget or the gatekeeper wrote): the host credentials go
+/// to, else the only allowed host; `None` when the record names none.
+pub fn destination(g: &crate::store::GatekeeperRecord) -> Option<String> {
+    match (g.credential_host(), g.hosts.as_slice()) {
+        (Some(h), _) => Some(inline(h)),
+        (None, []) => None,
+        (None, hosts) => Some(format!("one of {} hosts", hosts.len())),
+    }
+}
+
+/// A card's one-line summary a person can judge: `createIssue on tracker
+/// at HOST — title “X”`. The tool's name is the gatekeeper's word, the
+/// quoted value the gadget's; the host is the operator's record. Every
+/// piece through the sanitiser, each marked with its author.
+pub fn summary_pieces(a: &Action, host: Option<&str>) -> Vec<Piece> {
+    let mut out = vec![
+        piece(inline(&a.tool), Author::Gatekeeper),
+        piece(" on ", Author::Kernel),
+        piece(inline(&a.gatekeeper), Author::Name),
+    ];
+    if let Some(h) = host {
+        out.push(piece(" at ", Author::Kernel));
+        out.push(piece(inline(h), Author::Name));
+    }
+    if let Some((k, v)) = headline(&a.args) {
+        out.push(piece(" — ", Author::Kernel));
+        out.push(piece(k, Author::Gadget));
+        out.push(piece(" ", Author::Kernel));
+        out.push(piece(v, Author::Gadget));
+    }
+    out
+}
+
+/// [`summary_pieces`] as one plain line: the gadget's value in quotes
+/// (“…”), so the line reads the same on a terminal.
+pub fn summary_line(pieces: &[Piece]) -> String {
+    // The gadget's pieces come in pairs: an argument's name, its value.
+    let mut out = String::new();
+    let mut gadget = 0usize;
+    for p in pieces {
+        if p.by == Author::Gadget {
+            gadget += 1;
+            if gadget.is_multiple_of(2) {
+                out.push('“');
+                out.push_str(&p.text);
+                out.push('”');
+                continue;
+            }
+        }
+        out.push_str(&p.text);
+    }
+    out
+}
+
+/// Why an action waits for a person, in the kernel's words, one reason a
+/// line: its classification, auto-approval's key one (as
+/// [`crate::classify::key_one_missing`] says), what changed since it was
+/// staged, the chat's latch, and when it expires. No line names the tool
+/// (the gatekeeper's word): the card's summary does, boxed as the
+/// gatekeeper's, and these lines are the kernel's alone.
+pub fn held(
+    a: &Action,
+    tool: Option<&crate::manifest::Tool>,
+    trust: crate::manifest::Trust,
+    latched: bool,
+    expires_at: Option<i64>,
+) -> Vec<String> {
+    let mut out = vec![format!(
+        "An action: the tool is not declared read-only, so it may change the outside world (classified by: {}); nothing has been sent.",
+        inline(&a.classified_by)
+    )];
+    match tool {
+        None => out.push(
+            "Its gatekeeper no longer declares the tool: approving it sends nothing if anything changed since it was staged."
+                .to_owned(),
+        ),
+        Some(t) => match crate::classify::key_one_missing(&t.annotations, trust) {
+            Some(m) => out.push(format!("Not auto-approvable: {m}.")),
+            None => out.push(
+                "Key one holds (a vetted gatekeeper, a non-destructive idempotent tool): a rule for exactly this gatekeeper's tool (key two) would approve it without a person."
+                    .to_owned(),
+            ),
+        },
+    }
+    if let Some(note) = &a.note {
+        out.push(format!(
+            "Changed since it was staged: {}; decide again on these facts.",
+            excerpt(note, 600)
+        ));
+    }
+    if latched {
+        out.push(format!(
+            "Chat {} is locked down (it read owner-only data): nothing from it is auto-approved.",
+            inline(&a.chat)
+        ));
+    }
+    if let Some(at) = expires_at {
+        let when = u64::try_from(at)
+            .ok()
+            .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+            .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+            .unwrap_or_else(|| at.to_string());
+        out.push(format!(
+            "Expires {when} if nobody decides it; then it is never sent."
+        ));
+    }
+    out
+}
+
+/// Who staged an action, as a card says it: the principal, the gadget,
+/// the chat, and whose account it is sent with.
+pub fn staged_by(a: &Action) -> String {
+    let through = match &a.gadget {
+        Some(g) => format!(" through gadget {}", inline(g)),
+        None => String::new(),
+    };
+    format!(
+        "{}{through} in chat {}; sent with {}'s credential ({})",
+        inline(&a.caller),
+        inline(&a.chat),
+        inline(&a.person),
+        inline(a.account.as_deref().unwrap_or("none"))
+    )
+}
+
 // Worded here, the one renderer: a tool name is the component's word, and
 // what a changed annotation now means is `classify`'s verdict, said for people.
 impl crate::manifest::ToolChange {
@@ -1057,6 +1337,76 @@ mod tests {
             let r = render(&a, Some(&text));
             prop_assert!(!r.chars().any(|c| acted_on(c, true)), "render: {r:?}");
         }
+    }
+
+    /// Issue 44: a card's summary line and argument table are built from
+    /// the sanitised pieces: hidden characters visible, line breaks shown
+    /// as `↵`, values capped, and each piece marked with its author.
+    #[test]
+    fn card_pieces_are_sanitised_and_attributed() {
+        let args = serde_json::json!({
+            "body": "x",
+            "title": "[Approve]\nApprove: gatehouse approve 9\u{202E}",
+            "n": 3,
+        });
+        let mut a = action("tracker", "create\nIssue\u{202E}", &args.to_string());
+        a.note = None;
+        let p = summary_pieces(&a, Some("127.0.0.1:4000"));
+        let line = summary_line(&p);
+        assert_eq!(
+            line,
+            "create Issue on tracker at 127.0.0.1:4000 — title “[Approve]↵Approve: gatehouse approve 9<U+202E>”"
+        );
+        assert!(!line.contains('\n') && !line.contains('\u{202E}'));
+        assert_eq!(p[0].by, Author::Gatekeeper);
+        assert_eq!(p[2].by, Author::Name);
+        assert_eq!(p.last().map(|p| p.by), Some(Author::Gadget));
+        let (rows, note) = arg_rows(&a.args);
+        assert!(note.is_none());
+        assert_eq!(rows.len(), 3);
+        let title = rows.iter().find(|r| r.name == "title").unwrap();
+        assert_eq!(title.kind, "string");
+        assert!(title.value.starts_with("[Approve]↵Approve"), "{title:?}");
+        let long = cell(&"y".repeat(5000), CELL_CAP);
+        assert!(long.chars().count() <= CELL_CAP + 8 && long.ends_with("[…cut]"));
+        let many: serde_json::Map<String, serde_json::Value> = (0..30)
+            .map(|i| (format!("k{i:02}"), serde_json::json!(i)))
+            .collect();
+        let (rows, note) = arg_rows(&serde_json::Value::Object(many).to_string());
+        assert_eq!(rows.len(), ARG_ROWS);
+        assert!(note.unwrap().starts_with("10 more arguments"));
+        let (rows, note) = arg_rows("[1,2]");
+        assert_eq!(rows.len(), 1);
+        assert!(note.is_some());
+    }
+
+    #[test]
+    fn held_says_why_in_the_kernels_words() {
+        let mut a = action("tracker", "createIssue", "{}");
+        a.note = Some("the grant changed".into());
+        let tool = crate::manifest::Tool {
+            name: "createIssue".into(),
+            description: String::new(),
+            input_schema: "{}".into(),
+            annotations: crate::manifest::Annotations::default(),
+            reverted_by: None,
+            honours_idempotency_key: false,
+        };
+        let h = held(&a, Some(&tool), crate::manifest::Trust::Byo, true, Some(0));
+        assert!(h[0].starts_with("An action: the tool is not declared read-only"));
+        let hostile = action("tracker", "Approve all\u{202E}", "{}");
+        let quiet = held(&hostile, None, crate::manifest::Trust::Byo, false, None);
+        assert!(
+            quiet.iter().all(|l| !l.contains("Approve all")),
+            "{quiet:?}"
+        );
+        assert!(
+            h[1].contains("key one is missing") && h[1].contains("not vetted"),
+            "{h:?}"
+        );
+        assert!(h[2].contains("the grant changed"));
+        assert!(h[3].contains("locked down"));
+        assert!(h[4].starts_with("Expires 1970-01-01T00:00:00Z"), "{h:?}");
     }
 
     #[test]

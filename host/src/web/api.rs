@@ -238,11 +238,14 @@ struct ActionView {
     reverted_by: Option<i64>,
     /// For a revert: the action it undoes.
     reverts: Option<i64>,
+    /// The action as the inbox's card shows it (issue 44).
+    card: crate::inbox::Card,
 }
 
 fn action_view(shown: Shown) -> ActionView {
     let a = shown.action;
     ActionView {
+        card: shown.card,
         id: a.id,
         chat: a.chat,
         gatekeeper: a.gatekeeper,
@@ -267,47 +270,51 @@ pub(crate) fn refused(e: anyhow::Error) -> ApiError {
 }
 
 #[derive(Serialize)]
-struct Group {
-    chat: String,
-    /// The chat's restricted-data latch (O3): the page shows a banner.
-    latched: bool,
-    /// Raw (attacker-written): for grouping only, never for display.
-    gatekeeper: String,
-    /// The gatekeeper's name through the sanitiser (R1), for display.
-    gatekeeper_shown: String,
-    actions: Vec<ActionView>,
-}
-
-#[derive(Serialize)]
 struct Inbox {
     user: String,
     /// Chats this person may see that are locked down.
     latched_chats: Vec<String>,
-    groups: Vec<Group>,
+    #[serde(flatten)]
+    page: crate::inbox::InboxPage,
 }
 
-/// Pending actions this person may see, grouped by chat and gatekeeper,
-/// oldest first (groups ordered by their oldest action).
-async fn inbox(State(st): State<AppState>, p: Person) -> ApiResult<Json<Inbox>> {
-    let chats = st.kernel.chats(&p.user).await?;
-    let mut groups: Vec<Group> = Vec::new();
-    for shown in st.kernel.inbox(&p.user, None).await? {
-        let (chat, gatekeeper) = (shown.action.chat.clone(), shown.action.gatekeeper.clone());
-        let view = action_view(shown);
-        match groups
-            .iter_mut()
-            .find(|g| g.chat == chat && g.gatekeeper == gatekeeper)
-        {
-            Some(g) => g.actions.push(view),
-            None => groups.push(Group {
-                latched: chats.iter().any(|c| c.name == chat && c.latched),
-                gatekeeper_shown: prompt::inline(&gatekeeper),
-                chat,
-                gatekeeper,
-                actions: vec![view],
-            }),
-        }
+/// Most cards one page of the inbox holds.
+const INBOX_PAGE_MAX: usize = 500;
+
+#[derive(Deserialize, Default)]
+struct InboxQuery {
+    chat: Option<String>,
+    after: Option<i64>,
+    limit: Option<usize>,
+}
+
+/// Pending actions this person may see, as cards, oldest first, one page
+/// at a time (`after`, `limit`: at most 500, 100 unless asked), of one
+/// chat (`chat`) or of all.
+async fn inbox(
+    State(st): State<AppState>,
+    p: Person,
+    q: Result<Query<InboxQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Inbox>> {
+    let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > INBOX_PAGE_MAX {
+        return Err(ApiError::bad(format!(
+            "limit must be between 1 and {INBOX_PAGE_MAX}"
+        )));
     }
+    let chat = nonempty(q.chat);
+    let chats = st.kernel.chats(&p.user).await?;
+    if let Some(c) = &chat
+        && !chats.iter().any(|v| &v.name == c)
+    {
+        return Err(no_chat(c));
+    }
+    let page = st
+        .kernel
+        .inbox_page(&p.user, chat.as_deref(), q.after, limit)
+        .await
+        .map_err(refused)?;
     Ok(Json(Inbox {
         user: p.user,
         latched_chats: chats
@@ -315,7 +322,7 @@ async fn inbox(State(st): State<AppState>, p: Person) -> ApiResult<Json<Inbox>> 
             .filter(|c| c.latched)
             .map(|c| c.name)
             .collect(),
-        groups,
+        page,
     }))
 }
 
@@ -667,25 +674,41 @@ async fn chat_open(
     }))
 }
 
+/// One chat, with its observation set in brief (issue 44).
+#[derive(Serialize)]
+struct ChatDetail {
+    #[serde(flatten)]
+    chat: ChatView,
+    observed: crate::inbox::ObservedSet,
+}
+
 async fn chat_get(
     State(st): State<AppState>,
     p: Person,
     Path(chat): Path<String>,
-) -> ApiResult<Json<ChatView>> {
-    st.kernel
+) -> ApiResult<Json<ChatDetail>> {
+    let view = st
+        .kernel
         .chats(&p.user)
         .await?
         .into_iter()
         .find(|c| c.name == chat)
-        .map(|c| {
-            Json(ChatView {
-                name: c.name,
-                owner: c.owner,
-                latched: c.latched,
-                pending: c.pending,
-            })
+        .map(|c| ChatView {
+            name: c.name,
+            owner: c.owner,
+            latched: c.latched,
+            pending: c.pending,
         })
-        .ok_or_else(|| no_chat(&chat))
+        .ok_or_else(|| no_chat(&chat))?;
+    let observed = st
+        .kernel
+        .observed_set(&p.user, &chat)
+        .await
+        .map_err(refused)?;
+    Ok(Json(ChatDetail {
+        chat: view,
+        observed,
+    }))
 }
 
 /// A ledger entry with a one-line summary rendered like the terminal's

@@ -8,6 +8,7 @@ mod audit;
 mod auto_approval;
 mod blueprints;
 mod caps;
+mod chromium;
 mod classification;
 mod cli;
 mod database;

@@ -1732,9 +1732,9 @@ impl Case {
                 p.name()
             );
             let inbox = api.get("/api/inbox").await.json();
-            let grouped: BTreeSet<String> = inbox["groups"]
+            let grouped: BTreeSet<String> = inbox["cards"]
                 .as_array()
-                .ok_or("groups is a list")?
+                .ok_or("cards is a list")?
                 .iter()
                 .filter_map(|g| g["chat"].as_str().map(str::to_owned))
                 .collect();

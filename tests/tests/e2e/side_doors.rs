@@ -310,7 +310,9 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
 /// nothing, answered like things that do not exist.
 async fn nothing(api: &Api, id: i64) {
     let inbox = api.send("GET", "/api/inbox", None, &[]).await.json();
-    assert_eq!(inbox["groups"], json!([]), "{inbox}");
+    assert_eq!(inbox["cards"], json!([]), "{inbox}");
+    assert_eq!(inbox["chats"], json!([]), "{inbox}");
+    assert_eq!(inbox["total"], 0, "{inbox}");
     for path in [
         format!("/api/actions/{id}"),
         "/api/chats/work".to_owned(),

@@ -347,25 +347,86 @@ async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
 
     let inbox = api.get("/api/inbox").await.json();
     assert_eq!(inbox["user"], "alice");
-    let groups = inbox["groups"].as_array().unwrap();
-    assert_eq!(groups.len(), 1, "only alice's chat: {inbox}");
-    assert_eq!(groups[0]["chat"], "work");
-    assert_eq!(groups[0]["gatekeeper"], "issues");
-    let ids: Vec<i64> = groups[0]["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["id"].as_i64().unwrap())
-        .collect();
+    let chats = inbox["chats"].as_array().unwrap();
+    assert_eq!(chats.len(), 1, "only alice's chat: {inbox}");
+    assert_eq!(chats[0]["name"], "work");
+    assert_eq!(chats[0]["may_decide"], true);
+    assert_eq!(inbox["total"], 2);
+    assert_eq!(inbox["next_after"], Value::Null);
+    let cards = inbox["cards"].as_array().unwrap();
+    let ids: Vec<i64> = cards.iter().map(|a| a["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, first, "oldest first");
+    // Issue 44: a card is the kernel's rendering: summary, table, reasons.
+    let a = w.kernel.inspect().action(first[0]).unwrap().unwrap();
+    let host = w
+        .kernel
+        .inspect()
+        .gatekeeper("issues")
+        .unwrap()
+        .unwrap()
+        .credential_host()
+        .map(str::to_owned);
+    let pieces = gatehouse::prompt::summary_pieces(&a, host.as_deref());
+    assert_eq!(
+        cards[0]["summary"],
+        gatehouse::prompt::summary_line(&pieces)
+    );
+    assert!(
+        cards[0]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("addLabel on issues at 127.0.0.1:"),
+        "{}",
+        cards[0]
+    );
+    assert_eq!(cards[0]["gatekeeper_shown"], "issues");
+    assert_eq!(cards[0]["args"][0]["name"], "id");
+    assert_eq!(cards[0]["args"][1]["name"], "label");
+    assert_eq!(cards[0]["args"][1]["value"], "a");
+    let held = cards[0]["held"].as_array().unwrap();
+    assert!(
+        held[0]
+            .as_str()
+            .unwrap()
+            .starts_with("An action: the tool is not declared read-only"),
+        "{held:?}"
+    );
+    assert!(
+        held.iter()
+            .any(|h| h.as_str().unwrap().contains("key one is missing")),
+        "{held:?}"
+    );
+    assert!(cards[0]["expires_at"].as_i64().unwrap() > cards[0]["created_at"].as_i64().unwrap());
+    assert!(
+        cards[0].get("prompt").is_none(),
+        "summary first: {}",
+        cards[0]
+    );
 
-    // R3: exactly the text the terminal prints.
+    // Paged: one at a time, oldest first, with a cursor.
+    let page = api.get("/api/inbox?limit=1").await.json();
+    assert_eq!(page["cards"].as_array().unwrap().len(), 1);
+    assert_eq!(page["next_after"], first[0]);
+    let page = api
+        .get(&format!("/api/inbox?limit=1&after={}", first[0]))
+        .await
+        .json();
+    assert_eq!(page["cards"][0]["id"], first[1]);
+    assert_eq!(page["next_after"], Value::Null);
+    assert_eq!(api.get("/api/inbox?limit=0").await.status, 400);
+    assert_eq!(api.get("/api/inbox?limit=501").await.status, 400);
+    let work = api.get("/api/inbox?chat=work").await.json();
+    assert_eq!(work["total"], 2);
+    let private = api.get("/api/inbox?chat=private").await;
+    assert_eq!(private.status, 404, "{}", private.text);
+
+    // R3: exactly the text the terminal prints, one request away.
     let shown = w.cli(&["show", &first[0].to_string()]);
     assert!(shown.status.success());
-    assert_eq!(groups[0]["actions"][0]["prompt"], stdout(&shown));
     let one = api.get(&format!("/api/actions/{}", first[0])).await;
     assert_eq!(one.status, 200);
     assert_eq!(one.json()["prompt"], stdout(&shown));
+    assert_eq!(one.json()["card"], cards[0]);
 
     // bob's chat is invisible to alice, and answers like a missing one.
     for path in [
@@ -645,7 +706,7 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
     // The refused 500 is not a write that took effect; the two applied are.
     assert_eq!(w.tracker.writes().len(), 2);
     assert!(
-        api.get("/api/inbox").await.json()["groups"]
+        api.get("/api/inbox").await.json()["cards"]
             .as_array()
             .unwrap()
             .is_empty()
@@ -675,6 +736,17 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .unwrap()
             .contains("issues:listIssues")
     );
+    // Issue 44: the chat's observation set in brief, as the inbox's chips
+    // show it: one read through issues, and the sources it touched.
+    let sources = obs[0]["sources"].as_array().unwrap().len();
+    assert!(sources > 0, "{obs:?}");
+    let chat = api.get("/api/chats/work").await.json();
+    assert_eq!(chat["observed"]["reads"], 1, "{chat}");
+    assert_eq!(chat["observed"]["sources"], sources, "{chat}");
+    assert_eq!(chat["observed"]["restricted"], 0, "{chat}");
+    assert_eq!(chat["observed"]["gatekeepers"][0]["gatekeeper"], "issues");
+    let inbox = api.get("/api/inbox").await.json();
+    assert_eq!(inbox["chats"][0]["observed"], chat["observed"], "{inbox}");
 
     let ids = |v: Value| -> Vec<i64> {
         v.as_array()
@@ -797,7 +869,15 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     assert_eq!(api.get("/api/chats/work").await.json()["latched"], true);
     let inbox = api.get("/api/inbox").await.json();
     assert_eq!(inbox["latched_chats"], json!(["work"]));
-    assert_eq!(inbox["groups"][0]["latched"], true);
+    assert_eq!(inbox["chats"][0]["latched"], true);
+    assert!(
+        inbox["cards"][0]["held"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h.as_str().unwrap().contains("locked down")),
+        "{inbox}"
+    );
     server.stop().await;
 }
 
@@ -903,9 +983,16 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
     let js = api.get("/assets/app.js").await;
     // The live view is a server-sent events stream: the page never polls.
     assert!(js.text.contains("new EventSource(\"/api/events\")"));
-    for polling in ["setInterval", "setTimeout"] {
-        assert!(!js.text.contains(polling), "app.js polls with {polling}");
-    }
+    assert!(
+        !js.text.contains("setInterval"),
+        "app.js polls with setInterval"
+    );
+    // Its one timer is the decision batch's wait before sending (issue 44).
+    assert_eq!(
+        js.text.matches("setTimeout").count(),
+        1,
+        "app.js has one timer, the batch's"
+    );
     let css = api.get("/assets/app.css").await;
     assert!(
         css.headers["content-type"]

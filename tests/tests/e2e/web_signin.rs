@@ -4,7 +4,8 @@
 //! one-time link.
 
 use crate::web_api::{Api, PATIENCE, people_world, stage_labels};
-use crate::web_browser::{Driver, browser, screenshot, sign_in, text, wait_for};
+use crate::chromium::{Driver, Screen, browser};
+use crate::web_browser::{screenshot, sign_in, text, wait_for};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, Locator};
 use gatehouse::store::Trust;
@@ -119,7 +120,7 @@ async fn web_signin_by_passkey_in_chromium_and_replays_or_other_origins_are_refu
     // WebAuthn needs a name, not an address: the page is opened as
     // localhost, the relying party this server offers on loopback.
     let base = format!("http://localhost:{port}");
-    let c = browser(&driver).await;
+    let c = browser(&driver, Screen::Desktop).await;
     let authenticator = virtual_authenticator(&c).await;
 
     // At 127.0.0.1 the page says where passkeys work instead.
@@ -468,7 +469,7 @@ async fn web_signin_by_oidc_in_chromium_needs_an_operators_binding() {
     let base = server.url();
 
     // Alice: the button, the provider's form, consent, her inbox.
-    let c = browser(&driver).await;
+    let c = browser(&driver, Screen::Desktop).await;
     c.goto(&format!("{base}/signin"))
         .await
         .expect("the sign-in page");
@@ -492,7 +493,7 @@ async fn web_signin_by_oidc_in_chromium_needs_an_operators_binding() {
 
     // Mallory's identity is valid at the provider but bound to nobody:
     // refused, with the subject and issuer the operator needs.
-    let c = browser(&driver).await;
+    let c = browser(&driver, Screen::Desktop).await;
     c.goto(&format!("{base}/signin"))
         .await
         .expect("the sign-in page");
@@ -546,7 +547,7 @@ async fn web_signin_by_oidc_in_chromium_needs_an_operators_binding() {
             })
             .collect();
         url.query_pairs_mut().clear().extend_pairs(pairs);
-        let c = browser(&driver).await;
+        let c = browser(&driver, Screen::Desktop).await;
         c.goto(&format!("{base}/signin"))
             .await
             .expect("the sign-in page");

@@ -152,47 +152,327 @@ function failed(e) {
 }
 
 // ----- the inbox -----
+//
+// One card per pending action, built from the kernel's renderings (the
+// card fields of `GET /api/inbox`): a summary line, the arguments as a
+// table, who staged it, why it is held, and what its chat has read. Text
+// a gadget or a gatekeeper wrote is always shown inside a quoted, dashed
+// box labelled with its author (`.ext`), and never inside a button, a
+// link or a label: the page's own controls are only ever the kernel's
+// words.
+//
+// Deciding: Approve / Reject mark a card at once, but nothing is sent
+// and nothing is claimed until the batch is submitted: a few seconds
+// after the last mark (one timer, restarted by every mark), or at once
+// with Enter / "Submit now". Until then Undo (or `u`) takes the last mark
+// back, and pressing a pressed button again takes that one back.
 
-// Cards by action id, kept across polls so selections and results stay.
+// How long a batch waits for more marks (or an Undo) before it is sent.
+const BATCH_WAIT_MS = 5000;
+// The first page is small so the first cards show at once; the rest come
+// in larger pages, rendered a slice per animation frame.
+const FIRST_PAGE = 40;
+const NEXT_PAGE = 500;
+const SLICE = 60;
+
+// Cards by action id, kept across reloads so marks and results stay.
 const cards = new Map();
-// Sanitised gatekeeper names (from the server) by group key.
-const shownNames = new Map();
+// Chat groups by chat name: {section, list, observed, info}.
+const groups = new Map();
+// The batch: marks not yet sent, in the order they were made.
+const batch = { marks: new Map(), order: [], timer: 0, sending: false, auto: true };
 
-function groupKey(a) {
-  return JSON.stringify([a.chat, a.gatekeeper]);
+function announce(msg) {
+  const a = document.getElementById("announce");
+  if (!a) return;
+  // A fresh text node each time, so the same words are announced again.
+  clear(a);
+  a.append(document.createTextNode(msg));
 }
+
+// Attacker-written text: quoted, boxed and labelled with its author.
+function ext(text, by, tag) {
+  const who = by === "gatekeeper" ? "written by the gatekeeper" : "written by the gadget";
+  const n = el(tag || "q", { class: "ext by-" + by, text });
+  n.title = who;
+  return n;
+}
+
+function summaryNode(card) {
+  const p = el("p", { class: "summary", id: `summary-${card.id}` });
+  // The gadget's pieces come in pairs: an argument's name, then its value
+  // (quoted); a tool's name is boxed as the gatekeeper's.
+  let gadget = 0;
+  for (const piece of card.summary_pieces) {
+    if (piece.by === "gadget") {
+      gadget += 1;
+      p.append(ext(piece.text, piece.by, gadget % 2 === 0 ? "q" : "span"));
+    } else if (piece.by === "gatekeeper") p.append(ext(piece.text, piece.by, "span"));
+    else if (piece.by === "name") p.append(el("span", { class: "name", text: piece.text }));
+    else p.append(document.createTextNode(piece.text));
+  }
+  return p;
+}
+
+function argsNode(card) {
+  const body = el("tbody", {});
+  for (const r of card.args) {
+    body.append(el("tr", {},
+      el("th", { scope: "row" }, ext(r.name, "gadget", "span")),
+      el("td", { class: "kind-" + r.kind }, ext(r.value, "gadget", "span"))));
+  }
+  const table = el("table", { class: "args" },
+    el("caption", {}, "Arguments ", el("span", { class: "by", text: "(written by the gadget)" })),
+    el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "Name" }), el("th", { scope: "col", text: "Value" }))),
+    body);
+  const wrap = el("div", { class: "args-wrap" }, table);
+  if (card.args_note) wrap.append(el("p", { class: "note", text: card.args_note }));
+  return wrap;
+}
+
+// One formatter for every card (making one is the slow part).
+const dateTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+function timeText(ms) {
+  return dateTime.format(new Date(ms));
+}
+
+function factsNode(card) {
+  const held = el("ul", { class: "held" }, ...card.held.map((h) => el("li", { text: h })));
+  const dl = el("dl", { class: "facts" },
+    el("dt", { text: "Staged by" }),
+    el("dd", {}, card.staged_by + " · ", el("time", { dateTime: new Date(card.created_at).toISOString(), text: timeText(card.created_at) })));
+  if (card.reverts) dl.append(el("dt", { text: "Reverts" }), el("dd", { text: `action #${card.reverts} (a new action that undoes it)` }));
+  if (card.held.length) dl.append(el("dt", { text: "Why held" }), el("dd", {}, held));
+  return dl;
+}
+
+// The full prompt (the terminal's text, `gatehouse show ID`), one click
+// away: fetched when first opened.
+function fullNode(c) {
+  const pre = el("pre", { class: "prompt" });
+  const d = el("details", { class: "full" }, el("summary", { text: "Full prompt and arguments (JSON)" }), pre);
+  d.addEventListener("toggle", () => {
+    if (!d.open || c.promptLoaded) return;
+    c.promptLoaded = true;
+    pre.textContent = "Loading…";
+    api("GET", "/api/actions/" + c.id)
+      .then((a) => {
+        pre.textContent = a.prompt;
+      })
+      .catch((e) => {
+        c.promptLoaded = false;
+        pre.textContent = "";
+        failed(e);
+      });
+  });
+  c.pre = pre;
+  return d;
+}
+
+function cardNode(c) {
+  const a = c.card;
+  const node = el("li", { class: "action card", dataset: { id: String(a.id), chat: a.chat }, tabIndex: -1 });
+  node.setAttribute("aria-labelledby", `summary-${a.id}`);
+  const state = el("span", { class: "mark", id: `mark-${a.id}` });
+  const head = el("div", { class: "card-head" }, el("span", { class: "id", text: `#${a.id}` }), summaryNode(a), state);
+  const decide = el("div", { class: "decide" });
+  if (a.may_decide) {
+    const approve = el("button", { type: "button", class: "approve", text: "Approve" });
+    const reject = el("button", { type: "button", class: "reject", text: "Reject" });
+    approve.setAttribute("aria-pressed", "false");
+    reject.setAttribute("aria-pressed", "false");
+    approve.setAttribute("aria-describedby", `summary-${a.id}`);
+    reject.setAttribute("aria-describedby", `summary-${a.id}`);
+    approve.addEventListener("click", () => mark(c, "approve", false));
+    reject.addEventListener("click", () => mark(c, "reject", false));
+    decide.append(approve, reject);
+    c.buttons = { approve, reject };
+  } else {
+    decide.append(el("p", { class: "hint", text: "You may see this chat but not decide in it." }));
+  }
+  c.result = el("p", { class: "result" });
+  c.stateNode = state;
+  node.append(head, factsNode(a), argsNode(a), fullNode(c), decide, c.result);
+  node.addEventListener("focus", () => {
+    lastFocused = c.id;
+  });
+  return node;
+}
+
+let lastFocused = null;
 
 function card(a) {
   let c = cards.get(a.id);
   if (c) {
-    c.action = a;
+    c.card = a;
     return c;
   }
-  const choice = el("select", { className: "choice", name: `choice-${a.id}` },
-    el("option", { value: "", text: "undecided" }),
-    el("option", { value: "approve", text: "approve" }),
-    el("option", { value: "reject", text: "reject" }));
-  choice.setAttribute("aria-label", `decision for action ${a.id}`);
-  const result = el("p", { class: "result" });
-  const prompt = el("pre", { class: "prompt", text: a.prompt });
-  const node = el("li", { class: "action", dataset: { id: String(a.id) } },
-    el("label", { class: "pick" }, `#${a.id} `, choice), prompt, result);
-  c = { action: a, node, choice, result, decided: null, submitting: false };
+  c = { id: a.id, card: a, node: null, mark: null, decided: null, submitting: false, buttons: null };
+  c.node = cardNode(c);
   cards.set(a.id, c);
   return c;
 }
 
+function showMark(c) {
+  const m = c.mark;
+  c.node.classList.toggle("marked-approve", m === "approve");
+  c.node.classList.toggle("marked-reject", m === "reject");
+  if (c.buttons) {
+    c.buttons.approve.setAttribute("aria-pressed", String(m === "approve"));
+    c.buttons.reject.setAttribute("aria-pressed", String(m === "reject"));
+  }
+  c.stateNode.textContent = m === "approve" ? "Approved — not sent yet" : m === "reject" ? "Rejected — not sent yet" : "";
+}
+
+function batchBar() {
+  return document.getElementById("batchbar");
+}
+
+// The one timer of the page: the batch's wait before it is sent. (The
+// live view needs none: it is a server-sent events stream.)
+function armBatch() {
+  if (batch.timer) clearTimeout(batch.timer);
+  batch.timer = 0;
+  // A time limit a person can turn off (WCAG 2.2.1): "Send by itself".
+  if (batch.marks.size === 0 || !batch.auto) return;
+  batch.timer = setTimeout(() => {
+    batch.timer = 0;
+    submitBatch();
+  }, BATCH_WAIT_MS);
+}
+
+function showBatch(said) {
+  const bar = batchBar();
+  if (!bar) return;
+  const n = batch.marks.size;
+  const approve = [...batch.marks.values()].filter((v) => v === "approve").length;
+  const status = document.getElementById("batch-status");
+  bar.classList.toggle("open", n > 0 || batch.sending);
+  document.getElementById("undo").disabled = n === 0 || batch.sending;
+  document.getElementById("submit-decisions").disabled = n === 0 || batch.sending;
+  if (said !== undefined) status.textContent = said;
+  else if (batch.sending) status.textContent = "Sending…";
+  else if (n === 0) status.textContent = "Nothing marked. Approve or Reject a card; nothing is sent until the batch is submitted.";
+  else if (batch.auto) status.textContent = `${n} marked (${approve} approve, ${n - approve} reject): sent in ${BATCH_WAIT_MS / 1000} s unless you undo.`;
+  else status.textContent = `${n} marked (${approve} approve, ${n - approve} reject): not sent until you submit them.`;
+  // Restart the countdown bar's animation (decoration only).
+  const old = document.getElementById("countdown");
+  if (old) {
+    const fresh = el("span", { id: "countdown", class: n > 0 && !batch.sending && batch.auto ? "running" : "" });
+    fresh.setAttribute("aria-hidden", "true");
+    old.replaceWith(fresh);
+  }
+}
+
+function mark(c, verb, advance) {
+  if (c.decided || c.submitting || !c.buttons || batch.sending) return;
+  const was = c.mark;
+  const to = was === verb ? null : verb;
+  c.mark = to;
+  batch.order = batch.order.filter((id) => id !== c.id);
+  if (to) {
+    batch.marks.set(c.id, to);
+    batch.order.push(c.id);
+  } else {
+    batch.marks.delete(c.id);
+  }
+  showMark(c);
+  armBatch();
+  const said = to
+    ? `${to === "approve" ? "Approved" : "Rejected"} #${c.id} — not sent yet. Undo with u.`
+    : `Took back the mark on #${c.id}.`;
+  showBatch(said);
+  announce(said);
+  if (advance && to) move(1);
+}
+
+function undo() {
+  if (batch.sending) return;
+  const id = batch.order.pop();
+  if (id === undefined) return;
+  batch.marks.delete(id);
+  const c = cards.get(id);
+  if (c) {
+    c.mark = null;
+    showMark(c);
+    c.node.focus();
+  }
+  armBatch();
+  const said = `Undone: #${id} is not marked; nothing was sent.`;
+  showBatch(said);
+  announce(said);
+}
+
+async function submitBatch() {
+  if (batch.timer) clearTimeout(batch.timer);
+  batch.timer = 0;
+  if (batch.sending || batch.marks.size === 0) return;
+  const marks = [...batch.marks.entries()];
+  batch.marks.clear();
+  batch.order = [];
+  batch.sending = true;
+  const open = marks.map(([id]) => cards.get(id)).filter((c) => c);
+  for (const c of open) {
+    c.submitting = true;
+    if (c.buttons) {
+      c.buttons.approve.disabled = true;
+      c.buttons.reject.disabled = true;
+    }
+    c.stateNode.textContent = "Sending…";
+  }
+  showBatch();
+  const body = {
+    approve: marks.filter(([, v]) => v === "approve").map(([id]) => id),
+    reject: marks.filter(([, v]) => v === "reject").map(([id]) => id),
+  };
+  let said = "";
+  try {
+    const r = await api("POST", "/api/decisions", body);
+    for (const res of r.results) {
+      const c = cards.get(res.id);
+      if (c) showResult(c, res);
+    }
+    const good = r.results.filter((x) => x.ok).length;
+    said = `${good} of ${r.results.length} done.`;
+  } catch (e) {
+    failed(e);
+    said = "The batch was not sent: " + e.message;
+    for (const c of open) {
+      if (c.decided) continue;
+      c.mark = null;
+      showMark(c);
+      if (c.buttons && e.status !== 401) {
+        c.buttons.approve.disabled = false;
+        c.buttons.reject.disabled = false;
+      }
+    }
+  } finally {
+    for (const c of open) c.submitting = false;
+    batch.sending = false;
+  }
+  showBatch(said);
+  announce(said);
+  if (inboxRefresh) await inboxRefresh({ resync: true });
+}
+
 function showResult(c, r) {
   c.decided = r;
+  c.mark = null;
   c.result.textContent = r.line;
   c.result.className = "result " + r.outcome + (r.ok ? " ok" : " not-ok");
+  c.node.classList.remove("marked-approve", "marked-reject");
   c.node.classList.add("decided");
-  c.choice.disabled = true;
+  c.stateNode.textContent = r.ok ? r.outcome : "not done";
+  if (c.buttons) {
+    c.buttons.approve.remove();
+    c.buttons.reject.remove();
+    c.buttons = null;
+  }
   // The prompt said "pending": show the action as it stands now.
-  api("GET", "/api/actions/" + c.action.id)
+  api("GET", "/api/actions/" + c.id)
     .then((a) => {
       c.action = a;
-      c.node.querySelector("pre.prompt").textContent = a.prompt;
+      if (c.promptLoaded) c.pre.textContent = a.prompt;
       revertButton(c);
     })
     .catch(() => {});
@@ -202,14 +482,14 @@ function showResult(c, r) {
 // Revert button: it stages the revert as a new action, which then waits in
 // this inbox for its own decision like any other (nothing is sent now).
 function revertButton(c) {
-  if (!c.action.revertible || c.revert) return;
-  const b = el("button", { type: "button", class: "revert", text: `Revert #${c.action.id}` });
-  b.dataset.id = String(c.action.id);
+  if (!c.action || !c.action.revertible || c.revert) return;
+  const b = el("button", { type: "button", class: "revert", text: `Revert #${c.id}` });
+  b.dataset.id = String(c.id);
   const said = el("p", { class: "revert-result" });
   b.addEventListener("click", async () => {
     b.disabled = true;
     try {
-      const r = await api("POST", "/api/actions/" + c.action.id + "/revert");
+      const r = await api("POST", "/api/actions/" + c.id + "/revert");
       said.textContent = r.line;
       said.className = "revert-result ok";
     } catch (e) {
@@ -232,119 +512,267 @@ function latchedBanners(names) {
   }
 }
 
-function renderInbox(list, inbox) {
-  const seen = new Set();
-  const groups = new Map();
-  const add = (a) => {
-    const k = groupKey(a);
-    if (!groups.has(k)) groups.set(k, { chat: a.chat, shown: shownNames.get(k) || "", items: [] });
-    groups.get(k).items.push(card(a));
-  };
-  for (const g of inbox.groups) {
-    shownNames.set(JSON.stringify([g.chat, g.gatekeeper]), g.gatekeeper_shown);
-    for (const a of g.actions) {
-      seen.add(a.id);
-      add(a);
+// What a chat has read (its observation set, SPEC S1) as chips: per
+// gatekeeper, reads and distinct sources, restricted ones called out.
+function observedNode(chatName, observed) {
+  const list = el("ul", { class: "observed" });
+  list.setAttribute("aria-label", `What chat ${chatName} has read`);
+  if (!observed || observed.reads === 0) {
+    list.append(el("li", { class: "chip none", text: "has read nothing" }));
+    return list;
+  }
+  for (const g of observed.gatekeepers) {
+    const chip = el("li", { class: "chip" + (g.restricted ? " restricted" : "") },
+      el("span", { class: "name", text: g.gatekeeper }),
+      ` ${g.reads} read${g.reads === 1 ? "" : "s"} · ${g.sources} source${g.sources === 1 ? "" : "s"}`);
+    if (g.restricted) chip.append(el("strong", { text: ` · ${g.restricted} restricted` }));
+    list.append(chip);
+  }
+  return list;
+}
+
+function group(info) {
+  let g = groups.get(info.name);
+  if (!g) {
+    const list = el("ol", { class: "actions" });
+    const heading = el("h2", {}, "Chat ", el("a", { href: "/chats/" + encodeURIComponent(info.name), class: "name", text: info.shown }));
+    const section = el("section", { class: "group", dataset: { chat: info.name } });
+    section.setAttribute("aria-label", `Chat ${info.shown}`);
+    g = { section, list, heading, observed: null, info };
+    section.append(heading, el("div", { class: "observed-wrap" }), list);
+    groups.set(info.name, g);
+  }
+  g.info = info;
+  g.section.classList.toggle("latched", info.latched);
+  const wrap = g.section.querySelector(".observed-wrap");
+  clear(wrap);
+  wrap.append(el("span", { class: "hint", text: "Has read: " }), observedNode(info.shown, info.observed));
+  return g;
+}
+
+function firstId(g) {
+  const f = g.list.firstElementChild;
+  return f ? Number(f.dataset.id) : Infinity;
+}
+
+// Put a group's section where it belongs: groups by their oldest card.
+function placeGroup(root, g) {
+  if (g.section.parentNode === root) return;
+  const mine = firstId(g);
+  for (const other of root.querySelectorAll("section.group")) {
+    const o = groups.get(other.dataset.chat);
+    if (o && firstId(o) > mine) {
+      root.insertBefore(g.section, other);
+      return;
     }
   }
-  // Decided here (or being decided by a batch in flight, whose live-view
-  // refresh can arrive before the batch's answer): keep them, with their
-  // results, until the page reloads.
-  for (const [id, c] of cards) {
-    if (seen.has(id)) continue;
-    if (c.decided || c.submitting) add(c.action);
-    else cards.delete(id); // decided elsewhere (another person, the CLI)
+  root.append(g.section);
+}
+
+// Add cards to their groups in id order.
+function placeCards(root, list) {
+  for (const c of list) {
+    const g = groups.get(c.card.chat);
+    if (!g) continue;
+    if (c.node.parentNode !== g.list) {
+      let before = null;
+      for (const n of g.list.children) {
+        if (Number(n.dataset.id) > c.id) {
+          before = n;
+          break;
+        }
+      }
+      g.list.insertBefore(c.node, before);
+    }
+    placeGroup(root, g);
   }
-  const latched = new Set(inbox.latched_chats);
-  // Rebuild only when something changed, so an open control keeps focus.
-  const signature = JSON.stringify([[...groups.keys()], [...groups.values()].map((g) => g.items.map((c) => c.action.id)), inbox.latched_chats]);
-  if (list.dataset.signature === signature) return;
-  list.dataset.signature = signature;
-  clear(list);
-  if (groups.size === 0) {
-    list.dataset.signature = "";
-    list.append(el("p", { class: "empty", text: "Nothing awaits a decision." }));
+}
+
+function nextFrame() {
+  return new Promise((resolve) => requestAnimationFrame(() => resolve()));
+}
+
+let inboxRefresh = null;
+let firstCardMarked = false;
+
+function visibleCards() {
+  return [...document.querySelectorAll("#inbox li.action")];
+}
+
+// j / k: the next / previous card.
+function move(step) {
+  const list = visibleCards();
+  if (list.length === 0) return;
+  const at = document.activeElement && document.activeElement.closest ? document.activeElement.closest("li.action") : null;
+  let i = at ? list.indexOf(at) : list.findIndex((n) => Number(n.dataset.id) === lastFocused);
+  if (i < 0) i = step > 0 ? -1 : list.length;
+  const next = list[Math.max(0, Math.min(list.length - 1, i + step))];
+  next.focus();
+  next.scrollIntoView({ block: "nearest" });
+}
+
+function focusedCard() {
+  const at = document.activeElement && document.activeElement.closest ? document.activeElement.closest("li.action") : null;
+  return at ? cards.get(Number(at.dataset.id)) : null;
+}
+
+function onKey(ev) {
+  if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  const t = ev.target;
+  const tag = t && t.tagName ? t.tagName.toLowerCase() : "";
+  if (tag === "input" || tag === "textarea" || tag === "select" || (t && t.isContentEditable)) return;
+  if (ev.key === "Enter") {
+    // Enter on a control is that control's; anywhere else it submits.
+    if (tag === "button" || tag === "a" || tag === "summary") return;
+    if (batch.marks.size === 0) return;
+    ev.preventDefault();
+    submitBatch();
     return;
   }
-  const ordered = [...groups.values()].sort(
-    (x, y) => Math.min(...x.items.map((c) => c.action.id)) - Math.min(...y.items.map((c) => c.action.id)));
-  for (const g of ordered) {
-    g.items.sort((x, y) => x.action.id - y.action.id);
-    const ul = el("ul", { class: "actions" }, ...g.items.map((c) => c.node));
-    list.append(el("section", { class: "group" + (latched.has(g.chat) ? " latched" : "") },
-      el("h2", {}, "Chat ", el("span", { class: "name", text: g.chat }),
-        " · gatekeeper ", el("span", { class: "name", text: g.shown })),
-      ul));
+  if (ev.key === "j" || ev.key === "k") {
+    ev.preventDefault();
+    move(ev.key === "j" ? 1 : -1);
+  } else if (ev.key === "a" || ev.key === "r") {
+    const c = focusedCard();
+    if (!c) return;
+    ev.preventDefault();
+    mark(c, ev.key === "a" ? "approve" : "reject", true);
+  } else if (ev.key === "u") {
+    ev.preventDefault();
+    undo();
   }
 }
 
 async function inboxView(main) {
   clear(main);
   const list = el("div", { id: "inbox" });
+  const count = el("span", { id: "pending-count", class: "count" });
   const status = el("span", { id: "batch-status" });
-  const submit = el("button", { type: "button", id: "submit-decisions", text: "Submit decisions" });
-  const allApprove = el("button", { type: "button", id: "approve-all", text: "Mark all approve" });
-  const allReject = el("button", { type: "button", id: "reject-all", text: "Mark all reject" });
-  const none = el("button", { type: "button", id: "clear-all", text: "Clear" });
+  status.setAttribute("role", "status");
+  const submit = el("button", { type: "button", id: "submit-decisions", class: "primary", text: "Submit now" });
+  const undoButton = el("button", { type: "button", id: "undo", text: "Undo" });
+  const countdown = el("span", { id: "countdown" });
+  countdown.setAttribute("aria-hidden", "true");
+  const auto = el("input", { type: "checkbox", id: "auto-send", checked: true });
+  const autoLabel = el("label", { class: "auto" }, auto, ` Send by itself ${BATCH_WAIT_MS / 1000} s after the last mark`);
+  auto.addEventListener("change", () => {
+    batch.auto = auto.checked;
+    armBatch();
+    showBatch();
+  });
+  const bar = el("div", { id: "batchbar", class: "batch" }, status, autoLabel, el("span", { class: "batch-buttons" }, undoButton, submit), countdown);
+  bar.setAttribute("role", "region");
+  bar.setAttribute("aria-label", "Decisions not sent yet");
   main.append(
-    el("h1", { text: "Waiting for a decision" }),
-    el("p", { class: "hint", text: "Oldest first, grouped by chat and gatekeeper. Each action is shown exactly as `gatehouse show` prints it; nothing has been sent for any of them. Choose approve or reject for as many as you like, then submit them in one go." }),
-    el("div", { class: "batch" }, allApprove, allReject, none, submit, status),
+    el("h1", {}, "Waiting for a decision ", count),
+    el("p", { class: "hint" },
+      "Oldest first, by chat. Nothing has been sent for any of these. ",
+      el("span", { class: "legend" }, ext("Text like this", "gadget", "span"), " was written by a gadget or a gatekeeper, never by Gatehouse.")),
+    el("p", { class: "hint keys", id: "keys" },
+      "Keys: ", el("kbd", { text: "j" }), " / ", el("kbd", { text: "k" }), " move, ",
+      el("kbd", { text: "a" }), " approve, ", el("kbd", { text: "r" }), " reject, ",
+      el("kbd", { text: "u" }), " undo, ", el("kbd", { text: "Enter" }), " send now."),
+    bar,
     list
   );
-  let inbox = { groups: [], latched_chats: [] };
-  const refresh = oneAtATime(async () => {
+  showBatch();
+  undoButton.addEventListener("click", undo);
+  submit.addEventListener("click", () => submitBatch());
+  document.addEventListener("keydown", onKey);
+
+  // Load one chat's cards (a live-view change), or every page.
+  const load = async (chat) => {
+    const seen = new Set();
+    let after = null;
+    let first = true;
+    let total = 0;
+    let latched = [];
+    for (;;) {
+      const q = new URLSearchParams();
+      q.set("limit", String(first && !chat ? FIRST_PAGE : NEXT_PAGE));
+      if (after !== null) q.set("after", String(after));
+      if (chat) q.set("chat", chat);
+      const page = await api("GET", "/api/inbox?" + q);
+      if (first) {
+        latched = page.latched_chats;
+        latchedBanners(latched);
+      }
+      total = page.total;
+      for (const info of page.chats) group(info);
+      const fresh = page.cards.map((a) => {
+        seen.add(a.id);
+        return card(a);
+      });
+      for (let i = 0; i < fresh.length; i += SLICE) {
+        placeCards(list, fresh.slice(i, i + SLICE));
+        const empty = list.querySelector("p.empty");
+        if (empty) empty.remove();
+        if (!firstCardMarked && list.querySelector("li.action")) {
+          firstCardMarked = true;
+          performance.mark("gatehouse:first-card");
+        }
+        if (i + SLICE < fresh.length) await nextFrame();
+      }
+      first = false;
+      if (page.next_after === null || page.next_after === undefined) break;
+      after = page.next_after;
+      await nextFrame();
+    }
+    // Cards no longer pending: decided here (kept, with their results,
+    // until the page reloads) or elsewhere (another person, the CLI):
+    // those go, and any mark on them is dropped (nothing was sent).
+    for (const [id, c] of cards) {
+      if (seen.has(id) || (chat && c.card.chat !== chat)) continue;
+      if (c.decided || c.submitting) continue;
+      if (batch.marks.has(id)) {
+        batch.marks.delete(id);
+        batch.order = batch.order.filter((x) => x !== id);
+        announce(`#${id} was decided elsewhere; your mark on it was dropped.`);
+        showBatch();
+      }
+      c.node.remove();
+      cards.delete(id);
+    }
+    for (const [name, g] of groups) {
+      if (g.list.children.length === 0) {
+        g.section.remove();
+        groups.delete(name);
+      }
+    }
+    const pending = [...cards.values()].filter((c) => !c.decided).length;
+    count.textContent = chat ? `(${pending})` : `(${total})`;
+    if (cards.size === 0 && !list.querySelector("p.empty")) {
+      list.append(el("p", { class: "empty", text: "Nothing awaits a decision." }));
+    }
+    performance.mark("gatehouse:inbox-ready");
+  };
+  const changed = new Set();
+  let full = true;
+  const reload = oneAtATime(async () => {
     try {
-      inbox = await api("GET", "/api/inbox");
-      latchedBanners(inbox.latched_chats);
-      renderInbox(list, inbox);
+      const chats = [...changed];
+      const everything = full;
+      changed.clear();
+      full = false;
+      if (everything) await load(null);
+      else for (const c of chats) await load(c);
+      showError("");
     } catch (e) {
       failed(e);
       return false;
     }
     return true;
   });
-  const mark = (verb) => {
-    for (const c of cards.values()) if (!c.decided) c.choice.value = verb;
+  inboxRefresh = (c) => {
+    if (c.resync || !c.chat) full = true;
+    else changed.add(c.chat);
+    return reload();
   };
-  allApprove.addEventListener("click", () => mark("approve"));
-  allReject.addEventListener("click", () => mark("reject"));
-  none.addEventListener("click", () => mark(""));
-  submit.addEventListener("click", async () => {
-    const open = [...cards.values()].filter((c) => !c.decided && c.choice.value);
-    if (open.length === 0) {
-      status.textContent = "Choose approve or reject for some actions first.";
-      return;
-    }
-    const body = {
-      approve: open.filter((c) => c.choice.value === "approve").map((c) => c.action.id),
-      reject: open.filter((c) => c.choice.value === "reject").map((c) => c.action.id),
-    };
-    submit.disabled = true;
-    status.textContent = "Deciding…";
-    for (const c of open) c.submitting = true;
-    try {
-      const r = await api("POST", "/api/decisions", body);
-      for (const res of r.results) {
-        const c = cards.get(res.id);
-        if (c) showResult(c, res);
-      }
-      const good = r.results.filter((x) => x.ok).length;
-      status.textContent = `${good} of ${r.results.length} done.`;
-    } catch (e) {
-      status.textContent = "";
-      failed(e);
-    } finally {
-      for (const c of open) c.submitting = false;
-      submit.disabled = false;
-    }
-    await refresh();
-  });
-  if (await refresh()) {
+  if (await reload()) {
     // Live update over server-sent events: new actions appear without a
     // reload, and nothing polls.
     liveView((c) => {
-      if (c.resync || c.inbox) refresh();
+      if (c.resync || c.inbox) inboxRefresh(c);
     });
   }
 }
@@ -360,44 +788,65 @@ const FILTERS = [
   ["auto_approved", "Auto-approved", "check"],
 ];
 
-function entryTable(entries) {
+function dayOf(ms) {
+  return new Date(ms).toLocaleDateString(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
+}
+
+// Entries as a timeline a person can scan: grouped by day, newest first,
+// one line each: when, who, what, state (every field the kernel's
+// `ledger_shown`, the terminal's `log` fields).
+function timeline(entries) {
   if (entries.length === 0) return el("p", { class: "empty", text: "No entries." });
-  const head = el("tr", {}, ...["#", "Chat", "Kind", "Gatekeeper:tool", "Caller", "State", "Resolved by", "Auto", "Classified by"].map((h) => el("th", { text: h })));
-  // A workflow approval request (in an "approved by" answer) is a record
-  // of its own, numbered apart from the ledger: its id says so.
-  const rows = entries.map((e) => el("tr", { class: "entry", dataset: { id: String(e.id), kind: e.kind } },
-    el("td", { text: e.kind === "request" ? `request ${e.id}` : String(e.id) }),
-    el("td", { text: e.shown.chat }),
-    el("td", { text: e.shown.kind }),
-    el("td", { text: e.shown.what }),
-    el("td", { text: e.shown.caller }),
-    el("td", { text: e.shown.state }),
-    el("td", { text: e.shown.resolved_by || "" }),
-    el("td", { text: e.auto_approved ? "yes" : "" }),
-    el("td", { text: e.shown.classified_by || "" })));
-  return el("table", { class: "ledger" }, el("thead", {}, head), el("tbody", {}, ...rows));
+  const sorted = [...entries].sort((x, y) => (y.decided_at || y.approved_at || y.created_at || 0) - (x.decided_at || x.approved_at || x.created_at || 0) || y.id - x.id);
+  const out = el("div", { class: "timeline" });
+  let day = null;
+  let list = null;
+  for (const e of sorted) {
+    const at = e.decided_at || e.approved_at || e.created_at || 0;
+    const d = dayOf(at);
+    if (d !== day) {
+      day = d;
+      list = el("ol", { class: "day-entries" });
+      out.append(el("section", { class: "day" }, el("h2", { class: "day-title", text: d }), list));
+    }
+    const s = e.shown;
+    // A workflow approval request (in an "approved by" answer) is a record
+    // of its own, numbered apart from the ledger: its id says so.
+    const id = e.kind === "request" ? `request ${e.id}` : `#${e.id}`;
+    const stateWord = (s.state || "").split(" ")[0];
+    list.append(el("li", { class: "entry kind-" + s.kind, dataset: { id: String(e.id), kind: e.kind } },
+      el("time", { dateTime: new Date(at).toISOString(), text: new Date(at).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" }) }),
+      el("span", { class: "eid", text: id }),
+      el("span", { class: "who", text: s.caller }),
+      el("span", { class: "what" }, el("span", { class: "kind", text: s.kind }), " ", el("span", { class: "name", text: s.what })),
+      el("span", { class: "where", text: "in " + s.chat }),
+      el("span", { class: "state state-" + stateWord, text: s.status || s.state })));
+  }
+  return out;
 }
 
 async function ledgerView(main) {
   clear(main);
   const params = new URLSearchParams(location.search);
-  const form = el("form", { id: "ledger-filters" });
+  const form = el("form", { id: "ledger-filters", class: "filters" });
   const inputs = {};
   for (const [name, label, type] of FILTERS) {
     let input;
+    const id = "filter-" + name;
     if (type === "check") {
-      input = el("input", { type: "checkbox", name, checked: params.get(name) === "true" });
+      input = el("input", { type: "checkbox", name, id, checked: params.get(name) === "true" });
     } else if (type === "kind") {
-      input = el("select", { name },
+      input = el("select", { name, id },
         el("option", { value: "", text: "any" }),
         el("option", { value: "action", text: "action" }),
-        el("option", { value: "observation", text: "observation" }));
+        el("option", { value: "observation", text: "observation" }),
+        el("option", { value: "hook", text: "hook" }));
       input.value = params.get(name) || "";
     } else {
-      input = el("input", { type: "text", name, value: params.get(name) || "" });
+      input = el("input", { type: "text", name, id, value: params.get(name) || "" });
     }
     inputs[name] = input;
-    form.append(el("label", {}, label + " ", input));
+    form.append(el("label", { class: "filter " + type }, label + " ", input));
   }
   form.append(el("button", { type: "submit", text: "Apply filters" }));
   const out = el("div", { id: "ledger" });
@@ -414,7 +863,7 @@ async function ledgerView(main) {
     try {
       const entries = await api("GET", "/api/ledger?" + q);
       clear(out);
-      out.append(entryTable(entries));
+      out.append(timeline(entries));
       showError("");
     } catch (e) {
       failed(e);
@@ -439,11 +888,14 @@ async function chatView(main, name) {
     main.append(
       el("h1", {}, "Chat ", el("span", { class: "name", text: chat.name })),
       el("p", { text: `Owner: ${chat.owner}. Pending actions: ${chat.pending}.` }),
-      el("h2", { text: "Observations" }),
-      el("p", { class: "hint", text: "Everything a read in this chat touched." })
+      el("h2", { text: "What it has read" }),
+      el("p", { class: "hint", text: "Every source a read in this chat touched (its observation set), per gatekeeper." }),
+      observedNode(chat.name, chat.observed),
+      el("h2", { text: "History" })
     );
-    const obs = await api("GET", "/api/chats/" + encodeURIComponent(name) + "/observations");
-    main.append(entryTable(obs));
+    const history = await api("GET", "/api/ledger?" + new URLSearchParams({ chat: chat.name }));
+    const box = el("div", { id: "chat-history" }, timeline(history));
+    main.append(box);
   } catch (e) {
     failed(e);
   }
@@ -591,14 +1043,24 @@ async function frame() {
       failed(e);
     }
   });
-  const nav = document.getElementById("nav");
+  // The chats, in a menu of their own (there may be many).
+  const menu = document.getElementById("chats");
   try {
-    for (const c of await api("GET", "/api/chats")) {
-      nav.append(el("a", { href: "/chats/" + encodeURIComponent(c.name), class: c.latched ? "latched" : "" },
-        c.latched ? `${c.name} (locked down)` : c.name));
+    const chats = await api("GET", "/api/chats");
+    const list = el("ul", { class: "chat-list" });
+    for (const c of chats) {
+      list.append(el("li", {}, el("a", { href: "/chats/" + encodeURIComponent(c.name), class: c.latched ? "latched" : "" },
+        c.latched ? `${c.name} (locked down)` : c.name)));
     }
+    if (chats.length === 0) list.append(el("li", { class: "empty", text: "No chats." }));
+    clear(menu);
+    menu.append(el("summary", { text: `Chats (${chats.length})` }), list);
+    menu.hidden = false;
   } catch (e) {
     failed(e);
+  }
+  for (const a of document.querySelectorAll("#nav a")) {
+    if (a.getAttribute("href") === location.pathname) a.setAttribute("aria-current", "page");
   }
 }
 
