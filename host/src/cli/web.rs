@@ -216,7 +216,10 @@ async fn serve(kernel: &Kernel, args: ServeArgs) -> anyhow::Result<()> {
             port,
             notify_every: std::time::Duration::from_secs(args.notify_every),
             notify_destinations: crate::notify::Destinations::from_env()?,
-            push: args.vapid_subject.as_deref().map(crate::push::Settings::new),
+            push: args
+                .vapid_subject
+                .as_deref()
+                .map(crate::push::Settings::new),
             exposure,
             oidc,
             ..crate::web::Config::default()

@@ -7,7 +7,7 @@
 
 use crate::chromium::{Driver, INSTALL, Screen, axe_source, browser, on_path, screenshot_dir};
 use crate::web_api::{PATIENCE, people_world, serve, stage_labels};
-use fantoccini::{Client, Locator};
+use fantoccini::{Client, ClientBuilder, Locator};
 use gatehouse::store::Trust;
 use gatehouse_e2e::{World, call};
 use serde_json::{Value, json};

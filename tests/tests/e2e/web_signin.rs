@@ -3,8 +3,8 @@
 //! real provider started by the tests, `gatehouse_e2e::oidc`), beside the
 //! one-time link.
 
-use crate::web_api::{Api, PATIENCE, people_world, stage_labels};
 use crate::chromium::{Driver, Screen, browser};
+use crate::web_api::{Api, PATIENCE, people_world, stage_labels};
 use crate::web_browser::{screenshot, sign_in, text, wait_for};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, Locator};
