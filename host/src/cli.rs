@@ -436,7 +436,7 @@ mod surfaces {
         ("demo/src/main.rs", include_str!("../../demo/src/main.rs")),
     ];
 
-    /// Issue 11: a surface holds no policy and no handle on the state or
+    /// A surface holds no policy and no handle on the state or
     /// the runtime. It asks the kernel, which applies the one
     /// authorization rule and the one send path. A surface that reached
     /// past it would be a side door; this test is the lock on it.

@@ -1,5 +1,5 @@
 //! The idempotency key: one stable name for every send of one action
-//! (SPEC P6, issue 16).
+//! (SPEC P6).
 //!
 //! The kernel attaches it to every send of an action
 //! (`invocation.idempotency-key`); a gatekeeper whose service honours such

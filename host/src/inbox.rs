@@ -53,7 +53,7 @@ pub struct Shown {
     pub revertible: bool,
     /// The revert of it that may still be, or was, sent, if any.
     pub reverted_by: Option<i64>,
-    /// The action as a card (issue 44): a summary line, the arguments as
+    /// The action as a card: a summary line, the arguments as
     /// a table, who staged it and why it is held, every piece through the
     /// one sanitiser ([`crate::prompt`]).
     pub card: Card,
@@ -168,7 +168,8 @@ fn card(
     }
 }
 
-/// One page of the inbox (issue 44): cards oldest first, after a cursor,
+/// One page of the inbox, so that a long inbox opens at once: cards
+/// oldest first, after a cursor,
 /// with what the page shows of their chats.
 #[derive(Clone, Debug, Serialize)]
 pub struct InboxPage {
@@ -435,7 +436,7 @@ impl Kernel {
             .await
     }
 
-    /// One page of the inbox as cards (issue 44): the pending actions
+    /// One page of the inbox as cards: the pending actions
     /// `person` may see (of one chat, or of all), oldest first, those with
     /// an id after `after`, at most `limit` of them. Only the page's cards
     /// are rendered, so the first page of a long inbox answers at once.

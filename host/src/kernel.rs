@@ -188,7 +188,7 @@ impl Kernel {
     }
 
     /// Open the deployment held in the shared PostgreSQL database at
-    /// `url` (issue 15): any host serves any chat from it, and `home`
+    /// `url`: any host serves any chat from it, and `home`
     /// keeps only this host's compiled-component cache.
     ///
     /// What a home keeps as files is kept as rows: an installed
@@ -370,13 +370,14 @@ impl Kernel {
         }
     }
 
-    /// Seal every secret again with `new`, in one transaction (issue 43:
-    /// rotation). Afterwards only `new` opens them; on a home, the home's
-    /// own key file is removed if it held the old key. Refused while other
-    /// processes use the home (they hold the old key); on a shared database
-    /// the operator stops the other hosts first (a host left running has
-    /// its next secret refused, opened or written: a value it sealed with
-    /// the old key would open on no other host; `store::sealed::check_key_in`).
+    /// Seal every secret again with `new`, in one transaction, so that a
+    /// key that may have leaked can be retired. Afterwards only `new` opens
+    /// them; on a home, the home's own key file is removed if it held the
+    /// old key. Refused while other processes use the home (they hold the
+    /// old key); on a shared database the operator stops the other hosts
+    /// first (a host left running has its next secret refused, opened or
+    /// written: a value it sealed with the old key would open on no other
+    /// host; `store::sealed::check_key_in`).
     pub async fn rotate_key(&self, new: Key) -> anyhow::Result<Rotated> {
         let old = self.inner.store.key().clone();
         if new.id() == old.id() {
@@ -1652,8 +1653,8 @@ fn classify_call(
 }
 
 /// How many compiled input schemas [`validator_for`] keeps. A schema is
-/// compiled once and reused by every stage of its tool (issue 17: compiling
-/// it on every stage was a large part of a stage's cost); past this many
+/// compiled once and reused by every stage of its tool (compiling it on
+/// every stage was a large part of a stage's cost); past this many
 /// distinct schemas the cache starts again, so a gatekeeper with a huge
 /// manifest costs memory only for the tools actually called.
 const CACHED_VALIDATORS: usize = 1024;

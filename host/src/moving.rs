@@ -1,4 +1,5 @@
-//! Moving a deployment into a shared PostgreSQL database (issue 15):
+//! Moving a deployment into a shared PostgreSQL database, so that several
+//! hosts can serve it:
 //! `gatehouse db migrate`, `gatehouse db copy --to URL`, and `gatehouse db
 //! status`, which says where a database stands before and after.
 //!
@@ -25,7 +26,7 @@ pub struct Migrated {
     /// The schema version it is at now.
     pub now: i64,
     /// Secrets an older Gatehouse had kept unsealed, sealed now with the
-    /// key given (issue 43).
+    /// key given (a shared database keeps no secret in clear).
     pub sealed: usize,
 }
 

@@ -33,7 +33,7 @@
 //! and the POST goes to one of exactly those addresses, never to a second
 //! lookup's answer.
 //!
-//! Web Push (`crate::push`, issue 44) tells a person's devices by the same
+//! Web Push (`crate::push`) tells a person's devices by the same
 //! decision ([`decidable_by`]), the same destination check
 //! ([`check_destination_named`]) and the same POST ([`Post`]).
 //!
@@ -727,7 +727,7 @@ mod tests {
         }
     }
 
-    /// Issue 43: what is not a public address, in every spelling: private,
+    /// What is not a public address, in every spelling: private,
     /// loopback, link-local, unique-local, shared (CGNAT), unspecified and
     /// the other special ranges, IPv4 inside IPv6 judged as IPv4.
     #[test]

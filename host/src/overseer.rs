@@ -293,8 +293,8 @@ impl Kernel {
         let a = claim.action();
         let id = a.id;
         let g = claim.gatekeeper().clone();
-        // The same key on every send of this action, by any process
-        // (issue 16): a service that honours it applies the action once.
+        // The same key on every send of this action, by any process, so
+        // that a service that honours it applies the action once.
         let idempotency_key = crate::idempotency::key(self.idempotency_secret(), a);
         if claim.is_resumed() {
             tracing::warn!(

@@ -1078,7 +1078,7 @@ mod tests {
         assert!(inline(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
     }
 
-    /// Issue 43: a refusal quotes a name as it was given (`_` and other
+    /// A refusal quotes a name as it was given (`_` and other
     /// markup characters kept), and still nothing of it can act on a
     /// terminal or break the line.
     #[test]
@@ -1339,7 +1339,7 @@ mod tests {
         }
     }
 
-    /// Issue 44: a card's summary line and argument table are built from
+    /// A card's summary line and argument table are built from
     /// the sanitised pieces: hidden characters visible, line breaks shown
     /// as `↵`, values capped, and each piece marked with its author.
     #[test]

@@ -1,4 +1,4 @@
-//! Web Push (issue 44): telling people on their own devices that actions
+//! Web Push: telling people on their own devices that actions
 //! and approval requests wait for them, beside the webhook of
 //! `crate::notify`.
 //!

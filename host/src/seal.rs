@@ -1,4 +1,4 @@
-//! Secrets at rest (issue 43): every secret the deployment keeps in a
+//! Secrets at rest: every secret the deployment keeps in a
 //! recoverable form is kept sealed with a key the operator holds.
 //!
 //! Owns the key (where it comes from, its id, the home's own key file) and

@@ -44,8 +44,8 @@ pub struct Turn {
     /// before anything leaves the turn (an egress) and before the turn
     /// ends, when the flag says something staged is not yet durable.
     /// Nobody outside the turn hears of a stage before then, so a power
-    /// cut loses only stages nobody was told of (issue 17: a turn of three
-    /// writes waits for one fsync, not three). `None`: each stage is
+    /// cut loses only stages nobody was told of (and a turn of three writes
+    /// waits for one fsync, not three). `None`: each stage is
     /// durable before it is answered, for a caller the answer reaches at
     /// once (an external agent, an embedder).
     pub(crate) unsynced: Option<Arc<std::sync::atomic::AtomicBool>>,

@@ -1,4 +1,4 @@
-//! The fast path (issue 17): every kernel figure beside its baseline,
+//! The fast path: every kernel figure beside its baseline,
 //! measured in the same run and alternated with it, so that a ratio never
 //! depends on the machine's noise. Prints one table.
 //!
@@ -330,7 +330,7 @@ fn main() {
 
     // Start-up of a CLI command as the state database grows. Last: after
     // the gigabyte it writes, and again after its home is removed, a 4 KB
-    // fsync on the machines of issue 17 took up to 4 ms, on and off, for
+    // fsync on the machines measured took up to 4 ms, on and off, for
     // seconds (against about 130 µs), and a durable commit timed then
     // measured the disk's backlog.
     let (small, large) = startup(quick);

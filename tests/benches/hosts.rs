@@ -1,4 +1,4 @@
-//! Many hosts, one database (issue 15): what serving from PostgreSQL costs
+//! Many hosts, one database: what serving from PostgreSQL costs
 //! through the kernel, and how staging scales with host processes.
 //!
 //! 1. A stage (a gadget's turn that stages one write, answered `pending`)

@@ -12,7 +12,8 @@
 //! - `instantiate/*`: a fresh gadget instance per turn, pooling allocator
 //!   vs on-demand allocation.
 //! - `admission/*`: the nesting walk every component gets before it is
-//!   compiled (issue 12), against compiling the same component.
+//!   compiled (so that no nesting can overflow the compiler's stack),
+//!   against compiling the same component.
 //!
 //! Run: `cargo bench -p gatehouse-e2e`.
 

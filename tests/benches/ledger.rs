@@ -1,5 +1,6 @@
 //! What an observation's commit costs the home's SQLite file, and what
-//! schema 7, schema 9 and the checkpoint thread saved (issue 17).
+//! schema 7, schema 9 and the checkpoint thread saved, so that a change
+//! to the read path's commit is weighed before it lands.
 //!
 //! The kernel's own observation `INSERT`, one autocommit each (as the read
 //! path makes it), alternated round by round against:

@@ -1,4 +1,4 @@
-//! `gatehouse mcp serve` against the server it fronts (issue 13): one MCP
+//! `gatehouse mcp serve` against the server it fronts: one MCP
 //! client, the official Python SDK's (tests/mcp/client.py), makes the same
 //! read two ways, alternated in one run so that a ratio never depends on
 //! the machine's noise:

@@ -1,4 +1,4 @@
-//! The two engines' floor for what staging and claiming write (issue 15).
+//! The two engines' floor for what staging and claiming write.
 //!
 //! The same statements, against the same schema, on the embedded SQLite
 //! file and on a PostgreSQL cluster this benchmark starts itself (durable:

@@ -1,4 +1,4 @@
-//! Issue 44: the web inbox with 1,000 pending actions over 50 chats, in
+//! The web inbox with 1,000 pending actions over 50 chats, in
 //! headless Chromium (Debian's, as the browser tests use it).
 //!
 //! The actions are staged through the kernel (a real gadget run per chat,

@@ -1,8 +1,8 @@
 // A small OpenID Connect provider for Gatehouse's end-to-end tests: panva's
 // oidc-provider (pinned in package.json, installed by setup.sh), on an
 // ephemeral loopback port, with the clients and people its configuration
-// names. tests/src/oidc.rs starts it; issue 46 reuses it for OAuth
-// accounts, so it stays general.
+// names. tests/src/oidc.rs starts it; it stays general, so that other
+// tests (of OAuth accounts, say) can use it too.
 //
 // Input, in the environment:
 //   OIDC_PROVIDER_MODULES  the node_modules directory setup.sh installed

@@ -23,7 +23,7 @@ pub use gatehouse_pg_cluster as postgres;
 pub const TOKEN: &str = "tok-3c9e1f0d-never-shown-to-guests";
 
 /// The key a shared database's secrets are sealed with in the tests
-/// (issue 43: a shared database needs the operator's key): fixed, so
+/// (a shared database needs the operator's key): fixed, so
 /// every host and CLI process of a test holds the same one. Base64 of
 /// "Gatehouse test key -- not secret".
 pub const SHARED_KEY: &str = "R2F0ZWhvdXNlIHRlc3Qga2V5IC0tIG5vdCBzZWNyZXQ=";
@@ -46,8 +46,8 @@ pub struct World {
     pub dir: tempfile::TempDir,
     pub tracker: Tracker,
     pub kernel: Kernel,
-    /// The shared PostgreSQL database the kernel serves from, when it does
-    /// (issue 15); `None` for the embedded home.
+    /// The shared PostgreSQL database the kernel serves from, when it
+    /// does; `None` for the embedded home.
     pub database: Option<String>,
 }
 
@@ -507,7 +507,7 @@ pub fn compiled_files(home: &Path) -> Vec<PathBuf> {
     files
 }
 
-// ----- hostile input (issue 12) -----
+// ----- hostile input -----
 
 /// Crafted files, written by a small generator here rather than checked in
 /// as binaries: components nested deeper than any compiler stack takes, and

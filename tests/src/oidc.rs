@@ -1,8 +1,8 @@
 //! A real OpenID Connect provider for the tests: panva's `oidc-provider`
 //! (pinned in `tests/oidc/package.json`, installed by `tests/oidc/setup.sh`,
 //! which `.ci/run` runs) started with `node` on an ephemeral loopback port,
-//! configured with the clients and subjects a test names. Issue 44 signs
-//! in with it; issue 46 reuses it for OAuth accounts.
+//! configured with the clients and subjects a test names. The web
+//! inbox's sign-in tests sign in with it.
 //!
 //! Hermetic: node starts from an empty environment (plus `PATH`), and the
 //! provider stops when the returned [`Provider`] is dropped (its stdin

@@ -1,7 +1,8 @@
 //! `bloated`: a hostile gatekeeper, a test fixture only. Its manifest is
 //! too big to keep: 10,001 tools, one of them with a 1 MiB description. The
-//! kernel must refuse it at `gatekeeper add` with one line (issue 12), not
-//! store it and re-read it on every call.
+//! kernel must refuse it at `gatekeeper add` with one line, not store it
+//! and re-read it on every call (which would let one gatekeeper slow every
+//! call of the chats it serves).
 
 use gatehouse_gatekeeper::manifest::{Manifest, ToolInfo, tool};
 use gatehouse_gatekeeper::{

@@ -1,4 +1,4 @@
-//! The key the deployment's secrets are sealed with (issue 43): `key new`
+//! The key the deployment's secrets are sealed with: `key new`
 //! prints a fresh one, `key show` names the one this host was given, `key
 //! rotate` seals every secret again under another. Words only: sealing is
 //! `crate::seal`'s, and which values are sealed is the store's.

@@ -27,7 +27,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// a fresh instance, and by default wasmtime hands a dropped slot's pages
 /// back to the kernel (`madvise`), so the next instance faults each page it
 /// touches in again, and each drop's `madvise` makes every CPU flush its TLB. A
-/// third of a bare host's gadget turn went there (issue 17's profile).
+/// third of a bare host's gadget turn went there, as profiled.
 /// With the scan, wasmtime finds the pages the instance dirtied and resets
 /// only those to the component's initial image, up to this many bytes, and
 /// returns the rest as before. The reset is wasmtime's own: a new instance
@@ -215,8 +215,9 @@ pub struct Runtime {
         Mutex<HashMap<String, gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>>>,
     ticker_stop: Arc<AtomicBool>,
     /// Where a component's bytes come from when this host's cache does not
-    /// have them: a shared database, from which any host serves any chat
-    /// (issue 15). `None` on a home, whose cache is where they were put.
+    /// have them: a shared database, from which any host serves any chat,
+    /// so a host need not have installed a component to run it. `None` on a
+    /// home, whose cache is where they were put.
     sources: Option<Sources>,
 }
 
@@ -450,7 +451,7 @@ impl Runtime {
     /// verified. A damaged or tampered entry is rebuilt, never trusted.
     ///
     /// Why not hash on every load: a Python or JavaScript artifact is
-    /// 35-50 MB, and hashing it was 80-90% of a cached load (issue 17).
+    /// 35-50 MB, and hashing it was 80-90% of a cached load.
     /// Any write to the file, in place or by replacing it, changes its
     /// change time (`ctime`, which no unprivileged process can set back)
     /// or its inode, so an unchanged identity means unchanged bytes since

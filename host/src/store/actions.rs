@@ -406,8 +406,8 @@ pub enum ClaimRefusal {
 /// Arguments checked and normalised as an action keeps them (SPEC A5): a
 /// JSON object, written out again by serde, within [`MAX_ARGS_BYTES`].
 /// Only [`validate_args`] makes one, so no action reaches the store
-/// unchecked, and none is checked twice (issue 17: the kernel and the
-/// store each parsed and wrote out a stage's arguments).
+/// unchecked, and none is checked twice (the kernel and the store once
+/// each parsed and wrote out a stage's arguments).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Args(String);
 
@@ -585,7 +585,7 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// snapshot it opens, and only a stage it admits takes the database's
 /// write lock, to insert. So a stage refused for a full or latched chat
 /// does not take the write lock (a gadget hammering a full chat starves
-/// no approver in another process; issue 17), and no read ahead of the
+/// no approver in another process), and no read ahead of the
 /// commit is needed for that. If another process wrote since the
 /// snapshot, or holds the lock, taking it fails at once (SQLite will not
 /// wait with a snapshot open), and the batch runs again in a transaction
@@ -630,12 +630,12 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, known: &Known) {
 /// stage and a turn's in-place stage stage on the home's file.
 ///
 /// If what this process learned of the chat's admission still holds
-/// ([`Known::admits`]), the transaction begins by taking the write
-/// lock, confirms that nothing was committed since ([`Known`]), and
-/// inserts: a read transaction and the admission statement fewer (issue
-/// 17). Else, or if something was committed meanwhile, it admits on the
-/// file as [`commit_group`] says, and what that admission found is kept
-/// for the next stage.
+/// ([`Known::admits`]), the transaction begins by taking the write lock,
+/// confirms that nothing was committed since ([`Known`]), and inserts: a
+/// read transaction and the admission statement fewer. Else, or if
+/// something was committed meanwhile, it admits on the file as
+/// [`commit_group`] says, and what that admission found is kept for the
+/// next stage.
 fn stage_alone(
     conn: &mut Connection,
     a: &NewAction,
@@ -823,8 +823,8 @@ impl Store {
     /// thread, handed over to blocking work (`block_in_place`), and leaves
     /// what queued meanwhile to a committer on a blocking thread. Why: a
     /// lone stage then costs one transaction, not also a hop to a pooled
-    /// thread and a wake-up back (issue 17: a durable stage ≤ 1.2× a bare
-    /// fsynced commit), and no stager commits others' batches for long.
+    /// thread and a wake-up back (so a durable stage costs at most 1.2× a
+    /// bare fsynced commit), and no stager commits others' batches for long.
     async fn join_group(
         &self,
         stage: Option<NewAction>,
@@ -1690,7 +1690,7 @@ fn auto_refusal(
 }
 
 /// The channel on which a shared database tells every host that an
-/// action was staged, decided or finished (issue 15's wake-ups): the web inbox's
+/// action was staged, decided or finished: the web inbox's
 /// live view, parked agent runs and gated workflow runs on any host wake
 /// on it instead of polling. The payload is the action's id and chat, never
 /// its arguments; a listener asks the kernel (and its one authorization

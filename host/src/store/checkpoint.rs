@@ -21,7 +21,7 @@
 //! some always arrive while the thread copies, so the log grew to the
 //! backstop (40 MB), and every commit meanwhile made the file longer: a
 //! durable commit then waits for the file system to record the new length
-//! too (about 250 µs against 150 µs for one that overwrites, issue 17).
+//! too (about 250 µs against 150 µs for one that overwrites).
 //! So after its copy the thread holds the writer for a moment and copies
 //! the few frames committed meanwhile on the writer's own connection: no
 //! commit of this process can come in between, and the next one starts
@@ -196,7 +196,7 @@ mod tests {
     /// store's checkpoints, rather than growing to the writer's backstop:
     /// a commit that makes the file longer waits for the file system to
     /// record its new length too (a durable one took up to twice as
-    /// long, issue 17).
+    /// long).
     #[test]
     fn under_steady_commits_the_log_starts_over_after_a_checkpoint() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
 //! The claim's statements: at most once, held by the database (SPEC P1,
-//! P3; issue 15).
+//! P3), on one home or on a database many hosts share.
 //!
 //! Owns every statement that moves an action into `applying` or out of
 //! it, written once over [`Sql`] so that the embedded home and a shared

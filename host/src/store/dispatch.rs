@@ -49,7 +49,7 @@ pub struct Resolved {
 /// The facts of a resolution's tools, each computed once: a function of
 /// what was resolved, and what a stage spent most of its own time outside
 /// the store on (hashing the gatekeeper's instance, the grant and the
-/// tool's entry; issue 17).
+/// tool's entry).
 #[derive(Debug, Default)]
 struct FactsOf(Mutex<HashMap<String, Facts>>);
 
@@ -182,7 +182,7 @@ pub(crate) fn resolve(
 /// epoch in the same transaction, whichever process makes it, so a
 /// resolution whose epoch is still current is exactly what resolving
 /// again would give. Reusing it saves the seven-table trip a read or stage
-/// made on every call (issue 17).
+/// made on every call.
 ///
 /// Holds only successful resolutions; an unknown key is resolved again
 /// each time (it is the error path). Bounded: when full, it starts over.
@@ -663,7 +663,7 @@ mod tests {
 }
 
 /// Resolution and the authorization rule's facts read the same on both
-/// engines (issue 15): one fixture written in the shared dialect, the same
+/// engines: one fixture written in the shared dialect, the same
 /// answers for the owner, a collaborator observing through their own
 /// account, and a stranger.
 #[cfg(test)]

@@ -10,8 +10,8 @@
 //! `hook_firings_once` index). Records only: when a hook fires and what its
 //! turn may do is `crate::hooks`.
 //!
-//! Every statement is written once over [`Sql`] for both engines (issue
-//! 15): on PostgreSQL, where writers do not exclude each other, a
+//! Every statement is written once over [`Sql`] for both engines: on
+//! PostgreSQL, where writers do not exclude each other, a
 //! decision that reads a hook's row before writing (enabling, firing)
 //! first locks that row (`FOR UPDATE`), as SQLite's `IMMEDIATE`
 //! transactions already do for the whole file.
@@ -632,7 +632,7 @@ mod on_both_engines {
             .expect("set")
     }
 
-    /// Issue 43 (SPEC H1): a hook is pinned to the component its gadget's
+    /// SPEC H1: a hook is pinned to the component its gadget's
     /// name held when it was added, and enabling pins what the name holds
     /// then: only the digest the person was shown (a re-install while
     /// they read is refused, and nothing changes), and never nothing (a

@@ -1,4 +1,4 @@
-//! Passkeys and OpenID Connect identity bindings (issue 44): what lets a
+//! Passkeys and OpenID Connect identity bindings: what lets a
 //! person sign in by something other than a one-time link.
 //!
 //! Owns the rows only. It never checks a signature or a token (the
@@ -8,7 +8,7 @@
 //! credential's id, public key and signature counter; a binding names
 //! whose identity at an issuer is which person.
 //!
-//! Every statement is written once over [`Sql`] for both engines (issue 15).
+//! Every statement is written once over [`Sql`] for both engines.
 
 use super::sql::{Sql, args};
 use super::{Store, now_ms};

@@ -2,9 +2,9 @@
 //! policy epoch, and what its stages learned of their chats' admissions
 //! (SPEC A5, H3, C2, K3). Kept with the mark it was learned at, so that a
 //! kept resolution is checked, and the next stage of a chat admitted,
-//! without asking the file while nothing else was committed (issue 17: the
-//! epoch's read transaction was a fifth of a read, the admission
-//! statement, with seven searches, an eighth of a durable stage).
+//! without asking the file while nothing else was committed (the epoch's
+//! read transaction was a fifth of a read, the admission statement, with
+//! seven searches, an eighth of a durable stage).
 //!
 //! Each of these changes only by a commit to the file, of this process or
 //! any other, and every commit moves the file's commit mark

@@ -170,7 +170,8 @@ pub type Resolution = Result<(Arc<Resolved>, Vec<Action>), Unresolved>;
 
 /// A handle on the deployment's database, cheap to clone. Crate-private:
 /// only the kernel holds one, and surfaces reach the state only through the
-/// kernel (issue 11: no public store handle).
+/// kernel, so that no surface can skip its authorization rule or its
+/// one send path.
 #[derive(Clone)]
 pub(crate) struct Store {
     db: Db,
@@ -193,8 +194,7 @@ pub(crate) struct Store {
 enum Db {
     /// The embedded SQLite file in the home (the default).
     Home(Arc<Home>),
-    /// A shared PostgreSQL database that several hosts serve from (issue
-    /// 15).
+    /// A shared PostgreSQL database that several hosts serve from.
     Shared(postgres::Shared),
 }
 
@@ -209,8 +209,8 @@ pub(crate) struct Home {
     /// Read-only connections for the read path (resolve, inbox and CLI
     /// reads), opened on first use. In WAL mode a reader never waits
     /// for the writer, so a read does not queue behind a durable commit's
-    /// fsync on `conn` (issue 17: with one connection, 64 concurrent
-    /// stagers serialised on it and staged slower than bare commits).
+    /// fsync on `conn` (with one connection, 64 concurrent stagers
+    /// serialised on it and staged slower than bare commits).
     readers: Box<[Mutex<Option<Connection>>]>,
     /// Stages waiting for the next group commit (see [`Store::stage`]).
     pub(super) staging: Mutex<actions::StagingQueue>,
@@ -225,8 +225,8 @@ pub(crate) struct Home {
 /// A transaction on one of the home's connections, begun and ended by
 /// statements the connection keeps compiled: rusqlite's `Transaction`
 /// runs its `BEGIN` and `COMMIT` through `execute_batch`, which compiles
-/// them again every time, a few µs of every stage and resolution (issue
-/// 17). Dropped uncommitted, it rolls back: a connection is never left
+/// them again every time, a few µs of every stage and resolution.
+/// Dropped uncommitted, it rolls back: a connection is never left
 /// inside a transaction, where it would read one snapshot for ever after.
 pub(super) struct Begun<'c> {
     conn: &'c Connection,
@@ -375,7 +375,7 @@ impl Store {
         // Reading the schema reads the file's header and first page: a file
         // that is not a database is refused here. A whole-file
         // `quick_check` on every start cost time in proportion to the
-        // database's size (issue 17: start-up stays flat as it grows);
+        // database's size (start-up must stay flat as the file grows);
         // damage further in is reported by the statement that meets it, and
         // `gatehouse check` runs the full check on demand.
         conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
@@ -533,7 +533,7 @@ impl Store {
     /// free; else on a blocking thread, as [`Store::run`] does.
     ///
     /// A trip to the blocking pool and back costs more than a short
-    /// statement (issue 17 measured 35-51 µs a hop, a fifth of a read), so
+    /// statement (35-51 µs a hop, measured: a fifth of a read), so
     /// the read path's resolve and observation record run here. Here means
     /// never waiting: `f` runs with a busy timeout of zero, and if another
     /// process holds the write lock it gives up at once (`SQLITE_BUSY`,
@@ -632,8 +632,8 @@ impl Store {
     /// carries that epoch in [`NewAction::resolved_at`], and its staging
     /// transaction refuses it ([`StageError::PolicyMoved`]) if the epoch
     /// moved, so the stage holds under the policy of its commit, and
-    /// costs no read transaction of its own first (issue 17: that read
-    /// was a tenth of a stage's work). Anything else done on it (a
+    /// costs no read transaction of its own first (that read was a
+    /// tenth of a stage's work). Anything else done on it (a
     /// refusal, a read, a simulation) would act on a policy that may be
     /// gone: the kernel resolves with [`Store::resolve_now`] for those.
     pub fn resolution_kept(
@@ -665,14 +665,14 @@ impl Store {
             .await
     }
 
-    /// Run the read-only `f` on the writer connection when it is free,
-    /// else as [`Store::read_now`]. Why: after this process's own commits
-    /// the writer's page cache is still current, while every commit
-    /// invalidates a reader's, whose next transaction then fetches the
-    /// database header and every page again from the log. A kept
-    /// resolution's one-row epoch check after a read's observation costs
-    /// several times more on a reader (issue 17's profile of a turn of
-    /// reads). `f` must only read: on the writer nothing stops it writing.
+    /// Run the read-only `f` on the writer connection when it is free, else
+    /// as [`Store::read_now`]. Why: after this process's own commits the
+    /// writer's page cache is still current, while every commit invalidates
+    /// a reader's, whose next transaction then fetches the database header
+    /// and every page again from the log. A kept resolution's one-row epoch
+    /// check after a read's observation costs several times more on a
+    /// reader (as profiled on a turn of reads). `f` must only read: on the
+    /// writer nothing stops it writing.
     pub(super) async fn read_warm<T, F>(&self, f: F) -> anyhow::Result<T>
     where
         T: Send + 'static,
@@ -696,7 +696,7 @@ impl Store {
     ///
     /// Why this and [`Store::write`] and never the connection itself: a
     /// method written against [`Sql`] runs unchanged on the embedded file
-    /// and on the shared PostgreSQL database (issue 15), so a store method
+    /// and on the shared PostgreSQL database, so a store method
     /// reaches its engine only through these doors. Like every store call,
     /// it runs on a thread that may block ([`Store::run`]).
     pub(crate) fn with<T>(
@@ -775,7 +775,7 @@ impl Home {
     /// Why the level is left where the last commit put it instead of
     /// lowered after each durable commit: setting it is a statement
     /// compiled each time (SQLite applies this pragma when it prepares it),
-    /// and two of them were 5.7% of a durable stage's own work (issue 17).
+    /// and two of them were 5.7% of a durable stage's own work.
     /// Consecutive durable commits (a run of stages, a drain's claims) now
     /// set it once; the next commit at NORMAL lowers it.
     pub(super) fn lock_durable(&self) -> anyhow::Result<MutexGuard<'_, Connection>> {
@@ -830,9 +830,9 @@ const STATEMENTS_KEPT: usize = 256;
 /// and its entry among the actions by state. Each page goes to the log
 /// whole, with a 24-byte header, so at 4 KB pages a stage wrote 8,240
 /// bytes (three file-system blocks) where a bare one-row commit writes
-/// 4,120 (two). At 2 KB pages the two are 4,144 bytes. Measured (issue
-/// 17): a Python `synchronous=FULL` insert with the index took 15-20 µs
-/// more than a bare one at 4 KB pages and about the same at 2 KB; in the
+/// 4,120 (two). At 2 KB pages the two are 4,144 bytes. Measured: a
+/// Python `synchronous=FULL` insert with the index took 15-20 µs more
+/// than a bare one at 4 KB pages and about the same at 2 KB; in the
 /// fast-path bench a stage's median distance above the bare fsynced
 /// commit went from 52 µs to 39 µs. Rows are small (arguments and results
 /// above a page overflow at any size), so the smaller page costs little

@@ -220,7 +220,7 @@ mod on_both_engines {
     /// Several tellers race to tell one person of the same two actions:
     /// each action is claimed by exactly one of them, and once an action
     /// no longer waits its record is dropped. The same for an approval
-    /// request (issue 43), recorded apart.
+    /// request, recorded apart.
     #[test]
     fn each_notice_is_claimed_once_and_forgotten_when_its_action_no_longer_waits() {
         runtime().block_on(async {

@@ -1,4 +1,5 @@
-//! TLS to PostgreSQL (issue 43): the driver's TLS seam
+//! TLS to PostgreSQL, so that a database beyond this machine is reached
+//! only as the server it claims to be: the driver's TLS seam
 //! (`tokio_postgres::tls::MakeTlsConnect`) over rustls, checking the
 //! server's certificate as libpq's `sslmode` says, and the one-line words
 //! for a certificate refused.

@@ -1,5 +1,6 @@
-//! A PostgreSQL connection URL (issue 43): read once, with the driver's
-//! own parser, into what connecting needs and what may be shown.
+//! A PostgreSQL connection URL, which may carry a password: read once, with
+//! the driver's own parser, into what connecting needs and what may be
+//! shown.
 //!
 //! Owns the URL's reading, its masked form (the one way a URL is ever
 //! printed) and the TLS settings libpq names and the driver does not parse
@@ -374,7 +375,7 @@ mod tests {
     }
 
     proptest! {
-        /// Issue 43: whatever the password holds and wherever it is
+        /// Whatever the password holds and wherever it is
         /// written (the user part or `?password=`, raw or
         /// percent-encoded), neither the mask, nor `Debug`, nor a refusal
         /// contains it.

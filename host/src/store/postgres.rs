@@ -1,4 +1,5 @@
-//! The PostgreSQL database (issue 15): connecting, its schema's versions,
+//! The PostgreSQL database that several hosts share: connecting, its
+//! schema's versions,
 //! and moving an embedded home's state into it.
 //!
 //! Owns every statement run against PostgreSQL and the schema in

@@ -1,5 +1,5 @@
 //! Web Push devices and the record of what each device was told, as
-//! stored (issue 44).
+//! stored.
 //!
 //! Owns the `push_subscriptions` and `push_notices` tables. A device's
 //! endpoint and message keys are kept sealed with the operator's key

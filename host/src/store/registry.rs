@@ -250,11 +250,11 @@ fn json<T: Serialize>(v: &T) -> anyhow::Result<String> {
 }
 
 impl Store {
-    /// Keep an installed component's bytes where every host can load them
-    /// (issue 15): in a shared database's `components`, content-addressed,
-    /// so installing the same bytes again changes nothing. A home keeps
-    /// them as files in its component cache (the runtime wrote them), so
-    /// nothing is written there.
+    /// Keep an installed component's bytes where every host can load them,
+    /// so any host serves any chat: in a shared database's `components`,
+    /// content-addressed, so installing the same bytes again changes
+    /// nothing. A home keeps them as files in its component cache (the
+    /// runtime wrote them), so nothing is written there.
     pub fn keep_component(&self, digest: &str, bytes: &[u8]) -> anyhow::Result<()> {
         if !self.is_shared() {
             return Ok(());

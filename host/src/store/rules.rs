@@ -1,7 +1,7 @@
 //! Auto-approval rules (key two) and agent runs, as stored.
 //!
-//! Every statement is written once over [`Sql`] for both engines (issue
-//! 15). An agent run's state moves only forward, whichever host writes:
+//! Every statement is written once over [`Sql`] for both engines. An
+//! agent run's state moves only forward, whichever host writes:
 //! a turn is saved only on a running run (running → waiting or done), a
 //! waiting run is taken for resumption by one taker (waiting → running)
 //! or stopped (waiting → stopped), each by one conditional `UPDATE`. A

@@ -1,4 +1,4 @@
-//! The store's secrets at rest (issue 43): which columns hold a secret in
+//! The store's secrets at rest: which columns hold a secret in
 //! a recoverable form, and the passes over all of them.
 //!
 //! Owns the list of sealed columns ([`COLUMNS`]) and the three passes over

@@ -10,7 +10,7 @@
 //! it. Who may see what is not decided here: `crate::web` asks
 //! [`Store::may_see`].
 //!
-//! Every statement is written once over [`Sql`] for both engines (issue 15).
+//! Every statement is written once over [`Sql`] for both engines.
 
 use super::sql::{Sql, args};
 use super::{Store, now_ms};

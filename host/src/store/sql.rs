@@ -1,4 +1,4 @@
-//! One way to speak SQL to either engine (issue 15): the seam the store's
+//! One way to speak SQL to either engine: the seam the store's
 //! statements are written against once, whichever database holds the
 //! deployment.
 //!

@@ -1,4 +1,4 @@
-//! The stage's statements (SPEC A3, A5, H3, P5; issue 15): admission with
+//! The stage's statements (SPEC A3, A5, H3, P5): admission with
 //! the per-chat cap inside the staging transaction, the insert of a
 //! pending action, expiry and retention, written once over [`Sql`] for
 //! both engines.
@@ -118,7 +118,7 @@ pub(crate) fn stage_finding(
 /// and only a stage some rule might cover can have become drainable by
 /// its own stage (`Kernel::drain_if_covered`); asked in the transaction
 /// that stages it, the answer costs one index probe instead of a read of
-/// its own beside the gadget (issue 17).
+/// its own beside the gadget.
 ///
 /// On SQLite the answer holds at the commit: a staging transaction
 /// commits on the snapshot it admitted on (see the module), so a rule
@@ -148,7 +148,7 @@ pub enum RuleCoverage {
 /// step over every finished action the chat retains (up to
 /// [`RETAINED_FINISHED`]). The chat's pending entries are stepped over
 /// once, for what is live, what is due and the oldest: two searches of
-/// them were an eighth of a stage's own work (issue 17). No
+/// them were an eighth of a stage's own work. No
 /// `kind = 'action'`: only an action has a state (schema 9 checks it on
 /// both engines), and testing it read one more column of every entry.
 const ADMISSION: &str = concat!(
@@ -221,8 +221,8 @@ pub(crate) fn expire_due(db: &dyn Sql, chat: Option<&str>) -> anyhow::Result<u64
     let now = now_ms();
     // Two statements, not one with `?1 IS NULL OR l.chat = ?1`: that `OR`
     // keeps SQLite from searching by chat, and every stage would scan the
-    // pending rows of the whole deployment (issue 17: 67 ms per stage
-    // with 1,000 chats × 50 pending).
+    // pending rows of the whole deployment (67 ms per stage with 1,000
+    // chats × 50 pending).
     let due = match chat {
         Some(chat) => db.rows(DUE_IN_CHAT, args![chat, DEFAULT_EXPIRY_MS, now])?,
         None => db.rows(
@@ -413,7 +413,8 @@ mod tests {
     }
 
     /// A stage checked on a binding this process kept carries the policy
-    /// epoch it was read under (issue 17); on both engines its
+    /// epoch it was read under (so it needs no read of the epoch first);
+    /// on both engines its
     /// transaction stages it only while the epoch is still that one, and
     /// stages nothing once it moved. A stage checked on a binding read
     /// now carries none and is not held to it.
@@ -550,7 +551,8 @@ mod tests {
     }
 
     /// A stage counts its chat's open actions three times, two of them
-    /// under the write lock (issue 17): no count may read a ledger row per
+    /// under the write lock, so each must stay cheap: no count may read a
+    /// ledger row per
     /// open action, nor step over the finished actions the chat retains:
     /// every search is of the index, by chat and state. And the question
     /// of the rules asked beside it searches the rules by tag.
@@ -625,8 +627,8 @@ mod tests {
     }
 
     /// A full chat is refused without the database's write lock, by both
-    /// ways of staging (issue 17: a gadget hammering a full chat starved
-    /// an approver in another process): while another process holds the
+    /// ways of staging (else a gadget hammering a full chat starves an
+    /// approver in another process): while another process holds the
     /// lock, refusals answer at once, and a stage into a chat with room
     /// waits for the lock and then lands.
     #[test]
@@ -711,7 +713,8 @@ mod tests {
     }
 
     /// A stage admits from what the chat's last stage in this process
-    /// learned (issue 17) only while nothing else was committed: any
+    /// learned (to save asking the file) only while nothing else was
+    /// committed: any
     /// commit of another process, even one that changes nothing a stage
     /// asks about, makes the next stage ask the file again.
     #[test]

@@ -7,7 +7,7 @@
 //! a service (a revoked introduction must never be used again, whichever
 //! process revoked it). Asking the database means a read transaction, and
 //! in WAL mode each one takes and drops two locks on the `-shm` file, four
-//! `fcntl` calls: about 4 µs, a tenth of a whole read (issue 17's profile).
+//! `fcntl` calls: about 4 µs, a tenth of a whole read, as profiled.
 //! The header counts every commit to the file (`iChange`), of this process
 //! or any other, and is rewritten by each one. So if the header is exactly
 //! as it was when the epoch was last read, nothing was committed since,

@@ -9,7 +9,7 @@
 //! Why: SQLite writes each frame of the log in two calls, its 24-byte
 //! header and then its page. A read's observation commits two pages and a
 //! durable stage two to four, so a commit made four to eight `pwrite`
-//! system calls, about 2 µs each on the machines of issue 17, where a bare
+//! system calls, about 2 µs each on the machines measured, where a bare
 //! one-row commit makes two: most of what a stage's commit cost beyond
 //! the bare one's, besides its fsync (measured with `perf trace` on the
 //! fast-path bench's stage loop).

@@ -4,8 +4,8 @@
 //! version, a step's tool set, a requested list) unchangeable even by a
 //! hand edit, on both engines. Decisions live in `crate::workflow`.
 //!
-//! Every statement is written once over [`Sql`] for both engines (issue
-//! 15). What several hosts may do at once is decided by the database: a
+//! Every statement is written once over [`Sql`] for both engines. What
+//! several hosts may do at once is decided by the database: a
 //! request is decided by one conditional `UPDATE` (decided once, whoever
 //! races), a new version of a design is numbered by an insert that a
 //! concurrent publisher's row makes do nothing (then it numbers again), and
@@ -1051,7 +1051,7 @@ mod on_both_engines {
         .expect("a run")
     }
 
-    /// Issue 43 (SPEC H3's parity): a pending request past its run's
+    /// SPEC H3, for requests as for actions: a pending request past its run's
     /// chat's expiry is marked `expired` (by the clock, nobody's
     /// decision), and the step gated on it is told in its note; a
     /// decision on it then finds it expired and changes nothing. An

@@ -238,7 +238,8 @@ struct ActionView {
     reverted_by: Option<i64>,
     /// For a revert: the action it undoes.
     reverts: Option<i64>,
-    /// The action as the inbox's card shows it (issue 44).
+    /// The action as the inbox's card shows it, rendered by the kernel so
+    /// the page never words attacker text itself.
     card: crate::inbox::Card,
 }
 
@@ -674,7 +675,8 @@ async fn chat_open(
     }))
 }
 
-/// One chat, with its observation set in brief (issue 44).
+/// One chat, with its observation set in brief (what the inbox's chips
+/// show of what its reads touched).
 #[derive(Serialize)]
 struct ChatDetail {
     #[serde(flatten)]

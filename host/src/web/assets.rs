@@ -14,7 +14,7 @@ use axum::routing::get;
 const SHELL: &str = include_str!("static/app.html");
 const SCRIPT: &str = include_str!("static/app.js");
 const STYLE: &str = include_str!("static/app.css");
-/// Web Push (issue 44): the page's "Notify me on this device" control,
+/// Web Push: the page's "Notify me on this device" control,
 /// and the service worker that shows a push. The worker is served from
 /// the origin's root so that its scope is the whole inbox (`/`), with no
 /// `Service-Worker-Allowed` needed.

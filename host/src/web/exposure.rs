@@ -1,4 +1,4 @@
-//! Who can reach the inbox, by which name, and from where (issue 44): the
+//! Who can reach the inbox, by which name, and from where: the
 //! address `serve` binds, the one public URL it answers to, the reverse
 //! proxy whose forwarded headers it believes, and the checks every request
 //! passes first (Host, Origin) and the header that pins HTTPS (HSTS).

@@ -91,7 +91,7 @@ pub struct Config {
     /// How often the live view, the schedules and the notices look for
     /// what changed.
     pub tick: Duration,
-    /// Web Push (`serve --vapid-subject`, issue 44): off without it.
+    /// Web Push (`serve --vapid-subject`): off without it.
     pub push: Option<crate::push::Settings>,
     /// Where it listens and under which name (`--bind`, `--tls-cert`,
     /// `--tls-key`, `--trusted-proxy`, `--public-url`); checked by

@@ -1,4 +1,4 @@
-//! Web Push in the inbox (issue 44): the API a person's page subscribes
+//! Web Push in the inbox: the API a person's page subscribes
 //! its browser with, lists and removes their devices, and the loop beside
 //! the server that pushes.
 //!

@@ -1,4 +1,5 @@
-//! Rate limits on the sign-in endpoints (issue 44): each client address
+//! Rate limits on the sign-in endpoints, so that nobody can guess at
+//! sign-ins from one address at machine speed: each client address
 //! may try so many sign-ins (a link, a passkey, an OpenID Connect start or
 //! callback) in a burst, then one more every so often; past that it is
 //! answered 429 with `Retry-After`. The limiter is governor's (GCRA),

@@ -1,11 +1,13 @@
-//! A throwaway PostgreSQL cluster for the tests (issue 15), started by the
-//! tests themselves: Debian's server binaries, a data directory in a fresh
-//! temporary directory, a loopback port chosen free, trust authentication
-//! for one role. `initdb` refuses root, so as root the cluster runs as the
-//! `postgres` user the Debian package creates.
+//! A throwaway PostgreSQL cluster for the tests, started by the tests
+//! themselves so that they need no server set up beforehand: Debian's
+//! server binaries, a data directory in a fresh temporary directory, a
+//! loopback port chosen free, trust authentication for one role. `initdb`
+//! refuses root, so as root the cluster runs as the `postgres` user the
+//! Debian package creates.
 //!
 //! One cluster serves a whole test process; each test gets a database of
-//! its own ([`Cluster::database`]). The server offers TLS (issue 43) with
+//! its own ([`Cluster::database`]). The server offers TLS (so that
+//! `sslmode=verify-full` is tested against a real server) with
 //! a certificate for `127.0.0.1` and `localhost` signed by an authority
 //! made at start ([`Cluster::ca_file`]); a connection that does not ask
 //! for TLS works as before. The cluster stops and its directory is

@@ -136,7 +136,7 @@ async fn bad_arguments_are_refused_before_staging() {
     );
 }
 
-/// Issue 43: what the approver sees is what is sent. Arguments that
+/// What the approver sees is what is sent. Arguments that
 /// services would read differently (a key named twice, a number beyond a
 /// double, an integer past 2^53) are refused before staging, in one line
 /// naming the value, and nothing is staged or sent; the same values as

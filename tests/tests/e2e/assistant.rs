@@ -1,4 +1,4 @@
-//! Issue 46, "a model": a language model behind the gate. The `assistant`
+//! A language model behind the gate. The `assistant`
 //! gadget runs a tool-calling loop inside the sandbox against a scripted
 //! OpenAI-compatible model on loopback (through the `model` gatekeeper);
 //! every tool call the model asks for goes through the kernel: reads are

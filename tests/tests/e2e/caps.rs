@@ -307,7 +307,7 @@ fn args_of_exponents(n: usize) -> String {
     s
 }
 
-/// Numbers are kept as the gadget wrote them (issue 12), so normalising
+/// Numbers are kept as the gadget wrote them, so normalising
 /// never grows arguments past the cap: 64 KiB of `9e+15` is staged exactly
 /// as sent (a float would write each out as `9000000000000000.0`; serde_json
 /// spells an unsigned exponent `e+`, which is how it is stored and sent), and one byte more is refused as invalid arguments.
@@ -315,7 +315,7 @@ fn args_of_exponents(n: usize) -> String {
 async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     let w = World::standard(Trust::Byo).await;
     // An action whose input schema admits any object: the kernel checks
-    // arguments against the tool's schema before staging (issue 13).
+    // arguments against the tool's schema before staging.
     w.add_gatekeeper("overflow", "overflow", Trust::Byo).await;
     w.kernel
         .introduce("work", "overflow", "OVER", None, "alice")
@@ -346,11 +346,11 @@ async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     assert_eq!(pending_ids(&w), vec![id], "no ghost row");
 }
 
-/// Issue 12, point 6: the caps are per chat. One chat's gadget filling its
-/// 50 open actions never stops another chat from staging, and one person
-/// deciding 100 of their own actions never erases another's approval
-/// history: `log --approved-by` reads the decision history, which outlives
-/// payload pruning.
+/// The caps are per chat, so no gadget can starve another chat: one
+/// chat's gadget filling its 50 open actions never stops another chat
+/// from staging, and one person deciding 100 of their own actions never
+/// erases another's approval history: `log --approved-by` reads the
+/// decision history, which outlives payload pruning.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() {
     let w = World::standard(Trust::Byo).await;
@@ -451,7 +451,7 @@ async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() 
     );
 }
 
-/// Stages from many turns at once share commits (group commit, issue 17);
+/// Stages from many turns at once share commits (group commit);
 /// the cap still holds row by row inside each commit, one refused stage
 /// never undoes another's, every stage gets its own answer, and what was
 /// answered `pending` is on disk for the next process.

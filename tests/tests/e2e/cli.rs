@@ -204,7 +204,7 @@ fn errors_are_one_line_with_exit_code_1_and_usage_errors_exit_2() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-/// Issue 14: `gatehouse log --json | head -1` must not panic when the
+/// `gatehouse log --json | head -1` must not panic when the
 /// reader has gone. The reading end of stdout is closed before the command
 /// writes, so every line it prints meets a closed pipe; it still finishes
 /// its work and exits 0, with nothing on stderr.
@@ -234,7 +234,7 @@ fn a_closed_pipe_on_stdout_stops_the_printing_not_the_command() {
     }
 }
 
-/// Issue 43: the log's lines carry no colour escapes when stderr is not a
+/// The log's lines carry no colour escapes when stderr is not a
 /// terminal (a pipe here, as under a service manager or a log collector).
 /// A damaged compiled-cache entry makes the next process warn as it
 /// rebuilds it: that warning line must read as plain text.

@@ -1,4 +1,4 @@
-//! Issue 15, first part: the PostgreSQL schema, its versions, and moving a
+//! The PostgreSQL schema, its versions, and moving a
 //! home into it, against a real PostgreSQL cluster the tests start
 //! themselves (tests/cluster/src/lib.rs).
 //!

@@ -1,4 +1,4 @@
-//! Issue 11: `gatehouse demo` is a test. The real binary runs the whole
+//! `gatehouse demo` is a test. The real binary runs the whole
 //! guided demo against its bundled loopback services, exits 0 only if every
 //! step behaved, and each step's output line that shows the behaviour is
 //! asserted here, including one per lecture exercise (ex01, ex02, ex04,

@@ -1,5 +1,5 @@
-//! Issue 16: exactly once where the service allows it; issue 43: and
-//! only where an operator vouched for that (SPEC P9).
+//! Exactly once where the service allows it, and only where an operator
+//! vouched for that (SPEC P9).
 //!
 //! A sweep SIGKILLs real `gatehouse approve` processes at varied points
 //! (before the claim, after it, while the request is at the service, after

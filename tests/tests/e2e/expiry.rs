@@ -1,4 +1,4 @@
-//! SPEC H3 (issue 16): a pending action older than its chat's expiry is
+//! SPEC H3: a pending action older than its chat's expiry is
 //! never sent; it becomes `expired`, the gadget sees that through
 //! `action-result`, and it counts as closed for the 50-open cap.
 //!
@@ -164,7 +164,7 @@ fn stored_state(w: &World, id: i64) -> String {
         .unwrap()
 }
 
-/// Issue 43: lengthening a chat's expiry never brings back an action that
+/// Lengthening a chat's expiry never brings back an action that
 /// was already past the old one, even when nothing had looked at it since
 /// it fell due (the table still said `pending`): once due, it is expired
 /// for good, and never sent.

@@ -1,4 +1,4 @@
-//! Issue 16, SPEC H1, C5, L1, O3: hooks. A gatekeeper's trigger bound to a
+//! SPEC H1, C5, L1, O3: hooks. A gatekeeper's trigger bound to a
 //! gadget in a chat, disabled until a person who may decide enables it;
 //! webhook deliveries verified on `serve`'s port; schedules fired by
 //! `serve`; every turn under "hook N in CHAT", whose writes wait.
@@ -397,7 +397,7 @@ async fn next_firing(w: &World, hook: i64, after: i64) -> Value {
     }
 }
 
-/// Issue 43 (SPEC H1): a hook names its gadget by digest. Re-installing
+/// SPEC H1: a hook names its gadget by digest. Re-installing
 /// other code under the gadget's name does not change what an enabled
 /// hook runs: its next firing runs nothing (recorded as refused, the hook
 /// disabled, saying why) until a person enables it again, shown the new

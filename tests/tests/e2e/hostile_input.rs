@@ -1,4 +1,4 @@
-//! Hostile input held everywhere (issue 12): crafted components, terminal
+//! Hostile input held everywhere: crafted components, terminal
 //! forgery, unbounded sizes, hammering turns and echoed secrets, each
 //! through the real CLI or kernel with real guests and loopback services.
 

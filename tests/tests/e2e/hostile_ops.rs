@@ -1,4 +1,4 @@
-//! Operations under pressure (issue 12): a liveness file removed mid-send,
+//! Operations under pressure: a liveness file removed mid-send,
 //! two inboxes on one home, a database removed under a running home, a full
 //! disk, processes killed while starting, closed pipes, and numbers no
 //! float can hold. Real processes on a real home throughout.
@@ -372,7 +372,8 @@ async fn numbers_reach_the_approver_exactly_as_they_will_be_sent() {
     w.kernel
         .introduce("work", "overflow", "OVER", None, "alice")
         .unwrap();
-    // Numbers past what every reader reads alike are refused (issue 43);
+    // Numbers past what every reader reads alike are refused (what the
+    // approver is shown must be what the service acts on);
     // every number within it reaches the approver and the service as
     // written, digit for digit.
     let beyond = r#"{"amount": 123456789012345678901234567890, "rate": 0.30000000000000001, "id": 18446744073709551617}"#;

@@ -1,4 +1,4 @@
-//! The web inbox under hostile clients (issue 12): a browser that hangs up
+//! The web inbox under hostile clients: a browser that hangs up
 //! mid-approve, a SIGTERM during a send, non-members probing chats, forged
 //! CSRF tokens, idle and trickling connections, and every error status the
 //! API can give documented.

@@ -1,4 +1,4 @@
-//! Issue 15: many hosts, one truth. Several hosts, each with a home of its
+//! Many hosts, one truth. Several hosts, each with a home of its
 //! own (only its compiled components), serve one deployment from a real
 //! PostgreSQL database (a throwaway cluster the tests start), and SPEC P,
 //! U and L hold across them as they do across the processes of one home.

@@ -167,7 +167,7 @@ fn introduce_elsewhere(w: &World, tools: &[&str]) {
 }
 
 /// A stage starts from the binding the host kept for the call, and reads
-/// the policy epoch only inside its staging transaction (issue 17). What
+/// the policy epoch only inside its staging transaction. What
 /// another process changes between two calls of one turn is still seen:
 /// with the grant narrowed from the command line, the next stage is
 /// refused and stages nothing; granted again, the next one stages.

@@ -1,4 +1,4 @@
-//! Issue 6: gadgets in Python and JavaScript from the same WIT. Each does
+//! Gadgets in Python and JavaScript from the same WIT. Each does
 //! what the Rust `triage` gadget does, and the service cannot tell them
 //! apart; a Python gadget has no more authority than a Rust one; the big
 //! components compile once and are cached safely; `gatehouse new` starters
@@ -535,7 +535,7 @@ fn gatekeeper_doc_edit(name: &str) -> String {
     doc[start..start + end].to_string()
 }
 
-/// Issue 14: a newcomer writes a gatekeeper from `gatehouse new gatekeeper`
+/// A newcomer writes a gatekeeper from `gatehouse new gatekeeper`
 /// and the docs alone (the write tool the guide adds), adds it, and a
 /// gadget's call of the write is staged: `pending`, awaiting a decision,
 /// and nothing reaches the service, while the starter's read goes through.

@@ -1,4 +1,4 @@
-//! SPEC M2 (issue 13, part 2): `gatehouse mcp serve`, driven by the
+//! SPEC M2: `gatehouse mcp serve`, driven by the
 //! official Python SDK's MCP client (tests/mcp/client.py) over stdio and
 //! Streamable HTTP, in front of the real `issues` gatekeeper and its
 //! loopback tracker. The surface is one more caller of the kernel: reads
@@ -616,7 +616,7 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
     );
 }
 
-/// Issue 43: a refusal quotes a tool name as it was given. An agent that
+/// A refusal quotes a tool name as it was given. An agent that
 /// writes `ISSUES_listIssues` (one underscore, not the separator) is told
 /// exactly that name, not `ISSUESlistIssues` with its `_` taken for
 /// markup; and a gadget's or a person's misspelt name comes back the same

@@ -1,4 +1,5 @@
-//! Issue 11, "Tests", second bullet: a model-based test of the one gate.
+//! A model-based test of the one gate: random sequences of operations
+//! from every surface, checked against a model of who may do what.
 //!
 //! Each case applies a random sequence of operations to ONE real kernel
 //! (real `script` gadget, `issues`/`issues-sim`, `warehouse` and `cloud`

@@ -1,4 +1,4 @@
-//! Issue 16: notifications and the live view. `serve` tells the people who
+//! Notifications and the live view. `serve` tells the people who
 //! may decide an action that it waits (a Slack-compatible webhook per
 //! person, batched, the summary line only), and the inbox's live view is a
 //! server-sent events stream that tells each person only of chats they may
@@ -184,7 +184,7 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
     server.stop().await;
 }
 
-/// Issue 43: a notification URL leads only to a public address unless the
+/// A notification URL leads only to a public address unless the
 /// operator allows private ones. Refused when set (a private, loopback,
 /// link-local, unique-local, shared or unspecified address, as written or
 /// as its name resolves, IPv4 inside IPv6 too); and checked again at every

@@ -164,7 +164,7 @@ async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
 /// A simulation is a read (SPEC S3, V1): in a shared chat where a
 /// collaborator could not see what it would touch, it is not made, and the
 /// action is staged to await a decision (docs/security-model.md, "Sharing").
-/// Found by the model test (issue 11): with the simulation moved behind the
+/// Found by the model test (`model.rs`): with the simulation moved behind the
 /// egress checks, the forward-exclusion refusal refused the stage itself.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_simulation_a_collaborator_could_not_see_is_skipped_and_the_action_awaits() {

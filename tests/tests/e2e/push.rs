@@ -1,4 +1,4 @@
-//! Issue 44: Web Push beside the webhook. A person subscribes a device
+//! Web Push beside the webhook. A person subscribes a device
 //! through the API (session and CSRF); `serve` pushes it, batched, a count
 //! and chat names only, encrypted for the device and signed with the
 //! deployment's VAPID key; a push service that says the device is gone

@@ -1,4 +1,4 @@
-//! SPEC H2 (issue 16): a revert is a new action naming the original,
+//! SPEC H2: a revert is a new action naming the original,
 //! decided and sent like any other; revertibility never weakens either
 //! auto-approval key. Real `issues` gatekeeper, real tracker, real CLI
 //! processes and the real web API.

@@ -1,4 +1,5 @@
-//! Issue 43, "PostgreSQL secrets": what a deployment keeps and prints.
+//! Secrets, on a home and in a shared database: what a deployment keeps
+//! and prints.
 //!
 //! - Secrets at rest: an operator credential, a person's account token,
 //!   a webhook's signing key, the idempotency secret and the certificate
@@ -429,7 +430,7 @@ fn password() -> impl Strategy<Value = String> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    /// Issue 43: `--help` (which used to print the environment's value)
+    /// `--help` (which used to print the environment's value)
     /// and the error line of a `db status` that cannot connect never
     /// carry the password, however the URL carries it.
     #[test]

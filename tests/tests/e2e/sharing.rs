@@ -574,7 +574,7 @@ async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
     }
 }
 
-/// Issue 43: standing is re-checked at every kernel call, not once a turn.
+/// Standing is re-checked at every kernel call, not once a turn.
 /// Bob, a verified collaborator with his own tracker account, runs a turn;
 /// while it waits on a read at the tracker, Alice removes him. The read
 /// already admitted finishes; every call after it (stages, reads, the

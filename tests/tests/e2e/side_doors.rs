@@ -1,5 +1,6 @@
-//! Issue 11: one gate, no side doors. One test per side door the issue
-//! names, each asserting on what the loopback services received and on
+//! One gate, no side doors. One test per way around the gate (a surface,
+//! a rule or a workflow that could act without the one rule or the one
+//! send path), each asserting on what the loopback services received and on
 //! what a person can see and do through the CLI and the web API.
 //!
 //! Alice owns chat `work` with the `issues` gatekeeper (whose operator

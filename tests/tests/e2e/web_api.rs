@@ -1,4 +1,4 @@
-//! Issue 5: the web inbox's JSON API, over real loopback HTTP, on a real
+//! The web inbox's JSON API, over real loopback HTTP, on a real
 //! kernel and home, beside real CLI processes on the same home.
 //!
 //! Also home to the small HTTP client and sign-in helpers the browser tests
@@ -356,7 +356,7 @@ async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
     let cards = inbox["cards"].as_array().unwrap();
     let ids: Vec<i64> = cards.iter().map(|a| a["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, first, "oldest first");
-    // Issue 44: a card is the kernel's rendering: summary, table, reasons.
+    // A card is the kernel's rendering: summary, table, reasons.
     let a = w.kernel.inspect().action(first[0]).unwrap().unwrap();
     let host = w
         .kernel
@@ -736,7 +736,7 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .unwrap()
             .contains("issues:listIssues")
     );
-    // Issue 44: the chat's observation set in brief, as the inbox's chips
+    // The chat's observation set in brief, as the inbox's chips
     // show it: one read through issues, and the sources it touched.
     let sources = obs[0]["sources"].as_array().unwrap().len();
     assert!(sources > 0, "{obs:?}");
@@ -987,7 +987,7 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
         !js.text.contains("setInterval"),
         "app.js polls with setInterval"
     );
-    // Its one timer is the decision batch's wait before sending (issue 44).
+    // Its one timer is the decision batch's wait before sending.
     assert_eq!(
         js.text.matches("setTimeout").count(),
         1,

@@ -1408,7 +1408,7 @@ async fn web_browser_decides_a_workflow_request_with_the_clis_allowed_calls() {
     server.stop().await;
 }
 
-/// Issue 44 in a real browser: the "Notify me on this device" control
+/// Web Push in a real browser: the "Notify me on this device" control
 /// registers nothing until it is clicked; the click registers the inbox's
 /// service worker at the origin's root (scope `/`) and asks the browser to
 /// subscribe. Headless Chromium has no push service, so the subscription

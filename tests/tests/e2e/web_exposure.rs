@@ -1,4 +1,4 @@
-//! Issue 44, "served beyond loopback, safely": TLS from certificate files
+//! Served beyond loopback, safely: TLS from certificate files
 //! (a certificate made here with rcgen, trusted by a rustls client), HSTS,
 //! the one public name answered, forwarded headers believed only from the
 //! trusted proxy, state changes only from the server's own origin, rate

@@ -1,4 +1,4 @@
-//! Issue 44, "sign-in people already use", in headless Chromium: a passkey
+//! Sign-in people already use, in headless Chromium: a passkey
 //! (Chromium's virtual authenticator over WebDriver) and OpenID Connect (a
 //! real provider started by the tests, `gatehouse_e2e::oidc`), beside the
 //! one-time link.

@@ -514,8 +514,8 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
     assert!(cloud.writes().is_empty());
 }
 
-/// Issue 11, side door 4b: covered workflow actions never checked the
-/// latch, the caps or the chat ledger. Now a covered call is staged and
+/// Covered workflow actions once skipped the latch, the caps and the
+/// chat ledger. Now a covered call is staged and
 /// claimed through the one send path: in a locked-down run chat it is
 /// refused and the service receives nothing; sent ones are in the ledger.
 #[tokio::test(flavor = "multi_thread")]
@@ -575,7 +575,7 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
     assert!(cloud.writes().is_empty(), "{:?}", cloud.writes());
 }
 
-/// Issue 11, side door 5: a workflow step could send the same call twice
+/// A workflow step once could send the same call twice
 /// (the claim was per attempt), and a step that asked for approval was
 /// re-gated by its own re-run. Now a re-run of a step (after a crash
 /// between its call and its completion) finds the call already made and
@@ -675,7 +675,7 @@ fn ask_then_launch(name: &str) -> Value {
     })
 }
 
-/// Issue 43 (parity with SPEC H3 and the notices of actions): an approval
+/// As for actions (SPEC H3 and the notices): an approval
 /// request notifies the people who may decide it, as a waiting action
 /// does, by a summary line that carries none of its list or reason; and
 /// it waits at most its run's chat's expiry: then it is `expired`, can no
@@ -875,7 +875,7 @@ async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action()
     assert_eq!(cloud.writes().len(), 1);
 }
 
-/// Issue 43 (SPEC L2): "everything a person approved" includes the
+/// SPEC L2: "everything a person approved" includes the
 /// workflow approval requests they approved, as records of their own
 /// (`kind` `request`, numbered apart from the ledger), kept when the
 /// approval is later withdrawn; listed to whoever may see the run's

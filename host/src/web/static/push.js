@@ -1,4 +1,4 @@
-// Web Push (issue 44): the inbox's "Notify me on this device" control.
+// Web Push: the inbox's "Notify me on this device" control.
 // Served as a file of its own (the Content-Security-Policy allows no inline
 // script); it renders into <span id="push"> and touches nothing else of the
 // page.

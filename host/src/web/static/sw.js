@@ -1,4 +1,4 @@
-// The inbox's service worker (issue 44): shows a push from Gatehouse and,
+// The inbox's service worker: shows a push from Gatehouse and,
 // when the notification is clicked, focuses the inbox or opens it. Nothing
 // else: no fetch handler, no cache. A push says only a count and chat
 // names, and is shown as text.
