@@ -436,10 +436,10 @@ mod surfaces {
         ("demo/src/main.rs", include_str!("../../demo/src/main.rs")),
     ];
 
-    /// A surface holds no policy and no handle on the state or
-    /// the runtime. It asks the kernel, which applies the one
-    /// authorization rule and the one send path. A surface that reached
-    /// past it would be a side door; this test is the lock on it.
+    /// A surface holds no policy and no handle on the state or the runtime.
+    /// It asks the kernel, which applies the one authorization rule and the
+    /// one send path. A surface that reached past it would be a side door;
+    /// this test is the lock on it.
     #[test]
     fn surfaces_never_reach_past_the_kernel() {
         // Assembled so that this file's own text does not trip the check.

@@ -12,11 +12,11 @@
 //! The CA key is a deployment secret (`deployment_secrets`, under
 //! [`SHARED_KEY_NAME`]), made on first use and kept sealed with the
 //! operator's key on either engine, so that a copy of the database alone
-//! never signs a certificate; an older home's plaintext
-//! key file `$GATEHOUSE_HOME/ca/ca.key` is moved in, sealed, when the home
-//! opens ([`legacy_key_hex`], [`forget_legacy_key`]). The tenant is named by
-//! the key's fingerprint, so a certificate from another deployment is
-//! refused as foreign.
+//! never signs a certificate; an older home's plaintext key file
+//! `$GATEHOUSE_HOME/ca/ca.key` is moved in, sealed, when the home opens
+//! ([`legacy_key_hex`], [`forget_legacy_key`]). The tenant is named by the
+//! key's fingerprint, so a certificate from another deployment is refused
+//! as foreign.
 
 use crate::home::Home;
 use anyhow::Context as _;

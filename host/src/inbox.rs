@@ -53,9 +53,9 @@ pub struct Shown {
     pub revertible: bool,
     /// The revert of it that may still be, or was, sent, if any.
     pub reverted_by: Option<i64>,
-    /// The action as a card: a summary line, the arguments as
-    /// a table, who staged it and why it is held, every piece through the
-    /// one sanitiser ([`crate::prompt`]).
+    /// The action as a card: a summary line, the arguments as a table, who
+    /// staged it and why it is held, every piece through the one sanitiser
+    /// ([`crate::prompt`]).
     pub card: Card,
 }
 
@@ -168,9 +168,8 @@ fn card(
     }
 }
 
-/// One page of the inbox, so that a long inbox opens at once: cards
-/// oldest first, after a cursor,
-/// with what the page shows of their chats.
+/// One page of the inbox, so that a long inbox opens at once: cards oldest
+/// first, after a cursor, with what the page shows of their chats.
 #[derive(Clone, Debug, Serialize)]
 pub struct InboxPage {
     /// The cards, oldest first.
@@ -436,10 +435,10 @@ impl Kernel {
             .await
     }
 
-    /// One page of the inbox as cards: the pending actions
-    /// `person` may see (of one chat, or of all), oldest first, those with
-    /// an id after `after`, at most `limit` of them. Only the page's cards
-    /// are rendered, so the first page of a long inbox answers at once.
+    /// One page of the inbox as cards: the pending actions `person` may see
+    /// (of one chat, or of all), oldest first, those with an id after
+    /// `after`, at most `limit` of them. Only the page's cards are
+    /// rendered, so the first page of a long inbox answers at once.
     pub async fn inbox_page(
         &self,
         person: &str,

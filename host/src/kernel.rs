@@ -187,9 +187,9 @@ impl Kernel {
         Kernel::start(home, store, runtime, liveness)
     }
 
-    /// Open the deployment held in the shared PostgreSQL database at
-    /// `url`: any host serves any chat from it, and `home`
-    /// keeps only this host's compiled-component cache.
+    /// Open the deployment held in the shared PostgreSQL database at `url`:
+    /// any host serves any chat from it, and `home` keeps only this host's
+    /// compiled-component cache.
     ///
     /// What a home keeps as files is kept as rows: an installed
     /// component's bytes (content-addressed, fetched into the local cache

@@ -1,7 +1,7 @@
 //! Moving a deployment into a shared PostgreSQL database, so that several
-//! hosts can serve it:
-//! `gatehouse db migrate`, `gatehouse db copy --to URL`, and `gatehouse db
-//! status`, which says where a database stands before and after.
+//! hosts can serve it: `gatehouse db migrate`, `gatehouse db copy --to
+//! URL`, and `gatehouse db status`, which says where a database stands
+//! before and after.
 //!
 //! Owns the order of a move: the home must be quiet (no other Gatehouse
 //! process on it, since what they wrote after the snapshot would stay

@@ -727,9 +727,9 @@ mod tests {
         }
     }
 
-    /// What is not a public address, in every spelling: private,
-    /// loopback, link-local, unique-local, shared (CGNAT), unspecified and
-    /// the other special ranges, IPv4 inside IPv6 judged as IPv4.
+    /// What is not a public address, in every spelling: private, loopback,
+    /// link-local, unique-local, shared (CGNAT), unspecified and the other
+    /// special ranges, IPv4 inside IPv6 judged as IPv4.
     #[test]
     fn only_public_addresses_are_public() {
         let private = [

@@ -1078,9 +1078,9 @@ mod tests {
         assert!(inline(&"x".repeat(500)).chars().count() < NAME_CAP + 10);
     }
 
-    /// A refusal quotes a name as it was given (`_` and other
-    /// markup characters kept), and still nothing of it can act on a
-    /// terminal or break the line.
+    /// A refusal quotes a name as it was given (`_` and other markup
+    /// characters kept), and still nothing of it can act on a terminal or
+    /// break the line.
     #[test]
     fn refusals_quote_names_as_given() {
         assert_eq!(as_given("ISSUES_listIssues"), "ISSUES_listIssues");
@@ -1339,9 +1339,9 @@ mod tests {
         }
     }
 
-    /// A card's summary line and argument table are built from
-    /// the sanitised pieces: hidden characters visible, line breaks shown
-    /// as `↵`, values capped, and each piece marked with its author.
+    /// A card's summary line and argument table are built from the
+    /// sanitised pieces: hidden characters visible, line breaks shown as
+    /// `↵`, values capped, and each piece marked with its author.
     #[test]
     fn card_pieces_are_sanitised_and_attributed() {
         let args = serde_json::json!({

@@ -1,5 +1,5 @@
-//! Secrets at rest: every secret the deployment keeps in a
-//! recoverable form is kept sealed with a key the operator holds.
+//! Secrets at rest: every secret the deployment keeps in a recoverable form
+//! is kept sealed with a key the operator holds.
 //!
 //! Owns the key (where it comes from, its id, the home's own key file) and
 //! the one sealed form: XChaCha20-Poly1305 with a random 24-byte nonce, the

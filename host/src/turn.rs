@@ -42,12 +42,12 @@ pub struct Turn {
     /// `Some` for a gadget's turn the kernel runs: its stages commit in
     /// place, without an fsync each, and the kernel makes them durable
     /// before anything leaves the turn (an egress) and before the turn
-    /// ends, when the flag says something staged is not yet durable.
-    /// Nobody outside the turn hears of a stage before then, so a power
-    /// cut loses only stages nobody was told of (and a turn of three writes
-    /// waits for one fsync, not three). `None`: each stage is
-    /// durable before it is answered, for a caller the answer reaches at
-    /// once (an external agent, an embedder).
+    /// ends, when the flag says something staged is not yet durable. Nobody
+    /// outside the turn hears of a stage before then, so a power cut loses
+    /// only stages nobody was told of (and a turn of three writes waits for
+    /// one fsync, not three). `None`: each stage is durable before it is
+    /// answered, for a caller the answer reaches at once (an external
+    /// agent, an embedder).
     pub(crate) unsynced: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The component the turn must run, by digest, when the caller vouched
     /// for that code and no other (a hook runs what it was enabled for):

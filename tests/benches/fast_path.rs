@@ -1,6 +1,6 @@
-//! The fast path: every kernel figure beside its baseline,
-//! measured in the same run and alternated with it, so that a ratio never
-//! depends on the machine's noise. Prints one table.
+//! The fast path: every kernel figure beside its baseline, measured in the
+//! same run and alternated with it, so that a ratio never depends on the
+//! machine's noise. Prints one table.
 //!
 //! | row | kernel | baseline | goal |
 //! |---|---|---|---|

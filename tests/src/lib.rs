@@ -22,9 +22,9 @@ pub use gatehouse_pg_cluster as postgres;
 /// The tracker credential stored as the secret `tracker-token`.
 pub const TOKEN: &str = "tok-3c9e1f0d-never-shown-to-guests";
 
-/// The key a shared database's secrets are sealed with in the tests
-/// (a shared database needs the operator's key): fixed, so
-/// every host and CLI process of a test holds the same one. Base64 of
+/// The key a shared database's secrets are sealed with in the tests (a
+/// shared database needs the operator's key): fixed, so every host and CLI
+/// process of a test holds the same one. Base64 of
 /// "Gatehouse test key -- not secret".
 pub const SHARED_KEY: &str = "R2F0ZWhvdXNlIHRlc3Qga2V5IC0tIG5vdCBzZWNyZXQ=";
 

@@ -1,9 +1,9 @@
 //! `overflow`: a hostile gatekeeper, a test fixture only. It hands the
 //! kernel too much of everything and passes on whatever its service says,
 //! so tests can prove that the kernel caps, redacts and renders what comes
-//! back: failure messages of megabytes, reads naming 100,000
-//! sources, simulations of megabytes, errors full of terminal escapes and
-//! forged prompt lines, a tool whose very name is an escape sequence, and a
+//! back: failure messages of megabytes, reads naming 100,000 sources,
+//! simulations of megabytes, errors full of terminal escapes and forged
+//! prompt lines, a tool whose very name is an escape sequence, and a
 //! service's answer (say, echoed request headers) copied into results,
 //! errors, source titles and simulations.
 

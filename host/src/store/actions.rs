@@ -582,17 +582,17 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// stage is staged by [`stage_alone`]; a larger one as follows.
 ///
 /// The transaction begins deferred: admission reads the chat on the
-/// snapshot it opens, and only a stage it admits takes the database's
-/// write lock, to insert. So a stage refused for a full or latched chat
-/// does not take the write lock (a gadget hammering a full chat starves
-/// no approver in another process), and no read ahead of the
-/// commit is needed for that. If another process wrote since the
-/// snapshot, or holds the lock, taking it fails at once (SQLite will not
-/// wait with a snapshot open), and the batch runs again in a transaction
-/// that begins by taking the lock, waiting for it: what admission read
-/// always still holds when the stage commits. Only a stage admitted on
-/// the snapshot comes to that second try, so a refusal takes the lock
-/// only when the chat filled in the moment between the two.
+/// snapshot it opens, and only a stage it admits takes the database's write
+/// lock, to insert. So a stage refused for a full or latched chat does not
+/// take the write lock (a gadget hammering a full chat starves no approver
+/// in another process), and no read ahead of the commit is needed for that.
+/// If another process wrote since the snapshot, or holds the lock, taking
+/// it fails at once (SQLite will not wait with a snapshot open), and the
+/// batch runs again in a transaction that begins by taking the lock,
+/// waiting for it: what admission read always still holds when the stage
+/// commits. Only a stage admitted on the snapshot comes to that second try,
+/// so a refusal takes the lock only when the chat filled in the moment
+/// between the two.
 fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, known: &Known) {
     let committed = match batch.as_slice() {
         [
@@ -1689,12 +1689,11 @@ fn auto_refusal(
     Ok(None)
 }
 
-/// The channel on which a shared database tells every host that an
-/// action was staged, decided or finished: the web inbox's
-/// live view, parked agent runs and gated workflow runs on any host wake
-/// on it instead of polling. The payload is the action's id and chat, never
-/// its arguments; a listener asks the kernel (and its one authorization
-/// rule) what it may show.
+/// The channel on which a shared database tells every host that an action
+/// was staged, decided or finished: the web inbox's live view, parked agent
+/// runs and gated workflow runs on any host wake on it instead of polling.
+/// The payload is the action's id and chat, never its arguments; a listener
+/// asks the kernel (and its one authorization rule) what it may show.
 pub(crate) const DECIDED: &str = "gatehouse_decided";
 
 /// Tell the other hosts that action `id` was staged, decided or finished,

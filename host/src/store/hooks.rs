@@ -11,10 +11,10 @@
 //! turn may do is `crate::hooks`.
 //!
 //! Every statement is written once over [`Sql`] for both engines: on
-//! PostgreSQL, where writers do not exclude each other, a
-//! decision that reads a hook's row before writing (enabling, firing)
-//! first locks that row (`FOR UPDATE`), as SQLite's `IMMEDIATE`
-//! transactions already do for the whole file.
+//! PostgreSQL, where writers do not exclude each other, a decision that
+//! reads a hook's row before writing (enabling, firing) first locks that
+//! row (`FOR UPDATE`), as SQLite's `IMMEDIATE` transactions already do for
+//! the whole file.
 
 use super::sealed;
 use super::sql::{Engine, Row, Sql, args};
@@ -632,11 +632,11 @@ mod on_both_engines {
             .expect("set")
     }
 
-    /// SPEC H1: a hook is pinned to the component its gadget's
-    /// name held when it was added, and enabling pins what the name holds
-    /// then: only the digest the person was shown (a re-install while
-    /// they read is refused, and nothing changes), and never nothing (a
-    /// gadget no longer installed is refused).
+    /// SPEC H1: a hook is pinned to the component its gadget's name held
+    /// when it was added, and enabling pins what the name holds then: only
+    /// the digest the person was shown (a re-install while they read is
+    /// refused, and nothing changes), and never nothing (a gadget no longer
+    /// installed is refused).
     #[test]
     fn enabling_a_hook_pins_the_code_its_person_was_shown() {
         runtime().block_on(async {

@@ -271,10 +271,10 @@ fn observe_in(
 ) -> anyhow::Result<super::Observed> {
     // A plain read writes one row, and one statement is its own
     // transaction: a BEGIN and a COMMIT around it would cost two more
-    // statements on the read path. It moves no policy and no
-    // admission, so the epoch its read checked stands past its commit,
-    // for the turn's next read to check without a transaction, and so
-    // does what the turn's stages learned of their chats.
+    // statements on the read path. It moves no policy and no admission, so
+    // the epoch its read checked stands past its commit, for the turn's
+    // next read to check without a transaction, and so does what the turn's
+    // stages learned of their chats.
     if !needs_transaction(o) {
         let id = known.carried(conn, |conn| insert_observation(&*conn, o))?;
         return Ok(super::Observed::Recorded(id));

@@ -631,11 +631,11 @@ impl Store {
     /// database. What it is for: a stage that passes every check on it
     /// carries that epoch in [`NewAction::resolved_at`], and its staging
     /// transaction refuses it ([`StageError::PolicyMoved`]) if the epoch
-    /// moved, so the stage holds under the policy of its commit, and
-    /// costs no read transaction of its own first (that read was a
-    /// tenth of a stage's work). Anything else done on it (a
-    /// refusal, a read, a simulation) would act on a policy that may be
-    /// gone: the kernel resolves with [`Store::resolve_now`] for those.
+    /// moved, so the stage holds under the policy of its commit, and costs
+    /// no read transaction of its own first (that read was a tenth of a
+    /// stage's work). Anything else done on it (a refusal, a read, a
+    /// simulation) would act on a policy that may be gone: the kernel
+    /// resolves with [`Store::resolve_now`] for those.
     pub fn resolution_kept(
         &self,
         chat: &str,
@@ -696,9 +696,9 @@ impl Store {
     ///
     /// Why this and [`Store::write`] and never the connection itself: a
     /// method written against [`Sql`] runs unchanged on the embedded file
-    /// and on the shared PostgreSQL database, so a store method
-    /// reaches its engine only through these doors. Like every store call,
-    /// it runs on a thread that may block ([`Store::run`]).
+    /// and on the shared PostgreSQL database, so a store method reaches its
+    /// engine only through these doors. Like every store call, it runs on a
+    /// thread that may block ([`Store::run`]).
     pub(crate) fn with<T>(
         &self,
         f: impl FnOnce(&dyn Sql) -> anyhow::Result<T>,

@@ -375,10 +375,9 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the password holds and wherever it is
-        /// written (the user part or `?password=`, raw or
-        /// percent-encoded), neither the mask, nor `Debug`, nor a refusal
-        /// contains it.
+        /// Whatever the password holds and wherever it is written (the user
+        /// part or `?password=`, raw or percent-encoded), neither the mask,
+        /// nor `Debug`, nor a refusal contains it.
         #[test]
         fn no_form_of_a_url_shows_its_password(
             pw in password(),

@@ -1,6 +1,5 @@
 //! The PostgreSQL database that several hosts share: connecting, its
-//! schema's versions,
-//! and moving an embedded home's state into it.
+//! schema's versions, and moving an embedded home's state into it.
 //!
 //! Owns every statement run against PostgreSQL and the schema in
 //! `migrations/postgres/` (the same tables, checks and triggers as the

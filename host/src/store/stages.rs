@@ -138,19 +138,18 @@ pub enum RuleCoverage {
 /// [`admit`]'s question: `?1` the chat, `?2` the action's tag, `?3` the
 /// default expiry, `?4` now; the chat's latch, its open actions
 /// ([`open_count`]), whether any of its pending ones is due to be marked
-/// expired ([`DUE_IN_CHAT`]), the policy epoch, whether a rule might
-/// cover the tag there ([`RuleCoverage`]), when its oldest pending action
-/// was staged, and its expiry (the last two for
-/// [`super::known::Known`]).
-/// No row: no such chat. Answered from `ledger_actions_by_state` alone
-/// (schemas 8 and 10), and only from the entries it counts: one search
-/// per state and chat, never an `OR` across the two states, which would
-/// step over every finished action the chat retains (up to
+/// expired ([`DUE_IN_CHAT`]), the policy epoch, whether a rule might cover
+/// the tag there ([`RuleCoverage`]), when its oldest pending action was
+/// staged, and its expiry (the last two for [`super::known::Known`]). No
+/// row: no such chat. Answered from `ledger_actions_by_state` alone
+/// (schemas 8 and 10), and only from the entries it counts: one search per
+/// state and chat, never an `OR` across the two states, which would step
+/// over every finished action the chat retains (up to
 /// [`RETAINED_FINISHED`]). The chat's pending entries are stepped over
-/// once, for what is live, what is due and the oldest: two searches of
-/// them were an eighth of a stage's own work. No
-/// `kind = 'action'`: only an action has a state (schema 9 checks it on
-/// both engines), and testing it read one more column of every entry.
+/// once, for what is live, what is due and the oldest: two searches of them
+/// were an eighth of a stage's own work. No `kind = 'action'`: only an
+/// action has a state (schema 9 checks it on both engines), and testing it
+/// read one more column of every entry.
 const ADMISSION: &str = concat!(
     "SELECT c.latched,
            p.n - p.due + (SELECT count(*) FROM ledger
@@ -413,11 +412,10 @@ mod tests {
     }
 
     /// A stage checked on a binding this process kept carries the policy
-    /// epoch it was read under (so it needs no read of the epoch first);
-    /// on both engines its
-    /// transaction stages it only while the epoch is still that one, and
-    /// stages nothing once it moved. A stage checked on a binding read
-    /// now carries none and is not held to it.
+    /// epoch it was read under (so it needs no read of the epoch first); on
+    /// both engines its transaction stages it only while the epoch is still
+    /// that one, and stages nothing once it moved. A stage checked on a
+    /// binding read now carries none and is not held to it.
     #[test]
     fn a_stage_checked_on_an_older_policy_stages_nothing() {
         runtime().block_on(async {
@@ -552,10 +550,9 @@ mod tests {
 
     /// A stage counts its chat's open actions three times, two of them
     /// under the write lock, so each must stay cheap: no count may read a
-    /// ledger row per
-    /// open action, nor step over the finished actions the chat retains:
-    /// every search is of the index, by chat and state. And the question
-    /// of the rules asked beside it searches the rules by tag.
+    /// ledger row per open action, nor step over the finished actions the
+    /// chat retains: every search is of the index, by chat and state. And
+    /// the question of the rules asked beside it searches the rules by tag.
     #[test]
     fn a_chats_open_actions_are_counted_from_the_index_alone() {
         let dir = tempfile::tempdir().unwrap();
@@ -714,9 +711,8 @@ mod tests {
 
     /// A stage admits from what the chat's last stage in this process
     /// learned (to save asking the file) only while nothing else was
-    /// committed: any
-    /// commit of another process, even one that changes nothing a stage
-    /// asks about, makes the next stage ask the file again.
+    /// committed: any commit of another process, even one that changes
+    /// nothing a stage asks about, makes the next stage ask the file again.
     #[test]
     fn what_a_stage_learned_admits_the_next_only_until_another_commit() {
         let (_dir, path, store) = home_with(&["work"]);

@@ -1,8 +1,8 @@
 //! The harness the store's suites run on, once per engine, so that each
-//! statement is proven on the engine it will meet: an
-//! embedded SQLite file and a real PostgreSQL, a throwaway cluster the
-//! test process starts (`gatehouse-pg-cluster`). A suite is written once
-//! and loops over [`Backend::both`]; each failure names its engine.
+//! statement is proven on the engine it will meet: an embedded SQLite file
+//! and a real PostgreSQL, a throwaway cluster the test process starts
+//! (`gatehouse-pg-cluster`). A suite is written once and loops over
+//! [`Backend::both`]; each failure names its engine.
 
 use super::postgres::{self, DatabaseUrl, Shared};
 use super::sql::{Sql, args};

@@ -14,9 +14,9 @@ use axum::routing::get;
 const SHELL: &str = include_str!("static/app.html");
 const SCRIPT: &str = include_str!("static/app.js");
 const STYLE: &str = include_str!("static/app.css");
-/// Web Push: the page's "Notify me on this device" control,
-/// and the service worker that shows a push. The worker is served from
-/// the origin's root so that its scope is the whole inbox (`/`), with no
+/// Web Push: the page's "Notify me on this device" control, and the service
+/// worker that shows a push. The worker is served from the origin's root so
+/// that its scope is the whole inbox (`/`), with no
 /// `Service-Worker-Allowed` needed.
 const PUSH_SCRIPT: &str = include_str!("static/push.js");
 const SERVICE_WORKER: &str = include_str!("static/sw.js");

@@ -1,6 +1,6 @@
-//! Web Push in the inbox: the API a person's page subscribes
-//! its browser with, lists and removes their devices, and the loop beside
-//! the server that pushes.
+//! Web Push in the inbox: the API a person's page subscribes its browser
+//! with, lists and removes their devices, and the loop beside the server
+//! that pushes.
 //!
 //! Owns three routes under `/api/push` and the push loop. May not decide
 //! who is told of what, check a subscription, or word a push: the kernel

@@ -136,11 +136,11 @@ async fn bad_arguments_are_refused_before_staging() {
     );
 }
 
-/// What the approver sees is what is sent. Arguments that
-/// services would read differently (a key named twice, a number beyond a
-/// double, an integer past 2^53) are refused before staging, in one line
-/// naming the value, and nothing is staged or sent; the same values as
-/// strings are staged as given.
+/// What the approver sees is what is sent. Arguments that services would
+/// read differently (a key named twice, a number beyond a double, an
+/// integer past 2^53) are refused before staging, in one line naming the
+/// value, and nothing is staged or sent; the same values as strings are
+/// staged as given.
 #[tokio::test(flavor = "multi_thread")]
 async fn ambiguous_arguments_are_refused_in_one_line_and_their_string_forms_are_staged() {
     let w = World::standard(Trust::Byo).await;

@@ -1,5 +1,5 @@
-//! A language model behind the gate. The `assistant`
-//! gadget runs a tool-calling loop inside the sandbox against a scripted
+//! A language model behind the gate. The `assistant` gadget runs a
+//! tool-calling loop inside the sandbox against a scripted
 //! OpenAI-compatible model on loopback (through the `model` gatekeeper);
 //! every tool call the model asks for goes through the kernel: reads are
 //! recorded, writes are staged and the model is told they are pending;

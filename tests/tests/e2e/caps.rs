@@ -307,10 +307,11 @@ fn args_of_exponents(n: usize) -> String {
     s
 }
 
-/// Numbers are kept as the gadget wrote them, so normalising
-/// never grows arguments past the cap: 64 KiB of `9e+15` is staged exactly
-/// as sent (a float would write each out as `9000000000000000.0`; serde_json
-/// spells an unsigned exponent `e+`, which is how it is stored and sent), and one byte more is refused as invalid arguments.
+/// Numbers are kept as the gadget wrote them, so normalising never grows
+/// arguments past the cap: 64 KiB of `9e+15` is staged exactly as sent (a
+/// float would write each out as `9000000000000000.0`; serde_json spells an
+/// unsigned exponent `e+`, which is how it is stored and sent), and one
+/// byte more is refused as invalid arguments.
 #[tokio::test(flavor = "multi_thread")]
 async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     let w = World::standard(Trust::Byo).await;

@@ -204,10 +204,10 @@ fn errors_are_one_line_with_exit_code_1_and_usage_errors_exit_2() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-/// `gatehouse log --json | head -1` must not panic when the
-/// reader has gone. The reading end of stdout is closed before the command
-/// writes, so every line it prints meets a closed pipe; it still finishes
-/// its work and exits 0, with nothing on stderr.
+/// `gatehouse log --json | head -1` must not panic when the reader has
+/// gone. The reading end of stdout is closed before the command writes, so
+/// every line it prints meets a closed pipe; it still finishes its work and
+/// exits 0, with nothing on stderr.
 #[test]
 fn a_closed_pipe_on_stdout_stops_the_printing_not_the_command() {
     let w = World::new();

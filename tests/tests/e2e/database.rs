@@ -1,6 +1,6 @@
-//! The PostgreSQL schema, its versions, and moving a
-//! home into it, against a real PostgreSQL cluster the tests start
-//! themselves (tests/cluster/src/lib.rs).
+//! The PostgreSQL schema, its versions, and moving a home into it, against
+//! a real PostgreSQL cluster the tests start themselves
+//! (tests/cluster/src/lib.rs).
 //!
 //! - `db migrate` brings a database to the schema once, and a database
 //!   written by a newer Gatehouse is refused in one line.

@@ -1,6 +1,6 @@
-//! SPEC H3: a pending action older than its chat's expiry is
-//! never sent; it becomes `expired`, the gadget sees that through
-//! `action-result`, and it counts as closed for the 50-open cap.
+//! SPEC H3: a pending action older than its chat's expiry is never sent; it
+//! becomes `expired`, the gadget sees that through `action-result`, and it
+//! counts as closed for the 50-open cap.
 //!
 //! No clock is faked: the tests use a one-second expiry and wait for the
 //! clock to pass it (a condition, never a guessed sleep).

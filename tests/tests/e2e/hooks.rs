@@ -397,11 +397,11 @@ async fn next_firing(w: &World, hook: i64, after: i64) -> Value {
     }
 }
 
-/// SPEC H1: a hook names its gadget by digest. Re-installing
-/// other code under the gadget's name does not change what an enabled
-/// hook runs: its next firing runs nothing (recorded as refused, the hook
-/// disabled, saying why) until a person enables it again, shown the new
-/// code's digest in its prompt.
+/// SPEC H1: a hook names its gadget by digest. Re-installing other code
+/// under the gadget's name does not change what an enabled hook runs: its
+/// next firing runs nothing (recorded as refused, the hook disabled, saying
+/// why) until a person enables it again, shown the new code's digest in its
+/// prompt.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hook_runs_only_the_code_it_was_enabled_for() {
     let w = World::standard(Trust::Byo).await;

@@ -373,9 +373,9 @@ async fn numbers_reach_the_approver_exactly_as_they_will_be_sent() {
         .introduce("work", "overflow", "OVER", None, "alice")
         .unwrap();
     // Numbers past what every reader reads alike are refused (what the
-    // approver is shown must be what the service acts on);
-    // every number within it reaches the approver and the service as
-    // written, digit for digit.
+    // approver is shown must be what the service acts on); every number
+    // within it reaches the approver and the service as written, digit for
+    // digit.
     let beyond = r#"{"amount": 123456789012345678901234567890, "rate": 0.30000000000000001, "id": 18446744073709551617}"#;
     let raw =
         r#"{"amount": 9007199254740991, "rate": 0.30000000000000001, "id": -9007199254740991}"#;

@@ -1,10 +1,9 @@
-//! SPEC M2: `gatehouse mcp serve`, driven by the
-//! official Python SDK's MCP client (tests/mcp/client.py) over stdio and
-//! Streamable HTTP, in front of the real `issues` gatekeeper and its
-//! loopback tracker. The surface is one more caller of the kernel: reads
-//! run and are recorded, writes answer `pending #N` and wait for a person,
-//! and lockdown, forward exclusion, sharing and auto-approval apply as they
-//! do to a gadget.
+//! SPEC M2: `gatehouse mcp serve`, driven by the official Python SDK's MCP
+//! client (tests/mcp/client.py) over stdio and Streamable HTTP, in front of
+//! the real `issues` gatekeeper and its loopback tracker. The surface is
+//! one more caller of the kernel: reads run and are recorded, writes answer
+//! `pending #N` and wait for a person, and lockdown, forward exclusion,
+//! sharing and auto-approval apply as they do to a gadget.
 
 use gatehouse::store::{LedgerFilter, Trust};
 use gatehouse_e2e::mcp::{McpClient, McpHttpServe, raw_http, stdio_connect};

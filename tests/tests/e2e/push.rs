@@ -1,8 +1,8 @@
-//! Web Push beside the webhook. A person subscribes a device
-//! through the API (session and CSRF); `serve` pushes it, batched, a count
-//! and chat names only, encrypted for the device and signed with the
-//! deployment's VAPID key; a push service that says the device is gone
-//! removes it, and one that is busy is tried again later.
+//! Web Push beside the webhook. A person subscribes a device through the
+//! API (session and CSRF); `serve` pushes it, batched, a count and chat
+//! names only, encrypted for the device and signed with the deployment's
+//! VAPID key; a push service that says the device is gone removes it, and
+//! one that is busy is tried again later.
 //!
 //! The push service is a stand-in on loopback speaking TLS with a test
 //! authority (a private destination, which the operator allows here

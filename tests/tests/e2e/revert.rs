@@ -1,7 +1,7 @@
-//! SPEC H2: a revert is a new action naming the original,
-//! decided and sent like any other; revertibility never weakens either
-//! auto-approval key. Real `issues` gatekeeper, real tracker, real CLI
-//! processes and the real web API.
+//! SPEC H2: a revert is a new action naming the original, decided and sent
+//! like any other; revertibility never weakens either auto-approval key.
+//! Real `issues` gatekeeper, real tracker, real CLI processes and the real
+//! web API.
 
 use crate::web_api::{Api, serve};
 use gatehouse::overseer::Decision;

@@ -430,9 +430,9 @@ fn password() -> impl Strategy<Value = String> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    /// `--help` (which used to print the environment's value)
-    /// and the error line of a `db status` that cannot connect never
-    /// carry the password, however the URL carries it.
+    /// `--help` (which used to print the environment's value) and the error
+    /// line of a `db status` that cannot connect never carry the password,
+    /// however the URL carries it.
     #[test]
     fn help_and_errors_never_print_the_databases_password(
         pw in password(),

@@ -736,8 +736,8 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .unwrap()
             .contains("issues:listIssues")
     );
-    // The chat's observation set in brief, as the inbox's chips
-    // show it: one read through issues, and the sources it touched.
+    // The chat's observation set in brief, as the inbox's chips show it:
+    // one read through issues, and the sources it touched.
     let sources = obs[0]["sources"].as_array().unwrap().len();
     assert!(sources > 0, "{obs:?}");
     let chat = api.get("/api/chats/work").await.json();

@@ -514,10 +514,10 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
     assert!(cloud.writes().is_empty());
 }
 
-/// Covered workflow actions once skipped the latch, the caps and the
-/// chat ledger. Now a covered call is staged and
-/// claimed through the one send path: in a locked-down run chat it is
-/// refused and the service receives nothing; sent ones are in the ledger.
+/// Covered workflow actions once skipped the latch, the caps and the chat
+/// ledger. Now a covered call is staged and claimed through the one send
+/// path: in a locked-down run chat it is refused and the service receives
+/// nothing; sent ones are in the ledger.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
     let Fixture { w, cloud } = fixture().await;
@@ -575,11 +575,11 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
     assert!(cloud.writes().is_empty(), "{:?}", cloud.writes());
 }
 
-/// A workflow step once could send the same call twice
-/// (the claim was per attempt), and a step that asked for approval was
-/// re-gated by its own re-run. Now a re-run of a step (after a crash
-/// between its call and its completion) finds the call already made and
-/// sends nothing again, and its approved request stands.
+/// A workflow step once could send the same call twice (the claim was per
+/// attempt), and a step that asked for approval was re-gated by its own
+/// re-run. Now a re-run of a step (after a crash between its call and its
+/// completion) finds the call already made and sends nothing again, and its
+/// approved request stands.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
     let Fixture { w, cloud } = fixture().await;
@@ -675,12 +675,12 @@ fn ask_then_launch(name: &str) -> Value {
     })
 }
 
-/// As for actions (SPEC H3 and the notices): an approval
-/// request notifies the people who may decide it, as a waiting action
-/// does, by a summary line that carries none of its list or reason; and
-/// it waits at most its run's chat's expiry: then it is `expired`, can no
-/// longer be approved (nothing it covers is sent), the step waiting on it
-/// is told, and it shows as expired. Re-submitting asks anew.
+/// As for actions (SPEC H3 and the notices): an approval request notifies
+/// the people who may decide it, as a waiting action does, by a summary
+/// line that carries none of its list or reason; and it waits at most its
+/// run's chat's expiry: then it is `expired`, can no longer be approved
+/// (nothing it covers is sent), the step waiting on it is told, and it
+/// shows as expired. Re-submitting asks anew.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action() {
     use crate::notices::{Receiver, allowing_private};
@@ -875,11 +875,11 @@ async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action()
     assert_eq!(cloud.writes().len(), 1);
 }
 
-/// SPEC L2: "everything a person approved" includes the
-/// workflow approval requests they approved, as records of their own
-/// (`kind` `request`, numbered apart from the ledger), kept when the
-/// approval is later withdrawn; listed to whoever may see the run's
-/// requests, and to nobody else.
+/// SPEC L2: "everything a person approved" includes the workflow approval
+/// requests they approved, as records of their own (`kind` `request`,
+/// numbered apart from the ledger), kept when the approval is later
+/// withdrawn; listed to whoever may see the run's requests, and to nobody
+/// else.
 #[tokio::test(flavor = "multi_thread")]
 async fn log_approved_by_lists_the_workflow_requests_a_person_approved() {
     // The service stays up for the whole test.
