@@ -768,6 +768,7 @@ async fn web_browser_forged_prompt_cannot_draw_controls() {
                 "/ledger",
                 "/rules",
                 "/workflows",
+                "/account",
                 "#main",
                 "/chats/work"
             ]
