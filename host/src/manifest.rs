@@ -324,4 +324,36 @@ mod tests {
             assert_eq!(s, ObserverStrategy::Refuse, "{odd:?}");
         }
     }
+
+    #[test]
+    fn mcp_metadata_is_optional_in_stored_manifests_and_adds_nothing_when_absent() {
+        let stored = r#"{"name":"t","description":"d","input_schema":"{}","annotations":{"read_only":null,"destructive":null,"idempotent":null,"open_world":null},"reverted_by":null,"honours_idempotency_key":false}"#;
+        let tool: Tool = serde_json::from_str(stored).expect("a stored tool reads");
+        assert_eq!(
+            (tool.title.as_ref(), tool.output_schema.as_ref()),
+            (None, None)
+        );
+        assert_eq!(tool.task_support, None);
+        // Written back unchanged, so a manifest's stored text (and its
+        // digest) stays what it was for a gatekeeper that declares none.
+        assert_eq!(serde_json::to_string(&tool).expect("writes"), stored);
+        let mut with = tool.clone();
+        with.title = Some("T".into());
+        with.output_schema = Some(r#"{"type":"object"}"#.into());
+        with.task_support = Some(TaskSupport::Optional);
+        let text = serde_json::to_string(&with).expect("writes");
+        assert!(text.contains(r#""task_support":"optional""#), "{text}");
+        assert_eq!(serde_json::from_str::<Tool>(&text).expect("reads"), with);
+        let (old, new) = (
+            Manifest {
+                tools: vec![tool],
+                ..Manifest::default()
+            },
+            Manifest {
+                tools: vec![with],
+                ..Manifest::default()
+            },
+        );
+        assert_eq!(old.changes(&new), [ToolChange::OutputSchema("t".into())]);
+    }
 }
