@@ -11,7 +11,7 @@
 // exported one returns T or throws (the thrown value becomes E). `u64` is a
 // BigInt; variants are `{ tag, val }`.
 
-import { env, open, actionResult } from "gatehouse:os/kernel@0.2.0";
+import { env, open, actionResult } from "gatehouse:os/kernel@0.3.0";
 
 const KEY = "ISSUES";
 

@@ -75,7 +75,7 @@ pub struct Classification {
 /// takes effect at the next call.
 pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
     let outbound = !(vouched(trust) && annotations.open_world == Some(false));
-    if annotations.read_only == Some(true) {
+    if kind(annotations) == Kind::Read {
         return Classification {
             kind: Kind::Read,
             auto_approvable: false,
@@ -90,6 +90,18 @@ pub fn classify(annotations: &Annotations, trust: Trust) -> Classification {
             && annotations.destructive == Some(false)
             && annotations.idempotent == Some(true),
         classified_by: ClassifiedBy::Default,
+    }
+}
+
+/// Read or action, the part of [`classify`]'s verdict that does not depend
+/// on the tier (K2): read iff `read-only` is present and exactly `true`.
+/// For a surface that describes a tool before any call (`mcp serve`'s
+/// listing says which shape of answer a tool gives).
+pub fn kind(annotations: &Annotations) -> Kind {
+    if annotations.read_only == Some(true) {
+        Kind::Read
+    } else {
+        Kind::Action
     }
 }
 
@@ -162,6 +174,9 @@ mod tests {
         let tool = |name: &str, ro: Option<bool>, schema: &str| Tool {
             reverted_by: None,
             honours_idempotency_key: false,
+            title: None,
+            output_schema: None,
+            task_support: None,
             name: name.into(),
             description: "d".into(),
             input_schema: schema.into(),
@@ -194,6 +209,9 @@ mod tests {
         let tool = |honours: bool| Tool {
             reverted_by: None,
             honours_idempotency_key: honours,
+            title: None,
+            output_schema: None,
+            task_support: None,
             name: "createIssue".into(),
             description: String::new(),
             input_schema: "{}".into(),

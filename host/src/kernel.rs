@@ -1652,18 +1652,64 @@ fn classify_call(
     }
 }
 
-/// How many compiled input schemas [`validator_for`] keeps. A schema is
+/// How many compiled schemas [`compiled`] keeps. A schema is
 /// compiled once and reused by every stage of its tool (compiling it on
 /// every stage was a large part of a stage's cost); past this many
 /// distinct schemas the cache starts again, so a gatekeeper with a huge
 /// manifest costs memory only for the tools actually called.
 const CACHED_VALIDATORS: usize = 1024;
 
-/// The compiled validator of `schema` (its text, as the manifest stores
-/// it), or the one-line reason it is unusable. Both outcomes are cached:
-/// compiling is a pure function of the text, so a refreshed manifest with
-/// a changed schema is simply another key.
+/// Whether a read's structured result conforms to the output schema its
+/// tool declares (MCP `outputSchema`), checked before `mcp serve` hands it
+/// to a client that was promised that shape. `Err` is one line saying
+/// where it does not; a schema that is not a usable JSON Schema fails too
+/// (fail closed, as for input schemas, and built without resolvers).
+pub(crate) fn check_output(schema: &str, result: &serde_json::Value) -> Result<(), String> {
+    let validator = compiled(schema).map_err(|why| {
+        format!(
+            "the tool's output schema is {why}; ask the operator to fix or refresh the gatekeeper"
+        )
+    })?;
+    if validator.is_valid(result) {
+        return Ok(());
+    }
+    // Only where, never the value: the answer is withheld, so the line
+    // must not carry it (the validator's own message quotes it).
+    match validator.iter_errors(result).next() {
+        None => Err("the result does not match the tool's output schema".into()),
+        Some(e) => {
+            let path = e.instance_path().to_string();
+            let field = if path.is_empty() {
+                "the result does".to_owned()
+            } else {
+                format!("result field {path} does")
+            };
+            Err(crate::prompt::excerpt(
+                &format!(
+                    "{field} not match the tool's output schema (at {})",
+                    e.schema_path()
+                ),
+                300,
+            ))
+        }
+    }
+}
+
+/// The compiled validator of an input schema (its text, as the manifest
+/// stores it), or the one-line reason it is unusable.
 fn validator_for(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
+    compiled(schema).map_err(|why| {
+        format!(
+            "the tool's input schema is {why}; ask the operator to fix or refresh the gatekeeper"
+        )
+    })
+}
+
+/// The compiled validator of `schema` (its text, as the manifest stores
+/// it), or what is wrong with it (`not JSON (...)`). Both outcomes are
+/// cached: compiling is a pure function of the text, so a refreshed
+/// manifest with a changed schema is simply another key.
+fn compiled(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
     type Compiled = Result<Arc<jsonschema::Validator>, String>;
     static CACHE: std::sync::LazyLock<
         std::sync::Mutex<std::collections::HashMap<String, Compiled>>,
@@ -1673,15 +1719,15 @@ fn validator_for(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
         return hit.clone();
     }
     let compiled: Compiled = match serde_json::from_str::<serde_json::Value>(schema) {
-        Err(e) => Err(format!(
-            "the tool's input schema is not JSON ({e}); ask the operator to fix or refresh the gatekeeper"
-        )),
-        Ok(value) => jsonschema::validator_for(&value).map(Arc::new).map_err(|e| {
-            format!(
-                "the tool's input schema is not a usable JSON Schema ({}); ask the operator to fix or refresh the gatekeeper",
-                crate::prompt::excerpt(&e.to_string(), 200)
-            )
-        }),
+        Err(e) => Err(format!("not JSON ({e})")),
+        Ok(value) => jsonschema::validator_for(&value)
+            .map(Arc::new)
+            .map_err(|e| {
+                format!(
+                    "not a usable JSON Schema ({})",
+                    crate::prompt::excerpt(&e.to_string(), 200)
+                )
+            }),
     };
     let mut cache = cache();
     if cache.len() >= CACHED_VALIDATORS {

@@ -47,6 +47,31 @@ pub struct Tool {
     /// The service honours the kernel's idempotency key for this tool.
     #[serde(default)]
     pub honours_idempotency_key: bool,
+    /// A name for people (MCP `title`, attacker text: shown sanitised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The JSON Schema of the result's structured content (MCP
+    /// `outputSchema`), as text. `mcp serve` offers it for reads and checks
+    /// a read's result against it before handing it over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<String>,
+    /// MCP `execution.taskSupport`, as declared. A hint kept for people;
+    /// nothing honours it (`mcp serve` implements no tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_support: Option<TaskSupport>,
+}
+
+/// MCP's `execution.taskSupport` (WIT `task-support`): whether a client
+/// may run a tool as a task. Stored as its MCP (and WIT) name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskSupport {
+    /// Only as an ordinary call (what MCP assumes without a hint).
+    Forbidden,
+    /// As a call or as a task.
+    Optional,
+    /// Only as a task.
+    Required,
 }
 
 /// A gatekeeper's self-description, read at `gatekeeper add` and again at
@@ -119,6 +144,9 @@ impl Manifest {
                     if old.description != t.description {
                         out.push(ToolChange::Description(t.name.clone()));
                     }
+                    if old.output_schema != t.output_schema {
+                        out.push(ToolChange::OutputSchema(t.name.clone()));
+                    }
                 }
             }
         }
@@ -151,6 +179,9 @@ pub enum ToolChange {
     Schema(String),
     /// A tool's description changed (what its approval prompts quote).
     Description(String),
+    /// A tool's output schema changed (the shape `mcp serve` promises for
+    /// a read's answer).
+    OutputSchema(String),
 }
 
 impl Annotations {
@@ -292,5 +323,37 @@ mod tests {
             let s: ObserverStrategy = serde_json::from_str(&format!("{odd:?}")).expect("reads");
             assert_eq!(s, ObserverStrategy::Refuse, "{odd:?}");
         }
+    }
+
+    #[test]
+    fn mcp_metadata_is_optional_in_stored_manifests_and_adds_nothing_when_absent() {
+        let stored = r#"{"name":"t","description":"d","input_schema":"{}","annotations":{"read_only":null,"destructive":null,"idempotent":null,"open_world":null},"reverted_by":null,"honours_idempotency_key":false}"#;
+        let tool: Tool = serde_json::from_str(stored).expect("a stored tool reads");
+        assert_eq!(
+            (tool.title.as_ref(), tool.output_schema.as_ref()),
+            (None, None)
+        );
+        assert_eq!(tool.task_support, None);
+        // Written back unchanged, so a manifest's stored text (and its
+        // digest) stays what it was for a gatekeeper that declares none.
+        assert_eq!(serde_json::to_string(&tool).expect("writes"), stored);
+        let mut with = tool.clone();
+        with.title = Some("T".into());
+        with.output_schema = Some(r#"{"type":"object"}"#.into());
+        with.task_support = Some(TaskSupport::Optional);
+        let text = serde_json::to_string(&with).expect("writes");
+        assert!(text.contains(r#""task_support":"optional""#), "{text}");
+        assert_eq!(serde_json::from_str::<Tool>(&text).expect("reads"), with);
+        let (old, new) = (
+            Manifest {
+                tools: vec![tool],
+                ..Manifest::default()
+            },
+            Manifest {
+                tools: vec![with],
+                ..Manifest::default()
+            },
+        );
+        assert_eq!(old.changes(&new), [ToolChange::OutputSchema("t".into())]);
     }
 }

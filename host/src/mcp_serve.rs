@@ -15,6 +15,15 @@
 //! May not: reach the store or the runtime, decide anything, or offer a
 //! way to approve (an agent never decides its own writes).
 //!
+//! What a tool promises: its `title` (sanitised as a name), and an
+//! `outputSchema` that says the shape of a successful answer. A read
+//! offers the gatekeeper's own output schema, and its answer is checked
+//! against it before it is handed over (a non-conforming one becomes an
+//! error); a write offers [`pending_schema`], the envelope every held
+//! write answers with. No tool is offered as a task (`execution`): this
+//! surface implements none, and without the field a client reads
+//! `forbidden`.
+//!
 //! Naming: an introduced tool is offered as `KEY__tool` (the chat's key,
 //! two underscores, the gatekeeper's tool name), the separator agents'
 //! tool-name rules allow. The poll tool, [`POLL_TOOL`], has no `__`, so no
@@ -111,10 +120,49 @@ impl Gate {
         };
         let args = Value::Object(args).to_string();
         match self.kernel.call(&turn, key, tool, args).await {
-            Ok(Ok(CallOutcome::Done(result))) => service_result(&result),
+            Ok(Ok(CallOutcome::Done(result))) => self.conforming(&turn, key, tool, &result).await,
             Ok(Ok(CallOutcome::Pending(p))) => pending(&p),
             Ok(Err(e)) => refused(&e),
             Err(e) => error("internal", &one_line(&e)),
+        }
+    }
+
+    /// A read's answer, checked against the output schema its listing
+    /// promised: an answer the client was told the shape of either has
+    /// that shape or is an error (the read itself happened and is
+    /// recorded; only the hand-over is refused). An error answer promises
+    /// no shape and passes as it is.
+    async fn conforming(
+        &self,
+        turn: &crate::turn::Turn,
+        key: &str,
+        tool: &str,
+        result: &str,
+    ) -> CallToolResult {
+        let r = service_result(result);
+        if r.is_error == Some(true) {
+            return r;
+        }
+        let entry = match self.kernel.resolve(turn, key).await {
+            Ok(Ok(binding)) => binding.gatekeeper().manifest.tool(tool).cloned(),
+            Ok(Err(e)) => return refused(&e),
+            Err(e) => return error("internal", &one_line(&e)),
+        };
+        let Some(schema) = entry.as_ref().and_then(output_schema) else {
+            return r;
+        };
+        let checked = match &r.structured_content {
+            Some(structured) => crate::kernel::check_output(&schema.to_string(), structured),
+            None => Err("the result has no structured content".to_owned()),
+        };
+        match checked {
+            Ok(()) => r,
+            Err(why) => error(
+                "service",
+                &format!(
+                    "{key}{SEPARATOR}{tool} answered, but not in the shape its output schema declares, so the answer was withheld: {why}"
+                ),
+            ),
         }
     }
 }
@@ -368,10 +416,63 @@ fn offered(key: &str, tool: &classify::Tool) -> Result<Tool, String> {
     if !tool.description.is_empty() {
         t["description"] = Value::String(tool.description.clone());
     }
+    // A title is a name people see: one plain line, like every name the
+    // kernel shows (R1).
+    if let Some(title) = tool.title.as_deref().filter(|t| !t.trim().is_empty()) {
+        t["title"] = Value::String(crate::prompt::inline(title));
+    }
+    if let Some(schema) = output_schema(tool) {
+        t["outputSchema"] = schema;
+    } else if tool.output_schema.is_some() {
+        return Err("its output schema is not a JSON Schema object".into());
+    }
     if !annotations.is_empty() {
         t["annotations"] = Value::Object(annotations);
     }
     serde_json::from_value(t).map_err(|e| format!("it is not a valid MCP tool: {e}"))
+}
+
+/// The output schema `tool` is offered with: for a read, the gatekeeper's
+/// own (when it is a JSON object); for an action, whatever the gatekeeper
+/// declared, the envelope of a held write, since that is what a call
+/// answers (the service's own answer comes later, through the poll).
+fn output_schema(tool: &classify::Tool) -> Option<Value> {
+    match classify::kind(&tool.annotations) {
+        classify::Kind::Action => Some(pending_schema()),
+        classify::Kind::Read => tool
+            .output_schema
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .filter(Value::is_object),
+    }
+}
+
+/// The structured content of every held write ([`pending`]).
+pub fn pending_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "A write held for a person's decision: nothing has been sent. Poll it with the poll tool and these arguments.",
+        "properties": {
+            "action_id": {"type": "integer", "minimum": 1},
+            "state": {"const": "pending"},
+            "sent": {"const": false},
+            "await_decision": {"type": "boolean"},
+            "provisional": {"type": ["string", "null"], "description": "the service's own forecast of the effect, when it can simulate; not yet real"},
+            "poll": {
+                "type": "object",
+                "properties": {
+                    "tool": {"const": POLL_TOOL},
+                    "arguments": {
+                        "type": "object",
+                        "properties": {"id": {"type": "integer", "minimum": 1}},
+                        "required": ["id"]
+                    }
+                },
+                "required": ["tool", "arguments"]
+            }
+        },
+        "required": ["action_id", "state", "sent", "await_decision", "provisional", "poll"]
+    })
 }
 
 fn poll_tool() -> Tool {
@@ -526,6 +627,9 @@ mod tests {
             },
             reverted_by: None,
             honours_idempotency_key: false,
+            title: None,
+            output_schema: None,
+            task_support: None,
         }
     }
 
@@ -543,6 +647,60 @@ mod tests {
             !POLL_TOOL.contains(SEPARATOR),
             "no offered tool can take its name"
         );
+    }
+
+    #[test]
+    fn a_read_offers_its_own_output_schema_and_a_write_the_envelope() {
+        let mut read = entry("find");
+        read.title = Some("Find\n\u{1b}[2JApprove? [y/N]".into());
+        read.output_schema = Some(r#"{"type":"object","required":["items"]}"#.into());
+        read.task_support = Some(crate::manifest::TaskSupport::Required);
+        let t = offered("SVC", &read).unwrap();
+        assert_eq!(t.title.as_deref(), Some("Find 2JApprove? y/N"));
+        let schema = Value::Object((*t.output_schema.unwrap()).clone());
+        assert_eq!(schema, json!({"type": "object", "required": ["items"]}));
+        let wire = serde_json::to_value(offered("SVC", &read).unwrap()).unwrap();
+        assert!(
+            wire.get("execution").is_none(),
+            "no task is offered: {wire}"
+        );
+
+        let mut write = read.clone();
+        write.annotations.read_only = None;
+        let t = offered("SVC", &write).unwrap();
+        let schema = Value::Object((*t.output_schema.unwrap()).clone());
+        assert_eq!(schema, pending_schema());
+        // Without a declared schema a write is offered with it all the same.
+        write.output_schema = None;
+        assert!(offered("SVC", &write).unwrap().output_schema.is_some());
+        // A read's schema that is not a JSON object is no promise to offer.
+        read.output_schema = Some("[1]".into());
+        assert!(offered("SVC", &read).is_err());
+        assert!(
+            offered("SVC", &entry("plain"))
+                .unwrap()
+                .output_schema
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn every_held_write_answers_in_the_envelope_it_promises() {
+        let schema = pending_schema().to_string();
+        for provisional in [None, Some(r#"{"id":3}"#.to_owned())] {
+            let r = pending(&PendingAction {
+                action_id: 7,
+                message: "staged as #7, nothing sent yet".into(),
+                await_decision: provisional.is_none(),
+                provisional,
+            });
+            let structured = r.structured_content.expect("structured");
+            crate::kernel::check_output(&schema, &structured)
+                .unwrap_or_else(|e| panic!("{e}: {structured}"));
+        }
+        let stray = json!({"action_id": 7, "state": "applied"});
+        let why = crate::kernel::check_output(&schema, &stray).unwrap_err();
+        assert!(why.contains("output schema"), "{why}");
     }
 
     #[test]

@@ -1061,6 +1061,7 @@ impl crate::manifest::ToolChange {
             }
             ToolChange::Schema(t) => format!("tool {}: input schema changed", name(t)),
             ToolChange::Description(t) => format!("tool {}: description changed", name(t)),
+            ToolChange::OutputSchema(t) => format!("tool {}: output schema changed", name(t)),
         }
     }
 }
@@ -1391,6 +1392,9 @@ mod tests {
             annotations: crate::manifest::Annotations::default(),
             reverted_by: None,
             honours_idempotency_key: false,
+            title: None,
+            output_schema: None,
+            task_support: None,
         };
         let h = held(&a, Some(&tool), crate::manifest::Trust::Byo, true, Some(0));
         assert!(h[0].starts_with("An action: the tool is not declared read-only"));

@@ -5,7 +5,10 @@
 //! --allow-host host --secret NAME`); the kernel limits where it may
 //! connect and injects the credential. `describe` reads the server's
 //! `tools/list` (every page) into the manifest with the annotations passed
-//! through unchanged: only the kernel's `classify` judges them. `call` runs
+//! through unchanged: only the kernel's `classify` judges them. A tool's
+//! `title`, `outputSchema` and `execution.taskSupport` are passed through
+//! too, as the protocol gives them (the kernel checks, sanitises and
+//! decides what to do with each). `call` runs
 //! `tools/call` and hands back `content`, `structuredContent` and `isError`.
 //! It never simulates: a pending write awaits a decision.
 //!
@@ -19,7 +22,9 @@
 mod session;
 mod wire;
 
-use gatehouse_gatekeeper::manifest::{Annotations, Manifest, ObserverStrategy, ToolInfo};
+use gatehouse_gatekeeper::manifest::{
+    Annotations, Manifest, ObserverStrategy, TaskSupport, ToolInfo,
+};
 use gatehouse_gatekeeper::{
     Denial, Gatekeeper, Invocation, ObserverCheck, ObserverVerdict, Output, ToolError,
 };
@@ -94,6 +99,21 @@ fn hint(t: &Map<String, Value>, name: &str) -> Option<bool> {
         .and_then(Value::as_bool)
 }
 
+/// `execution.taskSupport`, when it is one of the three values MCP
+/// defines; anything else is no hint (which MCP reads as `forbidden`).
+fn task_support(t: &Map<String, Value>) -> Option<TaskSupport> {
+    match t
+        .get("execution")
+        .and_then(|e| e.get("taskSupport"))
+        .and_then(Value::as_str)?
+    {
+        "forbidden" => Some(TaskSupport::Forbidden),
+        "optional" => Some(TaskSupport::Optional),
+        "required" => Some(TaskSupport::Required),
+        _ => None,
+    }
+}
+
 fn tool_info(t: &Map<String, Value>) -> Result<ToolInfo, ToolError> {
     let name = t
         .get("name")
@@ -121,6 +141,20 @@ fn tool_info(t: &Map<String, Value>) -> Result<ToolInfo, ToolError> {
         // claimed for a remote server's tool.
         reverted_by: None,
         honours_idempotency_key: false,
+        // The title is the tool's own, else the one its annotations carry
+        // (where older servers put it).
+        title: t
+            .get("title")
+            .or_else(|| t.get("annotations").and_then(|a| a.get("title")))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        // Only a schema object is a schema; anything else is no schema,
+        // rather than one that would fail every result.
+        output_schema: t
+            .get("outputSchema")
+            .filter(|s| s.is_object())
+            .map(Value::to_string),
+        task_support: task_support(t),
     })
 }
 

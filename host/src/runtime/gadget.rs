@@ -290,6 +290,13 @@ impl wit::HostService for GadgetState {
                 },
                 reverted_by: t.reverted_by,
                 honours_idempotency_key: t.honours_idempotency_key,
+                title: t.title,
+                output_schema: t.output_schema,
+                task_support: t.task_support.map(|s| match s {
+                    crate::manifest::TaskSupport::Forbidden => witt::TaskSupport::Forbidden,
+                    crate::manifest::TaskSupport::Optional => witt::TaskSupport::Optional,
+                    crate::manifest::TaskSupport::Required => witt::TaskSupport::Required,
+                }),
             })
             .collect())
     }

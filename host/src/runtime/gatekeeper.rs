@@ -17,7 +17,9 @@
 //! May not touch the store or decide policy: it runs one call and reports.
 
 use super::{Limiter, Limits, explain_trap};
-use crate::manifest::{Annotations, Manifest, ObserverStrategy, Tool, Trigger, TriggerKind};
+use crate::manifest::{
+    Annotations, Manifest, ObserverStrategy, TaskSupport, Tool, Trigger, TriggerKind,
+};
 use http::HeaderValue;
 use std::sync::{Arc, Mutex};
 use wasmtime::Store;
@@ -793,7 +795,29 @@ pub async fn describe(
                 t.input_schema.len()
             );
         }
-        total += t.name.len() + t.description.len() + t.input_schema.len();
+        if let Some(title) = &t.title
+            && title.len() > MAX_DESCRIPTION_BYTES
+        {
+            anyhow::bail!(
+                "gatekeeper {name:?}: the title of tool {} is {} bytes; at most {MAX_DESCRIPTION_BYTES} are accepted",
+                shown(&t.name),
+                title.len()
+            );
+        }
+        if let Some(schema) = &t.output_schema
+            && schema.len() > MAX_SCHEMA_BYTES
+        {
+            anyhow::bail!(
+                "gatekeeper {name:?}: the output schema of tool {} is {} bytes; at most {MAX_SCHEMA_BYTES} are accepted",
+                shown(&t.name),
+                schema.len()
+            );
+        }
+        total += t.name.len()
+            + t.description.len()
+            + t.input_schema.len()
+            + t.title.as_ref().map_or(0, String::len)
+            + t.output_schema.as_ref().map_or(0, String::len);
         if total > MAX_MANIFEST_BYTES {
             anyhow::bail!(
                 "gatekeeper {name:?} describes more than {MAX_MANIFEST_BYTES} bytes of tools; a manifest that large is refused: split it into several gatekeepers"
@@ -818,6 +842,13 @@ pub async fn describe(
             },
             reverted_by: t.reverted_by.map(|r| scrub.text(&r)),
             honours_idempotency_key: t.honours_idempotency_key,
+            title: t.title.map(|title| scrub.text(&title)),
+            output_schema: t.output_schema.map(|schema| scrub.text(&schema)),
+            task_support: t.task_support.map(|s| match s {
+                gatehouse::os::types::TaskSupport::Forbidden => TaskSupport::Forbidden,
+                gatehouse::os::types::TaskSupport::Optional => TaskSupport::Optional,
+                gatehouse::os::types::TaskSupport::Required => TaskSupport::Required,
+            }),
         });
     }
     for t in &tools {

@@ -603,6 +603,13 @@ fn link<T>(
 fn check_exports(engine: &Engine, component: &Component, role: Role) -> anyhow::Result<()> {
     let ty = component.component_type();
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
+    let imports = ty.imports(engine).map(|(n, _)| n.to_owned());
+    if let Some(version) = older_contract(imports.chain(exports.iter().cloned())) {
+        bail!(
+            "this {} was built against gatehouse:os@{version}, and this Gatehouse speaks gatehouse:os@{CONTRACT_VERSION}: rebuild it against the current SDK or wit/gatehouse.wit",
+            role.noun()
+        );
+    }
     let has = |iface: &str| exports.iter().any(|n| n.starts_with(iface));
     let (want, other, other_role, how) = match role {
         Role::Gadget => (
@@ -637,6 +644,22 @@ fn check_exports(engine: &Engine, component: &Component, role: Role) -> anyhow::
             exports.join(", ")
         }
     )
+}
+
+/// The version of `wit/gatehouse.wit` this host implements. A component
+/// names the version it was built against in every `gatehouse:os` import
+/// and export; a 0.x minor version changes shapes, so an older one would
+/// fail to link with a message about a missing instance, not about the
+/// rebuild that fixes it.
+const CONTRACT_VERSION: &str = "0.3.0";
+
+/// The first `gatehouse:os` version among `names` other than the one this
+/// host speaks.
+fn older_contract(names: impl IntoIterator<Item = String>) -> Option<String> {
+    names.into_iter().find_map(|name| {
+        let (_, version) = name.strip_prefix("gatehouse:os/")?.split_once('@')?;
+        (version != CONTRACT_VERSION).then(|| version.to_owned())
+    })
 }
 
 fn exports_error(e: wasmtime::Error, role: Role) -> anyhow::Error {
@@ -763,4 +786,34 @@ pub fn explain_trap(e: &wasmtime::Error, who: &str, limits: &Limits, hit_memory:
         return format!("{who} crashed ({trap})");
     }
     format!("{who} failed: {}", one_line(&format!("{e:#}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CONTRACT_VERSION, older_contract};
+
+    #[test]
+    fn the_contract_version_is_the_wit_files() {
+        let wit = include_str!("../../../wit/gatehouse.wit");
+        assert!(
+            wit.contains(&format!("package gatehouse:os@{CONTRACT_VERSION};")),
+            "wit/gatehouse.wit declares another version than CONTRACT_VERSION"
+        );
+    }
+
+    #[test]
+    fn an_older_contract_is_named_and_others_are_not() {
+        let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            older_contract(names(&["wasi:cli/environment@0.2.6", "gatehouse:os/kernel@0.2.0"])),
+            Some("0.2.0".to_owned())
+        );
+        assert_eq!(
+            older_contract(names(&[
+                "wasi:io/streams@0.2.0",
+                &format!("gatehouse:os/run@{CONTRACT_VERSION}")
+            ])),
+            None
+        );
+    }
 }

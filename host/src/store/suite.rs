@@ -183,6 +183,9 @@ pub(crate) fn send_manifest() -> crate::manifest::Manifest {
             annotations: Default::default(),
             reverted_by: None,
             honours_idempotency_key: false,
+            title: None,
+            output_schema: None,
+            task_support: None,
         }],
         ..Default::default()
     }

@@ -6,7 +6,7 @@
 // An imported function returning result<T, E> returns T or throws an error
 // whose `payload` is E; throwing from `run` returns its `err` case.
 
-import { env, open } from "gatehouse:os/kernel@0.2.0";
+import { env, open } from "gatehouse:os/kernel@0.3.0";
 
 function describe(error) {
   const e = error && error.payload !== undefined ? error.payload : error;

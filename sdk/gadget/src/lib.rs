@@ -5,7 +5,7 @@
 //! its chat, opens one by key and calls its tools. Reads are answered at
 //! once; actions (writes) are *staged*: the call answers [`Outcome::Pending`]
 //! at once and nothing is sent until a person approves. This crate holds
-//! the bindings of the contract (`wit/gatehouse.wit`, `gatehouse:os@0.2.0`,
+//! the bindings of the contract (`wit/gatehouse.wit`, `gatehouse:os@0.3.0`,
 //! generated once here) and a small typed layer over them.
 //!
 //! ```no_run

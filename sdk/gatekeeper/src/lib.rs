@@ -45,7 +45,7 @@
 //! be a `cdylib`) and add the `.wasm` with `gatehouse gatekeeper add`.
 //!
 //! What this crate owns: the bindings of the contract (`wit/gatehouse.wit`,
-//! `gatehouse:os@0.2.0`, world `gatekeeper`, generated once here), the
+//! `gatehouse:os@0.3.0`, world `gatekeeper`, generated once here), the
 //! builders and the HTTP client. What it may not do: add policy. Its
 //! defaults are the safe side (no simulation, observers refused, no source
 //! prediction), and every decision stays the kernel's.

@@ -1,6 +1,7 @@
 //! The manifest a gatekeeper describes itself with: its tools (name,
-//! description, input schema, behaviour hints, revert, idempotency key) and
-//! what it can do besides (simulate, admit observers, start turns).
+//! description, input schema, behaviour hints, revert, idempotency key,
+//! and MCP's title, output schema and task support) and what it can do
+//! besides (simulate, admit observers, start turns).
 //!
 //! Owns the builders only. The hints are claims: the kernel reads them in
 //! one place (a tool is a *read* only when it is annotated `read-only:
@@ -28,7 +29,7 @@ use serde_json::Value;
 pub use crate::bindings::exports::gatehouse::os::tool::{
     Manifest, ObserverStrategy, Trigger, TriggerKind,
 };
-pub use crate::bindings::gatehouse::os::types::{Annotations, ToolInfo};
+pub use crate::bindings::gatehouse::os::types::{Annotations, TaskSupport, ToolInfo};
 
 /// Starts a tool's entry: `schema` is the JSON Schema of its arguments
 /// object. With no hint at all it is an action (safe side).
@@ -45,6 +46,9 @@ pub fn tool(name: &str, description: &str, schema: Value) -> Tool {
         },
         reverted_by: None,
         honours_idempotency_key: false,
+        title: None,
+        output_schema: None,
+        task_support: None,
     })
 }
 
@@ -103,6 +107,29 @@ impl Tool {
     /// tool (the gatekeeper then sends it, e.g. as `Idempotency-Key`).
     pub fn honours_idempotency_key(mut self, honours: bool) -> Tool {
         self.0.honours_idempotency_key = honours;
+        self
+    }
+
+    /// A name for people (MCP `title`), such as "Create an issue"; shown
+    /// sanitised. Without it the tool's name is shown.
+    pub fn title(mut self, title: &str) -> Tool {
+        self.0.title = Some(title.to_string());
+        self
+    }
+
+    /// The JSON Schema of the result (MCP `outputSchema`), for a tool whose
+    /// result is a JSON object. Declare it only if every successful result
+    /// conforms: where the kernel hands a read's result to an MCP client,
+    /// a result that does not is turned into an error.
+    pub fn output_schema(mut self, schema: Value) -> Tool {
+        self.0.output_schema = Some(schema.to_string());
+        self
+    }
+
+    /// Whether the service can run the tool as an MCP task (MCP
+    /// `execution.taskSupport`). A hint only; without it, `forbidden`.
+    pub fn task_support(mut self, support: TaskSupport) -> Tool {
+        self.0.task_support = Some(support);
         self
     }
 
@@ -190,6 +217,9 @@ mod tests {
     fn a_tool_without_hints_is_an_action_and_hints_are_kept_as_given() {
         let t = tool("t", "d", json!({"type": "object"})).build();
         assert_eq!(t.annotations.read_only, None);
+        assert_eq!(t.title, None);
+        assert_eq!(t.output_schema, None);
+        assert!(t.task_support.is_none());
         assert_eq!(t.input_schema, r#"{"type":"object"}"#);
         let t = tool("t", "d", json!({}))
             .writes()
@@ -198,6 +228,9 @@ mod tests {
             .open_world(false)
             .reverted_by("u")
             .honours_idempotency_key(true)
+            .title("T")
+            .output_schema(json!({"type": "object"}))
+            .task_support(TaskSupport::Optional)
             .build();
         assert_eq!(t.annotations.read_only, Some(false));
         assert_eq!(t.annotations.destructive, Some(true));
@@ -205,6 +238,9 @@ mod tests {
         assert_eq!(t.annotations.open_world, Some(false));
         assert_eq!(t.reverted_by.as_deref(), Some("u"));
         assert!(t.honours_idempotency_key);
+        assert_eq!(t.title.as_deref(), Some("T"));
+        assert_eq!(t.output_schema.as_deref(), Some(r#"{"type":"object"}"#));
+        assert!(matches!(t.task_support, Some(TaskSupport::Optional)));
     }
 
     #[test]

@@ -55,10 +55,11 @@ async fn the_classification_table_holds_for_a_real_mcp_server() {
         "tag_item",
         "ping_item",
         "peek_item",
+        "find_items",
     ] {
         assert!(names.contains(&t), "{t} missing from {names:?}");
     }
-    assert_eq!(g.manifest.tools.len(), 6, "{names:?}");
+    assert_eq!(g.manifest.tools.len(), 7, "{names:?}");
     assert!(!g.manifest.simulates);
     let tool = |n: &str| g.manifest.tool(n).unwrap().annotations.clone();
     // Passed through unchanged: only classify judges them.
@@ -75,6 +76,31 @@ async fn the_classification_table_holds_for_a_real_mcp_server() {
     let schema: Value = serde_json::from_str(&g.manifest.tool("get_item").unwrap().input_schema)
         .expect("the schema is JSON");
     assert_eq!(schema["properties"]["id"]["type"], "integer");
+    // What later protocol versions added is passed through as given: the
+    // title, the output schema (derived by the server's SDK, or declared)
+    // and task support; nothing is made up for a tool that has none.
+    let entry = |n: &str| g.manifest.tool(n).unwrap();
+    assert_eq!(entry("get_item").title.as_deref(), Some("Get an item"));
+    assert_eq!(
+        entry("delete_item").title.as_deref(),
+        Some("Delete an item")
+    );
+    let output = |n: &str| -> Value {
+        serde_json::from_str(entry(n).output_schema.as_deref().expect("an output schema")).unwrap()
+    };
+    assert_eq!(output("get_item")["required"], json!(["result"]));
+    assert_eq!(
+        output("find_items")["properties"]["items"],
+        json!({"type": "array", "items": {"type": "integer"}})
+    );
+    use gatehouse::manifest::TaskSupport;
+    assert_eq!(entry("get_item").task_support, Some(TaskSupport::Optional));
+    assert_eq!(
+        entry("find_items").task_support,
+        Some(TaskSupport::Forbidden)
+    );
+    assert_eq!(entry("ping_item").title, None);
+    assert_eq!(entry("ping_item").task_support, None);
 
     let out = w
         .script(

@@ -577,7 +577,7 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
     assert!(tool(&tools, "SVC__ping_item").get("annotations").is_none());
     // The tool whose name forges a prompt is not offered under a name an
     // agent could not call back; the log says so, harmlessly.
-    assert_eq!(tools.len(), 6, "five tools and the poll: {tools:?}");
+    assert_eq!(tools.len(), 7, "six tools and the poll: {tools:?}");
     assert!(
         wait_until(Duration::from_secs(10), || std::fs::read_to_string(&log)
             .is_ok_and(|l| l.contains("not offered over MCP"))),
@@ -589,11 +589,67 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
     assert!(!logged.contains("\u{1b}[2J"), "{logged:?}");
     assert!(!logged.contains("\nApprove"), "{logged:?}");
 
-    // The server's result comes back as it gave it.
+    // A read is offered with its title and its own output schema; a
+    // write with its title and the envelope every held write answers with,
+    // whatever the server declared. Neither is offered as a task: `mcp
+    // serve` runs none, and without `execution` a client reads forbidden.
+    let g = w.kernel.inspect().gatekeeper("svc").unwrap().unwrap();
+    let declared = |n: &str| -> Value {
+        serde_json::from_str(
+            g.manifest
+                .tool(n)
+                .unwrap()
+                .output_schema
+                .as_deref()
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let get = tool(&tools, "SVC__get_item");
+    assert_eq!(get["title"], "Get an item");
+    assert_eq!(get["outputSchema"], declared("get_item"));
+    assert_eq!(
+        tool(&tools, "SVC__find_items")["outputSchema"],
+        declared("find_items")
+    );
+    let delete = tool(&tools, "SVC__delete_item");
+    assert_eq!(delete["title"], "Delete an item");
+    assert_ne!(delete["outputSchema"], declared("delete_item"));
+    assert_eq!(
+        delete["outputSchema"]["properties"]["state"],
+        json!({"const": "pending"})
+    );
+    assert_eq!(
+        delete["outputSchema"],
+        tool(&tools, "SVC__ping_item")["outputSchema"],
+        "one envelope for every write"
+    );
+    for t in &tools {
+        assert!(t.get("execution").is_none(), "{t}");
+    }
+
+    // The server's result comes back as it gave it (the SDK's client
+    // checks it against the output schema it was offered).
     let read = c.call("SVC__get_item", json!({"id": 7}));
     assert!(!is_error(&read), "{read}");
     assert_eq!(text(&read), "item 7");
     assert_eq!(read["structuredContent"]["result"], "item 7");
+    let found = c.call("SVC__find_items", json!({"query": "books"}));
+    assert!(!is_error(&found), "{found}");
+    assert_eq!(found["structuredContent"], json!({"items": [1, 2]}));
+    // An answer outside its declared shape is not handed over: the read
+    // happened (the server saw it), the agent gets one line saying why.
+    let broken = c.call("SVC__find_items", json!({"query": "broken"}));
+    assert!(is_error(&broken), "{broken}");
+    assert_eq!(broken["structuredContent"]["error"]["kind"], "service");
+    let said = text(&broken);
+    assert!(
+        said.contains("not in the shape its output schema declares") && said.contains("/items"),
+        "{said}"
+    );
+    assert!(!said.contains('\n'), "{said}");
+    assert!(!said.contains("one, two"), "the answer is withheld: {said}");
+    assert_eq!(server.calls_of("find_items"), 2);
 
     // A destructive write waits; the server receives it once, on approval.
     let write = c.call("SVC__delete_item", json!({"id": 7}));
