@@ -192,9 +192,10 @@ mod on_both_engines {
                 let out = b
                     .run(|db| {
                         let now = 1;
-                        put_in(db, &put("plans", "notebook", "b", "one"), now)??;
-                        put_in(db, &put("plans", "notebook", "a", "two"), now)??;
-                        put_in(db, &put("plans", "notebook", "b", "three"), now)??;
+                        for (key, value) in [("b", "one"), ("a", "two"), ("b", "three")] {
+                            let written = put_in(db, &put("plans", "notebook", key, value), now)?;
+                            anyhow::ensure!(written.is_ok(), "{key} was refused");
+                        }
                         let full = put_in(db, &put("plans", "notebook", "c", "x"), now)?;
                         let elsewhere = put_in(db, &put("other", "notebook", "c", "y"), now)?;
                         let other_gadget = put_in(db, &put("plans", "diary", "c", "z"), now)?;
