@@ -46,10 +46,41 @@ pub(crate) struct Derived {
 }
 
 /// A value's observation set: per gatekeeper, each source once. Kept as
-/// JSON beside the value.
+/// JSON beside the value, an array of [`Group`]s.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[serde(from = "Vec<Group>", into = "Vec<Group>")]
 pub(crate) struct ObservationSet(BTreeMap<String, Vec<Derived>>);
+
+/// One gatekeeper's sources, as stored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Group {
+    gatekeeper: String,
+    sources: Vec<Derived>,
+}
+
+impl From<Vec<Group>> for ObservationSet {
+    fn from(groups: Vec<Group>) -> ObservationSet {
+        let mut set = ObservationSet::default();
+        for g in groups {
+            for d in g.sources {
+                set.add(&g.gatekeeper, d.id, d.restricted, d.title);
+            }
+        }
+        set
+    }
+}
+
+impl From<ObservationSet> for Vec<Group> {
+    fn from(set: ObservationSet) -> Vec<Group> {
+        set.0
+            .into_iter()
+            .map(|(gatekeeper, sources)| Group {
+                gatekeeper,
+                sources,
+            })
+            .collect()
+    }
+}
 
 impl ObservationSet {
     /// The chat's set from its ledger rows (gatekeeper, sources JSON), read
@@ -128,7 +159,9 @@ pub(crate) fn readable(set: &ObservationSet, reader: &Reader<'_>) -> bool {
 /// characters (keys are listed one per line).
 fn check_key(key: &str) -> Result<(), CallError> {
     if key.is_empty() {
-        return Err(CallError::InvalidArgs("a storage key may not be empty".into()));
+        return Err(CallError::InvalidArgs(
+            "a storage key may not be empty".into(),
+        ));
     }
     if key.len() > MAX_KEY_BYTES {
         return Err(CallError::InvalidArgs(format!(
@@ -259,10 +292,7 @@ impl Kernel {
         // recorded (a turn's calls are sequential), so it covers all this
         // gadget instance could have learnt.
         let chat = turn.chat.clone();
-        let rows = self
-            .store()
-            .run(move |s| s.observed_sources(&chat))
-            .await?;
+        let rows = self.store().run(move |s| s.observed_sources(&chat)).await?;
         let observed = ObservationSet::of_ledger(rows).to_json()?;
         let (chat, gadget, key_, by) = (
             turn.chat.clone(),
@@ -416,7 +446,9 @@ mod tests {
         ]);
         assert!(set.restricted());
         assert_eq!(set.0["db"].len(), 1);
-        let again = ObservationSet::parse(&set.to_json().expect("json")).expect("parses");
+        let json = set.to_json().expect("json");
+        assert!(json.starts_with('['), "stored as an array: {json}");
+        let again = ObservationSet::parse(&json).expect("parses");
         assert_eq!(again, set);
         assert!(
             ObservationSet::parse("not json").is_err(),
@@ -434,12 +466,7 @@ mod tests {
     fn data_derived_from_owner_only_data_is_the_owner_s_alone() {
         let set = ObservationSet::of_ledger(vec![("db".into(), source("payroll", true))]);
         let b = bound("db", None);
-        assert!(!readable(
-            &set,
-            &Reader::Other {
-                bindings: vec![&b]
-            }
-        ));
+        assert!(!readable(&set, &Reader::Other { bindings: vec![&b] }));
     }
 
     #[test]
@@ -456,7 +483,12 @@ mod tests {
             }
         ));
         assert!(
-            !readable(&set, &Reader::Other { bindings: vec![&db] }),
+            !readable(
+                &set,
+                &Reader::Other {
+                    bindings: vec![&db]
+                }
+            ),
             "never verified at mail: hidden"
         );
         let narrow = bound("db", Some(&["table:b"]));

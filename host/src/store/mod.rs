@@ -17,8 +17,8 @@ mod actions;
 mod checkpoint;
 pub(crate) mod claims;
 mod deployment;
-mod gadget_storage;
 pub mod dispatch;
+mod gadget_storage;
 mod hooks;
 mod identities;
 mod known;
@@ -50,7 +50,7 @@ pub use actions::{
 };
 pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
-pub(crate) use gadget_storage::{StorageFull, StoragePut, StoredValue};
+pub(crate) use gadget_storage::StoragePut;
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub use identities::{IdentityBinding, PASSKEYS_PER_PERSON, StoredPasskey};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};

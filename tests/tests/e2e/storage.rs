@@ -90,7 +90,13 @@ async fn round_trip_per_chat_and_gadget(w: &World) {
 
     // Deleting is idempotent and tells nothing.
     for _ in 0..2 {
-        let gone = notebook(w, "notebook", "work", json!({"op": "delete", "key": "plan"})).await;
+        let gone = notebook(
+            w,
+            "notebook",
+            "work",
+            json!({"op": "delete", "key": "plan"}),
+        )
+        .await;
         assert_eq!(gone["ok"], "plan", "{gone}");
     }
     let list = notebook(w, "notebook", "work", json!({"op": "list"})).await;
@@ -241,10 +247,18 @@ async fn storage_a_note_derived_from_owner_only_data_is_the_owner_s_and_reading_
     // Bob, who could not be let in to see payroll, cannot read what was
     // derived from it: his turn is refused as the chat itself is.
     let bob = k
-        .run_as("bob", "notebook", CHAT, &json!({"op": "read", "key": "pay"}).to_string())
+        .run_as(
+            "bob",
+            "notebook",
+            CHAT,
+            &json!({"op": "read", "key": "pay"}).to_string(),
+        )
         .await;
     let refusal = format!("{:#}", bob.expect_err("refused"));
-    assert!(refusal.contains(&format!("no chat named \"{CHAT}\"")), "{refusal}");
+    assert!(
+        refusal.contains(&format!("no chat named \"{CHAT}\"")),
+        "{refusal}"
+    );
     assert!(!refusal.contains("182000"), "{refusal}");
     drop(warehouse);
 }
@@ -270,7 +284,12 @@ async fn storage_a_note_goes_only_to_a_collaborator_verified_for_its_source_and_
         .expect("asked");
     assert!(matches!(carol, OpenOutcome::Refused { .. }), "{carol:?}");
     let turn = k
-        .run_as("carol", "notebook", CHAT, &json!({"op": "list"}).to_string())
+        .run_as(
+            "carol",
+            "notebook",
+            CHAT,
+            &json!({"op": "list"}).to_string(),
+        )
         .await;
     let refusal = format!("{:#}", turn.expect_err("refused"));
     assert!(refusal.contains("payroll"), "{refusal}");
@@ -284,12 +303,20 @@ async fn storage_a_note_goes_only_to_a_collaborator_verified_for_its_source_and_
     let bob = k.open_chat(CHAT, "bob", &request).await.expect("asked");
     assert!(matches!(bob, OpenOutcome::Admitted { .. }), "{bob:?}");
     let report = k
-        .run_as("bob", "notebook", CHAT, &json!({"op": "read", "key": "pay"}).to_string())
+        .run_as(
+            "bob",
+            "notebook",
+            CHAT,
+            &json!({"op": "read", "key": "pay"}).to_string(),
+        )
         .await
         .expect("bob's turn runs");
     let read: Value = serde_json::from_str(&report.output.expect("answered")).expect("json");
     assert!(
-        read["ok"].as_str().unwrap_or_default().contains("summary of"),
+        read["ok"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("summary of"),
         "{read}"
     );
     let reads = store_reads(&w, CHAT);
