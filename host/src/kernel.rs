@@ -1545,6 +1545,22 @@ impl KernelView for TurnView {
         })
     }
 
+    fn store_get<'a>(&'a self, key: &'a str) -> Answer<'a, Result<Option<String>, CallError>> {
+        Box::pin(self.kernel.store_get(&self.turn, key))
+    }
+
+    fn store_put<'a>(&'a self, key: &'a str, value: String) -> Answer<'a, Result<(), CallError>> {
+        Box::pin(self.kernel.store_put(&self.turn, key, value))
+    }
+
+    fn store_delete<'a>(&'a self, key: &'a str) -> Answer<'a, Result<(), CallError>> {
+        Box::pin(self.kernel.store_delete(&self.turn, key))
+    }
+
+    fn store_keys(&self) -> Answer<'_, Result<Vec<String>, CallError>> {
+        Box::pin(self.kernel.store_keys(&self.turn))
+    }
+
     fn take_certificate(&self) -> Option<(String, crate::grants::Claims)> {
         self.turn.take_certificate()
     }

@@ -20,6 +20,8 @@
 //! - [`expiry`]: how long an action may wait for a decision (H3);
 //! - [`inbox`]: what a person sees, through the one rule (W, L);
 //! - [`observations`]: what reads touched (O, S);
+//! - [`storage`]: a gadget's key-value store per chat, its values kept
+//!   with the sources they were derived from (O5);
 //! - [`grants`], [`workflow`]: scoped approvals as signed certificates (G);
 //! - [`seal`]: secrets at rest, sealed with a key the operator holds;
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
@@ -74,6 +76,7 @@ pub mod scaffold;
 pub mod seal;
 pub mod sharing;
 pub mod signin;
+pub mod storage;
 pub mod store;
 pub mod turn;
 pub mod web;

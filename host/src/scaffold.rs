@@ -54,6 +54,10 @@ const GADGET_SDK: &[(&str, &str)] = &[
     ("src/lib.rs", include_str!("../../sdk/gadget/src/lib.rs")),
     ("src/call.rs", include_str!("../../sdk/gadget/src/call.rs")),
     (
+        "src/storage.rs",
+        include_str!("../../sdk/gadget/src/storage.rs"),
+    ),
+    (
         "src/workflow.rs",
         include_str!("../../sdk/gadget/src/workflow.rs"),
     ),

@@ -555,13 +555,33 @@ impl Kernel {
     }
 }
 
+/// Whether a collaborator's stored observer binding at a gatekeeper covers
+/// these source ids: the binding exists (their re-verification there
+/// passed, SPEC S2) and, where the gatekeeper listed what the account may
+/// see, lists every one of them. The check a read in a shared chat makes
+/// of a bound collaborator (S3), for data already in the chat.
+pub(crate) fn binding_covers<'a>(
+    bound: Option<&Observer>,
+    mut ids: impl Iterator<Item = &'a str>,
+) -> bool {
+    match bound {
+        None => false,
+        Some(Observer { scope: None, .. }) => true,
+        Some(Observer {
+            scope: Some(scope), ..
+        }) => ids.all(|id| scope.iter().any(|s| s == id)),
+    }
+}
+
 /// What a share link is stored as.
 fn link_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.trim().as_bytes()))
 }
 
 /// The sources of one observation row (a JSON array the store checked).
-fn parse_sources(json: &str) -> Vec<gkwit::Source> {
+/// The sources of one observation's JSON array, as the open reads them
+/// (and gadget storage, which keeps exactly what an open would verify).
+pub(crate) fn parse_sources(json: &str) -> Vec<gkwit::Source> {
     let Ok(values) = serde_json::from_str::<Vec<serde_json::Value>>(json) else {
         return Vec::new();
     };

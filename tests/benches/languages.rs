@@ -66,6 +66,25 @@ impl wit::Host for Stub {
     ) -> wasmtime::Result<Result<wit::ActionStatus, wit::CallError>> {
         Ok(Err(wit::CallError::Refused("no such action".into())))
     }
+    async fn store_get(
+        &mut self,
+        _key: String,
+    ) -> wasmtime::Result<Result<Option<String>, wit::CallError>> {
+        Ok(Ok(None))
+    }
+    async fn store_put(
+        &mut self,
+        _key: String,
+        _value: String,
+    ) -> wasmtime::Result<Result<(), wit::CallError>> {
+        Ok(Err(wit::CallError::Refused("no storage here".into())))
+    }
+    async fn store_delete(&mut self, _key: String) -> wasmtime::Result<Result<(), wit::CallError>> {
+        Ok(Ok(()))
+    }
+    async fn store_keys(&mut self) -> wasmtime::Result<Result<Vec<String>, wit::CallError>> {
+        Ok(Ok(Vec::new()))
+    }
 }
 
 impl wit::HostService for Stub {

@@ -260,6 +260,45 @@ impl wit::Host for GadgetState {
             })
             .map_err(to_wit_error))
     }
+
+    async fn store_get(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<String>, wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
+        let got = self.kernel.store_get(&key).await.map_err(host)?;
+        Ok(got.map_err(to_wit_error))
+    }
+
+    async fn store_put(
+        &mut self,
+        key: String,
+        value: String,
+    ) -> wasmtime::Result<Result<(), wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
+        let put = self.kernel.store_put(&key, value).await.map_err(host)?;
+        Ok(put.map_err(to_wit_error))
+    }
+
+    async fn store_delete(&mut self, key: String) -> wasmtime::Result<Result<(), wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
+        let deleted = self.kernel.store_delete(&key).await.map_err(host)?;
+        Ok(deleted.map_err(to_wit_error))
+    }
+
+    async fn store_keys(&mut self) -> wasmtime::Result<Result<Vec<String>, wit::CallError>> {
+        if let Some(refusal) = self.charge() {
+            return Ok(Err(wit::CallError::Refused(refusal)));
+        }
+        let keys = self.kernel.store_keys().await.map_err(host)?;
+        Ok(keys.map_err(to_wit_error))
+    }
 }
 
 impl wit::HostService for GadgetState {

@@ -43,6 +43,15 @@ pub trait KernelView: Send + Sync + 'static {
         tool: &'a str,
         args: String,
     ) -> Answer<'a, Result<CallOutcome, CallError>>;
+    /// The value the turn's gadget stored in the chat under `key`, if the
+    /// turn's person may read it (`kernel.store-get`).
+    fn store_get<'a>(&'a self, key: &'a str) -> Answer<'a, Result<Option<String>, CallError>>;
+    /// Store a value of the turn's gadget in the chat (`kernel.store-put`).
+    fn store_put<'a>(&'a self, key: &'a str, value: String) -> Answer<'a, Result<(), CallError>>;
+    /// Remove a key of the turn's gadget in the chat (`kernel.store-delete`).
+    fn store_delete<'a>(&'a self, key: &'a str) -> Answer<'a, Result<(), CallError>>;
+    /// The keys the turn's person may read (`kernel.store-keys`).
+    fn store_keys(&self) -> Answer<'_, Result<Vec<String>, CallError>>;
     /// The workflow step's certificate, handed over at most once.
     fn take_certificate(&self) -> Option<(String, Claims)>;
     /// A workflow step asks for approval of a bounded plan.

@@ -18,6 +18,7 @@ mod checkpoint;
 pub(crate) mod claims;
 mod deployment;
 pub mod dispatch;
+mod gadget_storage;
 mod hooks;
 mod identities;
 mod known;
@@ -49,6 +50,7 @@ pub use actions::{
 };
 pub use claims::InFlight;
 pub use dispatch::{Facts, Resolved, Unresolved};
+pub(crate) use gadget_storage::StoragePut;
 pub use hooks::{Firing, FiringRefusal, Hook, NewHook};
 pub use identities::{IdentityBinding, PASSKEYS_PER_PERSON, StoredPasskey};
 pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
@@ -927,6 +929,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("migrations/V13__passkeys_identity_bindings.sql"),
     ),
     (14, include_str!("migrations/V14__push_subscriptions.sql")),
+    (15, include_str!("migrations/V15__gadget_storage.sql")),
 ];
 
 /// Bring the database to the newest schema, one version per transaction,

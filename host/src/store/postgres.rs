@@ -77,6 +77,7 @@ pub const TABLES: &[&str] = &[
     "request_notices",
     "push_subscriptions",
     "push_notices",
+    "gadget_storage",
     "durability_mark",
     "policy_epoch",
 ];

@@ -171,7 +171,7 @@ pub(crate) fn account_credential_in(
 /// and then reads what the first committed (READ COMMITTED: each statement
 /// sees what was committed before it began). SQLite's writing
 /// transactions (IMMEDIATE) already exclude each other.
-fn lock_chat(db: &dyn Sql, chat: &str) -> anyhow::Result<()> {
+pub(super) fn lock_chat(db: &dyn Sql, chat: &str) -> anyhow::Result<()> {
     if db.engine() == Engine::Postgres {
         db.row(
             "SELECT 1 FROM chats WHERE name = ?1 FOR UPDATE",

@@ -45,6 +45,8 @@ extern crate self as gatehouse_gadget;
 pub use wit_bindgen;
 
 mod call;
+/// Gadget storage: a small key-value store per gadget per chat.
+pub mod storage;
 mod workflow;
 
 pub use call::{ActionResult, CallError, Outcome, Pending, Service, action_result, env, open};

@@ -35,6 +35,7 @@ mod sandbox;
 mod secrets;
 mod sharing;
 mod side_doors;
+mod storage;
 mod web_api;
 mod web_browser;
 mod web_exposure;
