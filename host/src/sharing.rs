@@ -578,7 +578,6 @@ fn link_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.trim().as_bytes()))
 }
 
-/// The sources of one observation row (a JSON array the store checked).
 /// The sources of one observation's JSON array, as the open reads them
 /// (and gadget storage, which keeps exactly what an open would verify).
 pub(crate) fn parse_sources(json: &str) -> Vec<gkwit::Source> {
