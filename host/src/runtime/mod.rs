@@ -805,7 +805,10 @@ mod tests {
     fn an_older_contract_is_named_and_others_are_not() {
         let names = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert_eq!(
-            older_contract(names(&["wasi:cli/environment@0.2.6", "gatehouse:os/kernel@0.2.0"])),
+            older_contract(names(&[
+                "wasi:cli/environment@0.2.6",
+                "gatehouse:os/kernel@0.2.0"
+            ])),
             Some("0.2.0".to_owned())
         );
         assert_eq!(
