@@ -507,12 +507,8 @@ impl Kernel {
                         scope: Some(scope), ..
                     }),
                 ) => {
-                    let unseen: Vec<&gkwit::Source> = predicted
-                        .iter()
-                        .filter(|s| !scope.contains(&s.id))
-                        .collect();
-                    if let Some(first) = unseen.first() {
-                        return Ok(refuse(&inline(&first.title)));
+                    if let Some(unseen) = first_unlisted(scope, &predicted) {
+                        return Ok(refuse(&inline(&unseen.title)));
                     }
                 }
                 _ => {
@@ -569,8 +565,20 @@ pub(crate) fn binding_covers<'a>(
         Some(Observer { scope: None, .. }) => true,
         Some(Observer {
             scope: Some(scope), ..
-        }) => ids.all(|id| scope.iter().any(|s| s == id)),
+        }) => ids.all(|id| listed(scope, id)),
     }
+}
+
+/// The first of `sources` a gatekeeper's list of what an account may see
+/// leaves out: what a shared read refuses to touch for that collaborator.
+fn first_unlisted<'a>(scope: &[String], sources: &'a [gkwit::Source]) -> Option<&'a gkwit::Source> {
+    sources.iter().find(|s| !listed(scope, &s.id))
+}
+
+/// Whether a gatekeeper's list of what an account may see names `id`: the
+/// one comparison both a shared read and gadget storage make.
+fn listed(scope: &[String], id: &str) -> bool {
+    scope.iter().any(|s| s == id)
 }
 
 /// What a share link is stored as.
