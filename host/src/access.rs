@@ -225,6 +225,10 @@ pub enum Refusal {
         /// The refused person (a collaborator).
         person: String,
     },
+    /// A collaborator's re-verification (SPEC S2) failed: their accounts
+    /// may not see what the chat has read. Carries the sanitised line.
+    #[error("{0}")]
+    Unverified(String),
 }
 
 #[cfg(test)]

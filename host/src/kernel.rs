@@ -12,7 +12,7 @@ use crate::classify::{self, Kind};
 use crate::home::Home;
 use crate::liveness::Liveness;
 use crate::principal::{Credential, Principal};
-use crate::runtime::gadget::TurnReport;
+use crate::runtime::gadget::{Entry, TurnReport};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
 use crate::runtime::view::{Answer, KernelView};
@@ -104,6 +104,8 @@ struct Inner {
     authority: std::sync::OnceLock<Arc<crate::grants::Authority>>,
     /// The deployment secret idempotency keys are derived from.
     idempotency_secret: String,
+    /// Faces' pages, checked, per component digest (`crate::face`).
+    faces: crate::face::Pages,
 }
 
 /// What an auto-approval drain must look at: every chat, or some. Kernel
@@ -256,6 +258,7 @@ impl Kernel {
                 background: std::sync::Mutex::new(tokio::task::JoinSet::new()),
                 authority: std::sync::OnceLock::new(),
                 idempotency_secret,
+                faces: Default::default(),
             }),
         };
         kernel.recover()?;
@@ -418,6 +421,11 @@ impl Kernel {
             now,
             removed,
         })
+    }
+
+    /// Faces' checked pages, kept per component (`crate::face`).
+    pub(crate) fn faces_kept(&self) -> &crate::face::Pages {
+        &self.inner.faces
     }
 
     pub(crate) fn idempotency_secret(&self) -> &str {
@@ -824,7 +832,17 @@ impl Kernel {
     }
 
     /// Run one turn with a given turn context (harness state).
-    pub(crate) async fn run_turn(&self, mut turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
+    pub(crate) async fn run_turn(&self, turn: Turn, input: &str) -> anyhow::Result<TurnReport> {
+        self.run_entry(turn, Entry::Run(input)).await
+    }
+
+    /// Run one turn of `entry` (the gadget's `run`, or a call of its
+    /// face): the one path every gadget turn takes.
+    pub(crate) async fn run_entry(
+        &self,
+        mut turn: Turn,
+        entry: Entry<'_>,
+    ) -> anyhow::Result<TurnReport> {
         let unsynced = turn.unsynced.get_or_insert_with(Arc::default).clone();
         let gadget = turn
             .gadget
@@ -858,11 +876,11 @@ impl Kernel {
             );
         }
         let pre = self.inner.runtime.gadget(&g.digest)?;
-        let report = crate::runtime::gadget::run(
+        let report = crate::runtime::gadget::turn(
             &pre,
             &self.inner.runtime.limits,
             Box::new(self.view(turn)),
-            input,
+            entry,
         )
         .await;
         // Whatever the gadget was told is durable before anyone hears how
@@ -906,6 +924,7 @@ impl Kernel {
             },
             harness: Harness::Plain,
             awaited: Arc::default(),
+            staged: Arc::default(),
             step: None,
             unsynced: None,
             pinned: None,
@@ -1069,6 +1088,10 @@ impl Kernel {
         outcome: Result<CallOutcome, CallError>,
     ) -> Result<CallOutcome, CallError> {
         if let Ok(CallOutcome::Pending(p)) = &outcome {
+            turn.staged
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(p.action_id as i64);
             match turn.harness {
                 Harness::Naive => return Ok(CallOutcome::Done("{}".into())),
                 Harness::Honest if p.await_decision => turn

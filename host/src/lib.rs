@@ -22,6 +22,8 @@
 //! - [`observations`]: what reads touched (O, S);
 //! - [`storage`]: a gadget's key-value store per chat, its values kept
 //!   with the sources they were derived from (O5);
+//! - [`face`]: a gadget's page beside its chat, each call of it a turn of
+//!   the person viewing it (F);
 //! - [`grants`], [`workflow`]: scoped approvals as signed certificates (G);
 //! - [`seal`]: secrets at rest, sealed with a key the operator holds;
 //! - [`sharing`]: people, accounts, collaborators, observers (S, O3);
@@ -48,6 +50,7 @@ pub mod cli;
 pub mod embed;
 pub mod entropy;
 pub mod expiry;
+pub mod face;
 pub(crate) mod flight;
 pub mod grants;
 pub mod guests;

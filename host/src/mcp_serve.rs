@@ -24,6 +24,17 @@
 //! surface implements none, and without the field a client reads
 //! `forbidden`.
 //!
+//! Faces (MCP Apps): each installed gadget with a face is offered as a
+//! `ui://gatehouse/GADGET` resource (`text/html;profile=mcp-app`), linked
+//! from a tool `GADGET.face` that an MCP host calls to show it; each of the
+//! page's functions is a tool `GADGET.FUNCTION` meant for the page alone
+//! (`_meta.ui.visibility: ["app"]`). A call of one runs
+//! [`Kernel::face_call`], a turn of the person this server acts for, the
+//! same call the web inbox makes: the page reaches nothing the gate does
+//! not let through. A gadget whose name holds `__` or is not a valid tool
+//! name is not offered, so a face's tool never looks like an introduced
+//! one.
+//!
 //! Naming: an introduced tool is offered as `KEY__tool` (the chat's key,
 //! two underscores, the gatekeeper's tool name), the separator agents'
 //! tool-name rules allow. The poll tool, [`POLL_TOOL`], has no `__`, so no
@@ -47,6 +58,14 @@ use std::net::SocketAddr;
 pub const POLL_TOOL: &str = "gatehouse_action_result";
 /// Between a chat's key and a tool's name in an offered tool's name.
 pub const SEPARATOR: &str = "__";
+/// Between a gadget's name and a function of its face in a face's tool.
+pub const FACE_SEPARATOR: char = '.';
+/// The function name of the tool that shows a face (`GADGET.face`).
+pub const FACE_OPENER: &str = crate::face::RESERVED;
+/// A face's resource, `ui://gatehouse/GADGET`.
+pub const FACE_URI_PREFIX: &str = "ui://gatehouse/";
+/// The MIME type MCP Apps reads as a page to render.
+pub const FACE_MIME: &str = "text/html;profile=mcp-app";
 
 /// The MCP server for one chat, acting for one person. Cheap to clone.
 #[derive(Clone)]
@@ -83,7 +102,130 @@ impl Gate {
             }
         }
         tools.push(poll_tool());
+        for face in self.offered_faces().await? {
+            tools.extend(face_tools(&face));
+        }
         Ok(tools)
+    }
+
+    /// The faces offered: installed gadgets with a face whose names make
+    /// valid tool names of their own (see the module's naming).
+    async fn offered_faces(
+        &self,
+    ) -> anyhow::Result<Vec<(String, std::sync::Arc<crate::face::Page>)>> {
+        let mut out = Vec::new();
+        for listed in self.kernel.faces().await? {
+            let name = &listed.gadget;
+            let valid = !name.contains(SEPARATOR)
+                && name.len() + 1 + crate::face::MAX_FUNCTION_NAME <= 128
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+            if !valid {
+                tracing::warn!(
+                    gadget = %crate::prompt::inline(name),
+                    "face not offered over MCP: the gadget's name does not make a tool name of its own (letters, digits, '_', '-', no '__')"
+                );
+                continue;
+            }
+            if let Some(page) = self.kernel.face(name).await? {
+                out.push((name.clone(), page));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The faces as MCP Apps resources.
+    pub async fn resources(&self) -> anyhow::Result<Vec<Value>> {
+        self.kernel.external_turn(&self.chat, &self.person).await?;
+        Ok(self
+            .offered_faces()
+            .await?
+            .into_iter()
+            .map(|(gadget, page)| {
+                json!({
+                    "uri": format!("{FACE_URI_PREFIX}{gadget}"),
+                    "name": gadget,
+                    "title": page.title,
+                    "description": format!("The face of gadget {gadget}: each of its calls is a turn of yours in chat {}, gated like any other.", self.chat),
+                    "mimeType": FACE_MIME,
+                })
+            })
+            .collect())
+    }
+
+    /// A face's page, as an MCP Apps resource: the host renders it in a
+    /// sandbox; its `_meta.ui.csp` asks for no network at all.
+    pub async fn resource(&self, uri: &str) -> anyhow::Result<Value> {
+        self.kernel.external_turn(&self.chat, &self.person).await?;
+        let gadget = uri.strip_prefix(FACE_URI_PREFIX).unwrap_or_default();
+        let Some((_, page)) = self
+            .offered_faces()
+            .await?
+            .into_iter()
+            .find(|(g, _)| g == gadget)
+        else {
+            anyhow::bail!(
+                "no resource {}: resources/list lists the faces offered",
+                crate::prompt::as_given(uri)
+            );
+        };
+        Ok(json!({
+            "resultType": "complete",
+            "contents": [{
+                "uri": uri,
+                "mimeType": FACE_MIME,
+                "text": page.html,
+                "_meta": {"ui": {"csp": {"connectDomains": [], "resourceDomains": []}, "prefersBorder": true}},
+            }]
+        }))
+    }
+
+    /// A call of a face's tool (`GADGET.face` or `GADGET.FUNCTION`).
+    async fn face_call(&self, gadget: &str, function: &str, args: &JsonObject) -> CallToolResult {
+        if function == FACE_OPENER {
+            return match self.kernel.face(gadget).await {
+                Ok(Some(page)) => CallToolResult::success(vec![ContentBlock::text(format!(
+                    "{} (the face of gadget {gadget}) is shown; each of its calls is a turn of {} in chat {}, and its writes wait for a decision.",
+                    page.title, self.person, self.chat
+                ))]),
+                Ok(None) => error("unknown-tool", &format!("gadget {gadget:?} has no face")),
+                Err(e) => error("unknown-tool", &one_line(&e)),
+            };
+        }
+        let args = Value::Object(args.clone()).to_string();
+        let answer = match self
+            .kernel
+            .face_call(&self.person, gadget, &self.chat, function, &args)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => return error("refused", &one_line(&e)),
+        };
+        let held: Vec<String> = answer
+            .staged
+            .iter()
+            .map(|id| {
+                format!("pending #{id}: staged, nothing sent; a person decides it in the inbox")
+            })
+            .collect();
+        match answer.output {
+            Ok(text) => {
+                let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let mut content = vec![ContentBlock::text(text)];
+                content.extend(held.into_iter().map(ContentBlock::text));
+                let mut r = CallToolResult::success(content);
+                if value.is_object() {
+                    r.structured_content = Some(value);
+                }
+                r
+            }
+            Err(why) => {
+                let mut content = vec![ContentBlock::text(crate::prompt::one_line(&why))];
+                content.extend(held.into_iter().map(ContentBlock::text));
+                CallToolResult::error(content)
+            }
+        }
     }
 
     /// Call an offered tool; every answer is a result the agent reads.
@@ -107,6 +249,11 @@ impl Gate {
                 Ok(Err(e)) => refused(&e),
                 Err(e) => error("internal", &one_line(&e)),
             };
+        }
+        if !name.contains(SEPARATOR)
+            && let Some((gadget, function)) = name.split_once(FACE_SEPARATOR)
+        {
+            return self.face_call(gadget, function, &args).await;
         }
         let Some((key, tool)) = name.split_once(SEPARATOR) else {
             return error(
@@ -169,16 +316,21 @@ impl Gate {
 
 impl ServerHandler for Gate {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
-            .with_instructions(format!(
-                "The tools of Gatehouse chat {chat}, used as {person}. Reads run at once. \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("gatehouse", env!("CARGO_PKG_VERSION")))
+        .with_instructions(format!(
+            "The tools of Gatehouse chat {chat}, used as {person}. Reads run at once. \
                  A write is held for a person's decision: it answers `pending #N` at once, and \
                  nothing has been sent until a person approves it. Do not repeat a pending \
                  write; poll it with {POLL_TOOL} and {{\"id\": N}}.",
-                chat = self.chat,
-                person = self.person
-            ))
+            chat = self.chat,
+            person = self.person
+        ))
     }
 
     async fn list_tools(
@@ -190,6 +342,34 @@ impl ServerHandler for Gate {
             Ok(tools) => Ok(ListToolsResult::with_all_items(tools)),
             Err(e) => Err(McpError::invalid_request(one_line(&e), None)),
         }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let listed = self
+            .resources()
+            .await
+            .map_err(|e| McpError::invalid_request(one_line(&e), None))?;
+        let resources = serde_json::from_value(Value::Array(listed))
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let read = self
+            .resource(&request.uri)
+            .await
+            .map_err(|e| McpError::resource_not_found(one_line(&e), None))?;
+        let result: rmcp::model::ReadResourceResult = serde_json::from_value(read)
+            .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        Ok(result.into())
     }
 
     async fn call_tool(
@@ -376,6 +556,31 @@ async fn bearer(
         "a bearer token is required: the one `gatehouse mcp serve --http` printed when it started\n",
     )
         .into_response()
+}
+
+/// The tools of `gadget`'s face: the one that shows it, and one per
+/// function, for the page alone.
+fn face_tools((gadget, page): &(String, std::sync::Arc<crate::face::Page>)) -> Vec<Tool> {
+    let uri = format!("{FACE_URI_PREFIX}{gadget}");
+    let opener = json!({
+        "name": format!("{gadget}{FACE_SEPARATOR}{FACE_OPENER}"),
+        "title": page.title,
+        "description": format!("Show {} (the face of gadget {gadget}) to the person.", page.title),
+        "inputSchema": {"type": "object"},
+        "_meta": {"ui": {"resourceUri": uri}, "ui/resourceUri": uri},
+    });
+    let functions = page.functions.iter().map(|f| {
+        json!({
+            "name": format!("{gadget}{FACE_SEPARATOR}{f}"),
+            "description": format!("{f} of the face of gadget {gadget}: a turn of the person, gated like any other."),
+            "inputSchema": {"type": "object"},
+            "_meta": {"ui": {"resourceUri": uri, "visibility": ["app"]}},
+        })
+    });
+    std::iter::once(opener)
+        .chain(functions)
+        .filter_map(|t| serde_json::from_value(t).ok())
+        .collect()
 }
 
 /// The MCP tool for `key`'s `tool`, or why it is not offered.

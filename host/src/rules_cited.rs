@@ -10,7 +10,7 @@ use regex::Regex;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-const LETTERS: &str = "CWKAPVUROSBGMHLX";
+const LETTERS: &str = "CWKAPVUROSBGFMHLX";
 
 /// The rules and groups `docs/rules.md` defines (`### P7 — ...`,
 /// `## P — ...`).

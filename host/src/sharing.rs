@@ -403,10 +403,10 @@ impl Kernel {
         match self.open_chat(chat, user, &request).await? {
             OpenOutcome::Refused { failures, .. } => {
                 let lines: Vec<String> = failures.iter().map(ObserverFailure::line).collect();
-                bail!(
+                bail!(crate::access::Refusal::Unverified(format!(
                     "{user} may not run gadgets in chat {chat:?}: {}",
                     lines.join("; ")
-                )
+                )))
             }
             OpenOutcome::Owner | OpenOutcome::Admitted { .. } => Ok(()),
         }

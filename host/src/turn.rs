@@ -37,6 +37,10 @@ pub struct Turn {
     pub harness: Harness,
     /// Actions of this turn that await a decision (honest harness).
     pub awaited: Arc<std::sync::Mutex<Vec<i64>>>,
+    /// Every action the turn staged, in order: what a surface shows as
+    /// the turn's pending writes (a face's host draws a link to decide
+    /// each), known from the kernel, never from the gadget's word.
+    pub(crate) staged: Arc<std::sync::Mutex<Vec<i64>>>,
     /// Set when the turn is a workflow step (SPEC G).
     pub step: Option<StepContext>,
     /// `Some` for a gadget's turn the kernel runs: its stages commit in
@@ -83,6 +87,7 @@ impl Turn {
             principal,
             harness: Harness::Plain,
             awaited: Arc::default(),
+            staged: Arc::default(),
             step: None,
             unsynced: None,
             pinned: None,

@@ -13,6 +13,8 @@ Usage: client.py CONNECT
 Then one JSON step per line on stdin, one JSON answer per line on stdout:
   {"list": true}                      -> {"tools": [Tool, ...]}
   {"call": NAME, "arguments": {...}}  -> {"result": CallToolResult}
+  {"resources": true}                 -> {"resources": [Resource, ...]}
+  {"read": URI}                       -> {"result": ReadResourceResult}
   {"bench": {"direct": CONNECT, "gated_call": {"call": ...},
              "direct_call": {"call": ...}, "rounds": R, "calls": N}}
       -> {"gated": [seconds per call, one per round],
@@ -92,6 +94,11 @@ async def answer(c, step, files):
         return {"tools": [dump(t) for t in tools.tools]}
     if "call" in step:
         return {"result": dump(await call(c, step))}
+    if "resources" in step:
+        listed = await c.list_resources()
+        return {"resources": [dump(r) for r in listed.resources]}
+    if "read" in step:
+        return {"result": dump(await c.read_resource(step["read"]))}
     if "bench" in step:
         return await bench(c, step["bench"], files)
     return {"error": f"unknown step {step!r}"}

@@ -219,6 +219,21 @@ impl McpClient {
             .clone()
     }
 
+    /// `resources/list`: the resources as the SDK parsed them.
+    pub fn resources(&mut self) -> Vec<Value> {
+        let a = self.step(&json!({"resources": true}));
+        a["resources"]
+            .as_array()
+            .unwrap_or_else(|| panic!("resources/list failed: {a}"))
+            .clone()
+    }
+
+    /// `resources/read`: the result as the SDK parsed it, or the step's
+    /// `{"error"}` when the server refused.
+    pub fn read(&mut self, uri: &str) -> Value {
+        self.step(&json!({"read": uri}))
+    }
+
     /// `tools/call`: the CallToolResult as the SDK parsed it.
     pub fn call(&mut self, name: &str, arguments: Value) -> Value {
         let a = self.step(&json!({"call": name, "arguments": arguments}));

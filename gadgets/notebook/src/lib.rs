@@ -13,8 +13,13 @@
 //!   read a source through the service, then store a summary of what it
 //!   answered under `K` (data derived from the source).
 //!
+//! Its face ("Notes") lists the notes the viewer may read and saves new
+//! ones: `notes` answers `[{key, text}]`, `save` takes `{key, text}`. What
+//! a viewer may read is the kernel's decision, never the page's.
+//!
 //! What it may not do: anything but through the kernel.
 
+use gatehouse_gadget::face::{Face, Page};
 use gatehouse_gadget::{CallError, Gadget, Outcome, storage};
 use serde_json::{Value, json};
 
@@ -92,4 +97,36 @@ impl Gadget for Notebook {
     }
 }
 
-gatehouse_gadget::export!(Notebook);
+impl Face for Notebook {
+    fn page() -> Page {
+        Page {
+            title: "Notes".into(),
+            html: include_str!("notes.html").into(),
+            functions: vec!["notes".into(), "save".into()],
+        }
+    }
+
+    fn call(name: &str, args: Value) -> Result<Value, String> {
+        match name {
+            "notes" => {
+                let keys = storage::keys().map_err(|e| e.to_string())?;
+                let mut notes = Vec::new();
+                for key in keys {
+                    // A key listed a moment ago may be gone or hidden now.
+                    if let Some(text) = storage::get(&key).map_err(|e| e.to_string())? {
+                        notes.push(json!({ "key": key, "text": text }));
+                    }
+                }
+                Ok(Value::Array(notes))
+            }
+            "save" => {
+                let (key, body) = (text(&args, "key")?, text(&args, "text")?);
+                storage::put(&key, &body).map_err(|e| e.to_string())?;
+                Ok(json!({ "saved": key }))
+            }
+            other => Err(format!("the notes page has no function {other:?}")),
+        }
+    }
+}
+
+gatehouse_gadget::export!(Notebook, face);

@@ -7,6 +7,11 @@
 //! "trigger", "event", ...}`): for an `issueOpened` delivery it reads the
 //! opened issue and labels it `triaged` (staged, like every write); for any
 //! other trigger (a schedule) it triages as usual.
+//!
+//! Its face is the triage board (`board`): the issues with a proposed label
+//! each, a button that stages the label, and the writes it staged.
+
+mod board;
 
 use gatehouse_gadget::{ActionResult, Gadget, Outcome, Service};
 use serde_json::{Value, json};
@@ -29,7 +34,7 @@ impl Gadget for Triage {
     }
 }
 
-gatehouse_gadget::export!(Triage);
+gatehouse_gadget::export!(Triage, face);
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -35,6 +35,19 @@ mod bindings {
 }
 pub use bindings::*;
 
+// A face (`face` interface) is looked up on a gadget's instance by name,
+// beside `run`: a gadget without one instantiates exactly as before, so
+// the face needs no world of its own at link time.
+#[allow(missing_docs)]
+mod face_bindings {
+    wasmtime::component::bindgen!({
+        world: "face-only",
+        path: "../wit",
+        exports: { default: async },
+    });
+}
+use face_bindings::FaceOnlyIndices;
+
 /// The generated world's name as the rest of the host knows it.
 pub type Gadget = Step;
 /// A gadget component linked and ready to instantiate, once per turn.
@@ -123,19 +136,74 @@ pub struct TurnReport {
     pub stderr: String,
 }
 
-/// Run one turn of a gadget.
-pub async fn run(
+/// What a turn runs: the gadget's `run`, or one call of its face.
+#[derive(Clone, Copy, Debug)]
+pub enum Entry<'a> {
+    /// `run(input)`.
+    Run(&'a str),
+    /// `face.call(name, args)`.
+    Face {
+        /// The function the page called.
+        name: &'a str,
+        /// Its arguments, a JSON object.
+        args: &'a str,
+    },
+}
+
+/// A face's page as its gadget gave it, not yet checked.
+#[derive(Clone, Debug)]
+pub struct RawPage {
+    /// Its title.
+    pub title: String,
+    /// Its HTML document.
+    pub html: String,
+    /// The functions it may call.
+    pub functions: Vec<String>,
+}
+
+/// Run one turn of a gadget: `run`, or a call of its face (a gadget
+/// without one answers that it has none, and nothing runs).
+pub async fn turn(
     pre: &GadgetPre<GadgetState>,
     limits: &Limits,
     kernel: Box<dyn KernelView>,
-    input: &str,
+    entry: Entry<'_>,
 ) -> TurnReport {
     let who = format!("gadget {:?}", kernel.gadget().unwrap_or("(none)"));
+    // The face is found before anything runs: a gadget without one runs
+    // nothing for a face call.
+    let face = match entry {
+        Entry::Run(_) => None,
+        Entry::Face { .. } => match FaceOnlyIndices::new(pre.instance_pre()) {
+            Ok(face) => Some(face),
+            Err(_) => {
+                return TurnReport {
+                    output: Err(format!(
+                        "{who} has no face (it exports no `face` interface)"
+                    )),
+                    stdout: String::new(),
+                    stderr: String::new(),
+                };
+            }
+        },
+    };
     let (mut store, stdout, stderr) = sandbox(pre, limits, kernel);
     let deadline = limits.gadget_deadline;
     let result = tokio::time::timeout(deadline, async {
-        let gadget = pre.instantiate_async(&mut store).await?;
-        gadget.gatehouse_os_run().call_run(&mut store, input).await
+        match (entry, face) {
+            (Entry::Face { name, args }, Some(face)) => {
+                let instance = pre.instance_pre().instantiate_async(&mut store).await?;
+                let face = face.load(&mut store, &instance)?;
+                face.gatehouse_os_face()
+                    .call_call(&mut store, name, args)
+                    .await
+            }
+            (Entry::Face { .. }, None) => Ok(Err(format!("{who} has no face"))),
+            (Entry::Run(input), _) => {
+                let gadget = pre.instantiate_async(&mut store).await?;
+                gadget.gatehouse_os_run().call_run(&mut store, input).await
+            }
+        }
     })
     .await;
     let output = match result {
@@ -156,6 +224,45 @@ pub async fn run(
         output,
         stdout: text(&stdout),
         stderr: text(&stderr),
+    }
+}
+
+/// The gadget's face page, asked for outside any turn (`kernel` refuses
+/// every call); `Ok(None)` when the gadget has no face. An `Err` says in
+/// one line why its code failed to answer.
+pub async fn page(
+    pre: &GadgetPre<GadgetState>,
+    limits: &Limits,
+    kernel: Box<dyn KernelView>,
+) -> Result<Option<RawPage>, String> {
+    let Ok(face) = FaceOnlyIndices::new(pre.instance_pre()) else {
+        return Ok(None);
+    };
+    let who = format!("gadget {:?}", kernel.gadget().unwrap_or("(none)"));
+    let (mut store, _, _) = sandbox(pre, limits, kernel);
+    let deadline = limits.gadget_deadline;
+    let result = tokio::time::timeout(deadline, async {
+        let instance = pre.instance_pre().instantiate_async(&mut store).await?;
+        let face = face.load(&mut store, &instance)?;
+        face.gatehouse_os_face().call_show(&mut store).await
+    })
+    .await;
+    match result {
+        Ok(Ok(p)) => Ok(Some(RawPage {
+            title: p.title,
+            html: p.html,
+            functions: p.functions,
+        })),
+        Ok(Err(e)) => Err(explain_trap(
+            &e,
+            &who,
+            limits,
+            store.data().limiter.hit_memory,
+        )),
+        Err(_) => Err(format!(
+            "{who} did not give its face's page within {} ms and was stopped",
+            deadline.as_millis()
+        )),
     }
 }
 

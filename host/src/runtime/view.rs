@@ -168,3 +168,85 @@ pub enum ActionStatus {
     /// Nobody decided in time; never sent.
     Expired(String),
 }
+
+/// The kernel as seen outside any turn: every call is refused with
+/// `why`. What a gadget's code runs against when the kernel asks it for
+/// something that must not depend on a chat or a person (a face's page),
+/// so that such code can reach nothing.
+pub struct NoTurn {
+    gadget: String,
+    why: &'static str,
+}
+
+impl NoTurn {
+    /// A view for `gadget` that refuses everything, saying `why`.
+    pub fn new(gadget: &str, why: &'static str) -> NoTurn {
+        NoTurn {
+            gadget: gadget.to_owned(),
+            why,
+        }
+    }
+
+    fn refused<T: Send + 'static>(&self) -> Answer<'_, Result<T, CallError>> {
+        let why = self.why.to_owned();
+        Box::pin(async move { Ok(Err(CallError::Refused(why))) })
+    }
+}
+
+impl KernelView for NoTurn {
+    fn gadget(&self) -> Option<&str> {
+        Some(&self.gadget)
+    }
+    fn env(&self) -> Answer<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn open<'a>(&'a self, _key: &'a str) -> Answer<'a, Result<(), CallError>> {
+        self.refused()
+    }
+    fn tools<'a>(&'a self, _key: &'a str) -> Answer<'a, Vec<Tool>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn action_result(&self, _id: u64) -> Answer<'_, Result<ActionStatus, CallError>> {
+        self.refused()
+    }
+    fn call<'a>(
+        &'a self,
+        _key: &'a str,
+        _tool: &'a str,
+        _args: String,
+    ) -> Answer<'a, Result<CallOutcome, CallError>> {
+        self.refused()
+    }
+    fn store_get<'a>(&'a self, _key: &'a str) -> Answer<'a, Result<Option<String>, CallError>> {
+        self.refused()
+    }
+    fn store_put<'a>(&'a self, _key: &'a str, _value: String) -> Answer<'a, Result<(), CallError>> {
+        self.refused()
+    }
+    fn store_delete<'a>(&'a self, _key: &'a str) -> Answer<'a, Result<(), CallError>> {
+        self.refused()
+    }
+    fn store_keys(&self) -> Answer<'_, Result<Vec<String>, CallError>> {
+        self.refused()
+    }
+    fn take_certificate(&self) -> Option<(String, Claims)> {
+        None
+    }
+    fn request_approval<'a>(
+        &'a self,
+        _allowed_calls: &'a str,
+        _reason: &'a str,
+    ) -> Answer<'a, Result<u64, String>> {
+        let why = self.why.to_owned();
+        Box::pin(async move { Ok(Err(why)) })
+    }
+    fn certified_call<'a>(
+        &'a self,
+        _token: &'a str,
+        _key: &'a str,
+        _tool: &'a str,
+        _args: String,
+    ) -> Answer<'a, Result<CallOutcome, CallError>> {
+        self.refused()
+    }
+}

@@ -223,7 +223,7 @@ async fn session_end(
 /// rendering (R3): the page shows it as text and nothing else of the
 /// action's attacker-written fields.
 #[derive(Serialize)]
-struct ActionView {
+pub(crate) struct ActionView {
     id: i64,
     chat: String,
     gatekeeper: String,
@@ -333,7 +333,11 @@ fn parse_id(raw: &str) -> ApiResult<i64> {
 }
 
 /// The action, if it exists and this person may see its chat.
-async fn visible_action(st: &AppState, id: i64, user: &str) -> ApiResult<Option<ActionView>> {
+pub(crate) async fn visible_action(
+    st: &AppState,
+    id: i64,
+    user: &str,
+) -> ApiResult<Option<ActionView>> {
     Ok(st.kernel.shown(user, id).await?.map(action_view))
 }
 

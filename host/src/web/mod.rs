@@ -31,6 +31,7 @@ mod api;
 mod assets;
 mod events;
 pub mod exposure;
+mod faces;
 mod hooks;
 mod oidc;
 mod passkey;
@@ -62,8 +63,11 @@ pub const SIGNIN_TTL: Duration = Duration::from_secs(15 * 60);
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 
 /// The page's policy: scripts, styles and requests only from this origin,
-/// nothing inline, nothing framed, no plugins, no forms elsewhere.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// nothing inline, the page itself never framed, no plugins, no forms
+/// elsewhere.
+/// Frames may hold only this origin's documents: the only ones that may be
+/// framed are gadgets' faces (`faces::FACE_POLICY`), each an opaque origin.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// How `serve` runs.
 #[derive(Clone, Debug)]
@@ -496,17 +500,32 @@ pub fn api_routes() -> Vec<(String, String)> {
 
 /// The whole JSON API: the inbox's, then sign-in's.
 fn api_router() -> Routes {
-    signin::routes(passkey::routes(api::routes()))
+    faces::routes(signin::routes(passkey::routes(api::routes())))
 }
 
 fn app(state: AppState) -> Router {
     let api = push::routes(api_router()).router;
-    Router::new()
+    // The inbox's documents and answers: never framed, under its policy.
+    let inbox = Router::new()
         .merge(api)
         .merge(hooks::routes())
         .merge(oidc::routes())
         .merge(signin::pages())
         .merge(assets::routes())
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ));
+    // Faces carry their own policy (`faces::FACE_POLICY`), set by the
+    // route; any answer without one (an error, a refusal of the guards
+    // below) gets the inbox's.
+    Router::new()
+        .merge(inbox)
+        .merge(faces::documents())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             ratelimit::limit,
@@ -517,17 +536,17 @@ fn app(state: AppState) -> Router {
             state.clone(),
             exposure::guard,
         ))
-        .layer(SetResponseHeaderLayer::overriding(
+        .layer(SetResponseHeaderLayer::if_not_present(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
         ))
         .layer(SetResponseHeaderLayer::overriding(
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_FRAME_OPTIONS,
-            HeaderValue::from_static("DENY"),
         ))
         // Sign-in links carry their token in the query: never send it on.
         .layer(SetResponseHeaderLayer::overriding(

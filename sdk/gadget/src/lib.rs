@@ -45,6 +45,8 @@ extern crate self as gatehouse_gadget;
 pub use wit_bindgen;
 
 mod call;
+/// A gadget's face: its page and the functions the page may call.
+pub mod face;
 /// Gadget storage: a small key-value store per gadget per chat.
 pub mod storage;
 mod workflow;
@@ -68,6 +70,20 @@ pub mod bindings {
     });
 }
 
+/// The bindings of the contract's `face` interface (world `face-only`),
+/// exported beside `run` by `export!(T, face)`.
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod face_bindings {
+    wit_bindgen::generate!({
+        world: "face-only",
+        path: "wit",
+        pub_export_macro: true,
+        default_bindings_module: "gatehouse_gadget::face_bindings",
+        runtime_path: "gatehouse_gadget::wit_bindgen::rt",
+    });
+}
+
 /// A gadget: one turn per call of [`Gadget::run`].
 ///
 /// `input` is free text: the user's request, a hook's event envelope
@@ -85,11 +101,16 @@ impl<T: Gadget> bindings::exports::gatehouse::os::run::Guest for T {
     }
 }
 
-/// Exports a type that implements [`Gadget`] as the component's `run`.
-/// Call it once, at the top level of the gadget's crate.
+/// Exports a type that implements [`Gadget`] as the component's `run`;
+/// `export!(T, face)` also exports its [`face::Face`]. Call it once, at the
+/// top level of the gadget's crate.
 #[macro_export]
 macro_rules! export {
     ($ty:ident) => {
         $crate::bindings::export!($ty with_types_in $crate::bindings);
+    };
+    ($ty:ident, face) => {
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+        $crate::face_bindings::export!($ty with_types_in $crate::face_bindings);
     };
 }

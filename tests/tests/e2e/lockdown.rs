@@ -11,12 +11,12 @@ use serde_json::json;
 
 const OWNER: &str = "wh-owner-2b71";
 
-struct Lockdown {
-    w: World,
-    warehouse: Warehouse,
+pub(crate) struct Lockdown {
+    pub(crate) w: World,
+    pub(crate) warehouse: Warehouse,
 }
 
-async fn lockdown_world() -> Lockdown {
+pub(crate) async fn lockdown_world() -> Lockdown {
     let w = World::standard(Trust::Vetted).await;
     let warehouse = Warehouse::builder().account(OWNER, &["*"]).start().unwrap();
     let k = &w.kernel;

@@ -15,6 +15,7 @@ mod database;
 mod demo;
 mod exactly_once;
 mod expiry;
+mod faces;
 mod hooks;
 mod hostile_input;
 mod hostile_ops;

@@ -58,7 +58,11 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
             "ISSUES__createIssue",
             "ISSUES__addLabel",
             "ISSUES__removeLabel",
-            "gatehouse_action_result"
+            "gatehouse_action_result",
+            // The triage gadget's face (an MCP App) and its functions.
+            "triage.face",
+            "triage.board",
+            "triage.label",
         ]
     );
     // Annotations, descriptions and schemas as the manifest stores them.

@@ -98,7 +98,7 @@ fn card(id: i64) -> String {
 /// phone keeps at the bottom), wait until it stays put (cards far away
 /// are laid out only as they come near, which may move it), and click
 /// it, as a person would.
-async fn click(c: &Client, css: &str) {
+pub(crate) async fn click(c: &Client, css: &str) {
     let place = format!(
         "const e = document.querySelector('{}'); if (!e) return null; e.scrollIntoView({{block: 'center'}}); return Math.round(e.getBoundingClientRect().top);",
         css.replace('\'', "\\'")

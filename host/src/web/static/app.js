@@ -769,6 +769,13 @@ async function inboxView(main) {
     return reload();
   };
   if (await reload()) {
+    // A link from elsewhere (a face's pending write) names one card.
+    const wanted = /^#action-(\d+)$/.exec(location.hash);
+    const target = wanted ? cards.get(Number(wanted[1])) : null;
+    if (target && target.node) {
+      target.node.focus();
+      target.node.scrollIntoView({ block: "center" });
+    }
     // Live update over server-sent events: new actions appear without a
     // reload, and nothing polls.
     liveView((c) => {
@@ -893,6 +900,8 @@ async function chatView(main, name) {
       observedNode(chat.name, chat.observed),
       el("h2", { text: "History" })
     );
+    const faces = await api("GET", "/api/faces");
+    if (faces.length > 0) main.append(facesNode(chat.name, faces));
     const history = await api("GET", "/api/ledger?" + new URLSearchParams({ chat: chat.name }));
     const box = el("div", { id: "chat-history" }, timeline(history));
     main.append(box);
@@ -900,6 +909,132 @@ async function chatView(main, name) {
     failed(e);
   }
 }
+
+// ----- faces -----
+
+// A gadget's face: its own page in a sandboxed frame (an opaque origin
+// with no network, served by `/faces/NAME` under its own policy). Its one
+// way out is this bridge: it speaks the MCP Apps protocol (JSON-RPC 2.0
+// over postMessage) and sends each `tools/call` to the server as a call of
+// the signed-in person in this chat, where the kernel gates it like any
+// turn. The page's answers go back to the frame; the actions a call staged
+// are drawn here, by the inbox, from the server's rendering, never by the
+// face (which could draw anything inside its own frame).
+const openFaces = new Map();
+
+function facesNode(chatName, faces) {
+  const box = el("section", { id: "faces", class: "faces" });
+  box.setAttribute("aria-label", "Gadget faces");
+  box.append(
+    el("h2", { text: "Gadget faces" }),
+    el("p", { class: "hint", text: "A gadget's own page. Each of its calls runs as your turn in this chat: reads are recorded, writes wait for a decision here in the inbox." })
+  );
+  const buttons = el("p", { class: "face-buttons" });
+  for (const f of faces) {
+    const open = el("button", { type: "button", class: "open-face", text: "Open " });
+    open.append(ext(f.title, "gadget", "span"));
+    open.dataset.gadget = f.gadget;
+    open.addEventListener("click", () => {
+      open.disabled = true;
+      box.append(faceNode(chatName, f));
+    });
+    buttons.append(open);
+  }
+  box.append(buttons);
+  return box;
+}
+
+function faceNode(chatName, f) {
+  const frame = el("iframe", { class: "face-frame", src: "/faces/" + encodeURIComponent(f.gadget) });
+  // Scripts only: no same origin (cookies, storage, the inbox's DOM), no
+  // top navigation, no popups, no forms, no features.
+  frame.setAttribute("sandbox", "allow-scripts");
+  frame.setAttribute("referrerpolicy", "no-referrer");
+  frame.setAttribute("allow", "");
+  frame.setAttribute("title", `Face of gadget ${f.gadget}: ${f.title}`);
+  frame.dataset.gadget = f.gadget;
+  const staged = el("ul", { class: "face-staged" });
+  const said = el("p", { class: "face-status" });
+  said.setAttribute("role", "status");
+  const node = el("div", { class: "face" },
+    el("h3", {}, ext(f.title, "gadget", "span"), el("span", { class: "hint", text: ` (gadget ${f.gadget})` })),
+    frame, said, staged);
+  openFaces.set(frame, { chat: chatName, gadget: f.gadget, frame, staged, said });
+  return node;
+}
+
+function faceReply(frame, id, body) {
+  if (!frame.contentWindow) return;
+  // The frame is an opaque origin: "*" is the only target that reaches
+  // it. What it gets is the answer to its own call.
+  frame.contentWindow.postMessage(Object.assign({ jsonrpc: "2.0", id }, body), "*");
+}
+
+function showStaged(face, views) {
+  for (const a of views) {
+    const line = el("li", { class: "face-pending", dataset: { id: String(a.id) } },
+      el("span", { class: "id", text: `Pending #${a.id}: ` }),
+      summaryNode(a.card),
+      " Nothing was sent. ",
+      el("a", { href: `/#action-${a.id}`, text: `Decide #${a.id}` }));
+    face.staged.append(line);
+  }
+  if (views.length > 0) announce(`${views.length} write${views.length === 1 ? "" : "s"} staged by the face; nothing was sent.`);
+}
+
+async function faceCall(face, id, params) {
+  const raw = params && typeof params.name === "string" ? params.name : "";
+  const prefix = face.gadget + ".";
+  const name = raw.startsWith(prefix) ? raw.slice(prefix.length) : raw;
+  const args = params && params.arguments && typeof params.arguments === "object" ? params.arguments : {};
+  try {
+    const path = "/api/chats/" + encodeURIComponent(face.chat) + "/faces/" + encodeURIComponent(face.gadget) + "/call";
+    const r = await api("POST", path, { name, args });
+    showStaged(face, r.staged);
+    face.said.textContent = r.ok ? "" : r.error;
+    const text = r.ok ? JSON.stringify(r.answer) : r.error;
+    const result = { content: [{ type: "text", text }], isError: !r.ok };
+    if (r.ok && r.answer !== null && typeof r.answer === "object" && !Array.isArray(r.answer)) result.structuredContent = r.answer;
+    faceReply(face.frame, id, { result });
+  } catch (e) {
+    face.said.textContent = e.message;
+    faceReply(face.frame, id, { result: { content: [{ type: "text", text: e.message }], isError: true } });
+  }
+}
+
+window.addEventListener("message", (ev) => {
+  let face = null;
+  for (const f of openFaces.values()) if (f.frame.contentWindow === ev.source) face = f;
+  if (!face) return;
+  const m = ev.data;
+  if (!m || typeof m !== "object" || m.jsonrpc !== "2.0" || typeof m.method !== "string") return;
+  const id = m.id;
+  const request = id !== undefined && id !== null;
+  if (m.method === "ui/initialize" && request) {
+    faceReply(face.frame, id, {
+      result: {
+        protocolVersion: "2026-01-26",
+        hostInfo: { name: "gatehouse-inbox", version: "1" },
+        hostCapabilities: { serverTools: {} },
+        hostContext: {
+          theme: "light",
+          displayMode: "inline",
+          platform: "web",
+          toolInfo: { tool: { name: face.gadget + ".face", inputSchema: { type: "object" } } },
+        },
+      },
+    });
+  } else if (m.method === "tools/call" && request) {
+    faceCall(face, id, m.params);
+  } else if (m.method === "ui/notifications/size-changed" && m.params) {
+    const h = Number(m.params.height);
+    if (Number.isFinite(h)) face.frame.style.height = `${Math.min(Math.max(Math.round(h), 120), 2000)}px`;
+  } else if (m.method === "ping" && request) {
+    faceReply(face.frame, id, { result: {} });
+  } else if (request) {
+    faceReply(face.frame, id, { error: { code: -32601, message: `${m.method} is not offered to a face here` } });
+  }
+});
 
 // ----- rules -----
 
