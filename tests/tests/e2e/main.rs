@@ -16,6 +16,7 @@ mod demo;
 mod exactly_once;
 mod expiry;
 mod faces;
+mod faces_mcp_app;
 mod hooks;
 mod hostile_input;
 mod hostile_ops;
