@@ -346,7 +346,10 @@ mod tests {
             guarded("<!DOCTYPE html><html><script>x</script>"),
             format!("<!DOCTYPE html>{GUARD}<html><script>x</script>")
         );
-        assert_eq!(guarded("<script>x</script>"), format!("{GUARD}<script>x</script>"));
+        assert_eq!(
+            guarded("<script>x</script>"),
+            format!("{GUARD}<script>x</script>")
+        );
         // Something before the doctype: the guard still comes first.
         let odd = "<script>x</script><!doctype html>";
         assert!(guarded(odd).starts_with(GUARD));
@@ -364,7 +367,10 @@ mod tests {
             (raw("t", "", &[""]), "a-z, 0-9"),
             (raw("t", "", &["x", "x"]), "twice"),
             (raw("t", "", &["face"]), "kept for showing"),
-            (raw("t", "<iframe SrcDoc='<script>'>", &[]), "holds `srcdoc`"),
+            (
+                raw("t", "<iframe SrcDoc='<script>'>", &[]),
+                "holds `srcdoc`",
+            ),
         ] {
             let e = check("d", "g", page).expect_err("refused");
             assert!(e.contains(says), "{e}");

@@ -40,7 +40,9 @@ impl Face for Triage {
 fn propose(title: &str) -> &'static str {
     let t = title.to_lowercase();
     let has = |words: &[&str]| words.iter().any(|w| t.contains(w));
-    if has(&["crash", "error", "fail", "broken", "bug", "wrong", "blank", "drops"]) {
+    if has(&[
+        "crash", "error", "fail", "broken", "bug", "wrong", "blank", "drops",
+    ]) {
         "bug"
     } else if has(&["doc", "readme", "typo"]) {
         "docs"

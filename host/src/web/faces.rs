@@ -118,6 +118,12 @@ async fn call(
 ) -> ApiResult<Json<CallView>> {
     let args = serde_json::to_string(&b.args)
         .map_err(|e| ApiError::bad(format!("the arguments are not JSON: {e}")))?;
+    let _turn = st.face_turns.clone().acquire_owned().await.map_err(|_| {
+        ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "the server is stopping; call again",
+        )
+    })?;
     let answer = st
         .kernel
         .face_call(&p.user, &gadget, &chat, &b.name, &args)

@@ -69,6 +69,9 @@ pub const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 /// framed are gadgets' faces (`faces::FACE_POLICY`), each an opaque origin.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
+/// Faces' calls that run at once; more wait their turn.
+const FACE_TURNS: usize = 4;
+
 /// How `serve` runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -151,6 +154,9 @@ pub(crate) struct AppState {
     pub decisions: Arc<tokio::sync::RwLock<()>>,
     /// Hook turns that may run at once (deliveries and schedules).
     pub hook_turns: Arc<tokio::sync::Semaphore>,
+    /// Faces' calls (each a turn) that may run at once, so that pages
+    /// calling in a loop wait for each other instead of taking the host.
+    pub face_turns: Arc<tokio::sync::Semaphore>,
     /// What changed, chat by chat, for the live view (`/api/events`).
     pub changes: tokio::sync::broadcast::Sender<events::Change>,
     /// Live-view streams that may be open at once (each holds a connection).
@@ -289,6 +295,7 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
         oidc,
         decisions: decisions.clone(),
         hook_turns: Arc::new(tokio::sync::Semaphore::new(config.hook_turns.max(1))),
+        face_turns: Arc::new(tokio::sync::Semaphore::new(FACE_TURNS)),
         changes,
         streams: Arc::new(tokio::sync::Semaphore::new(
             (config.max_connections / 2).max(1),

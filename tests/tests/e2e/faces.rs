@@ -356,6 +356,21 @@ async fn faces_the_frame_can_fetch_nothing_navigate_nothing_and_read_no_cookie()
         "{tried}"
     );
 
+    // A page calling in a loop: one call at a time, a bounded queue, and
+    // the rest told so (the first calls are still waiting when the last
+    // are sent: each is a turn, these arrive together).
+    let burst = in_frame(
+        &c,
+        "Promise.allSettled(Array.from({ length: 40 }, () => gatehouse.call('board', {}))).then((all) => done({ ok: all.filter((r) => r.status === 'fulfilled').length, told: all.filter((r) => r.status === 'rejected' && r.reason.message.includes('calls are waiting')).length }));",
+    )
+    .await;
+    let (ok, told) = (
+        burst["ok"].as_i64().unwrap_or(0),
+        burst["told"].as_i64().unwrap_or(0),
+    );
+    assert_eq!(ok + told, 40, "{burst}");
+    assert!(ok >= 16 && told >= 1, "{burst}");
+
     // The top window stayed on the chat page: the assignment navigated
     // nothing (Chromium blocks it, with or without an exception).
     c.enter_parent_frame().await.expect("back to the inbox");

@@ -921,6 +921,8 @@ async function chatView(main, name) {
 // are drawn here, by the inbox, from the server's rendering, never by the
 // face (which could draw anything inside its own frame).
 const openFaces = new Map();
+// Calls of one face waiting to be sent, at most.
+const FACE_QUEUE = 16;
 
 function facesNode(chatName, faces) {
   const box = el("section", { id: "faces", class: "faces" });
@@ -959,7 +961,7 @@ function faceNode(chatName, f) {
   const node = el("div", { class: "face" },
     el("h3", {}, ext(f.title, "gadget", "span"), el("span", { class: "hint", text: ` (gadget ${f.gadget})` })),
     frame, said, staged);
-  openFaces.set(frame, { chat: chatName, gadget: f.gadget, frame, staged, said });
+  openFaces.set(frame, { chat: chatName, gadget: f.gadget, frame, staged, said, queue: Promise.resolve(), waiting: 0 });
   return node;
 }
 
@@ -1025,7 +1027,16 @@ window.addEventListener("message", (ev) => {
       },
     });
   } else if (m.method === "tools/call" && request) {
-    faceCall(face, id, m.params);
+    // One call of a face at a time, and a bounded queue: a page that
+    // calls in a loop waits for itself, and past the bound is told so.
+    if (face.waiting >= FACE_QUEUE) {
+      faceReply(face.frame, id, { error: { code: -32000, message: `more than ${FACE_QUEUE} calls are waiting; call again when they are answered` } });
+      return;
+    }
+    face.waiting += 1;
+    face.queue = face.queue.then(() => faceCall(face, id, m.params)).finally(() => {
+      face.waiting -= 1;
+    });
   } else if (m.method === "ui/notifications/size-changed" && m.params) {
     const h = Number(m.params.height);
     if (Number.isFinite(h)) face.frame.style.height = `${Math.min(Math.max(Math.round(h), 120), 2000)}px`;
