@@ -668,6 +668,41 @@ async fn faces_a_collaborator_sees_through_a_face_only_what_his_verification_all
             .any(|r| r.contains("payroll") && r.contains("bob")),
         "{reads:?}"
     );
+
+    // The same in the browser, each in their own inbox: Bob opens the face
+    // and it lists the note; Carol's inbox does not show her the chat at
+    // all, so no face of it either.
+    let driver = Driver::start();
+    let c = browser(&driver, Screen::Desktop).await;
+    sign_in(&c, &w, &base, "bob").await;
+    open_face(&c, &base, CHAT, "notebook").await;
+    wait_for(
+        &c,
+        "Bob's notes",
+        "return document.querySelector('#notes li[data-key=\"pay\"]') !== null",
+    )
+    .await;
+    let note = text(&c, "return document.querySelector('#notes li').textContent").await;
+    assert!(note.starts_with("pay: summary of"), "{note}");
+    let _ = c.close().await;
+    let c = browser(&driver, Screen::Desktop).await;
+    sign_in(&c, &w, &base, "carol").await;
+    c.goto(&format!("{base}/chats/{CHAT}"))
+        .await
+        .expect("the chat page opens");
+    wait_for(
+        &c,
+        "Carol's refusal",
+        "return document.getElementById('error').textContent.startsWith('no chat named')",
+    )
+    .await;
+    let frames = text(
+        &c,
+        "return String(document.querySelectorAll('iframe, button.open-face').length)",
+    )
+    .await;
+    assert_eq!(frames, "0", "no face for Carol");
+    let _ = c.close().await;
     drop(warehouse);
     drop(server);
 }
