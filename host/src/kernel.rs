@@ -1175,14 +1175,11 @@ impl Kernel {
             return Ok(Err(refusal));
         }
         let pre = self.runtime().gatekeeper(&g.digest)?;
-        let called = gk::call(
-            &pre,
-            &self.runtime().limits,
-            &g.name,
-            reach_for(binding, self.store().key())?,
-            invocation,
-        )
-        .await;
+        // A read keeps its connections for the next (an action's send
+        // never does: `Connections`).
+        let reach = reach_for(binding, self.store().key())?
+            .keeping(&self.runtime().connections, &g.name)?;
+        let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
         let output = match called.outcome {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => {

@@ -21,7 +21,9 @@ use crate::manifest::{
     Annotations, Manifest, ObserverStrategy, TaskSupport, Tool, Trigger, TriggerKind,
 };
 use http::HeaderValue;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use wasmtime::Store;
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -135,6 +137,67 @@ struct Egress {
     /// The one allowed host the credential goes to.
     credential_host: Option<String>,
     witness: Arc<Mutex<Witness>>,
+    /// Connections kept from earlier calls, when this call may use them.
+    kept: Option<KeptClient>,
+}
+
+/// A client whose connections outlive the call that opened them.
+pub type KeptClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    wasmtime_wasi_http::WasiBody,
+>;
+
+/// How long a kept connection may wait idle for the next call. Shorter
+/// than the keep-alive of common servers (5 s and up), so that a server
+/// seldom closes a connection just as a request is written on it.
+const KEPT_IDLE: Duration = Duration::from_secs(4);
+/// How long making a connection may take, as for a fresh one.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections kept across a gatekeeper's calls, so that a read does not
+/// pay a new TCP (and TLS) handshake each time: one pool per gatekeeper
+/// and credential, so that a connection never carries one account's
+/// requests for another, nor one gatekeeper's for another.
+///
+/// Only reads use them (see [`Reach::keeping`]): a request written on a
+/// kept connection that the server closed at that moment cannot be told
+/// apart from one it received, which a read may simply fail, but an
+/// approved action's send must not risk (P2: it would fail for good). A
+/// send opens a connection of its own, as before.
+#[derive(Default)]
+pub struct Connections {
+    clients: Mutex<HashMap<String, KeptClient>>,
+}
+
+impl Connections {
+    /// The kept client of `gatekeeper` under `credential`.
+    pub fn client(&self, gatekeeper: &str, credential: Option<&str>) -> anyhow::Result<KeptClient> {
+        use sha2::Digest as _;
+        let account = credential
+            .map(|c| hex::encode(sha2::Sha256::digest(c.as_bytes())))
+            .unwrap_or_default();
+        let key = format!("{gatekeeper}\n{account}");
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = clients.get(&key) {
+            return Ok(c.clone());
+        }
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(KEPT_IDLE)
+                .pool_max_idle_per_host(4)
+                .build(https);
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
 }
 
 /// Whether `host` (as in a URL's authority, brackets and all) is the loopback
@@ -259,6 +322,7 @@ impl WasiHttpHooks for Egress {
             witness.lock().unwrap_or_else(|e| e.into_inner()).sent[slot] = s;
         };
         let probe = may_be_setup(&request);
+        let kept = self.kept.clone();
         Box::new(async move {
             use http_body_util::BodyExt;
             // A small JSON body is read whole before it leaves, to see
@@ -280,6 +344,42 @@ impl WasiHttpHooks for Egress {
             } else {
                 (request, false)
             };
+            if let Some(client) = kept {
+                let first_byte = options
+                    .and_then(|o| o.first_byte_timeout)
+                    .unwrap_or(Duration::from_secs(600));
+                let answered = tokio::time::timeout(first_byte, client.request(request)).await;
+                return match answered {
+                    Ok(Ok(res)) => {
+                        let status = res.status().as_u16();
+                        settle(if setup && res.status().is_success() {
+                            Sent::Setup(status)
+                        } else {
+                            Sent::Answered(status)
+                        });
+                        let res = res.map(|body| {
+                            body.map_err(wasmtime_wasi_http::Error::from).boxed_unsync()
+                        });
+                        let io: Box<dyn Future<Output = _> + Send> = Box::new(async { Ok(()) });
+                        Ok((res, io))
+                    }
+                    Ok(Err(e)) if e.is_connect() => {
+                        settle(Sent::NotConnected);
+                        Err(wasmtime_wasi_http::Error::Connect(std::io::Error::other(
+                            e.to_string(),
+                        )))
+                    }
+                    // Written, or perhaps written: the service may have it.
+                    Ok(Err(_)) => {
+                        settle(Sent::NoAnswer);
+                        Err(wasmtime_wasi_http::Error::ConnectionTerminated)
+                    }
+                    Err(_) => {
+                        settle(Sent::NoAnswer);
+                        Err(wasmtime_wasi_http::Error::ConnectionReadTimeout)
+                    }
+                };
+            }
             match wasmtime_wasi_http::default_send_request(request, options).await {
                 Ok((res, io)) => {
                     let status = res.status().as_u16();
@@ -369,6 +469,10 @@ pub struct Reach {
     pub credential: Option<String>,
     /// The one allowed host the credential is sent to (SPEC C4).
     pub credential_host: Option<String>,
+    /// Connections kept from earlier calls, if this call may use them
+    /// ([`Reach::keeping`]); `None`: every request on a connection of its
+    /// own.
+    pub kept: Option<KeptClient>,
 }
 
 impl Reach {
@@ -379,7 +483,15 @@ impl Reach {
             allowed_hosts: g.hosts.clone(),
             credential,
             credential_host: g.credential_host().map(str::to_owned),
+            kept: None,
         }
+    }
+
+    /// This reach, its requests on `connections` kept for `gatekeeper`
+    /// under its credential: for reads only (see [`Connections`]).
+    pub fn keeping(mut self, connections: &Connections, gatekeeper: &str) -> anyhow::Result<Reach> {
+        self.kept = Some(connections.client(gatekeeper, self.credential.as_deref())?);
+        Ok(self)
     }
 
     /// No network at all (predicting).
@@ -388,6 +500,7 @@ impl Reach {
             allowed_hosts: Vec::new(),
             credential: None,
             credential_host: None,
+            kept: None,
         }
     }
 }
@@ -542,6 +655,7 @@ async fn instantiate(
             credential: reach.credential,
             credential_host: reach.credential_host,
             witness: witness.clone(),
+            kept: reach.kept,
         },
         limiter: Limiter::new(limits),
     };

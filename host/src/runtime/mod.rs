@@ -210,6 +210,8 @@ pub struct Runtime {
     engine_key: String,
     /// The limits every store of this runtime runs under.
     pub limits: Limits,
+    /// Gatekeepers' connections kept across their reads.
+    pub connections: gatekeeper::Connections,
     loaded_gadgets: Mutex<HashMap<String, gadget::GadgetPre<gadget::GadgetState>>>,
     loaded_gatekeepers:
         Mutex<HashMap<String, gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>>>,
@@ -292,6 +294,7 @@ impl Runtime {
             cache_dir,
             engine_key,
             limits,
+            connections: gatekeeper::Connections::default(),
             loaded_gadgets: Mutex::new(HashMap::new()),
             loaded_gatekeepers: Mutex::new(HashMap::new()),
             ticker_stop: stop,

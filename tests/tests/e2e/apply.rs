@@ -6,7 +6,8 @@ use gatehouse_e2e::{
     World, call, cli_command, keys_honoured, pending_id, stderr, stdout, wait_until,
 };
 use gatehouse_services::tracker::Fault;
-use serde_json::json;
+use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 async fn staged_issue(w: &World, title: &str) -> i64 {
@@ -307,4 +308,82 @@ async fn a_live_claim_survives_another_process_starting() {
         ),
         "{d:?}"
     );
+}
+
+/// A TCP proxy to `to` that counts the connections made through it.
+async fn counting_proxy(to: std::net::SocketAddr) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let host = listener.local_addr().expect("its address").to_string();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (host, count)
+}
+
+/// Reads keep their connections for the next read (no new handshake per
+/// call); an approved action's send always opens one of its own, so that
+/// a kept connection the server closed at that moment can never make an
+/// approved write fail for good (P2).
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_reuse_a_kept_connection_and_every_send_opens_its_own() {
+    let w = World::new();
+    w.install("script");
+    let (host, connections) = counting_proxy(w.tracker.addr()).await;
+    let k = &w.kernel;
+    k.put_secret("tracker-token", gatehouse_e2e::TOKEN).unwrap();
+    let bytes = std::fs::read(gatehouse_e2e::guest("issues")).unwrap();
+    k.add_gatekeeper(
+        "issues",
+        &bytes,
+        Trust::Byo,
+        vec![host],
+        Some("tracker-token".into()),
+        Vec::new(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    k.new_chat("work", "alice").unwrap();
+    k.introduce("work", "issues", "ISSUES", None, "alice")
+        .unwrap();
+    let count = || connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(count(), 0);
+
+    // Five reads, one after another: one connection.
+    let reads: Vec<Value> = (0..5)
+        .map(|_| call("ISSUES", "listIssues", json!({})))
+        .collect();
+    let out = w.script("work", Value::Array(reads)).await;
+    for r in out.as_array().unwrap() {
+        assert!(r.get("done").is_some(), "{r}");
+    }
+    assert_eq!(count(), 1, "five reads over one kept connection");
+
+    // Two approved writes: a connection each, never a kept one.
+    let out = w
+        .script(
+            "work",
+            json!([
+                call("ISSUES", "addLabel", json!({"id": 1, "label": "a"})),
+                call("ISSUES", "addLabel", json!({"id": 2, "label": "b"})),
+            ]),
+        )
+        .await;
+    for r in out.as_array().unwrap() {
+        let id = gatehouse_e2e::pending_id(r);
+        k.approve(id, "alice").await.unwrap();
+    }
+    assert_eq!(w.tracker.writes().len(), 2);
+    assert_eq!(count(), 3, "each send on a connection of its own");
 }
