@@ -192,6 +192,9 @@ impl Connections {
             .wrap_connector(http);
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                // The timer closes idle connections when their time is
+                // up, not only when the next call finds them expired.
+                .pool_timer(hyper_util::rt::TokioTimer::new())
                 .pool_idle_timeout(KEPT_IDLE)
                 .pool_max_idle_per_host(4)
                 .build(https);
