@@ -6,12 +6,23 @@
 // the same kernel calls as the Rust gadget, so the service sees the same
 // requests.
 //
+// Its face is the triage board, as the Rust gadget's: `board` answers the
+// issues with a proposed label each and the writes the board staged with
+// where each stands; `label` stages `addLabel` (answered `pending`, nothing
+// sent until a person approves it). Built for the world `gadget-with-face`.
+//
 // Bindings follow componentize-js: an imported function that returns
 // `result<T, E>` returns T or throws an error whose `payload` is E; an
 // exported one returns T or throws (the thrown value becomes E). `u64` is a
 // BigInt; variants are `{ tag, val }`.
 
-import { env, open, actionResult } from "gatehouse:os/kernel@0.3.0";
+import {
+  env,
+  open,
+  actionResult,
+  storeGet,
+  storePut,
+} from "gatehouse:os/kernel@0.3.0";
 
 const KEY = "ISSUES";
 
@@ -185,5 +196,327 @@ export const run = {
   run(input) {
     const text = input.trim();
     return text.startsWith("poll") ? poll(text.slice(4)) : triage();
+  },
+};
+
+// The face.
+
+/** The storage key of the writes the board staged (a JSON list). */
+const STAGED = "board-staged";
+/** How many staged writes the board keeps track of. */
+const KEEP = 50;
+
+// The page's side of the bridge, sdk/gadget/src/face_bridge.js as is (its
+// backticks escaped for this template literal): the Rust SDK puts it into
+// a page by itself, a JavaScript face carries it. The page calls the
+// gadget only through the `gatehouse.call` it defines.
+const BRIDGE = `// The page's side of a Gatehouse face: the MCP Apps handshake over
+// postMessage, then \`gatehouse.call(name, args)\`. The page has no network;
+// this is its only way out, and each call is a turn the kernel gates.
+(() => {
+  "use strict";
+  let next = 1;
+  let prefix = "";
+  const waiting = new Map();
+  const send = (message) => window.parent.postMessage(message, "*");
+  const request = (method, params) => {
+    const id = next++;
+    return new Promise((resolve, reject) => {
+      waiting.set(id, { resolve, reject });
+      send({ jsonrpc: "2.0", id, method, params });
+    });
+  };
+  window.addEventListener("message", (ev) => {
+    // Only the host that embeds the page speaks to it.
+    if (ev.source !== window.parent) return;
+    const m = ev.data;
+    if (!m || m.jsonrpc !== "2.0") return;
+    if (m.method === undefined && m.id !== undefined) {
+      const w = waiting.get(m.id);
+      if (!w) return;
+      waiting.delete(m.id);
+      if (m.error) w.reject(new Error(String(m.error.message || "the host refused the request")));
+      else w.resolve(m.result);
+      return;
+    }
+    if (m.method !== undefined && m.id !== undefined) {
+      if (m.method === "ui/resource-teardown" || m.method === "ping") {
+        send({ jsonrpc: "2.0", id: m.id, result: {} });
+      } else {
+        send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "not offered by this page" } });
+      }
+    }
+  });
+  const ready = request("ui/initialize", {
+    protocolVersion: "2026-01-26",
+    appInfo: { name: "gatehouse-face", version: "1" },
+    appCapabilities: {},
+  }).then((r) => {
+    const info = r && r.hostContext && r.hostContext.toolInfo;
+    const opener = (info && info.tool && info.tool.name) || "";
+    const dot = opener.lastIndexOf(".");
+    prefix = dot >= 0 ? opener.slice(0, dot + 1) : "";
+    send({ jsonrpc: "2.0", method: "ui/notifications/initialized", params: {} });
+    return r;
+  });
+  const call = async (name, args) => {
+    await ready;
+    const r = await request("tools/call", { name: prefix + name, arguments: args || {} });
+    const text = r && Array.isArray(r.content) && r.content[0] ? r.content[0].text : undefined;
+    if (!r || r.isError) throw new Error(text || "the call failed");
+    if (r.structuredContent !== undefined) return r.structuredContent;
+    try {
+      return JSON.parse(text);
+    } catch (_) {
+      return text;
+    }
+  };
+  window.gatehouse = Object.freeze({ call, ready });
+})();
+`;
+
+// The board: gadgets/triage/src/board.html, the Rust gadget's page, with
+// its template literals written as concatenations to fit in this one.
+const BOARD = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Triage board</title>
+<style>
+  body { font: 15px/1.4 system-ui, sans-serif; margin: .6rem; color: #1c1e21; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: left; padding: .35rem .4rem; border-bottom: 1px solid #d6d9dc; }
+  button { min-height: 2.5rem; padding: 0 .8rem; }
+  .muted { color: #545b63; }
+  #staged li { margin: .2rem 0; }
+</style>
+</head>
+<body>
+<h1>Triage board</h1>
+<p id="status" class="muted" role="status">Loading the issues…</p>
+<table>
+  <thead><tr><th>#</th><th>Title</th><th>Labels</th><th>Proposed</th><th></th></tr></thead>
+  <tbody id="issues"></tbody>
+</table>
+<h2>Writes this board staged</h2>
+<ul id="staged"></ul>
+<script>
+"use strict";
+// Text only: every value goes in through textContent.
+const cell = (text) => { const td = document.createElement("td"); td.textContent = text; return td; };
+const status = document.getElementById("status");
+
+async function refresh() {
+  try {
+    const b = await gatehouse.call("board", {});
+    const rows = document.getElementById("issues");
+    rows.replaceChildren();
+    for (const i of b.issues) {
+      const tr = document.createElement("tr");
+      tr.dataset.id = String(i.id);
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "apply";
+      button.dataset.id = String(i.id);
+      button.textContent = "Label " + i.proposed;
+      button.addEventListener("click", () => label(i.id, i.proposed, button));
+      const act = document.createElement("td");
+      act.append(button);
+      tr.append(cell("#" + i.id), cell(i.title), cell(i.labels.join(", ")), cell(i.proposed), act);
+      rows.append(tr);
+    }
+    const staged = document.getElementById("staged");
+    staged.replaceChildren();
+    for (const w of b.staged) {
+      const li = document.createElement("li");
+      li.dataset.action = String(w.action);
+      li.textContent = "#" + w.action + ": label " + w.label + " on issue #" + w.issue + " (" + w.status + ")";
+      staged.append(li);
+    }
+    status.textContent = b.issues.length + " issues.";
+  } catch (e) {
+    status.textContent = "The board could not load: " + e.message;
+  }
+}
+
+async function label(id, name, button) {
+  button.disabled = true;
+  let said;
+  try {
+    const r = await gatehouse.call("label", { id, label: name });
+    said = r.pending !== undefined
+      ? "Staged as #" + r.pending + ": nothing is sent until someone approves it."
+      : "Done.";
+  } catch (e) {
+    said = "Not staged: " + e.message;
+  }
+  await refresh();
+  button.disabled = false;
+  status.textContent = said;
+}
+
+refresh();
+</script>
+</body>
+</html>
+`;
+
+/** `html` with the bridge as its first script, as the Rust SDK puts it. */
+function withBridge(html) {
+  const script = `<script>${BRIDGE}</script>`;
+  const at = html.indexOf("<head>");
+  if (at < 0) return script + html;
+  const end = at + "<head>".length;
+  return html.slice(0, end) + script + html.slice(end);
+}
+
+/** A label for an issue, from words of its title. */
+function propose(title) {
+  const t = title.toLowerCase();
+  const has = (words) => words.some((w) => t.includes(w));
+  if (has(["crash", "error", "fail", "broken", "bug", "wrong", "blank", "drops"])) return "bug";
+  if (has(["doc", "readme", "typo"])) return "docs";
+  if (has(["add", "support", "feature", "allow", "could"])) return "enhancement";
+  return "triaged";
+}
+
+/** The writes the board staged, as stored (none when nothing is stored or
+ * the viewer may not read it). */
+function remembered() {
+  let stored;
+  try {
+    stored = storeGet(STAGED);
+  } catch (e) {
+    throw describe(e);
+  }
+  if (typeof stored !== "string") return [];
+  try {
+    const v = JSON.parse(stored);
+    return Array.isArray(v) ? v : [];
+  } catch {
+    return [];
+  }
+}
+
+function statusOf(id) {
+  let s;
+  try {
+    s = actionResult(BigInt(id));
+  } catch (e) {
+    return `unknown: ${describe(e)}`;
+  }
+  switch (s.tag) {
+    case "pending":
+    case "applied":
+    case "rejected":
+    case "expired":
+      return s.tag;
+    case "failed":
+      return `failed: ${oneLine(s.val.message)}`;
+    default:
+      return `unknown: ${s.tag}`;
+  }
+}
+
+function board() {
+  let service;
+  try {
+    service = open(KEY);
+  } catch (e) {
+    throw describe(e);
+  }
+  let outcome;
+  try {
+    outcome = service.call("listIssues", "{}");
+  } catch (e) {
+    throw `listIssues failed: ${describe(e)}`;
+  }
+  if (outcome.tag === "pending") {
+    throw `listIssues was staged as #${outcome.val.actionId} instead of answered as a read`;
+  }
+  let listed;
+  try {
+    listed = JSON.parse(outcome.val);
+  } catch {
+    listed = null;
+  }
+  const issues = (Array.isArray(listed) ? listed : []).map((issue) => {
+    const title = issue && typeof issue.title === "string" ? issue.title : "";
+    return {
+      id: issueId(issue) ?? null,
+      title,
+      labels: labels(issue),
+      proposed: propose(title),
+    };
+  });
+  const staged = remembered().map((w) => {
+    const action = Number.isInteger(w && w.action) && w.action >= 0 ? w.action : 0;
+    return {
+      action,
+      issue: w && w.issue !== undefined ? w.issue : null,
+      label: w && w.label !== undefined ? w.label : null,
+      status: statusOf(action),
+    };
+  });
+  return { issues, staged };
+}
+
+/** The length of `text` in UTF-8 bytes, the measure the Rust board uses. */
+function utf8Length(text) {
+  let n = 0;
+  for (const ch of text) {
+    const c = ch.codePointAt(0);
+    n += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+  }
+  return n;
+}
+
+function label(args) {
+  const id = args && args.id;
+  if (!Number.isInteger(id) || id < 0) throw "label needs the issue's numeric id";
+  const name = args.label;
+  if (typeof name !== "string" || name.length === 0 || utf8Length(name) > 50) {
+    throw "label needs a label of 1 to 50 characters";
+  }
+  let outcome;
+  try {
+    outcome = open(KEY).call("addLabel", dumps({ id, label: name }));
+  } catch (e) {
+    throw describe(e);
+  }
+  if (outcome.tag !== "pending") {
+    return { done: JSON.parse(outcome.val) };
+  }
+  // A u64 id is a BigInt; ids fit a JSON number, as the Rust board writes.
+  const action = Number(outcome.val.actionId);
+  const kept = remembered();
+  kept.push({ action, issue: id, label: name });
+  try {
+    storePut(STAGED, dumps(kept.slice(-KEEP)));
+  } catch (e) {
+    throw describe(e);
+  }
+  return { pending: action, message: oneLine(outcome.val.message) };
+}
+
+export const face = {
+  show() {
+    return { title: "Triage board", html: withBridge(BOARD), functions: ["board", "label"] };
+  },
+  call(name, args) {
+    let parsed;
+    try {
+      parsed = JSON.parse(args);
+    } catch (e) {
+      throw `the arguments of ${JSON.stringify(name)} are not JSON: ${e.message}`;
+    }
+    switch (name) {
+      case "board":
+        return dumps(board());
+      case "label":
+        return dumps(label(parsed));
+      default:
+        throw `the board has no function ${JSON.stringify(name)}`;
+    }
   },
 };

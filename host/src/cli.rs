@@ -28,7 +28,7 @@ mod workflow;
 use crate::Limits;
 use crate::home::Home;
 use crate::kernel::Kernel;
-use crate::scaffold::Kind;
+use crate::scaffold::{Face, Kind};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use std::future::Future;
@@ -90,7 +90,7 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Start a new project: `gatehouse new gadget NAME --lang rust|python|js`.
+    /// Start a new project: `gatehouse new gadget NAME --lang rust|python|js [--ui]`.
     #[command(subcommand)]
     New(NewCmd),
     #[command(flatten)]
@@ -160,6 +160,10 @@ enum NewCmd {
         /// Where to write it (default: ./NAME); must be empty or absent.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Give the gadget a face: a page shown beside its chat in the web
+        /// inbox and in MCP hosts.
+        #[arg(long)]
+        ui: bool,
     },
     /// Write a starter gatekeeper (on the Rust SDK) that builds and adds as
     /// written.
@@ -300,11 +304,21 @@ pub(crate) async fn execute(cli: Cli, demo: Demo) -> anyhow::Result<bool> {
     }
     // A starter needs no home and no kernel.
     if let Command::New(new) = &cli.command {
-        let (kind, name, lang, dir) = match new {
-            NewCmd::Gadget { name, lang, dir } => (Kind::Gadget, name, lang, dir),
-            NewCmd::Gatekeeper { name, lang, dir } => (Kind::Gatekeeper, name, lang, dir),
+        let (kind, name, lang, dir, face) = match new {
+            NewCmd::Gadget {
+                name,
+                lang,
+                dir,
+                ui,
+            } => {
+                let face = if *ui { Face::With } else { Face::Without };
+                (Kind::Gadget, name, lang, dir, face)
+            }
+            NewCmd::Gatekeeper { name, lang, dir } => {
+                (Kind::Gatekeeper, name, lang, dir, Face::Without)
+            }
         };
-        let starter = crate::scaffold::new_starter(kind, name, *lang, dir.as_deref())?;
+        let starter = crate::scaffold::new_starter(kind, name, *lang, face, dir.as_deref())?;
         outln!(
             "created {} {name} ({lang:?}) in {}\nnext:\n{}",
             kind.noun(),

@@ -1,6 +1,8 @@
-//! `gatehouse new gadget NAME --lang rust|python|js` and `gatehouse new
-//! gatekeeper NAME --lang rust`: a starter project that builds and installs
-//! as written.
+//! `gatehouse new gadget NAME --lang rust|python|js [--ui]` and `gatehouse
+//! new gatekeeper NAME --lang rust`: a starter project that builds and
+//! installs as written. With `--ui` the gadget also has a face: a page
+//! shown beside its chat (the web inbox, MCP hosts) and the functions the
+//! page calls.
 //!
 //! The templates (`host/templates/`), the WIT contract and the Rust SDKs
 //! (`sdk/`, vendored into a Rust starter as a path dependency) are embedded
@@ -53,6 +55,11 @@ const GADGET_SDK: &[(&str, &str)] = &[
     ("README.md", include_str!("../../sdk/gadget/README.md")),
     ("src/lib.rs", include_str!("../../sdk/gadget/src/lib.rs")),
     ("src/call.rs", include_str!("../../sdk/gadget/src/call.rs")),
+    ("src/face.rs", include_str!("../../sdk/gadget/src/face.rs")),
+    (
+        "src/face_bridge.js",
+        include_str!("../../sdk/gadget/src/face_bridge.js"),
+    ),
     (
         "src/storage.rs",
         include_str!("../../sdk/gadget/src/storage.rs"),
@@ -113,11 +120,39 @@ fn sdk(kind: Kind) -> (&'static str, &'static [(&'static str, &'static str)]) {
     }
 }
 
+/// The page's side of a face's bridge. The Rust SDK puts it into the page
+/// itself; a Python or JavaScript face carries it in its page
+/// ([`page_in`]).
+const BRIDGE: &str = include_str!("../../sdk/gadget/src/face_bridge.js");
+
+/// A face starter's page, the same in every language: a Rust starter
+/// keeps it as `src/page.html` (the SDK puts the bridge in); a Python or
+/// JavaScript one holds it, the bridge put in, as a string (`{{page}}`).
+const PAGE: &str = include_str!("../templates/face/page.html");
+
+/// Whether a gadget starter has a face (`--ui`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Face {
+    /// A gadget that only runs in its chat.
+    Without,
+    /// A gadget that also shows a page beside its chat.
+    With,
+}
+
 /// `(path in the starter, template)`; `{{name}}` and `{{crate}}` are
-/// replaced by the gadget's name and its Rust library name.
-fn templates(kind: Kind, lang: Lang) -> anyhow::Result<&'static [(&'static str, &'static str)]> {
-    Ok(match (kind, lang) {
-        (Kind::Gatekeeper, Lang::Rust) => &[
+/// replaced by the gadget's name and its Rust library name, `{{page}}` by
+/// the face's page as the template's language needs it (see [`page_in`]).
+/// A face starter shares the files that do not change with the plain one.
+fn templates(
+    kind: Kind,
+    lang: Lang,
+    face: Face,
+) -> anyhow::Result<&'static [(&'static str, &'static str)]> {
+    Ok(match (kind, lang, face) {
+        (Kind::Gatekeeper, _, Face::With) => {
+            bail!("a gatekeeper has no face; --ui is for gadgets")
+        }
+        (Kind::Gatekeeper, Lang::Rust, Face::Without) => &[
             (
                 "Cargo.toml",
                 include_str!("../templates/rust-gatekeeper/Cargo.toml"),
@@ -135,16 +170,16 @@ fn templates(kind: Kind, lang: Lang) -> anyhow::Result<&'static [(&'static str, 
                 include_str!("../templates/rust-gatekeeper/gitignore"),
             ),
         ],
-        (Kind::Gatekeeper, other) => {
+        (Kind::Gatekeeper, other, Face::Without) => {
             bail!("a gatekeeper starter is written in Rust only (--lang rust), not {other:?}")
         }
-        (Kind::Gadget, Lang::Rust) => &[
+        (Kind::Gadget, Lang::Rust, Face::Without) => &[
             ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
             ("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
             ("README.md", include_str!("../templates/rust/README.md")),
             (".gitignore", include_str!("../templates/rust/gitignore")),
         ],
-        (Kind::Gadget, Lang::Python) => &[
+        (Kind::Gadget, Lang::Python, Face::Without) => &[
             ("app.py", include_str!("../templates/python/app.py")),
             ("build.sh", include_str!("../templates/python/build.sh")),
             (
@@ -154,13 +189,70 @@ fn templates(kind: Kind, lang: Lang) -> anyhow::Result<&'static [(&'static str, 
             ("README.md", include_str!("../templates/python/README.md")),
             (".gitignore", include_str!("../templates/python/gitignore")),
         ],
-        (Kind::Gadget, Lang::Js) => &[
+        (Kind::Gadget, Lang::Js, Face::Without) => &[
             ("app.js", include_str!("../templates/js/app.js")),
             ("package.json", include_str!("../templates/js/package.json")),
             ("README.md", include_str!("../templates/js/README.md")),
             (".gitignore", include_str!("../templates/js/gitignore")),
         ],
+        (Kind::Gadget, Lang::Rust, Face::With) => &[
+            ("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
+            (
+                "src/lib.rs",
+                include_str!("../templates/rust-ui/src/lib.rs"),
+            ),
+            ("src/page.html", PAGE),
+            ("README.md", include_str!("../templates/rust-ui/README.md")),
+            (".gitignore", include_str!("../templates/rust/gitignore")),
+        ],
+        (Kind::Gadget, Lang::Python, Face::With) => &[
+            ("app.py", include_str!("../templates/python-ui/app.py")),
+            ("build.sh", include_str!("../templates/python-ui/build.sh")),
+            (
+                "requirements.txt",
+                include_str!("../templates/python/requirements.txt"),
+            ),
+            (
+                "README.md",
+                include_str!("../templates/python-ui/README.md"),
+            ),
+            (".gitignore", include_str!("../templates/python/gitignore")),
+        ],
+        (Kind::Gadget, Lang::Js, Face::With) => &[
+            ("app.js", include_str!("../templates/js-ui/app.js")),
+            (
+                "package.json",
+                include_str!("../templates/js-ui/package.json"),
+            ),
+            ("README.md", include_str!("../templates/js-ui/README.md")),
+            (".gitignore", include_str!("../templates/js/gitignore")),
+        ],
     })
+}
+
+/// `text` as it goes into a string of `lang`'s source, so that the string
+/// holds it byte for byte: in a Python `"""` string backslashes are doubled
+/// and every third quote of a run escaped (no three quotes in a row end it
+/// early); in a JavaScript template literal backslashes, backticks and
+/// `${` are escaped.
+fn string_in(lang: Lang, text: &str) -> String {
+    match lang {
+        Lang::Rust => text.to_owned(),
+        Lang::Python => text.replace('\\', "\\\\").replace("\"\"\"", "\"\"\\\""),
+        Lang::Js => text
+            .replace('\\', "\\\\")
+            .replace('`', "\\`")
+            .replace("${", "\\${"),
+    }
+}
+
+/// The face page of a Python or JavaScript starter for gadget `name`, with
+/// [`BRIDGE`] as its first script (where the Rust SDK would put it), as a
+/// string of `lang`'s source.
+fn page_in(lang: Lang, name: &str) -> String {
+    let page = PAGE.replace("{{name}}", name);
+    let page = page.replacen("<head>", &format!("<head>\n<script>{BRIDGE}</script>"), 1);
+    string_in(lang, &page)
 }
 
 /// What [`new_starter`] wrote.
@@ -193,23 +285,30 @@ fn check_name(kind: Kind, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Write a starter for gadget `name` in `lang` into `dir` (default
-/// `./NAME`); see [`new_starter`].
-pub fn new_gadget(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<Starter> {
-    new_starter(Kind::Gadget, name, lang, dir)
+/// Write a starter for gadget `name` in `lang`, with or without a face,
+/// into `dir` (default `./NAME`); see [`new_starter`].
+pub fn new_gadget(
+    name: &str,
+    lang: Lang,
+    face: Face,
+    dir: Option<&Path>,
+) -> anyhow::Result<Starter> {
+    new_starter(Kind::Gadget, name, lang, face, dir)
 }
 
-/// Write a starter for the `kind` named `name` in `lang` into `dir`
-/// (default `./NAME`). Refuses a directory that exists and is not empty,
-/// so an author's files are never overwritten.
+/// Write a starter for the `kind` named `name` in `lang` (a gadget with
+/// or without a face) into `dir` (default `./NAME`). Refuses a directory
+/// that exists and is not empty, so an author's files are never
+/// overwritten.
 pub fn new_starter(
     kind: Kind,
     name: &str,
     lang: Lang,
+    face: Face,
     dir: Option<&Path>,
 ) -> anyhow::Result<Starter> {
     check_name(kind, name)?;
-    let templates = templates(kind, lang)?;
+    let templates = templates(kind, lang, face)?;
     let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
     if let Ok(mut entries) = std::fs::read_dir(&dir)
         && entries.next().is_some()
@@ -231,12 +330,15 @@ pub fn new_starter(
         files.push(path);
         Ok(())
     };
+    let page = page_in(lang, name);
     for (rel, template) in templates {
+        // The page last: its text is never searched for placeholders.
         write(
             rel,
             &template
                 .replace("{{name}}", name)
-                .replace("{{crate}}", &lib),
+                .replace("{{crate}}", &lib)
+                .replace("{{page}}", &page),
         )?;
     }
     write("wit/gatehouse.wit", WIT)?;
@@ -247,7 +349,7 @@ pub fn new_starter(
         }
     }
     let shown = dir.display();
-    let next = match (kind, lang) {
+    let mut next = match (kind, lang) {
         (Kind::Gatekeeper, _) => format!(
             "cd {shown}\ncargo build --release --target wasm32-wasip2\ngatehouse gatekeeper add target/wasm32-wasip2/release/{lib}.wasm --name {name} --trust byo --allow-host HOST:PORT"
         ),
@@ -261,6 +363,11 @@ pub fn new_starter(
             format!("cd {shown}\nnpm install && npm run build\ngatehouse install {name}.wasm")
         }
     };
+    if face == Face::With {
+        next.push_str(&format!(
+            "\ngatehouse chat new work\ngatehouse serve    # then sign in (gatehouse token create $USER), open the chat work and click \"Open {name}\""
+        ));
+    }
     Ok(Starter { dir, files, next })
 }
 
@@ -292,7 +399,7 @@ mod tests {
                 std::process::id()
             ));
             let _ = std::fs::remove_dir_all(&dir);
-            let s = new_gadget("my-gadget", lang, Some(&dir)).expect("written");
+            let s = new_gadget("my-gadget", lang, Face::Without, Some(&dir)).expect("written");
             let wit = std::fs::read_to_string(dir.join("wit/gatehouse.wit")).expect("wit");
             assert_eq!(wit, WIT);
             for f in &s.files {
@@ -303,7 +410,7 @@ mod tests {
                     f.display()
                 );
             }
-            let again = new_gadget("my-gadget", lang, Some(&dir)).map(|s| s.dir);
+            let again = new_gadget("my-gadget", lang, Face::Without, Some(&dir)).map(|s| s.dir);
             assert!(
                 again.is_err_and(|e| e.to_string().contains("not empty")),
                 "{lang:?}: a second starter over the first is refused"
@@ -339,7 +446,8 @@ mod tests {
                 std::process::id()
             ));
             let _ = std::fs::remove_dir_all(&dir);
-            new_starter(kind, "my-starter", Lang::Rust, Some(&dir)).expect("written");
+            new_starter(kind, "my-starter", Lang::Rust, Face::Without, Some(&dir))
+                .expect("written");
             let (_, files) = sdk(kind);
             for (rel, text) in files {
                 let written =
@@ -353,7 +461,117 @@ mod tests {
             );
             std::fs::remove_dir_all(&dir).expect("cleaned up");
         }
-        let refused = new_starter(Kind::Gatekeeper, "g", Lang::Python, None).map(|s| s.dir);
+        let refused =
+            new_starter(Kind::Gatekeeper, "g", Lang::Python, Face::Without, None).map(|s| s.dir);
         assert!(refused.is_err_and(|e| e.to_string().contains("Rust only")));
+        let refused =
+            new_starter(Kind::Gatekeeper, "g", Lang::Rust, Face::With, None).map(|s| s.dir);
+        assert!(refused.is_err_and(|e| e.to_string().contains("no face")));
+    }
+
+    /// A `--ui` starter of each language exports a face titled after the
+    /// gadget, builds for the world that has one, and its page calls
+    /// `services` and `issues`. A Python or JavaScript page carries the
+    /// bridge (the Rust SDK puts it in by itself), written so that the
+    /// string it sits in holds it byte for byte.
+    #[test]
+    fn a_starter_with_a_face_carries_its_page_and_the_bridge() {
+        for (lang, source, build) in [
+            (Lang::Rust, "src/lib.rs", "Cargo.toml"),
+            (Lang::Python, "app.py", "build.sh"),
+            (Lang::Js, "app.js", "package.json"),
+        ] {
+            let dir = std::env::temp_dir().join(format!(
+                "gatehouse-scaffold-ui-{}-{lang:?}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            let s = new_gadget("my-face", lang, Face::With, Some(&dir)).expect("written");
+            let read = |rel: &str| std::fs::read_to_string(dir.join(rel)).expect(rel);
+            let code = read(source);
+            let page = if lang == Lang::Rust {
+                read("src/page.html")
+            } else {
+                code.clone()
+            };
+            for f in &s.files {
+                assert!(
+                    !read(
+                        &f.strip_prefix(&dir)
+                            .expect("in the starter")
+                            .to_string_lossy()
+                    )
+                    .contains("{{"),
+                    "{} has a placeholder left",
+                    f.display()
+                );
+            }
+            assert!(
+                code.contains("\"services\"") && code.contains("\"issues\""),
+                "{lang:?}: the face declares its functions"
+            );
+            assert!(
+                code.contains("title: \"my-face\"") || code.contains("title=\"my-face\""),
+                "{lang:?}: the face is titled after the gadget"
+            );
+            assert!(page.contains("<title>my-face</title>"), "{lang:?}");
+            assert!(
+                page.contains("textContent") && !page.contains("innerHTML"),
+                "{lang:?}: the page writes text, never markup"
+            );
+            assert!(
+                page.contains("gatehouse.call(\"services\"")
+                    && page.contains("gatehouse.call(\"issues\""),
+                "{lang:?}"
+            );
+            if lang == Lang::Rust {
+                // The Rust SDK inserts the bridge; a second copy would
+                // greet the host twice.
+                assert!(code.contains("export!(Starter, face)"), "{code}");
+                assert!(!page.contains("window.gatehouse"), "no bridge of its own");
+            } else {
+                let at = code.find("<script>").expect("a script");
+                let end = code[at..].find("</script>").expect("closed") + at;
+                let held = &code[at + "<script>".len()..end];
+                assert_eq!(
+                    held,
+                    string_in(lang, BRIDGE),
+                    "{lang:?}: the first script is the bridge"
+                );
+                assert!(
+                    code[..at].contains("<head>") && !code[..at].contains("<script"),
+                    "{lang:?}: the bridge is the page's first script"
+                );
+                assert!(
+                    read(build).contains("gadget-with-face"),
+                    "{lang:?} builds for the world with a face"
+                );
+            }
+            assert!(
+                s.next.contains("gatehouse serve") && s.next.contains("Open my-face"),
+                "{}",
+                s.next
+            );
+            assert!(read("README.md").contains("Open my-face"), "{lang:?}");
+            std::fs::remove_dir_all(&dir).expect("cleaned up");
+        }
+    }
+
+    /// The bridge goes into a `<script>` as text: it must not close it.
+    /// Written into a Python `"""` string or a JavaScript template literal
+    /// it keeps nothing that would end the string or be read as an escape
+    /// or a substitution (the end-to-end tests check the page a built
+    /// starter shows holds the bridge byte for byte).
+    #[test]
+    fn the_bridge_can_sit_in_a_script_in_a_string() {
+        assert!(!BRIDGE.to_ascii_lowercase().contains("</script"));
+        assert!(!BRIDGE.contains("{{"), "no placeholder-like text");
+        let py = string_in(Lang::Python, BRIDGE);
+        assert!(!py.replace("\\\"", "").contains("\"\"\""), "{py}");
+        let js = string_in(Lang::Js, BRIDGE).replace("\\\\", "");
+        assert!(
+            !js.replace("\\`", "").contains('`') && !js.replace("\\${", "").contains("${"),
+            "{js}"
+        );
     }
 }

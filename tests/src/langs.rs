@@ -98,16 +98,38 @@ pub fn path_with_tools(lang: Lang) -> Result<std::ffi::OsString, String> {
     std::env::join_paths(dirs).map_err(|e| format!("cannot build PATH: {e}"))
 }
 
-/// The build command for the gadget whose sources are in `src`, writing
-/// `out`. The same commands docs/writing-a-gadget.md shows an author.
-pub fn build_command(lang: Lang, src: &Path, wit: &Path, out: &Path) -> Result<Command, String> {
+/// The gadgets under `gadgets/` that have a face: they export `face` beside
+/// `run` and so are built for the world `gadget-with-face` (built for
+/// `gadget`, the face would be left out). Every other one is built for
+/// `gadget`: the world with a face requires an export it does not have.
+const WITH_FACE: &[&str] = &["triage-js"];
+
+/// The WIT world the gadget `name` is built for (see [`WITH_FACE`]).
+pub fn world(name: &str) -> &'static str {
+    if WITH_FACE.contains(&name) {
+        "gadget-with-face"
+    } else {
+        "gadget"
+    }
+}
+
+/// The build command for the gadget whose sources are in `src`, built for
+/// `world`, writing `out`. The same commands docs/writing-a-gadget.md
+/// shows an author.
+pub fn build_command(
+    lang: Lang,
+    world: &str,
+    src: &Path,
+    wit: &Path,
+    out: &Path,
+) -> Result<Command, String> {
     let bin = tool_bin(lang)?;
     let mut cmd = match lang {
         Lang::Python => {
             let mut c = Command::new(bin.join("componentize-py"));
             c.arg("-d")
                 .arg(wit)
-                .args(["-w", "gadget", "componentize", "-p"])
+                .args(["-w", world, "componentize", "-p"])
                 .arg(src)
                 .arg("app")
                 .arg("-o")
@@ -123,7 +145,7 @@ pub fn build_command(lang: Lang, src: &Path, wit: &Path, out: &Path) -> Result<C
                 // StarlingMonkey's HTTP client and fetch-event handler would
                 // import wasi:http, which gadgets are not given: leave them
                 // out (docs/security-model.md).
-                .args(["-n", "gadget", "-d", "http", "fetch-event", "-o"])
+                .args(["-n", world, "-d", "http", "fetch-event", "-o"])
                 .arg(out)
                 .arg(src.join(Lang::Js.entry()));
             c
@@ -170,8 +192,9 @@ fn hash_tree(h: &mut Sha256, dir: &Path) {
     }
 }
 
-/// The cache key of a build: sources, WIT, pinned tools, command.
-fn build_key(lang: Lang, src: &Path, wit: &Path) -> String {
+/// The cache key of a build: sources, WIT, pinned tools, command (and so
+/// the world).
+fn build_key(lang: Lang, world: &str, src: &Path, wit: &Path) -> String {
     let mut h = Sha256::new();
     h.update(format!("{lang:?}\n").as_bytes());
     hash_tree(&mut h, src);
@@ -183,7 +206,7 @@ fn build_key(lang: Lang, src: &Path, wit: &Path) -> String {
         h.update(std::fs::read(pins.join(pin)).unwrap_or_default());
     }
     let out = Path::new("OUT");
-    if let Ok(cmd) = build_command(lang, Path::new("SRC"), Path::new("WIT"), out) {
+    if let Ok(cmd) = build_command(lang, world, Path::new("SRC"), Path::new("WIT"), out) {
         h.update(format!("{cmd:?}").as_bytes());
     }
     hex::encode(&h.finalize()[..8])
@@ -194,10 +217,11 @@ fn build_key(lang: Lang, src: &Path, wit: &Path) -> String {
 static BUILDING: Mutex<()> = Mutex::new(());
 
 /// Build the gadget in `src` (cached; see the module doc). `name` names the
-/// output file.
+/// output file and picks the world ([`world`]).
 pub fn build_dir(lang: Lang, name: &str, src: &Path) -> Result<PathBuf, String> {
     let wit = repo_root().join("wit");
-    let key = build_key(lang, src, &wit);
+    let world = world(name);
+    let key = build_key(lang, world, src, &wit);
     let cache = target_dir().join("lang-guests");
     let out = cache.join(format!("{name}-{key}.wasm"));
     let _guard = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
@@ -208,7 +232,7 @@ pub fn build_dir(lang: Lang, name: &str, src: &Path) -> Result<PathBuf, String> 
         .map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
     // Another process may build the same key: write aside, then rename.
     let tmp = cache.join(format!("{name}-{key}.{}.tmp.wasm", std::process::id()));
-    let output = build_command(lang, src, &wit, &tmp)?
+    let output = build_command(lang, world, src, &wit, &tmp)?
         .current_dir(&cache)
         .output()
         .map_err(|e| format!("cannot run the {lang:?} toolchain: {e}"))?;

@@ -388,19 +388,38 @@ fn rust_build(name: &str) -> (Command, std::path::PathBuf) {
     (cmd, wasm)
 }
 
-/// The starter `gatehouse new` writes for `lang`, built with the commands
-/// its README gives; returns the built component.
-fn build_starter(w: &World, lang: &str, name: &str) -> std::path::PathBuf {
+/// The starter `gatehouse new` writes for `lang` (with a face when `ui`,
+/// `--ui`), built with the commands its README gives; returns the built
+/// component.
+fn build_starter(w: &World, lang: &str, name: &str, ui: bool) -> std::path::PathBuf {
     let dir = w.home().join("starter");
     let dir_arg = dir.to_string_lossy().into_owned();
-    let created = w.cli(&["new", "gadget", name, "--lang", lang, "--dir", &dir_arg]);
+    let mut args = vec![
+        "new",
+        "gadget",
+        name,
+        "--lang",
+        lang,
+        "--dir",
+        dir_arg.as_str(),
+    ];
+    if ui {
+        args.push("--ui");
+    }
+    let created = w.cli(&args);
     assert!(created.status.success(), "{}", stderr(&created));
     assert!(
         stdout(&created).starts_with(&format!("created gadget {name}")),
         "{}",
         stdout(&created)
     );
-    let again = w.cli(&["new", "gadget", name, "--lang", lang, "--dir", &dir_arg]);
+    assert_eq!(
+        stdout(&created).contains(&format!("click \"Open {name}\"")),
+        ui,
+        "only a starter with a face says where to see it: {}",
+        stdout(&created)
+    );
+    let again = w.cli(&args);
     assert_eq!(again.status.code(), Some(1), "a second starter is refused");
     assert!(stderr(&again).contains("not empty"), "{}", stderr(&again));
 
@@ -470,7 +489,7 @@ fn build_starter(w: &World, lang: &str, name: &str) -> std::path::PathBuf {
 async fn starter_builds_installs_and_runs(lang: &str) {
     let name = format!("hello-{lang}");
     let w = World::new();
-    let wasm = build_starter(&w, lang, &name);
+    let wasm = build_starter(&w, lang, &name, false);
     let wasm_arg = wasm.to_string_lossy().into_owned();
     let installed = w.cli(&["install", &wasm_arg, "--name", &name]);
     assert!(installed.status.success(), "{}", stderr(&installed));
@@ -516,6 +535,275 @@ async fn the_python_starter_builds_installs_and_runs() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_javascript_starter_builds_installs_and_runs() {
     starter_builds_installs_and_runs("js").await;
+}
+
+/// The bridge every page's first script is (sdk/gadget/src/face_bridge.js).
+fn bridge() -> String {
+    let path = langs::repo_root().join("sdk/gadget/src/face_bridge.js");
+    String::from_utf8(read(&path)).expect("the bridge is UTF-8")
+}
+
+/// The first script of the page the gadget gave (`html` as shown, past
+/// the host's guard, which comes first in every page) is the bridge, byte
+/// for byte: the page can call its gadget before any script of its own
+/// runs.
+fn assert_bridge_first(what: &str, html: &str) {
+    let html = html.replacen(gatehouse::face::GUARD, "", 1);
+    let first = html.find("<script").expect("the page has scripts");
+    let want = format!("<script>{}</script>", bridge());
+    let got = &html[first..];
+    let same = got
+        .bytes()
+        .zip(want.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        same == want.len(),
+        "{what}: the page's first script is the bridge as the SDK has it; \
+         they differ from byte {same}: {:?}",
+        got.get(same.saturating_sub(40)..(same + 80).min(got.len()))
+    );
+}
+
+/// A face call's answer as JSON (panics, saying why, on a refusal).
+async fn face_answer(w: &World, gadget: &str, function: &str, args: &str) -> Value {
+    let answer = w
+        .kernel
+        .face_call("alice", gadget, "work", function, args)
+        .await
+        .unwrap_or_else(|e| panic!("{gadget}.{function} was refused: {e:#}"));
+    let text = answer
+        .output
+        .unwrap_or_else(|e| panic!("{gadget}.{function} failed: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{gadget}.{function}: {e}: {text}"))
+}
+
+/// `gatehouse new --ui` for `lang`: the starter builds and installs as
+/// written, its face is titled after it and declares `services` and
+/// `issues`, and each answers as a turn of the person viewing it (the
+/// chat's owner, the CLI's person): the services introduced with their
+/// tools, then the tracker's issues once ISSUES is introduced.
+async fn starter_with_a_face_answers(lang: &str) {
+    let name = format!("face-{lang}");
+    let w = World::new();
+    let wasm = build_starter(&w, lang, &name, true);
+    let wasm_arg = wasm.to_string_lossy().into_owned();
+    let installed = w.cli(&["install", &wasm_arg, "--name", &name]);
+    assert!(installed.status.success(), "{}", stderr(&installed));
+    // The CLI's person (GATEHOUSE_USER=alice) owns the chat.
+    let chat = w.cli(&["chat", "new", "work"]);
+    assert!(chat.status.success(), "{}", stderr(&chat));
+    let ran = w.cli(&["run", &name, "--chat", "work", "hi"]);
+    assert!(ran.status.success(), "{}", stderr(&ran));
+    assert!(
+        stdout(&ran).starts_with(&format!("Hello from {name}. You said: ")),
+        "{}",
+        stdout(&ran)
+    );
+
+    let page = w
+        .kernel
+        .face(&name)
+        .await
+        .unwrap_or_else(|e| panic!("the face of {name} cannot be shown: {e:#}"))
+        .unwrap_or_else(|| panic!("{name} has no face"));
+    assert_eq!(page.title, name, "the face is titled after the gadget");
+    assert_eq!(page.functions, ["services", "issues"]);
+    assert_bridge_first(&name, &page.html);
+    assert!(
+        page.html.contains(&format!("<title>{name}</title>")) && !page.html.contains("innerHTML"),
+        "{}",
+        page.html
+    );
+
+    assert_eq!(
+        face_answer(&w, &name, "services", "{}").await,
+        Value::Array(vec![])
+    );
+    let refused = w
+        .kernel
+        .face_call("alice", &name, "work", "issues", "{}")
+        .await
+        .expect("the call is admitted");
+    assert!(
+        refused.output.as_ref().is_err_and(|e| e.contains("ISSUES")),
+        "no ISSUES yet: {:?}",
+        refused.output
+    );
+
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    let introduced = w.cli(&["introduce", "work", "issues", "--key", "ISSUES"]);
+    assert!(introduced.status.success(), "{}", stderr(&introduced));
+    let services = face_answer(&w, &name, "services", "{}").await;
+    let listed = services.as_array().expect("a list of services");
+    assert_eq!(listed.len(), 1, "{services}");
+    assert_eq!(listed[0]["key"], "ISSUES", "{services}");
+    let tools = listed[0]["tools"].as_array().expect("its tools");
+    assert!(
+        tools.iter().any(|t| t == "listIssues") && tools.iter().any(|t| t == "addLabel"),
+        "{services}"
+    );
+    let answer = w
+        .kernel
+        .face_call("alice", &name, "work", "issues", "{}")
+        .await
+        .expect("the call is admitted");
+    assert!(answer.staged.is_empty(), "a read stages nothing");
+    let issues: Value =
+        serde_json::from_str(&answer.output.expect("issues answers")).expect("issues answers JSON");
+    let titles: Vec<&str> = issues
+        .as_array()
+        .expect("a list of issues")
+        .iter()
+        .filter_map(|i| i["title"].as_str())
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "Login page shows a blank screen",
+            "Export to CSV drops the header row"
+        ]
+    );
+    let unknown = w
+        .kernel
+        .face_call("alice", &name, "work", "face", "{}")
+        .await
+        .map(|a| a.output);
+    assert!(
+        unknown.is_err(),
+        "an undeclared function runs nothing: {unknown:?}"
+    );
+    assert!(w.tracker.writes().is_empty(), "nothing was written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_starter_with_a_face_builds_and_its_face_answers() {
+    starter_with_a_face_answers("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_starter_with_a_face_builds_and_its_face_answers() {
+    starter_with_a_face_answers("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_javascript_starter_with_a_face_builds_and_its_face_answers() {
+    starter_with_a_face_answers("js").await;
+}
+
+/// What the triage board at `path` (installed as `triage`) shows and does
+/// with the tracker introduced as ISSUES: the board, the answer to a click
+/// on "Label bug" for issue #1, the board after it, and the page's HTML.
+async fn board_scenario(path: &Path, shared_compile: bool) -> (Value, Value, Value, String) {
+    let w = World::new();
+    if shared_compile {
+        langs::seed_compiled(w.home(), path);
+    }
+    w.kernel
+        .install("triage", &read(path), &|_| {})
+        .unwrap_or_else(|e| panic!("{} does not install: {e:#}", path.display()));
+    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    w.kernel.new_chat("work", "alice").expect("chat");
+    w.kernel
+        .introduce("work", "issues", "ISSUES", None, "alice")
+        .expect("introduce");
+    let page = w
+        .kernel
+        .face("triage")
+        .await
+        .unwrap_or_else(|e| panic!("the board of {} cannot be shown: {e:#}", path.display()))
+        .unwrap_or_else(|| panic!("{} has no face", path.display()));
+    assert_eq!(page.title, "Triage board");
+    assert_eq!(page.functions, ["board", "label"]);
+
+    let before = face_answer(&w, "triage", "board", "{}").await;
+    let labelled = w
+        .kernel
+        .face_call(
+            "alice",
+            "triage",
+            "work",
+            "label",
+            r#"{"id":1,"label":"bug"}"#,
+        )
+        .await
+        .expect("the call is admitted");
+    let said: Value =
+        serde_json::from_str(&labelled.output.expect("label answers")).expect("label answers JSON");
+    assert_eq!(
+        labelled.staged.len(),
+        1,
+        "the kernel says one write was staged"
+    );
+    assert_eq!(said["pending"], labelled.staged[0], "{said}");
+    assert!(
+        w.tracker.writes().is_empty(),
+        "nothing is sent before a decision: {:?}",
+        w.tracker.writes()
+    );
+    let bad = w
+        .kernel
+        .face_call("alice", "triage", "work", "label", r#"{"id":"one"}"#)
+        .await
+        .expect("the call is admitted");
+    assert!(
+        bad.output.as_ref().is_err_and(|e| e.contains("numeric id")) && bad.staged.is_empty(),
+        "{:?}",
+        bad.output
+    );
+    let after = face_answer(&w, "triage", "board", "{}").await;
+    (before, said, after, page.html.clone())
+}
+
+/// The JavaScript triage has the Rust triage's face: the same page (the
+/// board's markup, the bridge first), the same functions, and the same
+/// answers: the issues with a proposed label each, and a click that stages
+/// `addLabel` (pending, nothing sent) and is then listed as pending.
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_triage_has_the_same_board_as_rust() {
+    let (before, said, after, _) = board_scenario(&guest("triage"), false).await;
+    let js = board_scenario(&langs::guest("triage-js"), true).await;
+    let issues = before["issues"].as_array().expect("the board's issues");
+    assert_eq!(issues.len(), 2, "{before}");
+    assert_eq!(issues[0]["title"], "Login page shows a blank screen");
+    assert!(
+        issues.iter().all(|i| i["proposed"] == "bug"),
+        "a label proposed for each: {before}"
+    );
+    assert_eq!(before["staged"], Value::Array(vec![]), "{before}");
+    let staged = after["staged"].as_array().expect("the staged writes");
+    assert_eq!(staged.len(), 1, "{after}");
+    assert_eq!(staged[0]["action"], said["pending"], "{after}");
+    assert_eq!(
+        (
+            &staged[0]["issue"],
+            &staged[0]["label"],
+            &staged[0]["status"]
+        ),
+        (
+            &Value::from(1),
+            &Value::from("bug"),
+            &Value::from("pending")
+        ),
+        "{after}"
+    );
+    assert_eq!(js.0, before, "the same board");
+    assert_eq!(js.1, said, "the same answer to a click");
+    assert_eq!(js.2, after, "the same board after it");
+    assert_bridge_first("triage-js", &js.3);
+    let rust_board = String::from_utf8(read(
+        &langs::repo_root().join("gadgets/triage/src/board.html"),
+    ))
+    .expect("UTF-8");
+    // The markup is the Rust board's (its script may be spelled otherwise).
+    let markup = |html: &str| html[..html.rfind("<script>").unwrap_or(html.len())].to_string();
+    assert_eq!(
+        markup(&js.3)
+            .replacen(gatehouse::face::GUARD, "", 1)
+            .replacen(&format!("<script>{}</script>", bridge()), "", 1),
+        markup(&rust_board),
+        "the same markup"
+    );
 }
 
 /// The code block docs/writing-a-gatekeeper.md gives for the starter edit
