@@ -206,74 +206,6 @@ const STAGED = "board-staged";
 /** How many staged writes the board keeps track of. */
 const KEEP = 50;
 
-// The page's side of the bridge, sdk/gadget/src/face_bridge.js as is (its
-// backticks escaped for this template literal): the Rust SDK puts it into
-// a page by itself, a JavaScript face carries it. The page calls the
-// gadget only through the `gatehouse.call` it defines.
-const BRIDGE = `// The page's side of a Gatehouse face: the MCP Apps handshake over
-// postMessage, then \`gatehouse.call(name, args)\`. The page has no network;
-// this is its only way out, and each call is a turn the kernel gates.
-(() => {
-  "use strict";
-  let next = 1;
-  let prefix = "";
-  const waiting = new Map();
-  const send = (message) => window.parent.postMessage(message, "*");
-  const request = (method, params) => {
-    const id = next++;
-    return new Promise((resolve, reject) => {
-      waiting.set(id, { resolve, reject });
-      send({ jsonrpc: "2.0", id, method, params });
-    });
-  };
-  window.addEventListener("message", (ev) => {
-    // Only the host that embeds the page speaks to it.
-    if (ev.source !== window.parent) return;
-    const m = ev.data;
-    if (!m || m.jsonrpc !== "2.0") return;
-    if (m.method === undefined && m.id !== undefined) {
-      const w = waiting.get(m.id);
-      if (!w) return;
-      waiting.delete(m.id);
-      if (m.error) w.reject(new Error(String(m.error.message || "the host refused the request")));
-      else w.resolve(m.result);
-      return;
-    }
-    if (m.method !== undefined && m.id !== undefined) {
-      if (m.method === "ui/resource-teardown" || m.method === "ping") {
-        send({ jsonrpc: "2.0", id: m.id, result: {} });
-      } else {
-        send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "not offered by this page" } });
-      }
-    }
-  });
-  const ready = request("ui/initialize", {
-    protocolVersion: "2026-01-26",
-    appInfo: { name: "gatehouse-face", version: "1" },
-    appCapabilities: {},
-  }).then((r) => {
-    const info = r && r.hostContext && r.hostContext.toolInfo;
-    const opener = (info && info.tool && info.tool.name) || "";
-    const dot = opener.lastIndexOf(".");
-    prefix = dot >= 0 ? opener.slice(0, dot + 1) : "";
-    send({ jsonrpc: "2.0", method: "ui/notifications/initialized", params: {} });
-    return r;
-  });
-  const call = async (name, args) => {
-    await ready;
-    const r = await request("tools/call", { name: prefix + name, arguments: args || {} });
-    const text = r && Array.isArray(r.content) && r.content[0] ? r.content[0].text : undefined;
-    if (!r || r.isError) throw new Error(text || "the call failed");
-    if (r.structuredContent !== undefined) return r.structuredContent;
-    try {
-      return JSON.parse(text);
-    } catch (_) {
-      return text;
-    }
-  };
-  window.gatehouse = Object.freeze({ call, ready });
-})();
-`;
 
 // The board: gadgets/triage/src/board.html, the Rust gadget's page, with
 // its template literals written as concatenations to fit in this one.
@@ -361,14 +293,6 @@ refresh();
 </html>
 `;
 
-/** `html` with the bridge as its first script, as the Rust SDK puts it. */
-function withBridge(html) {
-  const script = `<script>${BRIDGE}</script>`;
-  const at = html.indexOf("<head>");
-  if (at < 0) return script + html;
-  const end = at + "<head>".length;
-  return html.slice(0, end) + script + html.slice(end);
-}
 
 /** A label for an issue, from words of its title. */
 function propose(title) {
@@ -501,7 +425,7 @@ function label(args) {
 
 export const face = {
   show() {
-    return { title: "Triage board", html: withBridge(BOARD), functions: ["board", "label"] };
+    return { title: "Triage board", html: BOARD, functions: ["board", "label"] };
   },
   call(name, args) {
     let parsed;

@@ -59,6 +59,18 @@ pub const GUARD: &str = concat!(
     "<script>(() => { for (const name of Object.getOwnPropertyNames(window)) { if (/^(webkit)?RTC/.test(name)) { try { delete window[name]; } catch (_) {} } } })();</script>",
 );
 
+/// The page's side of the bridge, which the host puts into every page right
+/// after [`GUARD`], so that it is the page's first script: it greets the
+/// host (`ui/initialize`, the MCP Apps handshake) and defines
+/// `gatehouse.call(name, args)`, which sends `tools/call` and answers a
+/// promise of the function's JSON answer. In an MCP host the page's
+/// functions are tools named after the tool that opened the page
+/// (`triage.face` opens the face whose `board` is `triage.board`), so the
+/// bridge learns that prefix from the handshake; the inbox answers the same
+/// way. One copy, the host's: a page in any language is plain HTML, and the
+/// bridge always speaks the protocol this host does.
+pub const BRIDGE: &str = include_str!("face_bridge.js");
+
 /// The function name kept for the tool that shows a face over MCP.
 pub const RESERVED: &str = "face";
 /// The longest title shown, in characters.
@@ -168,9 +180,15 @@ fn check(digest: &str, gadget: &str, raw: RawPage) -> Result<Page, String> {
     })
 }
 
-/// `html` with [`GUARD`] before any of its markup: after its doctype, when
-/// it starts with one (a doctype anywhere else would put the page in quirks
-/// mode), else at its very start.
+/// What the host puts before any markup of a page: [`GUARD`], then the
+/// [`BRIDGE`] as the first script.
+fn preamble() -> String {
+    format!("{GUARD}<script>{BRIDGE}</script>")
+}
+
+/// `html` with [`preamble`] before any of its markup: after its doctype,
+/// when it starts with one (a doctype anywhere else would put the page in
+/// quirks mode), else at its very start.
 fn guarded(html: &str) -> String {
     let trimmed = html.trim_start();
     let starts_with_doctype = trimmed
@@ -179,9 +197,9 @@ fn guarded(html: &str) -> String {
     match trimmed.find('>') {
         Some(end) if starts_with_doctype => {
             let (doctype, rest) = trimmed.split_at(end + 1);
-            format!("{doctype}{GUARD}{rest}")
+            format!("{doctype}{}{rest}", preamble())
         }
-        _ => format!("{GUARD}{html}"),
+        _ => format!("{}{html}", preamble()),
     }
 }
 
@@ -341,20 +359,24 @@ mod tests {
     }
 
     #[test]
-    fn the_guard_comes_before_any_markup_of_the_page() {
+    fn the_guard_and_the_bridge_come_before_any_markup_of_the_page() {
+        let pre = preamble();
+        assert!(pre.starts_with(GUARD) && pre.ends_with("</script>"));
         assert_eq!(
             guarded("<!DOCTYPE html><html><script>x</script>"),
-            format!("<!DOCTYPE html>{GUARD}<html><script>x</script>")
+            format!("<!DOCTYPE html>{pre}<html><script>x</script>")
         );
         assert_eq!(
             guarded("<script>x</script>"),
-            format!("{GUARD}<script>x</script>")
+            format!("{pre}<script>x</script>")
         );
         // Something before the doctype: the guard still comes first.
         let odd = "<script>x</script><!doctype html>";
         assert!(guarded(odd).starts_with(GUARD));
         let p = check("d", "g", raw("t", "<!doctype html><p>hi</p>", &[])).expect("accepted");
-        assert_eq!(p.html, format!("<!doctype html>{GUARD}<p>hi</p>"));
+        assert_eq!(p.html, format!("<!doctype html>{pre}<p>hi</p>"));
+        // The bridge sits in a script: it never closes one early.
+        assert!(!BRIDGE.to_ascii_lowercase().contains("</script"));
     }
 
     #[test]

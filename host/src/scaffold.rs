@@ -57,10 +57,6 @@ const GADGET_SDK: &[(&str, &str)] = &[
     ("src/call.rs", include_str!("../../sdk/gadget/src/call.rs")),
     ("src/face.rs", include_str!("../../sdk/gadget/src/face.rs")),
     (
-        "src/face_bridge.js",
-        include_str!("../../sdk/gadget/src/face_bridge.js"),
-    ),
-    (
         "src/storage.rs",
         include_str!("../../sdk/gadget/src/storage.rs"),
     ),
@@ -120,14 +116,9 @@ fn sdk(kind: Kind) -> (&'static str, &'static [(&'static str, &'static str)]) {
     }
 }
 
-/// The page's side of a face's bridge. The Rust SDK puts it into the page
-/// itself; a Python or JavaScript face carries it in its page
-/// ([`page_in`]).
-const BRIDGE: &str = include_str!("../../sdk/gadget/src/face_bridge.js");
-
-/// A face starter's page, the same in every language: a Rust starter
-/// keeps it as `src/page.html` (the SDK puts the bridge in); a Python or
-/// JavaScript one holds it, the bridge put in, as a string (`{{page}}`).
+/// A face starter's page, the same in every language (the host puts the
+/// bridge in): a Rust starter keeps it as `src/page.html`, a Python or
+/// JavaScript one holds it as a string (`{{page}}`).
 const PAGE: &str = include_str!("../templates/face/page.html");
 
 /// Whether a gadget starter has a face (`--ui`).
@@ -246,13 +237,10 @@ fn string_in(lang: Lang, text: &str) -> String {
     }
 }
 
-/// The face page of a Python or JavaScript starter for gadget `name`, with
-/// [`BRIDGE`] as its first script (where the Rust SDK would put it), as a
+/// The face page of a Python or JavaScript starter for gadget `name`, as a
 /// string of `lang`'s source.
 fn page_in(lang: Lang, name: &str) -> String {
-    let page = PAGE.replace("{{name}}", name);
-    let page = page.replacen("<head>", &format!("<head>\n<script>{BRIDGE}</script>"), 1);
-    string_in(lang, &page)
+    string_in(lang, &PAGE.replace("{{name}}", name))
 }
 
 /// What [`new_starter`] wrote.
@@ -470,12 +458,12 @@ mod tests {
     }
 
     /// A `--ui` starter of each language exports a face titled after the
-    /// gadget, builds for the world that has one, and its page calls
-    /// `services` and `issues`. A Python or JavaScript page carries the
-    /// bridge (the Rust SDK puts it in by itself), written so that the
-    /// string it sits in holds it byte for byte.
+    /// gadget, builds for the world that has one, and its page (the same
+    /// in every language, held byte for byte by the string it sits in)
+    /// calls `services` and `issues`. No page carries a bridge of its own:
+    /// the host puts it in.
     #[test]
-    fn a_starter_with_a_face_carries_its_page_and_the_bridge() {
+    fn a_starter_with_a_face_carries_its_page() {
         for (lang, source, build) in [
             (Lang::Rust, "src/lib.rs", "Cargo.toml"),
             (Lang::Python, "app.py", "build.sh"),
@@ -524,23 +512,14 @@ mod tests {
                     && page.contains("gatehouse.call(\"issues\""),
                 "{lang:?}"
             );
+            assert!(!page.contains("window.gatehouse"), "no bridge of its own");
             if lang == Lang::Rust {
-                // The Rust SDK inserts the bridge; a second copy would
-                // greet the host twice.
                 assert!(code.contains("export!(Starter, face)"), "{code}");
-                assert!(!page.contains("window.gatehouse"), "no bridge of its own");
+                assert_eq!(page, PAGE.replace("{{name}}", "my-face"));
             } else {
-                let at = code.find("<script>").expect("a script");
-                let end = code[at..].find("</script>").expect("closed") + at;
-                let held = &code[at + "<script>".len()..end];
-                assert_eq!(
-                    held,
-                    string_in(lang, BRIDGE),
-                    "{lang:?}: the first script is the bridge"
-                );
                 assert!(
-                    code[..at].contains("<head>") && !code[..at].contains("<script"),
-                    "{lang:?}: the bridge is the page's first script"
+                    code.contains(&string_in(lang, &PAGE.replace("{{name}}", "my-face"))),
+                    "{lang:?}: the page, byte for byte"
                 );
                 assert!(
                     read(build).contains("gadget-with-face"),
@@ -557,18 +536,15 @@ mod tests {
         }
     }
 
-    /// The bridge goes into a `<script>` as text: it must not close it.
-    /// Written into a Python `"""` string or a JavaScript template literal
-    /// it keeps nothing that would end the string or be read as an escape
-    /// or a substitution (the end-to-end tests check the page a built
-    /// starter shows holds the bridge byte for byte).
+    /// The page written into a Python `"""` string or a JavaScript template
+    /// literal keeps nothing that would end the string or be read as an
+    /// escape or a substitution.
     #[test]
-    fn the_bridge_can_sit_in_a_script_in_a_string() {
-        assert!(!BRIDGE.to_ascii_lowercase().contains("</script"));
-        assert!(!BRIDGE.contains("{{"), "no placeholder-like text");
-        let py = string_in(Lang::Python, BRIDGE);
+    fn the_page_can_sit_in_a_string() {
+        let tricky = "a\\b \"\"\" `x` ${y}";
+        let py = string_in(Lang::Python, tricky);
         assert!(!py.replace("\\\"", "").contains("\"\"\""), "{py}");
-        let js = string_in(Lang::Js, BRIDGE).replace("\\\\", "");
+        let js = string_in(Lang::Js, tricky).replace("\\\\", "");
         assert!(
             !js.replace("\\`", "").contains('`') && !js.replace("\\${", "").contains("${"),
             "{js}"

@@ -46,9 +46,8 @@ export const run = {
   },
 };
 
-// The page: one self-contained document (it can load nothing). Its first
-// script is the bridge that defines `gatehouse.call(name, args)`; the Rust
-// SDK puts it in by itself, a JavaScript face carries it.
+// The page: one self-contained document (it can load nothing). The host
+// puts the bridge that defines `gatehouse.call(name, args)` first in it.
 const PAGE = `{{page}}`;
 
 /** [{ key: "ISSUES", tools: ["listIssues", ...] }, ...] */

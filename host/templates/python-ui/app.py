@@ -49,9 +49,8 @@ class Run(exports.Run):
         return "\n".join(lines)
 
 
-# The page: one self-contained document (it can load nothing). Its first
-# script is the bridge that defines `gatehouse.call(name, args)`; the Rust
-# SDK puts it in by itself, a Python face carries it.
+# The page: one self-contained document (it can load nothing). The host
+# puts the bridge that defines `gatehouse.call(name, args)` first in it.
 PAGE = """{{page}}"""
 
 

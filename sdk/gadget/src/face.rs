@@ -1,12 +1,12 @@
 //! A gadget's face: a small web page shown beside its chat, in the web
 //! inbox and to MCP hosts as an MCP App.
 //!
-//! Owns the typed view of the contract's `face` interface and the page's
-//! side of the bridge ([`BRIDGE`], put into every page by [`Face::page`]'s
-//! export): the script that lets the page call the gadget's functions over
-//! `postMessage`. It may not decide anything: every call the page makes
-//! runs as a turn of the person viewing it, and the kernel decides what
-//! that turn may do exactly as it decides a turn of `run`.
+//! Owns the typed view of the contract's `face` interface. The page is
+//! plain HTML: the host puts the bridge into it (the script that defines
+//! `gatehouse.call(name, args)`, over `postMessage`), wherever it is shown.
+//! It may not decide anything: every call the page makes runs as a turn of
+//! the person viewing it, and the kernel decides what that turn may do
+//! exactly as it decides a turn of `run`.
 //!
 //! ```no_run
 //! use gatehouse_gadget::{Gadget, face::{Face, Page}};
@@ -48,9 +48,10 @@ pub struct Page {
     /// A short name for people ("Triage board").
     pub title: String,
     /// One self-contained HTML document (scripts and styles inline; the
-    /// page can load nothing else). [`BRIDGE`] is put in for you: the page
-    /// calls `gatehouse.call(name, args)`, which answers a promise of the
-    /// function's JSON answer (or rejects with the error's text).
+    /// page can load nothing else). The host puts the bridge in as its
+    /// first script: the page calls `gatehouse.call(name, args)`, which
+    /// answers a promise of the function's JSON answer (or rejects with the
+    /// error's text).
     pub html: String,
     /// The functions the page may call, by name (`a-z`, `0-9`, `_`, `-`).
     pub functions: Vec<String>,
@@ -68,34 +69,12 @@ pub trait Face {
     fn call(name: &str, args: Value) -> Result<Value, String>;
 }
 
-/// The page's side of the bridge, a plain script with no dependency: it
-/// greets the host (`ui/initialize`, the MCP Apps handshake) and defines
-/// `gatehouse.call(name, args)`, which sends `tools/call` to the host and
-/// answers the result. In an MCP host the page's functions are offered as
-/// tools named after the tool that opened the page (`triage.face` opens
-/// the face whose `board` is `triage.board`), so the bridge learns that
-/// prefix from the handshake; in the inbox the host answers the same way.
-pub const BRIDGE: &str = include_str!("face_bridge.js");
-
-/// `html` with [`BRIDGE`] as its first script: right after `<head>` when
-/// it has one, else at its start.
-pub fn with_bridge(html: &str) -> String {
-    let script = format!("<script>{BRIDGE}</script>");
-    match html.find("<head>") {
-        Some(at) => {
-            let end = at + "<head>".len();
-            format!("{}{script}{}", &html[..end], &html[end..])
-        }
-        None => format!("{script}{html}"),
-    }
-}
-
 impl<T: Face> crate::face_bindings::exports::gatehouse::os::face::Guest for T {
     fn show() -> crate::face_bindings::exports::gatehouse::os::face::Page {
         let p = <T as Face>::page();
         crate::face_bindings::exports::gatehouse::os::face::Page {
             title: p.title,
-            html: with_bridge(&p.html),
+            html: p.html,
             functions: p.functions,
         }
     }
@@ -105,20 +84,5 @@ impl<T: Face> crate::face_bindings::exports::gatehouse::os::face::Guest for T {
             .map_err(|e| format!("the arguments of {name:?} are not JSON: {e}"))?;
         let answer = <T as Face>::call(&name, args)?;
         serde_json::to_string(&answer).map_err(|e| format!("the answer is not JSON: {e}"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_bridge_comes_first_in_the_head_or_the_document() {
-        let with_head = with_bridge("<html><head><title>x</title></head></html>");
-        assert!(with_head.starts_with("<html><head><script>"));
-        assert!(with_head.ends_with("</script><title>x</title></head></html>"));
-        let bare = with_bridge("<p>hi</p>");
-        assert!(bare.starts_with("<script>"));
-        assert!(bare.ends_with("</script><p>hi</p>"));
     }
 }

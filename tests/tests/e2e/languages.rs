@@ -537,20 +537,13 @@ async fn the_javascript_starter_builds_installs_and_runs() {
     starter_builds_installs_and_runs("js").await;
 }
 
-/// The bridge every page's first script is (sdk/gadget/src/face_bridge.js).
-fn bridge() -> String {
-    let path = langs::repo_root().join("sdk/gadget/src/face_bridge.js");
-    String::from_utf8(read(&path)).expect("the bridge is UTF-8")
-}
-
-/// The first script of the page the gadget gave (`html` as shown, past
-/// the host's guard, which comes first in every page) is the bridge, byte
-/// for byte: the page can call its gadget before any script of its own
-/// runs.
+/// The first script of the page as shown (`html`, past the host's guard,
+/// which comes first in every page) is the host's bridge, byte for byte:
+/// the page can call its gadget before any script of its own runs.
 fn assert_bridge_first(what: &str, html: &str) {
     let html = html.replacen(gatehouse::face::GUARD, "", 1);
     let first = html.find("<script").expect("the page has scripts");
-    let want = format!("<script>{}</script>", bridge());
+    let want = format!("<script>{}</script>", gatehouse::face::BRIDGE);
     let got = &html[first..];
     let same = got
         .bytes()
@@ -559,7 +552,7 @@ fn assert_bridge_first(what: &str, html: &str) {
         .count();
     assert!(
         same == want.len(),
-        "{what}: the page's first script is the bridge as the SDK has it; \
+        "{what}: the page's first script is the host's bridge; \
          they differ from byte {same}: {:?}",
         got.get(same.saturating_sub(40)..(same + 80).min(got.len()))
     );
@@ -800,7 +793,11 @@ async fn javascript_triage_has_the_same_board_as_rust() {
     assert_eq!(
         markup(&js.3)
             .replacen(gatehouse::face::GUARD, "", 1)
-            .replacen(&format!("<script>{}</script>", bridge()), "", 1),
+            .replacen(
+                &format!("<script>{}</script>", gatehouse::face::BRIDGE),
+                "",
+                1,
+            ),
         markup(&rust_board),
         "the same markup"
     );

@@ -1,6 +1,7 @@
-// The page's side of a Gatehouse face: the MCP Apps handshake over
-// postMessage, then `gatehouse.call(name, args)`. The page has no network;
-// this is its only way out, and each call is a turn the kernel gates.
+// The page's side of a Gatehouse face, which the host puts first in every
+// face's page (host/src/face.rs): the MCP Apps handshake over postMessage,
+// then `gatehouse.call(name, args)`. The page has no network; this is its
+// only way out, and each call is a turn the kernel gates.
 (() => {
   "use strict";
   let next = 1;
