@@ -206,19 +206,7 @@ pub async fn turn(
         }
     })
     .await;
-    let output = match result {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(explain_trap(
-            &e,
-            &who,
-            limits,
-            store.data().limiter.hit_memory,
-        )),
-        Err(_) => Err(format!(
-            "{who} did not finish within {} ms and was stopped",
-            deadline.as_millis()
-        )),
-    };
+    let output = outcome(result, &who, limits, &store).and_then(|answer| answer);
     let text = |p: &MemoryOutputPipe| String::from_utf8_lossy(&p.contents()).into_owned();
     TurnReport {
         output,
@@ -247,21 +235,34 @@ pub async fn page(
         face.gatehouse_os_face().call_show(&mut store).await
     })
     .await;
-    match result {
-        Ok(Ok(p)) => Ok(Some(RawPage {
+    outcome(result, &who, limits, &store).map(|p| {
+        Some(RawPage {
             title: p.title,
             html: p.html,
             functions: p.functions,
-        })),
+        })
+    })
+}
+
+/// What a run of a gadget's code under its deadline came to: its answer,
+/// or why there is none (a trap, explained, or the deadline).
+fn outcome<T>(
+    result: Result<wasmtime::Result<T>, tokio::time::error::Elapsed>,
+    who: &str,
+    limits: &Limits,
+    store: &Store<GadgetState>,
+) -> Result<T, String> {
+    match result {
+        Ok(Ok(answer)) => Ok(answer),
         Ok(Err(e)) => Err(explain_trap(
             &e,
-            &who,
+            who,
             limits,
             store.data().limiter.hit_memory,
         )),
         Err(_) => Err(format!(
-            "{who} did not give its face's page within {} ms and was stopped",
-            deadline.as_millis()
+            "{who} did not finish within {} ms and was stopped",
+            limits.gadget_deadline.as_millis()
         )),
     }
 }
