@@ -161,6 +161,28 @@ async fn faces_the_board_loads_beside_the_chat_and_a_click_stages_a_write_nothin
     );
     assert!(line.contains("Nothing was sent."), "{line}");
     screenshot(&c, "face-board-staged").await;
+    // The chat page with a face open has no serious accessibility problem
+    // of the inbox's own (the frame's inside is the gadget's page).
+    let found = c
+        .execute_async(
+            &format!(
+                "{}\n;const done = arguments[arguments.length - 1];
+                 window.axe.run(document, {{ iframes: false, resultTypes: ['violations'] }})
+                   .then((r) => done(r.violations
+                     .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+                     .map((v) => v.id + ': ' + v.help + ' at ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', '))))
+                   .catch((e) => done(['axe failed: ' + e]));",
+                crate::chromium::axe_source()
+            ),
+            vec![],
+        )
+        .await
+        .expect("axe-core runs");
+    assert_eq!(
+        found,
+        json!([]),
+        "accessibility of the chat page with a face open"
+    );
 
     // The link leads to its card in the inbox, where Alice approves it.
     click(&c, &format!("{pending} a")).await;
