@@ -34,31 +34,42 @@ impl Driver {
         self.port
     }
 
+    /// Start chromedriver. On a loaded machine one of many drivers started
+    /// at once now and then exits before it listens: that start is tried
+    /// again (three times at most) rather than failing the test, and its
+    /// own words are in the panic when it never starts.
     pub fn start() -> Driver {
         let driver = on_path("chromedriver").unwrap_or_else(|| panic!("{INSTALL}"));
         if on_path("chromium").is_none() && on_path("chromium-browser").is_none() {
             panic!("{INSTALL}");
         }
-        let mut child = Command::new(driver)
-            .arg("--port=0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("chromedriver does not start ({e}); {INSTALL}"));
-        let out = child.stdout.take().expect("chromedriver's stdout");
-        let mut port = None;
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if let Some(rest) = line.split("started successfully on port ").nth(1) {
-                port = rest.trim_end_matches('.').trim().parse().ok();
-                break;
+        let mut said = String::new();
+        for _ in 0..3 {
+            let mut child = Command::new(&driver)
+                .arg("--port=0")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("chromedriver does not start ({e}); {INSTALL}"));
+            let out = child.stdout.take().expect("chromedriver's stdout");
+            let mut port = None;
+            said.clear();
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                    port = rest.trim_end_matches('.').trim().parse().ok();
+                    break;
+                }
+                said.push_str(&line);
+                said.push(' ');
             }
-        }
-        let Some(port) = port else {
+            if let Some(port) = port {
+                return Driver { child, port };
+            }
             let _ = child.kill();
-            panic!("chromedriver did not report its port; {INSTALL}");
-        };
-        Driver { child, port }
+            let _ = child.wait();
+        }
+        panic!("chromedriver did not report its port three times (it said: {said:?}); {INSTALL}");
     }
 }
 
