@@ -12,7 +12,7 @@
 use crate::chromium::{Driver, Screen, browser};
 use crate::lockdown::{Lockdown, lockdown_world};
 use crate::sharing::{Shared, shared_world};
-use crate::web_api::{Api, PATIENCE, people_world, serve};
+use crate::web_api::{Api, PATIENCE, chat_path, people_world, serve};
 use crate::web_browser::{click, screenshot, sign_in, text, wait_for};
 use fantoccini::{Client, Locator};
 use gatehouse::sharing::{OpenOutcome, OpenRequest};
@@ -549,7 +549,7 @@ async fn faces_a_page_is_served_only_into_its_sandbox_and_calls_are_checked_firs
 
     // Calls are checked before the gadget runs: each refusal is one line,
     // and none of them staged or read anything.
-    let call = "/api/chats/work/faces/triage/call";
+    let call = &chat_path("work", "faces/triage/call");
     let reads_before = w
         .kernel
         .inspect()
@@ -575,7 +575,10 @@ async fn faces_a_page_is_served_only_into_its_sandbox_and_calls_are_checked_firs
         assert!(a.error().contains(says), "{}", a.text);
     }
     let a = alice
-        .post("/api/chats/work/faces/script/call", json!({"name": "x"}))
+        .post(
+            &chat_path("work", "faces/script/call"),
+            json!({"name": "x"}),
+        )
         .await;
     assert_eq!(a.status, 400);
     assert!(a.error().contains("has no face"), "{}", a.text);
