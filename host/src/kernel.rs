@@ -1177,9 +1177,32 @@ impl Kernel {
         let pre = self.runtime().gatekeeper(&g.digest)?;
         // A read keeps its connections for the next (an action's send
         // never does: `Connections`).
-        let reach = reach_for(binding, self.store().key())?
-            .keeping(&self.runtime().connections, &g.name)?;
+        let reach = match self.reach_for(binding).await? {
+            Ok(r) => r,
+            Err(refusal) => return Ok(Err(CallError::Refused(refusal))),
+        }
+        .keeping(&self.runtime().connections, &g.name)?;
+        // So does its MCP session, per chat, introduction and credential
+        // (`runtime::sessions`): handed to this fresh instance, held again
+        // only if the read succeeds.
+        let held = crate::runtime::sessions::SessionKey::of(
+            &g.name,
+            &g.digest,
+            &turn.chat,
+            &binding.resolved.key,
+            &binding.resolved.credential.id(),
+            reach.credential.as_deref(),
+        );
+        let mut invocation = invocation;
+        if let Some(s) = self.runtime().sessions.take(&held) {
+            invocation
+                .settings
+                .push((crate::runtime::sessions::SETTING.to_owned(), s.setting()));
+        }
         let called = gk::call(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
+        if let (Ok(Ok(_)), Some(s)) = (&called.outcome, &called.witness.session) {
+            self.runtime().sessions.keep(held, s.clone());
+        }
         let output = match called.outcome {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => {
@@ -1400,14 +1423,10 @@ impl Kernel {
     ) -> anyhow::Result<Option<String>> {
         let g = binding.gatekeeper();
         let pre = self.runtime().gatekeeper(&g.digest)?;
-        let called = gk::simulate(
-            &pre,
-            &self.runtime().limits,
-            &g.name,
-            reach_for(binding, self.store().key())?,
-            invocation,
-        )
-        .await;
+        let Ok(reach) = self.reach_for(binding).await? else {
+            return Ok(None);
+        };
+        let called = gk::simulate(&pre, &self.runtime().limits, &g.name, reach, invocation).await;
         let Ok(Some(result)) = called.outcome else {
             return Ok(None);
         };
@@ -1795,25 +1814,21 @@ pub struct Rotated {
     pub removed: Option<String>,
 }
 
-/// Where a call through `binding` may reach, and with which credential,
-/// opened with the deployment's `key` (the one place a resolved
-/// credential is opened before it is injected).
-pub(crate) fn reach_for(binding: &Binding, key: &Key) -> anyhow::Result<Reach> {
-    Ok(Reach::of(
-        binding.gatekeeper(),
-        open_credential(&binding.resolved.credential, key)?,
-    ))
-}
-
-/// The secret of `credential`, opened with `key`, if it has one.
-pub(crate) fn open_credential(
-    credential: &Credential,
-    key: &Key,
-) -> anyhow::Result<Option<String>> {
-    credential
-        .secret()
-        .map(|s| s.open(key).map(|v| v.to_string()))
-        .transpose()
+impl Kernel {
+    /// Where a call through `binding` may reach, and with which
+    /// credential, opened by [`Kernel::bearer`] (the one place a resolved
+    /// credential is opened before it is injected; an OAuth account's
+    /// token is refreshed there first). `Ok(Err(line))` refuses the call.
+    pub(crate) async fn reach_for(
+        &self,
+        binding: &Binding,
+    ) -> anyhow::Result<Result<Reach, String>> {
+        let g = binding.gatekeeper();
+        Ok(self
+            .bearer(&g.name, &binding.resolved.credential)
+            .await?
+            .map(|c| Reach::of(g, c)))
+    }
 }
 
 /// Move an older home's plaintext certificate authority key file into the
@@ -1838,7 +1853,8 @@ pub(crate) fn settings_for(g: &GatekeeperRecord) -> Vec<(String, String)> {
     let mut s: Vec<(String, String)> = g
         .settings
         .iter()
-        .filter(|(k, _)| k != "allowed-hosts")
+        // Both are the kernel's to give, never an operator's.
+        .filter(|(k, _)| k != "allowed-hosts" && k != crate::runtime::sessions::SETTING)
         .cloned()
         .collect();
     s.push(("allowed-hosts".into(), g.hosts.join(",")));

@@ -310,15 +310,19 @@ impl Kernel {
             pending: Vec::new(),
             idempotency_key: Some(idempotency_key),
         };
-        let credential =
-            match crate::kernel::open_credential(claim.credential(), self.store().key()) {
-                Ok(c) => c,
-                Err(e) => {
-                    return self
-                        .fail(id, format!("{e:#}; nothing was sent"), true)
-                        .await;
-                }
-            };
+        let credential = match self.bearer(&g.name, claim.credential()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(refusal)) => {
+                return self
+                    .fail(id, format!("{refusal}; nothing was sent"), true)
+                    .await;
+            }
+            Err(e) => {
+                return self
+                    .fail(id, format!("{e:#}; nothing was sent"), true)
+                    .await;
+            }
+        };
         let reach = Reach::of(&g, credential);
         let pre = match self.runtime().gatekeeper(&g.digest) {
             Ok(p) => p,

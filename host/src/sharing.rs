@@ -109,6 +109,32 @@ impl Kernel {
         credential: &str,
         make_default: bool,
     ) -> anyhow::Result<Account> {
+        self.check_account_target(user, gatekeeper, label)?;
+        let credential = credential.trim();
+        if credential.is_empty() {
+            bail!(
+                "the credential is empty; pipe it on stdin, e.g. `printf %s TOKEN | gatehouse account connect ...`"
+            );
+        }
+        // A static token is never taken for an OAuth grant (whose form
+        // the kernel refreshes and opens differently).
+        if crate::oauth::is_grant(credential) {
+            bail!(
+                "the credential has the form of a stored OAuth grant; connect with --oauth instead"
+            );
+        }
+        self.store()
+            .connect_account(user, gatekeeper, label, credential, make_default)
+    }
+
+    /// Whether `user` may connect an account `label` at `gatekeeper`: the
+    /// person and the gatekeeper exist, and it has a credential host.
+    pub(crate) fn check_account_target(
+        &self,
+        user: &str,
+        gatekeeper: &str,
+        label: &str,
+    ) -> anyhow::Result<()> {
         check_name(label, "account")?;
         if !self.store().user_exists(user)? {
             bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
@@ -122,14 +148,7 @@ impl Kernel {
                 g.hosts.len()
             );
         }
-        let credential = credential.trim();
-        if credential.is_empty() {
-            bail!(
-                "the credential is empty; pipe it on stdin, e.g. `printf %s TOKEN | gatehouse account connect ...`"
-            );
-        }
-        self.store()
-            .connect_account(user, gatekeeper, label, credential, make_default)
+        Ok(())
     }
 
     /// Share `chat` with `with` (W1: the owner only). A latched chat gains

@@ -11,7 +11,7 @@
 
 mod ceremonies;
 pub mod oidc;
-mod oidc_http;
+pub(crate) mod oidc_http;
 pub mod passkey;
 
 /// Whether `host` (as a URL carries it: a name, an address, an IPv6

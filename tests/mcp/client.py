@@ -7,7 +7,8 @@ into SDK calls and SDK results into JSON.
 Usage: client.py CONNECT
   CONNECT is a JSON object naming one server:
     {"stdio": {"command": PATH, "args": [...], "env": {...}, "stderr": PATH}}
-    {"http": {"url": URL, "token": TOKEN-or-null}}
+    {"http": {"url": URL, "token": TOKEN-or-null, "ca": PEM-PATH-or-absent}}
+      ("ca": the only authority an https server is checked against)
   plus, optionally, "mode": "auto" (the SDK's default) or "legacy".
 
 Then one JSON step per line on stdin, one JSON answer per line on stdout:
@@ -28,6 +29,7 @@ script exits with status 1. Results are the SDK's models dumped by alias.
 
 import asyncio
 import json
+import ssl
 import sys
 import time
 
@@ -46,7 +48,8 @@ def transport(connect, stack_files):
         return stdio_client(params, errlog=errlog)
     h = connect["http"]
     headers = {"Authorization": f"Bearer {h['token']}"} if h.get("token") else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0))
+    verify = ssl.create_default_context(cafile=h["ca"]) if h.get("ca") else True
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0), verify=verify)
     return streamable_http_client(h["url"], http_client=http)
 
 

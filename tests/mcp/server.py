@@ -14,6 +14,10 @@ adds what a test needs to provoke failures and to see what arrived:
         "huge-list"  the next tools/list gets a 10 MB JSON body
     POST /control {"flip": true}    the tool `tag_item` becomes destructive
     GET  /log                       the tool calls the SDK dispatched, in order
+    GET  /methods                   every JSON-RPC method that arrived, in order
+                                    (initialize included), with its session id
+
+With MCP_TLS_CERT and MCP_TLS_KEY set (PEM files), it serves HTTPS.
 
 Besides annotations, tools carry what later protocol versions added:
 `title` (get_item, delete_item), `outputSchema` (derived by the SDK from
@@ -21,23 +25,101 @@ a return type, or declared in DECLARED for find_items, whose answer to
 the query "broken" does not conform) and `execution.taskSupport`.
 
 Usage: server.py TOKEN  (requests must carry `Authorization: Bearer TOKEN`).
+   or: server.py --oauth ISSUER CLIENT_ID CLIENT_SECRET [OPERATOR_TOKEN]
+       (an OAuth 2.1 resource server, with the SDK's auth support: it
+       serves RFC 9728 protected resource metadata naming ISSUER, answers
+       401 with WWW-Authenticate, and accepts only tokens the issuer's
+       introspection endpoint, asked as CLIENT_ID, says are active, with
+       scope "mcp", for this server's /mcp; GET /tokens lists the bearer
+       tokens that arrived, in order; OPERATOR_TOKEN, if given, is also
+       accepted, as the operator's own credential an installation
+       describes the server with)
 Prints `PORT <n>` once it listens on an ephemeral 127.0.0.1 port.
 """
 
 import asyncio
 import json
+import os
 import socket
 import sys
 
+import httpx2 as httpx
 import uvicorn
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, ListToolsResult, TextContent, ToolAnnotations, ToolExecution
 
-TOKEN = sys.argv[1]
+OAUTH = sys.argv[1] == "--oauth"
+TOKEN = None if OAUTH else sys.argv[1]
 PAGE = 2  # tools per tools/list page, so that paging is exercised
 
 calls = []
 faults = []
+methods = []
+tokens = []
+
+# Bound before the server is built: an OAuth resource server names its
+# own URL (port included) in its metadata.
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("127.0.0.1", 0))
+sock.listen(128)
+PORT = sock.getsockname()[1]
+SCHEME = "https" if os.environ.get("MCP_TLS_CERT") else "http"
+
+
+class Introspector:
+    """A TokenVerifier asking the authorization server (RFC 7662)."""
+
+    def __init__(self, issuer, client_id, client_secret, operator):
+        self.issuer = issuer
+        self.auth = (client_id, client_secret)
+        self.endpoint = None
+        self.operator = operator
+
+    async def verify_token(self, token):
+        if self.operator and token == self.operator:
+            return AccessToken(
+                token=token,
+                client_id="operator",
+                scopes=["mcp"],
+                resource=f"{SCHEME}://127.0.0.1:{PORT}/mcp",
+                subject="operator",
+            )
+        async with httpx.AsyncClient() as http:
+            if self.endpoint is None:
+                meta = await http.get(f"{self.issuer}/.well-known/openid-configuration")
+                self.endpoint = meta.json()["introspection_endpoint"]
+            answer = await http.post(self.endpoint, data={"token": token}, auth=self.auth)
+        found = answer.json()
+        if not found.get("active"):
+            return None
+        aud = found.get("aud")
+        return AccessToken(
+            token=token,
+            client_id=found.get("client_id", ""),
+            scopes=(found.get("scope") or "").split(),
+            expires_at=found.get("exp"),
+            resource=aud[0] if isinstance(aud, list) else aud,
+            subject=found.get("sub"),
+        )
+
+
+def auth_options():
+    if not OAUTH:
+        return {}
+    issuer, client_id, client_secret = sys.argv[2:5]
+    operator = sys.argv[5] if len(sys.argv) > 5 else None
+    return {
+        "token_verifier": Introspector(issuer, client_id, client_secret, operator),
+        "auth": AuthSettings(
+            issuer_url=issuer,
+            resource_server_url=f"{SCHEME}://127.0.0.1:{PORT}/mcp",
+            required_scopes=["mcp"],
+            validate_token_resource=True,
+        ),
+    }
 
 
 # What the SDK does not derive from a function: a declared output schema
@@ -69,7 +151,7 @@ class PagedServer(MCPServer):
         )
 
 
-server = PagedServer("gatehouse-test")
+server = PagedServer("gatehouse-test", **auth_options())
 
 
 def record(tool, **args):
@@ -180,6 +262,10 @@ async def app(scope, receive, send):
     path = scope["path"]
     if path == "/log":
         return await respond(send, 200, json.dumps(calls).encode())
+    if path == "/methods":
+        return await respond(send, 200, json.dumps(methods).encode())
+    if path == "/tokens":
+        return await respond(send, 200, json.dumps(tokens).encode())
     if path == "/control":
         body = json.loads(await read_body(receive))
         if "fault" in body:
@@ -192,6 +278,13 @@ async def app(scope, receive, send):
             )
         return await respond(send, 200, b"{}")
     headers = dict(scope["headers"])
+    if OAUTH:
+        # The SDK's own middleware checks the token (and serves the
+        # metadata); only what arrived is noted here.
+        presented = headers.get(b"authorization", b"").decode()
+        if presented.startswith("Bearer "):
+            tokens.append(presented[len("Bearer ") :])
+        return await inner(scope, receive, send)
     if headers.get(b"authorization") != f"Bearer {TOKEN}".encode():
         return await respond(send, 401, b'{"error": "unauthorized"}')
     if scope["method"] != "POST":
@@ -201,6 +294,8 @@ async def app(scope, receive, send):
         method = json.loads(body).get("method")
     except (ValueError, AttributeError):
         method = None
+    session = headers.get(b"mcp-session-id", b"").decode() or None
+    methods.append({"method": method, "session": session})
     fault = take_fault(method, b"mcp-session-id" in headers)
     replayed = False
 
@@ -248,14 +343,12 @@ async def app(scope, receive, send):
 
 
 async def main():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    tls = {}
+    if os.environ.get("MCP_TLS_CERT"):
+        tls = {"ssl_certfile": os.environ["MCP_TLS_CERT"], "ssl_keyfile": os.environ["MCP_TLS_KEY"]}
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", **tls)
     srv = uvicorn.Server(config)
-    print(f"PORT {port}", flush=True)
+    print(f"PORT {PORT}", flush=True)
     await srv.serve(sockets=[sock])
 
 

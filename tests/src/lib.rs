@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 pub mod bare;
 pub mod langs;
 pub mod mcp;
+pub mod oauth;
 pub mod oidc;
+pub mod remote;
 pub use gatehouse_pg_cluster as postgres;
 
 /// The tracker credential stored as the secret `tracker-token`.

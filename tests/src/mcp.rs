@@ -18,12 +18,25 @@ use std::time::Duration;
 pub struct McpServer {
     child: Child,
     port: u16,
+    /// Serving HTTPS (its control endpoints too, so [`McpServer::fault`]
+    /// and the logs are for plain servers only).
+    tls: bool,
 }
 
 impl McpServer {
     /// Start the server; requests must carry `Bearer token`. Waits until
     /// it printed its port (it listens before it prints).
     pub fn start(token: &str) -> McpServer {
+        McpServer::launch(token, None)
+    }
+
+    /// Start the server over HTTPS with the certificate and key in these
+    /// PEM files (for the name `localhost`).
+    pub fn start_tls(token: &str, cert: &Path, key: &Path) -> McpServer {
+        McpServer::launch(token, Some((cert, key)))
+    }
+
+    fn launch(token: &str, tls: Option<(&Path, &Path)>) -> McpServer {
         let py = crate::langs::tools_dir().join("py/bin/python");
         assert!(
             py.exists(),
@@ -31,12 +44,17 @@ impl McpServer {
             py.display()
         );
         let script = crate::langs::repo_root().join("tests/mcp/server.py");
-        let mut child = Command::new(py)
+        let mut command = Command::new(py);
+        command
             .arg(script)
             .arg(token)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        if let Some((cert, key)) = tls {
+            command.env("MCP_TLS_CERT", cert).env("MCP_TLS_KEY", key);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -57,17 +75,49 @@ impl McpServer {
                 }
             }
         };
-        McpServer { child, port }
+        McpServer {
+            child,
+            port,
+            tls: tls.is_some(),
+        }
     }
 
     /// `127.0.0.1:PORT`, for `--allow-host`.
     pub fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        if self.tls {
+            format!("localhost:{}", self.port)
+        } else {
+            format!("127.0.0.1:{}", self.port)
+        }
     }
 
     /// The MCP endpoint, for `--set url=`.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        if self.tls {
+            format!("https://localhost:{}/mcp", self.port)
+        } else {
+            format!("http://127.0.0.1:{}/mcp", self.port)
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Every JSON-RPC method that arrived, in order, with the session id
+    /// it carried: `{"method", "session"}`.
+    pub fn methods(&self) -> Vec<Value> {
+        let body = self.http("GET", "/methods", "");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("methods {body:?}: {e}"))
+    }
+
+    /// How many times a session was set up (`initialize` arrived).
+    pub fn initializations(&self) -> usize {
+        self.methods()
+            .iter()
+            .filter(|m| m["method"] == "initialize")
+            .count()
     }
 
     /// Make the next matching request fail (see tests/mcp/server.py).
@@ -92,6 +142,10 @@ impl McpServer {
     }
 
     fn http(&self, method: &str, path: &str, body: &str) -> String {
+        assert!(
+            !self.tls,
+            "the test server's controls are for plain-HTTP servers"
+        );
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("the MCP server answers");
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("a timeout");
@@ -287,11 +341,22 @@ pub struct McpHttpServe {
 
 impl McpHttpServe {
     pub fn start(home: &Path, chat: &str, person: &str) -> McpHttpServe {
+        McpHttpServe::start_with(home, chat, person, &[])
+    }
+
+    /// [`McpHttpServe::start`] with these environment variables besides.
+    pub fn start_with(
+        home: &Path,
+        chat: &str,
+        person: &str,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> McpHttpServe {
         let mut child = crate::cli_command(
             home,
             &["mcp", "serve", "--chat", chat, "--http", "127.0.0.1:0"],
         )
         .env("GATEHOUSE_USER", person)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -68,6 +68,13 @@ const INSTALL: &str = "the tests' OpenID Connect provider is not installed: run 
 impl Provider {
     /// Start the provider and wait for it to say its issuer URL.
     pub fn start(config: ProviderConfig) -> Provider {
+        Provider::start_with(config, json!({}))
+    }
+
+    /// Start the provider with `extra` configuration keys besides the
+    /// config's (see tests/oidc/provider.mjs: registration, refresh
+    /// tokens, introspection, a resource server, test controls).
+    pub fn start_with(config: ProviderConfig, extra: Value) -> Provider {
         let modules = tools_dir().join("oidc").join("node_modules");
         if !modules.join("oidc-provider").is_dir() {
             panic!("{INSTALL} (looked in {})", modules.display());
@@ -84,11 +91,14 @@ impl Provider {
                 })
             })
             .collect();
-        let settings = json!({
+        let mut settings = json!({
             "host": config.host,
             "clients": clients,
             "subjects": config.subjects,
         });
+        if let (Some(s), Some(extra)) = (settings.as_object_mut(), extra.as_object()) {
+            s.extend(extra.clone());
+        }
         let mut child = Command::new("node")
             .arg(repo_root().join("tests/oidc/provider.mjs"))
             .env_clear()

@@ -18,6 +18,12 @@
 //! else -> `unknown-outcome`. An expired session is re-established and the
 //! call retried once only when the server declares the tool read-only; a
 //! write is never retried.
+//!
+//! Sessions across calls: for a read, the host may hand over the session an
+//! earlier read of the same chat, introduction and account set up (setting
+//! `held-mcp-session`); the call then skips `initialize` and
+//! `notifications/initialized`, and sets up a new session only if the
+//! server no longer knows that one.
 
 mod session;
 mod wire;
@@ -49,6 +55,14 @@ fn url(settings: &[(String, String)]) -> Result<String, ToolError> {
                 "no server configured: add the gatekeeper with --set url=https://HOST/mcp (and --allow-host HOST)".into(),
             )
         })
+}
+
+/// The session the host held from an earlier read (setting
+/// `held-mcp-session`: the protocol version, a space, the session id).
+fn held_session(settings: &[(String, String)], url: &str) -> Option<Session> {
+    let (_, held) = settings.iter().find(|(k, _)| k == "held-mcp-session")?;
+    let (version, id) = held.split_once(' ')?;
+    Session::resume(url, version, id)
 }
 
 /// Every tool the server lists, as the protocol gives them (all pages).
@@ -238,6 +252,20 @@ impl Gatekeeper for Mcp {
             ));
         }
         let params = json!({"name": invocation.tool, "arguments": args});
+        if let Some(mut held) = held_session(&invocation.settings, &url) {
+            return match held.request("tools/call", params.clone()) {
+                Ok(result) => Ok(result_output(result)),
+                // The host hands a held session to reads only, and a server
+                // answers 404 to a session it ended without taking the
+                // request (Streamable HTTP): set up a new one, call again.
+                Err(Error::Expired(_)) => Session::open(&url)
+                    .map_err(before_call)?
+                    .request("tools/call", params)
+                    .map(result_output)
+                    .map_err(of_call),
+                Err(e) => Err(of_call(e)),
+            };
+        }
         let mut s = Session::open(&url).map_err(before_call)?;
         match s.request("tools/call", params.clone()) {
             Ok(result) => Ok(result_output(result)),

@@ -83,6 +83,22 @@ impl Session {
         Ok(s)
     }
 
+    /// Resume the session `id` the host held from an earlier call (the
+    /// setting `held-mcp-session`), at the protocol `version` it
+    /// negotiated: no handshake, the next request goes straight out.
+    /// `None` for a version this client does not speak.
+    pub fn resume(url: &str, version: &str, id: &str) -> Option<Session> {
+        wire::check_url(url).ok()?;
+        let version = VERSIONS.iter().find(|v| **v == version)?;
+        Some(Session {
+            url: url.to_owned(),
+            id: Some(id.to_owned()),
+            version: (*version).to_owned(),
+            // Past the handshake: every request carries the version.
+            next_id: 2,
+        })
+    }
+
     fn headers(&self) -> Vec<(&str, &str)> {
         let mut h = Vec::new();
         if let Some(id) = &self.id {

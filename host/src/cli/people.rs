@@ -70,16 +70,35 @@ pub(super) enum UserCmd {
 
 #[derive(Subcommand, Debug)]
 pub(super) enum AccountCmd {
-    /// Connect USER's account at GATEKEEPER; the credential is read from stdin.
+    /// Connect USER's account at GATEKEEPER; the credential is read from
+    /// stdin, or, with --oauth, obtained by signing in at the service's
+    /// authorization server in a browser.
     Connect {
         user: String,
         gatekeeper: String,
         /// A label for the account (default: the person's name).
-        #[arg(long)]
+        #[arg(long, alias = "label")]
         name: Option<String>,
         /// Make it the person's default account at that gatekeeper.
         #[arg(long)]
         default: bool,
+        /// Connect by OAuth (authorization code + PKCE): discover the
+        /// service's authorization server from the gatekeeper's url, print
+        /// the URL to open, and wait for the redirect on this machine.
+        #[arg(long)]
+        oauth: bool,
+        /// With --oauth: a client registered at the authorization server
+        /// (redirect URI http://127.0.0.1/callback, any port), instead of
+        /// dynamic client registration.
+        #[arg(long, requires = "oauth")]
+        client_id: Option<String>,
+        /// With --oauth: the scopes to ask for (default: those the
+        /// service's metadata lists).
+        #[arg(long, requires = "oauth")]
+        scope: Option<String>,
+        /// With --oauth: how long to wait for the person to come back.
+        #[arg(long, requires = "oauth", default_value = "10m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// List accounts (never their credentials).
     List {
@@ -141,7 +160,28 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             gatekeeper,
             name,
             default,
-        }) => connect(kernel, &user, &gatekeeper, name, default)?,
+            oauth,
+            client_id,
+            scope,
+            timeout,
+        }) => {
+            if oauth {
+                let label = name.unwrap_or_else(|| user.clone());
+                connect_oauth(
+                    kernel,
+                    &user,
+                    &gatekeeper,
+                    &label,
+                    default,
+                    client_id,
+                    scope,
+                    timeout,
+                )
+                .await?
+            } else {
+                connect(kernel, &user, &gatekeeper, name, default)?
+            }
+        }
         Command::Account(AccountCmd::List { json }) => {
             print_records(&kernel.accounts(None)?, json, |a| {
                 outln!(
@@ -196,6 +236,43 @@ fn connect(
     let a = kernel.connect_account(user, gatekeeper, &label, &credential, default)?;
     outln!(
         "connected account {} at {}{}",
+        a.id(),
+        a.gatekeeper,
+        if a.is_default { " (default)" } else { "" }
+    );
+    Ok(())
+}
+
+/// `account connect --oauth`: the redirect comes back to a listener on
+/// this machine's loopback (RFC 8252), so the browser may be anywhere the
+/// person is signed in only if it runs here too.
+#[allow(clippy::too_many_arguments)]
+async fn connect_oauth(
+    kernel: &Kernel,
+    user: &str,
+    gatekeeper: &str,
+    label: &str,
+    default: bool,
+    client_id: Option<String>,
+    scope: Option<String>,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .context("cannot listen on 127.0.0.1 for the redirect")?;
+    let redirect = format!(
+        "http://127.0.0.1:{}/callback",
+        listener.local_addr()?.port()
+    );
+    let (url, pending) = kernel
+        .begin_oauth(user, gatekeeper, label, &redirect, client_id, scope)
+        .await?;
+    eprintln!("open this URL in a browser: {url}");
+    let code = crate::oauth::await_redirect(listener, &pending, timeout).await?;
+    let grant = crate::oauth::finish(pending, &code).await?;
+    let a = kernel.connect_oauth_account(user, gatekeeper, label, &grant, default)?;
+    outln!(
+        "connected account {} at {} by OAuth{}",
         a.id(),
         a.gatekeeper,
         if a.is_default { " (default)" } else { "" }

@@ -69,6 +69,8 @@ pub enum Sent {
 pub struct Witness {
     /// Each request the gatekeeper attempted, in order.
     pub sent: Vec<Sent>,
+    /// The MCP session its last request carried, if any.
+    pub session: Option<super::sessions::HeldSession>,
 }
 
 impl Witness {
@@ -139,9 +141,12 @@ struct Egress {
     witness: Arc<Mutex<Witness>>,
     /// Connections kept from earlier calls, when this call may use them.
     kept: Option<KeptClient>,
+    /// Which authorities this call's HTTPS trusts.
+    roots: Roots,
 }
 
-/// A client whose connections outlive the call that opened them.
+/// The client every request of a gatekeeper leaves through: hyper's, with
+/// rustls. Pooling (kept) or not (fresh), it is the one send path.
 pub type KeptClient = hyper_util::client::legacy::Client<
     hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
     wasmtime_wasi_http::WasiBody,
@@ -151,8 +156,119 @@ pub type KeptClient = hyper_util::client::legacy::Client<
 /// than the keep-alive of common servers (5 s and up), so that a server
 /// seldom closes a connection just as a request is written on it.
 const KEPT_IDLE: Duration = Duration::from_secs(4);
-/// How long making a connection may take, as for a fresh one.
+/// How long making a connection may take, when the guest names no limit.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which certificate authorities a gatekeeper's HTTPS trusts: Mozilla's
+/// (the web PKI, as wasi-http's own sender trusts), plus those an operator
+/// added for services behind a private authority (`GATEHOUSE_TRUST_ROOTS`,
+/// a PEM file). One configuration for kept and fresh connections alike,
+/// so a read and a send to the same service trust the same authorities.
+#[derive(Clone)]
+pub struct Roots {
+    config: Arc<rustls::ClientConfig>,
+    /// The client of every request that keeps no connection, made once.
+    fresh: KeptClient,
+}
+
+impl Roots {
+    /// The web PKI only.
+    pub fn web() -> Roots {
+        // Not influenced by any input: ring offers TLS 1.2 and 1.3, and
+        // Mozilla's roots are well formed.
+        Roots::of(Vec::new()).expect("the web PKI makes a client configuration")
+    }
+
+    /// The web PKI and every certificate in the PEM file at `pem`. A file
+    /// that cannot be read or holds no certificate is an error, never a
+    /// silent fallback to the web PKI alone.
+    pub fn with_file(pem: &std::path::Path) -> anyhow::Result<Roots> {
+        use anyhow::Context as _;
+        use rustls::pki_types::pem::PemObject as _;
+        let bytes = std::fs::read(pem)
+            .with_context(|| format!("cannot read the trusted roots file {}", pem.display()))?;
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{} is not a PEM file of certificates ({e}); give one or more -----BEGIN CERTIFICATE----- blocks",
+                    pem.display()
+                )
+            })?;
+        if certs.is_empty() {
+            anyhow::bail!(
+                "{} holds no certificate; give one or more -----BEGIN CERTIFICATE----- blocks",
+                pem.display()
+            );
+        }
+        Roots::of(certs)
+    }
+
+    fn of(extra: Vec<rustls::pki_types::CertificateDer<'static>>) -> anyhow::Result<Roots> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for cert in extra {
+            roots
+                .add(cert)
+                .map_err(|e| anyhow::anyhow!("a trusted root was refused: {e}"))?;
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        // No ALPN here: the connector names HTTP/1.1 itself.
+        let config = Arc::new(config);
+        Ok(Roots {
+            fresh: client(&config, false),
+            config,
+        })
+    }
+
+    /// A client whose connections wait for the next request (for
+    /// [`KEPT_IDLE`]).
+    fn keeping(&self) -> KeptClient {
+        client(&self.config, true)
+    }
+}
+
+/// A client trusting `config`; `keep`: its connections wait for the next
+/// request (for [`KEPT_IDLE`]), else each request has its own.
+fn client(config: &Arc<rustls::ClientConfig>, keep: bool) -> KeptClient {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config((**config).clone())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    let mut b = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+    if keep {
+        // The timer closes idle connections when their time is up,
+        // not only when the next call finds them expired.
+        b.pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(KEPT_IDLE)
+            .pool_max_idle_per_host(4);
+    } else {
+        b.pool_max_idle_per_host(0);
+    }
+    b.build(https)
+}
+
+impl Default for Roots {
+    fn default() -> Roots {
+        Roots::web()
+    }
+}
+
+impl std::fmt::Debug for Roots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Roots")
+    }
+}
 
 /// Connections kept across a gatekeeper's calls, so that a read does not
 /// pay a new TCP (and TLS) handshake each time: one pool per gatekeeper
@@ -164,12 +280,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// apart from one it received, which a read may simply fail, but an
 /// approved action's send must not risk (P2: it would fail for good). A
 /// send opens a connection of its own, as before.
-#[derive(Default)]
 pub struct Connections {
+    roots: Roots,
     clients: Mutex<HashMap<String, KeptClient>>,
 }
 
 impl Connections {
+    /// No connection kept yet; those made will trust `roots`.
+    pub fn new(roots: &Roots) -> Connections {
+        Connections {
+            roots: roots.clone(),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// The kept client of `gatekeeper` under `credential`.
     pub fn client(&self, gatekeeper: &str, credential: Option<&str>) -> anyhow::Result<KeptClient> {
         use sha2::Digest as _;
@@ -181,23 +305,7 @@ impl Connections {
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
-        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(Arc::new(rustls::crypto::ring::default_provider()))?
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                // The timer closes idle connections when their time is
-                // up, not only when the next call finds them expired.
-                .pool_timer(hyper_util::rt::TokioTimer::new())
-                .pool_idle_timeout(KEPT_IDLE)
-                .pool_max_idle_per_host(4)
-                .build(https);
+        let client = self.roots.keeping();
         clients.insert(key, client.clone());
         Ok(client)
     }
@@ -314,6 +422,11 @@ impl WasiHttpHooks for Egress {
                 request.headers_mut().insert(http::header::AUTHORIZATION, v);
             }
         }
+        // The MCP session the request carries, held for a later read if
+        // this call succeeds (`super::sessions`).
+        if let Some(session) = super::sessions::HeldSession::from_headers(request.headers()) {
+            witness.lock().unwrap_or_else(|e| e.into_inner()).session = Some(session);
+        }
         // Written down before it leaves: if the call is cut off while the
         // request is in flight, the witness still shows "no answer".
         let slot = {
@@ -326,6 +439,7 @@ impl WasiHttpHooks for Egress {
         };
         let probe = may_be_setup(&request);
         let kept = self.kept.clone();
+        let roots = self.roots.clone();
         Box::new(async move {
             use http_body_util::BodyExt;
             // A small JSON body is read whole before it leaves, to see
@@ -347,69 +461,44 @@ impl WasiHttpHooks for Egress {
             } else {
                 (request, false)
             };
-            if let Some(client) = kept {
-                let first_byte = options
-                    .and_then(|o| o.first_byte_timeout)
-                    .unwrap_or(Duration::from_secs(600));
-                let answered = tokio::time::timeout(first_byte, client.request(request)).await;
-                return match answered {
-                    Ok(Ok(res)) => {
-                        let status = res.status().as_u16();
-                        settle(if setup && res.status().is_success() {
-                            Sent::Setup(status)
-                        } else {
-                            Sent::Answered(status)
-                        });
-                        let res = res.map(|body| {
-                            body.map_err(wasmtime_wasi_http::Error::from).boxed_unsync()
-                        });
-                        let io: Box<dyn Future<Output = _> + Send> = Box::new(async { Ok(()) });
-                        Ok((res, io))
-                    }
-                    Ok(Err(e)) if e.is_connect() => {
-                        settle(Sent::NotConnected);
-                        Err(wasmtime_wasi_http::Error::Connect(std::io::Error::other(
-                            e.to_string(),
-                        )))
-                    }
-                    // Written, or perhaps written: the service may have it.
-                    Ok(Err(_)) => {
-                        settle(Sent::NoAnswer);
-                        Err(wasmtime_wasi_http::Error::ConnectionTerminated)
-                    }
-                    Err(_) => {
-                        settle(Sent::NoAnswer);
-                        Err(wasmtime_wasi_http::Error::ConnectionReadTimeout)
-                    }
-                };
-            }
-            match wasmtime_wasi_http::default_send_request(request, options).await {
-                Ok((res, io)) => {
+            // Kept (a read) or fresh (anything else): one path out, so
+            // both trust the same authorities and report alike.
+            let client = kept.unwrap_or(roots.fresh);
+            let connect = options
+                .and_then(|o| o.connect_timeout)
+                .unwrap_or(CONNECT_TIMEOUT);
+            let first_byte = options
+                .and_then(|o| o.first_byte_timeout)
+                .unwrap_or(Duration::from_secs(600));
+            let answered =
+                tokio::time::timeout(connect + first_byte, client.request(request)).await;
+            match answered {
+                Ok(Ok(res)) => {
                     let status = res.status().as_u16();
                     settle(if setup && res.status().is_success() {
                         Sent::Setup(status)
                     } else {
                         Sent::Answered(status)
                     });
-                    Ok((
-                        res.map(BodyExt::boxed_unsync),
-                        Box::new(io) as Box<dyn Future<Output = _> + Send>,
-                    ))
+                    let res = res
+                        .map(|body| body.map_err(wasmtime_wasi_http::Error::from).boxed_unsync());
+                    let io: Box<dyn Future<Output = _> + Send> = Box::new(async { Ok(()) });
+                    Ok((res, io))
                 }
-                Err(e) => {
-                    let s = match &e {
-                        wasmtime_wasi_http::Error::Connect(_)
-                        | wasmtime_wasi_http::Error::ConnectionRefused
-                        | wasmtime_wasi_http::Error::ConnectionTimeout
-                        | wasmtime_wasi_http::Error::DnsTimeout
-                        | wasmtime_wasi_http::Error::DnsError { .. }
-                        | wasmtime_wasi_http::Error::DestinationNotFound
-                        | wasmtime_wasi_http::Error::DestinationUnavailable
-                        | wasmtime_wasi_http::Error::HttpRequestUriInvalid => Sent::NotConnected,
-                        _ => Sent::NoAnswer,
-                    };
-                    settle(s);
-                    Err(e)
+                Ok(Err(e)) if e.is_connect() => {
+                    settle(Sent::NotConnected);
+                    Err(wasmtime_wasi_http::Error::Connect(std::io::Error::other(
+                        e.to_string(),
+                    )))
+                }
+                // Written, or perhaps written: the service may have it.
+                Ok(Err(_)) => {
+                    settle(Sent::NoAnswer);
+                    Err(wasmtime_wasi_http::Error::ConnectionTerminated)
+                }
+                Err(_) => {
+                    settle(Sent::NoAnswer);
+                    Err(wasmtime_wasi_http::Error::ConnectionReadTimeout)
                 }
             }
         })
@@ -623,7 +712,10 @@ impl Scrub {
             .collect();
         Called {
             outcome,
-            witness: Witness { sent },
+            witness: Witness {
+                sent,
+                session: c.witness.session,
+            },
         }
     }
 }
@@ -659,6 +751,7 @@ async fn instantiate(
             credential_host: reach.credential_host,
             witness: witness.clone(),
             kept: reach.kept,
+            roots: limits.roots.clone(),
         },
         limiter: Limiter::new(limits),
     };
@@ -1071,10 +1164,12 @@ mod tests {
         }
         let w = Witness {
             sent: vec![Sent::Setup(200), Sent::Setup(202), Sent::Answered(401)],
+            ..Witness::default()
         };
         assert!(w.proves_no_effect());
         let w = Witness {
             sent: vec![Sent::Answered(200), Sent::Answered(401)],
+            ..Witness::default()
         };
         assert!(!w.proves_no_effect());
     }

@@ -9,6 +9,7 @@
 pub mod gadget;
 pub mod gatekeeper;
 pub mod nesting;
+pub mod sessions;
 pub mod view;
 
 use anyhow::{Context as _, bail};
@@ -67,6 +68,8 @@ pub struct Limits {
     pub turn_calls: u32,
     /// Use the pooling allocator (the default) or allocate on demand.
     pub pooling: bool,
+    /// The certificate authorities gatekeepers' HTTPS trusts.
+    pub roots: gatekeeper::Roots,
 }
 
 impl Default for Limits {
@@ -81,14 +84,16 @@ impl Default for Limits {
             output_bytes: 64 << 10,
             turn_calls: 1000,
             pooling: true,
+            roots: gatekeeper::Roots::default(),
         }
     }
 }
 
 impl Limits {
     /// Defaults, overridden by `GATEHOUSE_GADGET_DEADLINE_MS`,
-    /// `GATEHOUSE_GATEKEEPER_DEADLINE_MS`, `GATEHOUSE_MEMORY_MIB` and
-    /// `GATEHOUSE_TURN_CALLS`.
+    /// `GATEHOUSE_GATEKEEPER_DEADLINE_MS`, `GATEHOUSE_MEMORY_MIB`,
+    /// `GATEHOUSE_TURN_CALLS` and `GATEHOUSE_TRUST_ROOTS` (a PEM file of
+    /// certificate authorities gatekeepers trust besides the web's).
     pub fn from_env() -> anyhow::Result<Limits> {
         let mut l = Limits::default();
         let var = |name: &str| -> anyhow::Result<Option<u64>> {
@@ -117,6 +122,10 @@ impl Limits {
                     u32::MAX
                 )
             })?;
+        }
+        if let Some(pem) = std::env::var_os("GATEHOUSE_TRUST_ROOTS").filter(|v| !v.is_empty()) {
+            l.roots = gatekeeper::Roots::with_file(std::path::Path::new(&pem))
+                .context("GATEHOUSE_TRUST_ROOTS")?;
         }
         Ok(l)
     }
@@ -212,6 +221,8 @@ pub struct Runtime {
     pub limits: Limits,
     /// Gatekeepers' connections kept across their reads.
     pub connections: gatekeeper::Connections,
+    /// MCP sessions held across gatekeepers' reads.
+    pub sessions: sessions::Sessions,
     loaded_gadgets: Mutex<HashMap<String, gadget::GadgetPre<gadget::GadgetState>>>,
     loaded_gatekeepers:
         Mutex<HashMap<String, gatekeeper::GatekeeperPre<gatekeeper::GatekeeperState>>>,
@@ -287,6 +298,7 @@ impl Runtime {
 
         std::fs::create_dir_all(&cache_dir)
             .with_context(|| format!("cannot create {}", cache_dir.display()))?;
+        let connections = gatekeeper::Connections::new(&limits.roots);
         Ok(Runtime {
             gadget_linker: gadget::linker(&engine)?,
             gatekeeper_linker: gatekeeper::linker(&engine)?,
@@ -294,7 +306,8 @@ impl Runtime {
             cache_dir,
             engine_key,
             limits,
-            connections: gatekeeper::Connections::default(),
+            connections,
+            sessions: sessions::Sessions::default(),
             loaded_gadgets: Mutex::new(HashMap::new()),
             loaded_gatekeepers: Mutex::new(HashMap::new()),
             ticker_stop: stop,

@@ -1,7 +1,8 @@
-//! The HTTP client OpenID Connect speaks through (discovery, keys, token
-//! exchange): the project's own hyper over rustls with Mozilla's roots,
-//! handed to the openidconnect crate through its `AsyncHttpClient` hook,
-//! so no second HTTP stack comes in.
+//! The HTTP client OpenID Connect and OAuth accounts (`crate::oauth`)
+//! speak through (discovery, keys, registration, token exchange and
+//! refresh): the project's own hyper over rustls with Mozilla's roots,
+//! handed to the openidconnect and oauth2 crates through their
+//! `AsyncHttpClient` hook, so no second HTTP stack comes in.
 //!
 //! Owns: one request per connection, HTTPS (plain HTTP only to loopback,
 //! where a test's provider runs), no redirect followed (the crate asks for
@@ -55,7 +56,7 @@ async fn send(request: openidconnect::HttpRequest) -> anyhow::Result<openidconne
         .to_owned();
     if !https && !super::is_loopback_name(&host) {
         anyhow::bail!(
-            "an OpenID Connect provider is reached over https only (plain http only on this machine)"
+            "an identity or authorization server is reached over https only (plain http only on this machine)"
         );
     }
     let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });

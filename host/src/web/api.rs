@@ -108,6 +108,12 @@ pub(crate) fn routes() -> Routes {
         .add(Method::POST, "/api/chats/{chat}/open", post(chat_open))
         .add(Method::GET, "/api/ledger", get(ledger))
         .add(Method::GET, "/api/rules", get(rules))
+        .add(Method::GET, "/api/accounts", get(super::accounts::list))
+        .add(
+            Method::POST,
+            "/api/accounts/oauth",
+            post(super::accounts::begin),
+        )
         .add(Method::POST, "/api/rules", post(rule_add))
         .add(Method::GET, "/api/events", get(super::events::stream))
         .add(

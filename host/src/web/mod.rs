@@ -27,6 +27,7 @@
 //! (bounded by [`Config::grace`]), and only then returns. Connections are
 //! capped and must send their headers within [`Config::header_read_timeout`].
 
+mod accounts;
 mod api;
 mod assets;
 mod events;
@@ -166,6 +167,8 @@ pub(crate) struct AppState {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// Web Push, if the operator enabled it.
     pub push: Option<Arc<push::Enabled>>,
+    /// OAuth account connections in progress (`accounts`).
+    pub oauth_flows: Arc<accounts::Flows>,
 }
 
 impl AppState {
@@ -302,6 +305,7 @@ pub async fn start(kernel: Kernel, config: Config) -> anyhow::Result<Server> {
         )),
         stopping,
         push,
+        oauth_flows: Arc::default(),
     };
     // Listening is in place before the server answers: nothing another
     // host does after this is missed by the live view.
@@ -517,6 +521,7 @@ fn app(state: AppState) -> Router {
         .merge(api)
         .merge(hooks::routes())
         .merge(oidc::routes())
+        .route(accounts::CALLBACK, axum::routing::get(accounts::callback))
         .merge(signin::pages())
         .merge(assets::routes())
         .layer(SetResponseHeaderLayer::overriding(

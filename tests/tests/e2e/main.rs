@@ -30,6 +30,7 @@ mod mcp;
 mod mcp_serve;
 mod model;
 mod notices;
+mod oauth;
 mod pending_visibility;
 mod push;
 mod revert;

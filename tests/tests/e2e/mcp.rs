@@ -401,3 +401,160 @@ async fn a_hostile_server_cannot_break_the_host() {
     );
     assert!(server.calls().iter().all(|c| c["tool"] != "forged"));
 }
+
+/// The session ids the server's `tools/call`s carried, in order.
+fn call_sessions(server: &McpServer) -> Vec<Value> {
+    server
+        .methods()
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["session"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_resume_one_held_session_per_chat_and_account_and_a_send_sets_up_its_own() {
+    let (w, server) = mcp_world(Trust::Byo).await;
+    w.kernel.new_chat("home", "alice").unwrap();
+    w.kernel
+        .introduce("home", "svc", "SVC", None, "alice")
+        .unwrap();
+    w.kernel.add_user("bob").unwrap();
+    w.kernel
+        .connect_account("bob", "svc", "main", TOKEN, true)
+        .unwrap();
+    w.kernel.new_chat("bobs", "bob").unwrap();
+    w.kernel
+        .introduce("bobs", "svc", "SVC", None, "bob")
+        .unwrap();
+    // Adding the gatekeeper read the tool list over a session of its own.
+    let base = server.initializations();
+    let read = |chat: &'static str, id: i64| {
+        let w = &w;
+        async move {
+            let out = w
+                .script(chat, json!([call("SVC", "get_item", json!({"id": id}))]))
+                .await;
+            assert_eq!(
+                out[0]["done"]["content"][0]["text"],
+                format!("item {id}"),
+                "{out}"
+            );
+        }
+    };
+
+    // Three turns, three fresh instances: one session, set up once.
+    for id in 1..=3 {
+        read("work", id).await;
+    }
+    assert_eq!(server.initializations(), base + 1);
+    let sessions = call_sessions(&server);
+    assert_eq!(sessions.len(), 3);
+    assert!(sessions[0].is_string(), "{sessions:?}");
+    assert!(sessions.iter().all(|s| *s == sessions[0]), "{sessions:?}");
+
+    // Another chat of the same person, and another person's chat: each
+    // sets up its own, never reuses work's.
+    read("home", 4).await;
+    read("bobs", 5).await;
+    assert_eq!(server.initializations(), base + 3);
+    let sessions = call_sessions(&server);
+    assert_ne!(sessions[3], sessions[0]);
+    assert_ne!(sessions[4], sessions[0]);
+    assert_ne!(sessions[4], sessions[3]);
+
+    // An approved write sets up a session of its own, and takes nothing
+    // from the reads: work's next read resumes work's session.
+    let id = stage(&w, "tag_item", json!({"id": 1, "tag": "a"})).await;
+    assert!(matches!(
+        w.kernel.approve(id, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
+    assert_eq!(server.initializations(), base + 4);
+    let sessions = call_sessions(&server);
+    assert_ne!(sessions[5], sessions[0], "the send's own session");
+    read("work", 6).await;
+    let sessions = call_sessions(&server);
+    assert_eq!(sessions[6], sessions[0]);
+    assert_eq!(server.initializations(), base + 4);
+
+    // A held session the server has forgotten: answered 404, set up anew,
+    // and the read made; the new one is held from then on.
+    server.fault("expire");
+    read("work", 7).await;
+    assert_eq!(server.initializations(), base + 5);
+    read("work", 8).await;
+    assert_eq!(server.initializations(), base + 5);
+    assert_eq!(
+        server.calls_of("get_item"),
+        8,
+        "eight reads, each run once: the 404 was not run"
+    );
+}
+
+/// Add the `mcp` gatekeeper in front of `server` (served over HTTPS).
+async fn add_tls(w: &World, server: &McpServer) -> anyhow::Result<()> {
+    let bytes = std::fs::read(guest("mcp")).expect("guest built");
+    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
+    w.kernel
+        .add_gatekeeper(
+            "svc",
+            &bytes,
+            Trust::Byo,
+            vec![server.host()],
+            Some("mcp-token".into()),
+            vec![("url".into(), server.url())],
+            &|_| {},
+        )
+        .await
+        .map(drop)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_authority_is_trusted_only_where_the_operator_names_it() {
+    use gatehouse::{Limits, Roots};
+    use gatehouse_e2e::remote::TestCa;
+    let ca = TestCa::new();
+    let server = McpServer::start_tls(TOKEN, &ca.cert, &ca.key);
+    // The web's roots alone do not vouch for the test's authority.
+    let w = World::new();
+    let refused = add_tls(&w, &server)
+        .await
+        .expect_err("an unknown authority is refused");
+    assert!(format!("{refused:#}").contains("initialize"), "{refused:#}");
+
+    // Named by the operator, it is trusted for reads and sends alike.
+    let w = World::with_limits(Limits {
+        roots: Roots::with_file(&ca.roots).expect("a PEM file"),
+        ..gatehouse_e2e::test_limits()
+    });
+    w.install("script");
+    add_tls(&w, &server).await.expect("added over TLS");
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "svc", "SVC", None, "alice")
+        .unwrap();
+    let out = w
+        .script("work", json!([call("SVC", "get_item", json!({"id": 3}))]))
+        .await;
+    assert_eq!(out[0]["done"]["content"][0]["text"], "item 3", "{out}");
+    let id = stage(&w, "tag_item", json!({"id": 3, "tag": "t"})).await;
+    assert!(matches!(
+        w.kernel.approve(id, "alice").await.unwrap(),
+        Decision::Applied { .. }
+    ));
+
+    // A file that names no authority stops the kernel, in one line.
+    let not_pem = w.home().join("roots.txt");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    let e = Roots::with_file(&not_pem).expect_err("no certificate in it");
+    assert!(format!("{e:#}").contains("holds no certificate"), "{e:#}");
+    let o = gatehouse_e2e::cli_command(w.home(), &["gatekeepers"])
+        .env("GATEHOUSE_TRUST_ROOTS", w.home().join("missing.pem"))
+        .output()
+        .expect("the cli runs");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("GATEHOUSE_TRUST_ROOTS"), "{err}");
+}

@@ -1,4 +1,5 @@
-// The Gatehouse sign-in page (/signin) and a person's passkeys (/account).
+// The Gatehouse sign-in page (/signin) and a person's passkeys and
+// accounts at services (/account).
 // Served from the binary as a separate file (the Content-Security-Policy
 // allows no inline script). Text reaches the page only through text nodes
 // (`textContent`), never as HTML.
@@ -251,12 +252,62 @@ async function addPasskey(button) {
   button.disabled = false;
 }
 
+// A person's accounts at gatekeepers' services (labels, never
+// credentials), and a Connect button for each gatekeeper whose service a
+// URL names: the kernel discovers its authorization server and answers
+// the URL the browser goes to; the server sends the browser back to
+// /oauth/callback, which lands here again.
+async function listAccounts() {
+  const r = await api("GET", "/api/accounts");
+  const list = byId("accounts");
+  while (list.firstChild) list.removeChild(list.firstChild);
+  for (const a of r.accounts) {
+    const li = document.createElement("li");
+    li.textContent = `${a.label} at ${a.gatekeeper}${a.is_default ? " (default)" : ""}`;
+    list.append(li);
+  }
+  byId("accounts-empty").hidden = r.accounts.length > 0;
+  const connect = byId("connect-accounts");
+  while (connect.firstChild) connect.removeChild(connect.firstChild);
+  for (const g of r.connectable) {
+    const form = document.createElement("form");
+    form.className = "oauth-connect";
+    form.dataset.gatekeeper = g;
+    const label = document.createElement("label");
+    label.textContent = `Label for ${g} `;
+    const input = document.createElement("input");
+    input.type = "text";
+    input.name = "label";
+    input.maxLength = 64;
+    label.append(input);
+    const button = document.createElement("button");
+    button.type = "submit";
+    button.textContent = `Connect ${g} by OAuth`;
+    form.append(label, button);
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      button.disabled = true;
+      try {
+        const body = { gatekeeper: g };
+        if (input.value.trim()) body.label = input.value.trim();
+        const started = await api("POST", "/api/accounts/oauth", body);
+        location.assign(started.url);
+      } catch (e) {
+        showError(e.message);
+        button.disabled = false;
+      }
+    });
+    connect.append(form);
+  }
+}
+
 async function accountPage() {
   try {
     const s = await api("GET", "/api/session");
     csrf = s.csrf;
     byId("who").textContent = `Signed in as ${s.user}`;
     await listPasskeys();
+    await listAccounts();
   } catch (e) {
     showError(e.message);
     byId("add-passkey").hidden = true;
