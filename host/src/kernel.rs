@@ -638,6 +638,11 @@ impl Kernel {
             manifest: Arc::default(),
             added_at: crate::store::now_ms(),
         };
+        if let Some(s) = &record.secret
+            && let Some(stored) = self.inner.store.secret(s)?
+        {
+            crate::oauth::check_operator_grant(&stored, record.credential_host())?;
+        }
         record.manifest = Arc::new(self.describe(&record).await?);
         self.inner.store.keep_component(&record.digest, bytes)?;
         self.inner.store.put_gatekeeper(&record)?;
@@ -647,12 +652,9 @@ impl Kernel {
     /// Ask an instance for its manifest, configured as it is (its settings)
     /// and reaching what it may reach, with its operator credential.
     async fn describe(&self, g: &GatekeeperRecord) -> anyhow::Result<classify::Manifest> {
+        // The operator's credential, an OAuth grant's refreshed first.
         let credential = match &g.secret {
-            Some(s) => Some(self.inner.store.secret(s)?.with_context(|| {
-                format!(
-                    "no secret named {s:?}; store it first with `gatehouse secret set {s}` (reads the value from stdin)"
-                )
-            })?),
+            Some(s) => Some(self.operator_token(s).await?.map_err(anyhow::Error::msg)?),
             None => None,
         };
         let pre = self.inner.runtime.gatekeeper(&g.digest)?;
@@ -698,8 +700,13 @@ impl Kernel {
     /// Store a secret for gatekeepers (operator credentials). Only the
     /// kernel ever reads it.
     pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
-        if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-            bail!("secret name {name:?} must be 1-128 printable characters");
+        check_secret_name(name)?;
+        // A pasted value is a static token, never taken for a stored OAuth
+        // grant (`secret set NAME --oauth` makes those).
+        if crate::oauth::is_grant(value) {
+            bail!(
+                "that value looks like a stored OAuth grant; connect one with `gatehouse secret set {name} --oauth --url URL`"
+            );
         }
         self.inner.store.put_secret(name, value)
     }
@@ -1859,6 +1866,14 @@ pub(crate) fn settings_for(g: &GatekeeperRecord) -> Vec<(String, String)> {
         .collect();
     s.push(("allowed-hosts".into(), g.hosts.join(",")));
     s
+}
+
+/// A secret's name: 1-128 printable characters.
+pub(crate) fn check_secret_name(name: &str) -> anyhow::Result<()> {
+    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        bail!("secret name {name:?} must be 1-128 printable characters");
+    }
+    Ok(())
 }
 
 /// Every name a person gives (gadgets, gatekeepers, chats, people, accounts)

@@ -447,21 +447,60 @@ pub fn resource_of(g: &crate::store::GatekeeperRecord) -> anyhow::Result<Url> {
         None => Url::parse(&format!("https://{host}/"))
             .map_err(|_| anyhow::anyhow!("{host:?} is not a host name"))?,
     };
-    let authority = match (url.host_str(), url.port()) {
-        (Some(h), Some(p)) => format!("{h}:{p}"),
-        (Some(h), None) => h.to_owned(),
-        (None, _) => bail!("gatekeeper {:?}'s url names no host", g.name),
-    };
-    let default_port = url
-        .port_or_known_default()
-        .map(|p| format!("{authority}:{p}"));
-    if !authority.eq_ignore_ascii_case(host) && default_port.as_deref() != Some(host) {
+    if url.host_str().is_none() {
+        bail!("gatekeeper {:?}'s url names no host", g.name);
+    }
+    if !at_host(&url, host) {
         bail!(
-            "gatekeeper {:?}'s url is at {authority}, but its credential goes only to {host}; refused",
-            g.name
+            "gatekeeper {:?}'s url is at {}, but its credential goes only to {host}; refused",
+            g.name,
+            authority(&url)
         );
     }
     Ok(url)
+}
+
+/// `url`'s `host[:port]` as written.
+fn authority(url: &Url) -> String {
+    match (url.host_str(), url.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_owned(),
+        (None, _) => String::new(),
+    }
+}
+
+/// Whether `url` is at the allowed-host entry `host` (with or without its
+/// scheme's default port).
+fn at_host(url: &Url, host: &str) -> bool {
+    let authority = authority(url);
+    let default_port = url
+        .port_or_known_default()
+        .map(|p| format!("{authority}:{p}"));
+    !authority.is_empty()
+        && (authority.eq_ignore_ascii_case(host)
+            || default_port.is_some_and(|d| d.eq_ignore_ascii_case(host)))
+}
+
+/// Refuse an operator's OAuth grant (stored as `stored`) for a gatekeeper
+/// whose credential goes to `host`: a token is sent only to the service it
+/// was issued for. A static secret passes.
+pub fn check_operator_grant(stored: &str, host: Option<&str>) -> anyhow::Result<()> {
+    let Some(grant) = Grant::parse(stored) else {
+        return Ok(());
+    };
+    let grant = grant?;
+    let fits = Url::parse(&grant.resource)
+        .ok()
+        .zip(host)
+        .is_some_and(|(url, host)| at_host(&url, host));
+    if !fits {
+        bail!(
+            "that OAuth credential was issued for {}, but this gatekeeper's credential goes to {}; connect one for this service",
+            grant.resource,
+            host.unwrap_or("no host")
+        );
+    }
+    Ok(())
 }
 
 /// Begin connecting an account at gatekeeper `g`: discover, register a
@@ -473,7 +512,17 @@ pub async fn begin(
     client_id: Option<String>,
     scope: Option<String>,
 ) -> anyhow::Result<(Url, Pending)> {
-    let resource = resource_of(g)?;
+    begin_at(resource_of(g)?, redirect_uri, client_id, scope).await
+}
+
+/// [`begin`] for the service at `resource` (an operator's credential,
+/// connected before any gatekeeper names it).
+pub async fn begin_at(
+    resource: Url,
+    redirect_uri: &str,
+    client_id: Option<String>,
+    scope: Option<String>,
+) -> anyhow::Result<(Url, Pending)> {
     let discovered = discover(&resource).await?;
     let (client_id, client_secret) = match client_id {
         Some(id) => (id, None),
@@ -642,13 +691,17 @@ impl Kernel {
             return Ok(Ok(None));
         };
         let opened = secret.open(self.store().key())?;
-        let Credential::Account { id, .. } = credential else {
-            return Ok(Ok(Some(opened.to_string())));
-        };
         if !is_grant(&opened) {
             return Ok(Ok(Some(opened.to_string())));
         }
         drop(opened);
+        let id = match credential {
+            Credential::Account { id, .. } => id,
+            Credential::Operator { name, .. } => {
+                return Ok(self.operator_token(name).await?.map(Some));
+            }
+            Credential::Anonymous | Credential::Refused(_) => return Ok(Ok(None)),
+        };
         let Some((user, label)) = id.split_once('/') else {
             bail!("account {id:?} is not named user/label");
         };
@@ -695,6 +748,81 @@ impl Kernel {
                 Ok(Err(reconnect(&format!("could not be refreshed ({e:#})"))))
             }
         }
+    }
+
+    /// The token of the operator's secret `name`: its value as stored, or,
+    /// for an OAuth grant ([`Kernel::connect_operator_oauth`]), its access
+    /// token, refreshed first when it expires within the margin (one
+    /// refresh at a time, the rotated refresh token kept). `Ok(Err(line))`:
+    /// the grant cannot be refreshed and must be connected again.
+    pub(crate) async fn operator_token(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<Result<String, String>> {
+        let lock = account_lock(&format!("operator\u{0}{name}"));
+        let _one = lock.lock().await;
+        let lookup = name.to_owned();
+        let Some(stored) = self.store().run(move |s| s.secret(&lookup)).await? else {
+            return Ok(Err(format!(
+                "no secret named {name:?}; store it with `gatehouse secret set {name}`"
+            )));
+        };
+        let stored = Zeroizing::new(stored);
+        let Some(grant) = Grant::parse(&stored) else {
+            return Ok(Ok(stored.to_string()));
+        };
+        let grant = grant?;
+        let reconnect = |why: &str| {
+            format!(
+                "the operator's OAuth credential {name} {why}; connect it again with `gatehouse secret set {name} --oauth --url {}`",
+                grant.resource
+            )
+        };
+        if !grant.needs_refresh(now_s()) {
+            return Ok(Ok(grant.access_token));
+        }
+        if grant.refresh_token.is_none() {
+            return Ok(Err(reconnect(
+                "has expired and its server issued no refresh token",
+            )));
+        }
+        match refresh(&grant).await {
+            Ok(fresh) => {
+                let stored = fresh.to_stored()?;
+                let n = name.to_owned();
+                self.store().run(move |s| s.put_secret(&n, &stored)).await?;
+                tracing::info!(secret = %name, "refreshed an operator's OAuth access token");
+                Ok(Ok(fresh.access_token))
+            }
+            Err(e) => {
+                tracing::warn!(secret = %name, "an OAuth refresh failed: {e:#}");
+                Ok(Err(reconnect(&format!("could not be refreshed ({e:#})"))))
+            }
+        }
+    }
+
+    /// Begin connecting an operator's OAuth credential for the service at
+    /// `url` (an MCP endpoint, say): discovery from there, as for accounts.
+    pub async fn begin_operator_oauth(
+        &self,
+        url: &str,
+        redirect_uri: &str,
+        client_id: Option<String>,
+        scope: Option<String>,
+    ) -> anyhow::Result<(Url, Pending)> {
+        let resource = Url::parse(url).map_err(|_| {
+            anyhow::anyhow!(
+                "--url {url:?} is not a URL; give the service's address, e.g. https://host/mcp"
+            )
+        })?;
+        begin_at(resource, redirect_uri, client_id, scope).await
+    }
+
+    /// Store a finished flow's grant as the operator's secret `name`,
+    /// sealed like any secret, for `gatekeeper add --secret NAME`.
+    pub fn connect_operator_oauth(&self, name: &str, grant: &Grant) -> anyhow::Result<()> {
+        crate::kernel::check_secret_name(name)?;
+        self.store().put_secret(name, &grant.to_stored()?)
     }
 
     /// The grant stored for `user`'s account `label` at `gatekeeper`, if

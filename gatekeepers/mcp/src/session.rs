@@ -153,7 +153,7 @@ impl Session {
         match answer.status {
             200..=299 => Ok(()),
             401 | 403 => Err(Error::NotTaken(format!(
-                "{method}: the server refused the credential (HTTP {}); check the secret given at `gatekeeper add --secret`",
+                "{method}: the server refused the credential (HTTP {}); check the operator's secret (`gatehouse secret set`) or reconnect the person's account (`gatehouse account connect`)",
                 answer.status
             ))),
             404 if self.id.is_some() => Err(Error::Expired(format!(

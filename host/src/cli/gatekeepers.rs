@@ -64,8 +64,31 @@ pub(super) struct AddArgs {
 
 #[derive(Subcommand, Debug)]
 pub(super) enum SecretCmd {
-    /// Store a secret; the value is read from stdin (one line).
-    Set { name: String },
+    /// Store a secret; the value is read from stdin (one line), or, with
+    /// --oauth, obtained by signing in at the service (an operator's OAuth
+    /// credential, refreshed by the host before it expires).
+    Set {
+        name: String,
+        /// Sign in at the service at --url by OAuth (authorization code
+        /// with PKCE) instead of reading a value.
+        #[arg(long, requires = "url")]
+        oauth: bool,
+        /// With --oauth: the service's address (an MCP endpoint), where
+        /// its authorization server is discovered.
+        #[arg(long, requires = "oauth")]
+        url: Option<String>,
+        /// With --oauth: a client registered at the authorization server
+        /// (default: register one, where the server allows it).
+        #[arg(long = "client-id", requires = "oauth")]
+        client_id: Option<String>,
+        /// With --oauth: the scopes to ask for (default: those the
+        /// service lists).
+        #[arg(long, requires = "oauth")]
+        scope: Option<String>,
+        /// With --oauth: how long to wait for the sign-in to come back.
+        #[arg(long, requires = "oauth", default_value = "10m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<bool> {
@@ -78,7 +101,30 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<boo
             outln!("gatekeeper {name} is now {t}");
         }
         Command::Gatekeepers { json } => print_records(&kernel.gatekeepers()?, json, listed)?,
-        Command::Secret(SecretCmd::Set { name }) => secret(kernel, &name)?,
+        Command::Secret(SecretCmd::Set {
+            name,
+            oauth: true,
+            url: Some(url),
+            client_id,
+            scope,
+            timeout,
+        }) => {
+            let grant = super::people::sign_in_at_loopback(
+                |redirect| async move {
+                    kernel
+                        .begin_operator_oauth(&url, &redirect, client_id, scope)
+                        .await
+                },
+                timeout,
+            )
+            .await?;
+            kernel.connect_operator_oauth(&name, &grant)?;
+            outln!(
+                "stored secret {name}: an OAuth credential for {}, refreshed by the host before it expires",
+                grant.resource
+            );
+        }
+        Command::Secret(SecretCmd::Set { name, .. }) => secret(kernel, &name)?,
     }
     Ok(true)
 }

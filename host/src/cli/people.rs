@@ -243,6 +243,31 @@ fn connect(
     Ok(())
 }
 
+/// The person's part of an OAuth flow begun by `begin` (given the
+/// redirect URI): the authorization URL printed, the redirect awaited on a
+/// loopback listener of this machine (RFC 8252) until `timeout`, the code
+/// exchanged.
+pub(super) async fn sign_in_at_loopback<F, Fut>(
+    begin: F,
+    timeout: std::time::Duration,
+) -> anyhow::Result<crate::oauth::Grant>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(url::Url, crate::oauth::Pending)>>,
+{
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .context("cannot listen on 127.0.0.1 for the redirect")?;
+    let redirect = format!(
+        "http://127.0.0.1:{}/callback",
+        listener.local_addr()?.port()
+    );
+    let (url, pending) = begin(redirect).await?;
+    eprintln!("open this URL in a browser: {url}");
+    let code = crate::oauth::await_redirect(listener, &pending, timeout).await?;
+    crate::oauth::finish(pending, &code).await
+}
+
 /// `account connect --oauth`: the redirect comes back to a listener on
 /// this machine's loopback (RFC 8252), so the browser may be anywhere the
 /// person is signed in only if it runs here too.
@@ -257,19 +282,15 @@ async fn connect_oauth(
     scope: Option<String>,
     timeout: std::time::Duration,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .context("cannot listen on 127.0.0.1 for the redirect")?;
-    let redirect = format!(
-        "http://127.0.0.1:{}/callback",
-        listener.local_addr()?.port()
-    );
-    let (url, pending) = kernel
-        .begin_oauth(user, gatekeeper, label, &redirect, client_id, scope)
-        .await?;
-    eprintln!("open this URL in a browser: {url}");
-    let code = crate::oauth::await_redirect(listener, &pending, timeout).await?;
-    let grant = crate::oauth::finish(pending, &code).await?;
+    let grant = sign_in_at_loopback(
+        |redirect| async move {
+            kernel
+                .begin_oauth(user, gatekeeper, label, &redirect, client_id, scope)
+                .await
+        },
+        timeout,
+    )
+    .await?;
     let a = kernel.connect_oauth_account(user, gatekeeper, label, &grant, default)?;
     outln!(
         "connected account {} at {} by OAuth{}",

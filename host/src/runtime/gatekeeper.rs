@@ -270,6 +270,89 @@ impl std::fmt::Debug for Roots {
     }
 }
 
+/// How long, and how far, the rest of a kept connection's answer is read
+/// after the gatekeeper stopped reading it ([`Drained`]).
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+const DRAIN_BYTES: usize = 64 << 10;
+
+/// The body of an answer on a kept connection. A connection goes back to
+/// the pool only once its answer was read to the end, but a gatekeeper
+/// may stop at what it awaited: an MCP client stops at the response in a
+/// server-sent event stream, which the server ends just after. So what the
+/// gatekeeper left unread is read in the background and thrown away, at
+/// most [`DRAIN_BYTES`] within [`DRAIN_TIME`]; an answer that goes on
+/// longer closes its connection, as before. Nobody sees what is read.
+struct Drained {
+    body: Option<wasmtime_wasi_http::WasiBody>,
+    ended: bool,
+}
+
+impl Drained {
+    fn new(body: wasmtime_wasi_http::WasiBody) -> Drained {
+        Drained {
+            body: Some(body),
+            ended: false,
+        }
+    }
+}
+
+impl hyper::body::Body for Drained {
+    type Data = bytes::Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        let Some(body) = self.body.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let polled = std::pin::Pin::new(body).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None | Some(Err(_)))) {
+            self.ended = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body
+            .as_ref()
+            .map(|b| b.size_hint())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        let Some(mut body) = self.body.take() else {
+            return;
+        };
+        if self.ended || hyper::body::Body::is_end_stream(&body) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            use http_body_util::BodyExt as _;
+            let _ = tokio::time::timeout(DRAIN_TIME, async move {
+                let mut read = 0usize;
+                while let Some(Ok(frame)) = body.frame().await {
+                    read += frame.data_ref().map_or(0, |d| d.len());
+                    if read > DRAIN_BYTES {
+                        return;
+                    }
+                }
+            })
+            .await;
+        });
+    }
+}
+
 /// Connections kept across a gatekeeper's calls, so that a read does not
 /// pay a new TCP (and TLS) handshake each time: one pool per gatekeeper
 /// and credential, so that a connection never carries one account's
@@ -463,6 +546,7 @@ impl WasiHttpHooks for Egress {
             };
             // Kept (a read) or fresh (anything else): one path out, so
             // both trust the same authorities and report alike.
+            let keeping = kept.is_some();
             let client = kept.unwrap_or(roots.fresh);
             let connect = options
                 .and_then(|o| o.connect_timeout)
@@ -480,8 +564,14 @@ impl WasiHttpHooks for Egress {
                     } else {
                         Sent::Answered(status)
                     });
-                    let res = res
-                        .map(|body| body.map_err(wasmtime_wasi_http::Error::from).boxed_unsync());
+                    let res = res.map(|body| {
+                        let body = body.map_err(wasmtime_wasi_http::Error::from).boxed_unsync();
+                        if keeping {
+                            Drained::new(body).boxed_unsync()
+                        } else {
+                            body
+                        }
+                    });
                     let io: Box<dyn Future<Output = _> + Send> = Box::new(async { Ok(()) });
                     Ok((res, io))
                 }

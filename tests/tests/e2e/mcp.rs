@@ -558,3 +558,48 @@ async fn a_private_authority_is_trusted_only_where_the_operator_names_it() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("GATEHOUSE_TRUST_ROOTS"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_answered_as_event_streams_keep_their_connection() {
+    use gatehouse_e2e::remote::Delayed;
+    let server = McpServer::start(TOKEN);
+    // A relay without delay, to count the connections made to the server.
+    let relay = Delayed::start(server.port(), std::time::Duration::ZERO);
+    let at = format!("127.0.0.1:{}", relay.port);
+    let w = World::new();
+    w.install("script");
+    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
+    let bytes = std::fs::read(guest("mcp")).expect("guest built");
+    w.kernel
+        .add_gatekeeper(
+            "svc",
+            &bytes,
+            Trust::Byo,
+            vec![at.clone()],
+            Some("mcp-token".into()),
+            vec![("url".into(), format!("http://{at}/mcp"))],
+            &|_| {},
+        )
+        .await
+        .expect("added through the relay");
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "svc", "SVC", None, "alice")
+        .unwrap();
+    let before = relay.connections();
+    for id in 1..=5 {
+        let out = w
+            .script("work", json!([call("SVC", "get_item", json!({"id": id}))]))
+            .await;
+        assert_eq!(
+            out[0]["done"]["content"][0]["text"],
+            format!("item {id}"),
+            "{out}"
+        );
+    }
+    // The server answers each call as an event stream, which the
+    // gatekeeper stops reading at the response: the rest is read for it,
+    // and the connection serves the next read.
+    assert_eq!(relay.connections() - before, 1, "one kept connection");
+    assert_eq!(server.calls_of("get_item"), 5);
+}

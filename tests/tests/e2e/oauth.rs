@@ -61,7 +61,7 @@ async fn oauth_world() -> OAuthWorld {
 /// and the command keeps waiting), then sign in and consent at the
 /// provider. Returns the command's stdout and stderr.
 fn connect(ow: &OAuthWorld) -> (String, String) {
-    let mut child = cli_command(
+    sign_in(
         ow.w.home(),
         &[
             "account",
@@ -72,12 +72,28 @@ fn connect(ow: &OAuthWorld) -> (String, String) {
             "--timeout",
             "2m",
         ],
+        &ow.issuer.issuer,
+        &ow.server.url(),
     )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("the gatehouse binary runs");
+}
+
+/// Run a command that begins an OAuth flow (`args`), and be the person:
+/// read the URL it prints, knock on its redirect with a wrong state first
+/// (refused, the command keeps waiting), then sign in and consent at
+/// `issuer`. The URL must name `resource`. The command's stdout and
+/// stderr.
+fn sign_in(
+    home: &std::path::Path,
+    args: &[&str],
+    issuer: &str,
+    resource: &str,
+) -> (String, String) {
+    let mut child = cli_command(home, args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gatehouse binary runs");
     let mut err = BufReader::new(child.stderr.take().expect("its stderr"));
     let mut said = String::new();
     let url = loop {
@@ -95,7 +111,7 @@ fn connect(ow: &OAuthWorld) -> (String, String) {
         "a loopback redirect: {redirect}"
     );
     assert!(
-        query_param(&url, "resource").is_some_and(|r| r == ow.server.url()),
+        query_param(&url, "resource").is_some_and(|r| r == resource),
         "the resource indicator names the MCP server: {url}"
     );
     assert_eq!(
@@ -113,7 +129,7 @@ fn connect(ow: &OAuthWorld) -> (String, String) {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("wrong state"), "{body}");
 
-    let (landed, status, body) = Person::default().authorize(&url, &ow.issuer.issuer, SUBJECT);
+    let (landed, status, body) = Person::default().authorize(&url, issuer, SUBJECT);
     assert!(landed.starts_with(&redirect), "{landed}");
     assert_eq!(status, 200, "{body}");
     let rest = {
@@ -565,4 +581,148 @@ async fn web_browser_connects_an_oauth_account_with_the_connect_button() {
     assert!(!page.contains(&token), "the page never holds a token");
     c.close().await.expect("the browser closes");
     web.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_signs_in_once_to_add_a_server_that_takes_only_oauth() {
+    let issuer = authorization_server(TTL);
+    // No static token at all: every request needs a token from the issuer.
+    let server = OAuthMcpServer::start(&issuer.issuer, "");
+    let w = World::new();
+    w.install("script");
+    let gk = guest("mcp");
+    let gk = gk.to_str().expect("a UTF-8 path");
+    let url = server.url();
+    let host = server.host();
+    let add = |name: &str, secret: &str| {
+        w.cli(&[
+            "gatekeeper",
+            "add",
+            gk,
+            "--name",
+            name,
+            "--allow-host",
+            &host,
+            "--secret",
+            secret,
+            "--set",
+            &format!("url={url}"),
+        ])
+    };
+
+    // A static token it never issued: the server refuses the listing.
+    let mut set = cli_command(w.home(), &["secret", "set", "stale"]);
+    let typed = set
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the cli runs");
+    {
+        use std::io::Write as _;
+        let mut stdin = typed.stdin.as_ref().expect("its stdin");
+        stdin.write_all(b"not-a-token").expect("written");
+    }
+    assert!(typed.wait_with_output().expect("it ends").status.success());
+    let refused = add("svc", "stale");
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
+
+    // The operator signs in once; the grant lists the tools.
+    let (out, err) = sign_in(
+        w.home(),
+        &[
+            "secret",
+            "set",
+            "op",
+            "--oauth",
+            "--url",
+            &url,
+            "--timeout",
+            "2m",
+        ],
+        &issuer.issuer,
+        &url,
+    );
+    assert!(
+        out.contains("stored secret op: an OAuth credential for"),
+        "{out}{err}"
+    );
+    let added = add("svc", "op");
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert!(
+        stdout(&added).contains("added gatekeeper svc"),
+        "{}",
+        stdout(&added)
+    );
+
+    // The owner's read goes out under it, refreshed when it expires.
+    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel
+        .introduce("work", "svc", "SVC", None, "alice")
+        .unwrap();
+    let answer = read(&w).await;
+    assert_eq!(
+        answer[0]["done"]["content"][0]["text"], "item 7",
+        "{answer}"
+    );
+    let first = server.tokens().last().cloned().expect("a token arrived");
+    assert!(
+        wait_until(Duration::from_secs(TTL * 6), || {
+            introspect(&issuer.issuer, &first)["active"] == false
+        }),
+        "the first access token expires"
+    );
+    let answer = read(&w).await;
+    assert_eq!(
+        answer[0]["done"]["content"][0]["text"], "item 7",
+        "{answer}"
+    );
+    assert_eq!(grants(&issuer.issuer, "refresh_token", true), 1);
+    let tokens = server.tokens();
+    assert_ne!(tokens.last(), Some(&first), "the new token went out");
+    assert_home_never_holds(&w, &tokens);
+
+    // A grant is sent only to the service it was issued for.
+    let other = w.cli(&[
+        "gatekeeper",
+        "add",
+        gk,
+        "--name",
+        "elsewhere",
+        "--allow-host",
+        "127.0.0.1:9",
+        "--secret",
+        "op",
+        "--set",
+        "url=http://127.0.0.1:9/mcp",
+    ]);
+    assert!(!other.status.success());
+    assert!(
+        stderr(&other).contains("was issued for"),
+        "{}",
+        stderr(&other)
+    );
+    // And a pasted value is never taken for a grant.
+    let mut set = cli_command(w.home(), &["secret", "set", "forged"]);
+    let typed = set
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the cli runs");
+    {
+        use std::io::Write as _;
+        let mut stdin = typed.stdin.as_ref().expect("its stdin");
+        stdin
+            .write_all(b"gatehouse-oauth-grant/v1:{}")
+            .expect("written");
+    }
+    let o = typed.wait_with_output().expect("it ends");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("looks like a stored OAuth grant"),
+        "{}",
+        stderr(&o)
+    );
 }
