@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The host library's module graph: for each top-level module of host/src, the
-other top-level modules it names in non-test code (`crate::x`, `use crate::{x, ..}`,
+other top-level modules it names in non-test code (test-only files and items
+skipped; `crate::x`, `use crate::{x, ..}`,
 `super::x` from a top-level file, the re-exports of lib.rs, the console's print
 macros), then any cycle among them. Exits 1 when there is a cycle.
 
@@ -50,9 +51,20 @@ REEXPORTS = {}
 for m in re.finditer(r"pub use (\w+)::(?:\w+::)*(\w+);", open(os.path.join(root, "lib.rs")).read()):
     REEXPORTS[m.group(2)] = m.group(1)
 graph = {m: set() for m in mods}
+
+def test_only(dirpath):
+    # files of modules their parent declares under `#[cfg(test)]`
+    parent = os.path.join(dirpath, "mod.rs")
+    if not os.path.exists(parent):
+        parent = dirpath + ".rs"
+    if not os.path.exists(parent): return set()
+    src = open(parent).read()
+    return {m.group(1) + ".rs" for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([\w:]+\))?\s+)?mod\s+(\w+)\s*;", src)}
+
 for dirpath, _, files in os.walk(root):
+    skipped = test_only(dirpath)
     for f in files:
-        if not f.endswith(".rs"): continue
+        if not f.endswith(".rs") or f in skipped: continue
         path = os.path.join(dirpath, f)
         rel = os.path.relpath(path, root)
         parts = rel.split(os.sep)

@@ -27,8 +27,7 @@ use crate::principal::Principal;
 use crate::runtime::gadget::{Entry, RawPage};
 use crate::runtime::view::NoTurn;
 use anyhow::{Context as _, bail};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The largest page, in bytes.
 pub const MAX_HTML_BYTES: usize = 512 * 1024;
@@ -76,20 +75,7 @@ pub const RESERVED: &str = "face";
 /// The longest title shown, in characters.
 const MAX_TITLE_CHARS: usize = 80;
 
-/// A face's page, checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Page {
-    /// The component it belongs to.
-    pub digest: String,
-    /// Its title, sanitised as a name ([`crate::prompt::inline`]).
-    pub title: String,
-    /// The HTML document, as the gadget gave it: served only into a
-    /// sandbox of its own (see `crate::web`'s face route), never into a
-    /// page of the host.
-    pub html: String,
-    /// The functions it may call.
-    pub functions: Vec<String>,
-}
+pub use crate::manifest::Page;
 
 /// A gadget that has a face, as a surface lists it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -109,10 +95,6 @@ pub struct Answer {
     /// The actions the call staged, in order (from the kernel).
     pub staged: Vec<i64>,
 }
-
-/// Checked pages per component digest; `None` for a component without a
-/// face, the error for one whose page is refused.
-pub(crate) type Pages = Mutex<HashMap<String, Arc<Result<Option<Arc<Page>>, String>>>>;
 
 /// Check a page a gadget gave: every refusal says what to change.
 fn check(digest: &str, gadget: &str, raw: RawPage) -> Result<Page, String> {

@@ -27,7 +27,6 @@
 //! derivation and the operator's statement, and decides nothing else. The
 //! send path (`crate::overseer`) and recovery (`crate::store`) use them.
 
-use crate::store::Action;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
@@ -66,22 +65,15 @@ pub fn check_setting(settings: &[(String, String)]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The idempotency key of every send of `a`, under this deployment's
-/// `secret`.
-pub fn key(secret: &str, a: &Action) -> String {
-    let digest = a
-        .args_digest
-        .clone()
-        .unwrap_or_else(|| crate::store::args_digest(&a.args));
+/// The idempotency key of every send of the action `id`, staged at
+/// `created_at` with arguments of digest `args_digest`, under this
+/// deployment's `secret`. Plain values rather than the store's action:
+/// this module sits below the store, which reads the operator's statement
+/// here when it recovers an interrupted send.
+pub fn key(secret: &str, id: i64, created_at: i64, args_digest: &str) -> String {
     // HMAC takes a key of any length; this cannot fail.
     let mut mac = <Hmac<Sha256>>::new_from_slice(secret.as_bytes())
         .unwrap_or_else(|_| unreachable!("HMAC accepts keys of every length"));
-    mac.update(
-        format!(
-            "gatehouse idempotency v1\n{}\n{}\n{digest}",
-            a.id, a.created_at
-        )
-        .as_bytes(),
-    );
+    mac.update(format!("gatehouse idempotency v1\n{id}\n{created_at}\n{args_digest}").as_bytes());
     hex::encode(mac.finalize().into_bytes())
 }

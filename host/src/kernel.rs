@@ -105,7 +105,7 @@ struct Inner {
     /// The deployment secret idempotency keys are derived from.
     idempotency_secret: String,
     /// Faces' pages, checked, per component digest (`crate::face`).
-    faces: crate::face::Pages,
+    faces: crate::manifest::Pages,
 }
 
 /// What an auto-approval drain must look at: every chat, or some. Kernel
@@ -424,7 +424,7 @@ impl Kernel {
     }
 
     /// Faces' checked pages, kept per component (`crate::face`).
-    pub(crate) fn faces_kept(&self) -> &crate::face::Pages {
+    pub(crate) fn faces_kept(&self) -> &crate::manifest::Pages {
         &self.inner.faces
     }
 
@@ -638,11 +638,7 @@ impl Kernel {
             manifest: Arc::default(),
             added_at: crate::store::now_ms(),
         };
-        if let Some(s) = &record.secret
-            && let Some(stored) = self.inner.store.secret(s)?
-        {
-            crate::oauth::check_operator_grant(&stored, record.credential_host())?;
-        }
+        self.check_operator_grant(&record)?;
         record.manifest = Arc::new(self.describe(&record).await?);
         self.inner.store.keep_component(&record.digest, bytes)?;
         self.inner.store.put_gatekeeper(&record)?;
@@ -697,17 +693,21 @@ impl Kernel {
         self.inner.store.set_trust(gatekeeper, trust)
     }
 
+    /// A secret's name: 1-128 printable characters.
+    pub(crate) fn check_secret_name(&self, name: &str) -> anyhow::Result<()> {
+        if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+            bail!("secret name {name:?} must be 1-128 printable characters");
+        }
+        Ok(())
+    }
+
     /// Store a secret for gatekeepers (operator credentials). Only the
     /// kernel ever reads it.
     pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
-        check_secret_name(name)?;
+        self.check_secret_name(name)?;
         // A pasted value is a static token, never taken for a stored OAuth
         // grant (`secret set NAME --oauth` makes those).
-        if crate::oauth::is_grant(value) {
-            bail!(
-                "that value looks like a stored OAuth grant; connect one with `gatehouse secret set {name} --oauth --url URL`"
-            );
-        }
+        self.refuse_pasted_grant(name, value)?;
         self.inner.store.put_secret(name, value)
     }
 
@@ -1866,14 +1866,6 @@ pub(crate) fn settings_for(g: &GatekeeperRecord) -> Vec<(String, String)> {
         .collect();
     s.push(("allowed-hosts".into(), g.hosts.join(",")));
     s
-}
-
-/// A secret's name: 1-128 printable characters.
-pub(crate) fn check_secret_name(name: &str) -> anyhow::Result<()> {
-    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-        bail!("secret name {name:?} must be 1-128 printable characters");
-    }
-    Ok(())
 }
 
 /// Every name a person gives (gadgets, gatekeepers, chats, people, accounts)

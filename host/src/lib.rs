@@ -82,6 +82,7 @@ pub mod sharing;
 pub mod signin;
 pub mod storage;
 pub mod store;
+pub mod text;
 pub mod turn;
 pub mod web;
 pub mod workflow;

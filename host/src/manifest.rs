@@ -296,6 +296,29 @@ impl FromStr for Trust {
     }
 }
 
+/// A gadget's face: its page, checked (by `crate::face`, which owns the
+/// checks and serves it). Kept here, with the other things a component
+/// declares, so that the kernel can keep them without naming the face.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The component it belongs to.
+    pub digest: String,
+    /// Its title, sanitised as a name ([`crate::prompt::inline`]).
+    pub title: String,
+    /// The HTML document, as the gadget gave it: served only into a
+    /// sandbox of its own (see `crate::web`'s face route), never into a
+    /// page of the host.
+    pub html: String,
+    /// The functions it may call.
+    pub functions: Vec<String>,
+}
+
+/// Checked pages per component digest; `None` for a component without a
+/// face, the error for one whose page is refused.
+pub(crate) type Pages = std::sync::Mutex<
+    std::collections::HashMap<String, std::sync::Arc<Result<Option<std::sync::Arc<Page>>, String>>>,
+>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

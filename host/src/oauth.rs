@@ -484,7 +484,7 @@ fn at_host(url: &Url, host: &str) -> bool {
 /// Refuse an operator's OAuth grant (stored as `stored`) for a gatekeeper
 /// whose credential goes to `host`: a token is sent only to the service it
 /// was issued for. A static secret passes.
-pub fn check_operator_grant(stored: &str, host: Option<&str>) -> anyhow::Result<()> {
+fn check_grant_host(stored: &str, host: Option<&str>) -> anyhow::Result<()> {
     let Some(grant) = Grant::parse(stored) else {
         return Ok(());
     };
@@ -801,6 +801,32 @@ impl Kernel {
         }
     }
 
+    /// Refuse gatekeeper `g` whose operator secret is an OAuth grant issued
+    /// for another service than its credential host.
+    pub(crate) fn check_operator_grant(
+        &self,
+        g: &crate::store::GatekeeperRecord,
+    ) -> anyhow::Result<()> {
+        let Some(name) = &g.secret else {
+            return Ok(());
+        };
+        match self.store().secret(name)? {
+            Some(stored) => check_grant_host(&Zeroizing::new(stored), g.credential_host()),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuse a value pasted as the secret `name` that looks like a stored
+    /// grant: only a finished OAuth flow stores one.
+    pub(crate) fn refuse_pasted_grant(&self, name: &str, value: &str) -> anyhow::Result<()> {
+        if is_grant(value) {
+            bail!(
+                "that value looks like a stored OAuth grant; connect one with `gatehouse secret set {name} --oauth --url URL`"
+            );
+        }
+        Ok(())
+    }
+
     /// Begin connecting an operator's OAuth credential for the service at
     /// `url` (an MCP endpoint, say): discovery from there, as for accounts.
     pub async fn begin_operator_oauth(
@@ -821,7 +847,7 @@ impl Kernel {
     /// Store a finished flow's grant as the operator's secret `name`,
     /// sealed like any secret, for `gatekeeper add --secret NAME`.
     pub fn connect_operator_oauth(&self, name: &str, grant: &Grant) -> anyhow::Result<()> {
-        crate::kernel::check_secret_name(name)?;
+        self.check_secret_name(name)?;
         self.store().put_secret(name, &grant.to_stored()?)
     }
 

@@ -295,7 +295,12 @@ impl Kernel {
         let g = claim.gatekeeper().clone();
         // The same key on every send of this action, by any process, so
         // that a service that honours it applies the action once.
-        let idempotency_key = crate::idempotency::key(self.idempotency_secret(), a);
+        let digest = a
+            .args_digest
+            .clone()
+            .unwrap_or_else(|| crate::store::args_digest(&a.args));
+        let idempotency_key =
+            crate::idempotency::key(self.idempotency_secret(), a.id, a.created_at, &digest);
         if claim.is_resumed() {
             tracing::warn!(
                 id,

@@ -16,6 +16,8 @@
 //! may not decide anything; it only renders.
 
 use crate::store::{Action, LedgerKind};
+pub use crate::text::excerpt;
+use crate::text::{cap, is_hidden};
 
 /// Longest name (tool, gatekeeper, gadget) shown inline, in characters.
 pub(crate) const NAME_CAP: usize = 120;
@@ -56,30 +58,9 @@ pub const FIELD_LABELS: &[&str] = &[
     "Allowed calls",
 ];
 
-/// True for characters that must never reach an approver's screen as-is:
-/// controls (but newline and tab in block text), zero-width and bidi
-/// controls, and other invisible formatting characters.
-fn is_hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}' | '\u{034F}' | '\u{061C}'
-            | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180E}' | '\u{3164}'
-            | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}' | '\u{E0000}'..='\u{E007F}')
-}
-
 /// Make a hidden character visible as `<U+XXXX>`.
 fn visible(c: char) -> String {
     format!("<U+{:04X}>", c as u32)
-}
-
-fn cap(s: String, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s;
-    }
-    let mut out: String = s.chars().take(max).collect();
-    out.push_str(" […cut]");
-    out
 }
 
 /// Characters that could carry structure in Markdown or HTML.
@@ -186,17 +167,6 @@ pub fn args_block(args: &str) -> String {
     // block: the closing fence is the only line at column 0 starting "```".
     let indented: Vec<String> = body.lines().map(|l| format!("  {l}")).collect();
     format!("```json\n{}\n```{note}", indented.join("\n"))
-}
-
-/// One line, shortened, with hidden characters removed: for results in
-/// status lines.
-pub fn excerpt(s: &str, max: usize) -> String {
-    let one: String = s
-        .chars()
-        .map(|c| if c.is_whitespace() { ' ' } else { c })
-        .filter(|c| !is_hidden(*c))
-        .collect();
-    cap(one.split_whitespace().collect::<Vec<_>>().join(" "), max)
 }
 
 /// Whether a line of attacker text could pass for one the kernel prints:

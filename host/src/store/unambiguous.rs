@@ -109,7 +109,7 @@ impl<'de> Visitor<'de> for Once {
             if !seen.insert(key.clone()) {
                 return Err(de::Error::custom(format!(
                     "the key {:?} appears twice in one object, and services keep different ones; send each key once",
-                    crate::prompt::excerpt(&key, 60)
+                    crate::text::excerpt(&key, 60)
                 )));
             }
             map.next_value_seed(Once)?;
@@ -131,7 +131,7 @@ fn number_ambiguity(value: &serde_json::Value) -> Option<String> {
 /// Why the JSON number `literal` (as written: the kernel keeps numbers'
 /// text) is ambiguous, if it is.
 fn number(literal: &str) -> Option<String> {
-    let shown = crate::prompt::excerpt(literal, 40);
+    let shown = crate::text::excerpt(literal, 40);
     let integer = !literal.contains(['.', 'e', 'E']);
     if integer {
         let magnitude = literal.trim_start_matches('-');
