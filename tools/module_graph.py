@@ -3,7 +3,8 @@
 other top-level modules it names in non-test code (test-only files and items
 skipped; `crate::x`, `use crate::{x, ..}`,
 `super::x` from a top-level file, the re-exports of lib.rs, the console's print
-macros), then any cycle among them. Exits 1 when there is a cycle.
+macros), then any cycle among them, and any cycle among the files of a
+folder module (`store/`, `web/`, ...). Exits 1 when there is a cycle.
 
 Usage: python3 tools/module_graph.py [host/src]"""
 import os, re, sys
@@ -82,25 +83,59 @@ for dirpath, _, files in os.walk(root):
         # macros from console (`#[macro_use]`) count as naming console
 
 for m in sorted(graph): print(f"{m} -> {', '.join(sorted(graph[m])) or '(none)'}")
-# cycles: SCCs (Tarjan)
-idx, low, on, st, sccs, n = {}, {}, set(), [], [], [0]
-def visit(v):
-    idx[v] = low[v] = n[0]; n[0] += 1; st.append(v); on.add(v)
-    for w in graph[v]:
-        if w not in idx: visit(w); low[v] = min(low[v], low[w])
-        elif w in on: low[v] = min(low[v], idx[w])
-    if low[v] == idx[v]:
-        c = []
-        while True:
-            w = st.pop(); on.discard(w); c.append(w)
-            if w == v: break
-        if len(c) > 1: sccs.append(sorted(c))
-sys.setrecursionlimit(10000)
-for v in sorted(graph):
-    if v not in idx: visit(v)
+def cycles(graph):
+    """Strongly connected groups of more than one module (Tarjan)."""
+    idx, low, on, st, sccs, n = {}, {}, set(), [], [], [0]
+    def visit(v):
+        idx[v] = low[v] = n[0]; n[0] += 1; st.append(v); on.add(v)
+        for w in graph[v]:
+            if w not in idx: visit(w); low[v] = min(low[v], low[w])
+            elif w in on: low[v] = min(low[v], idx[w])
+        if low[v] == idx[v]:
+            c = []
+            while True:
+                w = st.pop(); on.discard(w); c.append(w)
+                if w == v: break
+            if len(c) > 1: sccs.append(sorted(c))
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in idx: visit(v)
+    return sccs
+
+def folder_graph(folder):
+    """Inside a folder module: which sibling each file names (`super::x`,
+    `crate::folder::x`), test-only files and items skipped."""
+    d = os.path.join(root, folder)
+    skipped = test_only(d)
+    sibs = {f[:-3] for f in os.listdir(d) if f.endswith(".rs") and f != "mod.rs" and f not in skipped}
+    sibs |= {f for f in os.listdir(d) if os.path.isdir(os.path.join(d, f))}
+    g = {m: set() for m in sibs}
+    for m in sibs:
+        p = os.path.join(d, m + ".rs")
+        if not os.path.exists(p): continue
+        src = strip_tests(open(p).read())
+        for x in re.finditer(r"\b(?:super|crate::" + folder + r")::(\{[^}]*\}|\w+)", src):
+            grp = x.group(1)
+            names_ = [q.split("::")[0].strip() for q in re.split(r"[,\s]+", grp[1:-1])] if grp.startswith("{") else [grp]
+            for q in names_:
+                if q in sibs and q != m: g[m].add(q)
+    return g
+
+found = []
+sccs = cycles(graph)
 print("cycles (strongly connected groups):", sccs if sccs else "none")
 for c in sccs:
     cs = set(c)
     for a in c:
         for b in sorted(graph[a] & cs): print(f"  {a} -> {b}")
-sys.exit(1 if sccs else 0)
+found += sccs
+for folder in sorted(m for m in mods if os.path.exists(os.path.join(root, m, "mod.rs"))):
+    g = folder_graph(folder)
+    inner = cycles(g)
+    print(f"cycles inside {folder}/:", inner if inner else "none")
+    for c in inner:
+        cs = set(c)
+        for a in c:
+            for b in sorted(g[a] & cs): print(f"  {folder}::{a} -> {folder}::{b}")
+    found += inner
+sys.exit(1 if found else 0)

@@ -15,6 +15,7 @@
 //! the copy instead of being left out.
 
 use super::Store;
+pub(crate) use super::sql::reason;
 use super::sql::{Cell, Sql, args};
 use anyhow::{Context as _, bail};
 use rusqlite::types::ValueRef;
@@ -151,23 +152,6 @@ async fn connect_raw(
         .connect(tls)
         .await
         .map_err(|e| connect_error(url, &config, &e))
-}
-
-/// What the server said, on one line (tokio-postgres puts the server's
-/// message in the error's source).
-pub(crate) fn reason(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => db.message().to_owned(),
-        None => {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(s) = source {
-                text = format!("{text}: {s}");
-                source = s.source();
-            }
-            text
-        }
-    }
 }
 
 /// The schema version this binary brings the database to.

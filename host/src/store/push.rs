@@ -17,8 +17,7 @@ use crate::seal::{Key, Place};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
-/// The table of devices (sealed column `secret`).
-pub(crate) const PUSH_SUBSCRIPTIONS: &str = "push_subscriptions";
+use sealed::PUSH_SUBSCRIPTIONS;
 
 /// A device as its person sees it: never its endpoint or keys.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

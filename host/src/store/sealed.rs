@@ -25,6 +25,8 @@ pub(crate) const DEPLOYMENT_SECRETS: &str = "deployment_secrets";
 /// The table of hooks, whose webhooks keep the key deliveries are signed
 /// with.
 pub(crate) const HOOKS: &str = "hooks";
+/// The table of devices push notices go to (sealed column `secret`).
+pub(crate) const PUSH_SUBSCRIPTIONS: &str = "push_subscriptions";
 
 /// A column holding sealed values: its table, and the statements that
 /// read every value (row key as text, value) and replace one value only
@@ -48,7 +50,7 @@ const COLUMNS: &[Column] = &[
         replace: "UPDATE deployment_secrets SET value = ?2 WHERE name = ?1 AND value = ?3",
     },
     Column {
-        table: super::push::PUSH_SUBSCRIPTIONS,
+        table: PUSH_SUBSCRIPTIONS,
         read: "SELECT id, secret FROM push_subscriptions ORDER BY id",
         replace: "UPDATE push_subscriptions SET secret = ?2 WHERE id = ?1 AND secret = ?3",
     },

@@ -399,7 +399,7 @@ impl<C: deadpool_postgres::GenericClient> Postgres<'_, C> {
                 let st = self.client.prepare_cached(&text).await?;
                 go(self.client, &st, &refs).await
             })
-            .map_err(|e| anyhow::anyhow!("{} (in: {text})", super::postgres::reason(&e)))
+            .map_err(|e| anyhow::anyhow!("{} (in: {text})", reason(&e)))
     }
 }
 
@@ -441,6 +441,23 @@ fn postgres_row(r: &tokio_postgres::Row) -> anyhow::Result<Row> {
         });
     }
     Ok(Row(cells))
+}
+
+/// What the server said, on one line (tokio-postgres puts the server's
+/// message in the error's source).
+pub(crate) fn reason(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            text
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@
 //! it (still signed in as the same person).
 
 use super::AppState;
-use super::api::{ApiError, ApiResult, Body};
 use super::exposure::Seen;
+use super::reply::{ApiError, ApiResult, Body};
 use super::session::Person;
 use crate::oauth::{FLOW_TTL, Pending};
 use crate::store::SessionLookup;

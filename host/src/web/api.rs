@@ -6,6 +6,8 @@
 //! person may not see answers exactly like a chat that does not exist, so
 //! the API never confirms what it will not show.
 
+use super::reply::no_chat;
+pub(crate) use super::reply::{ApiError, ApiResult, Body, refused};
 use super::session::{Person, removal_cookie, session_cookie};
 use super::{AppState, Routes};
 use crate::access::Refusal;
@@ -20,72 +22,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum_extra::extract::cookie::CookieJar;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
-
-/// A one-line error answer.
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: crate::prompt::one_line(&message.into()),
-        }
-    }
-
-    pub(crate) fn bad(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, message)
-    }
-
-    pub fn into_response_now(self) -> Response {
-        self.into_response()
-    }
-}
-
-impl From<anyhow::Error> for ApiError {
-    fn from(e: anyhow::Error) -> Self {
-        tracing::warn!(error = %format!("{e:#}"), "web request failed");
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("internal error: {e:#}"),
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
-    }
-}
-
-/// JSON bodies whose rejection (wrong content type, bad JSON) is a one-line
-/// `{"error"}` like every other error.
-pub(crate) struct Body<T>(pub(crate) T);
-
-impl<S, T> axum::extract::FromRequest<S> for Body<T>
-where
-    T: serde::de::DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Body(v)),
-            Err(e) => Err(ApiError::new(e.status(), e.body_text())),
-        }
-    }
-}
-
-pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 pub(crate) fn routes() -> Routes {
     Routes::new()
@@ -263,16 +199,6 @@ fn action_view(shown: Shown) -> ActionView {
         revertible: shown.revertible,
         reverted_by: shown.reverted_by,
         reverts: a.reverts,
-    }
-}
-
-/// A kernel refusal that means "not yours to see" becomes a 404 worded
-/// like a missing thing; anything else is an error.
-pub(crate) fn refused(e: anyhow::Error) -> ApiError {
-    match e.downcast_ref::<Refusal>() {
-        Some(Refusal::NoSuchChat(chat)) => no_chat(chat),
-        Some(r) => ApiError::new(StatusCode::FORBIDDEN, r.to_string()),
-        None => e.into(),
     }
 }
 
@@ -581,13 +507,6 @@ async fn chats(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<Chat
                 pending: c.pending,
             })
             .collect(),
-    ))
-}
-
-fn no_chat(chat: &str) -> ApiError {
-    ApiError::not_found(format!(
-        "no chat named {:?} that you may see (it does not exist, or it is not shared with you)",
-        prompt::inline(chat)
     ))
 }
 

@@ -51,7 +51,7 @@ async fn style() -> Response {
 
 async fn not_found(uri: axum::http::Uri) -> Response {
     if uri.path().starts_with("/api/") || uri.path() == "/api" {
-        return super::api::ApiError::new(
+        return super::reply::ApiError::new(
             StatusCode::NOT_FOUND,
             "no such API endpoint; docs/api/openapi.json lists them",
         )

@@ -13,7 +13,7 @@
 //! ended; it ends too when the server stops, so stopping never waits for it.
 
 use super::AppState;
-use super::api::ApiError;
+use super::reply::ApiError;
 use super::session::Person;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -9,7 +9,7 @@
 //! party passkeys are made for. May not: authenticate anyone or decide
 //! policy (sessions are `session`'s, everything else the kernel's).
 
-use super::api::ApiError;
+use super::reply::ApiError;
 use anyhow::bail;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use ipnet::IpNet;

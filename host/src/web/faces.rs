@@ -17,7 +17,7 @@
 //! runs the call (a turn of the person, through every gate), and the
 //! actions it staged are shown as the kernel renders them for the inbox.
 
-use super::api::{ApiError, ApiResult, Body, refused};
+use super::reply::{ApiError, ApiResult, Body, refused};
 use super::session::Person;
 use super::{AppState, Routes};
 use axum::Json;

@@ -8,7 +8,7 @@
 //! kernel verifies the delivery and runs the turn (`crate::hooks`).
 
 use super::AppState;
-use super::api::ApiError;
+use super::reply::ApiError;
 use crate::hooks::{DeliveryRefusal, MAX_DELIVERY_BYTES, SIGNATURE_HEADER};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, State};

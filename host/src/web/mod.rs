@@ -38,6 +38,7 @@ mod oidc;
 mod passkey;
 mod push;
 mod ratelimit;
+mod reply;
 mod requests;
 mod session;
 mod signin;

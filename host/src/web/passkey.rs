@@ -7,8 +7,9 @@
 //! that cannot carry passkeys (an address such as `127.0.0.1`) is told
 //! where they work.
 
-use super::api::{ApiError, ApiResult, Body, SessionView, signed_in};
+use super::api::{SessionView, signed_in};
 use super::exposure::{Answering, Seen};
+use super::reply::{ApiError, ApiResult, Body};
 use super::session::Person;
 use super::{AppState, Routes};
 use crate::kernel::Kernel;

@@ -9,7 +9,7 @@
 //! CSRF token, like the rest of the API (`session.rs`); a person only ever
 //! sees and removes their own devices.
 
-use super::api::{ApiError, ApiResult};
+use super::reply::{ApiError, ApiResult};
 use super::session::Person;
 use super::{AppState, Config, Routes};
 use crate::kernel::Kernel;

@@ -10,8 +10,8 @@
 //! Owns the limiter and its answer. May not: decide anything about the
 //! sign-in itself.
 
-use super::api::ApiError;
 use super::exposure::Seen;
+use super::reply::ApiError;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};

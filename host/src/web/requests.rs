@@ -10,7 +10,7 @@
 //! gated steps run), so it runs to completion whatever the client does.
 
 use super::AppState;
-use super::api::{ApiError, ApiResult, refused};
+use super::reply::{ApiError, ApiResult, refused};
 use super::session::Person;
 use crate::access::Refusal;
 use crate::workflow::{RequestDecision, RunSummary, ShownRequest};

@@ -11,7 +11,7 @@
 //! ceremony id, signs nobody in ([`oidc_cookie`] says why it is Lax).
 
 use super::AppState;
-use super::api::ApiError;
+use super::reply::ApiError;
 use crate::store::SessionLookup;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;

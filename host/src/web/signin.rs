@@ -6,8 +6,8 @@
 //! Only HTTP and static files: every sign-in is the kernel's
 //! (`crate::signin`).
 
-use super::api::ApiResult;
 use super::exposure::Seen;
+use super::reply::ApiResult;
 use super::{AppState, Routes};
 use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, Method, header};
