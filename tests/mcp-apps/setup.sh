@@ -6,7 +6,7 @@
 #   ${GATEHOUSE_TOOLS_DIR:-${CARGO_TARGET_DIR:-target}/tools}/mcp-apps
 #
 # and bundles host.js there as host.bundle.js, where
-# tests/tests/e2e/faces_mcp_app.rs finds it. Idempotent: npm runs only when
+# tests/tests/e2e/f_faces/faces_mcp_app.rs finds it. Idempotent: npm runs only when
 # the pinned list changed; the bundle is rebuilt every time (it takes well
 # under a second). Reaches only npm.
 set -euo pipefail

@@ -4,7 +4,7 @@
 #
 #   ${GATEHOUSE_TOOLS_DIR:-${CARGO_TARGET_DIR:-target}/tools}/web/node_modules
 #
-# where tests/tests/e2e/web_browser.rs finds axe.min.js. Idempotent: it is
+# where tests/tests/e2e/surfaces/web_browser.rs finds axe.min.js. Idempotent: it is
 # reinstalled only when the pinned list changed. Reaches only npm.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

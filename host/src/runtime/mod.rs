@@ -32,7 +32,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// With the scan, wasmtime finds the pages the instance dirtied and resets
 /// only those to the component's initial image, up to this many bytes, and
 /// returns the rest as before. The reset is wasmtime's own: a new instance
-/// still sees only its initial memory (`sandbox::a_fresh_instance_remembers_nothing`).
+/// still sees only its initial memory (`x_sandbox::sandbox::a_fresh_instance_remembers_nothing`).
 /// One MiB covers a Rust guest's stack top and heap; a slot keeps at most
 /// this much resident, and only the slots in use.
 const KEEP_RESIDENT: usize = 1 << 20;

@@ -1,46 +1,25 @@
-//! End-to-end tests, one module per SPEC area. One binary, so the kernel
-//! and wasmtime are linked once.
+//! End-to-end tests, in folders by SPEC letter (`c_capabilities/`, ...),
+//! then the deployment and the surfaces. One binary, so the kernel and
+//! wasmtime are linked once. Run one area with its folder's name as the
+//! filter: `cargo test -p gatehouse-e2e --test e2e -- c_capabilities::`.
 
-mod actions;
-mod apply;
-mod assistant;
-mod audit;
-mod auto_approval;
-mod blueprints;
-mod caps;
+mod a_action_path;
+mod b_blueprints;
+mod c_capabilities;
 mod chromium;
-mod classification;
-mod cli;
-mod database;
-mod demo;
-mod exactly_once;
-mod expiry;
-mod faces;
-mod faces_mcp_app;
-mod hooks;
-mod hostile_input;
-mod hostile_ops;
-mod hostile_web;
-mod hosts;
-mod install;
-mod introductions;
-mod languages;
-mod lockdown;
-mod mcp;
-mod mcp_serve;
-mod model;
-mod notices;
-mod oauth;
-mod pending_visibility;
-mod push;
-mod revert;
-mod sandbox;
-mod secrets;
-mod sharing;
-mod side_doors;
-mod storage;
-mod web_api;
-mod web_browser;
-mod web_exposure;
-mod web_signin;
-mod workflows;
+mod deployment;
+mod f_faces;
+mod g_workflows;
+mod h_hooks_revert_expiry;
+mod k_classification;
+mod l_ledger;
+mod m_mcp;
+mod o_observations;
+mod p_apply;
+mod r_prompt;
+mod s_sharing;
+mod surfaces;
+mod u_auto_approval;
+mod v_pending;
+mod w_who;
+mod x_sandbox;

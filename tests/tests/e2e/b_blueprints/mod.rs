@@ -1,0 +1,3 @@
+//! SPEC B: blueprints.
+
+pub(crate) mod blueprints;

@@ -1,0 +1,4 @@
+//! SPEC F: gadget faces.
+
+pub(crate) mod faces;
+pub(crate) mod faces_mcp_app;

@@ -1,0 +1,3 @@
+//! SPEC G: scoped approvals as signed grants.
+
+pub(crate) mod workflows;

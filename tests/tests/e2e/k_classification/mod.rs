@@ -1,0 +1,3 @@
+//! SPEC K: classification, one trust boundary.
+
+pub(crate) mod classification;

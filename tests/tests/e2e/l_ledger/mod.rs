@@ -1,0 +1,3 @@
+//! SPEC L: the ledger and audit queries.
+
+pub(crate) mod audit;

@@ -1,0 +1,4 @@
+//! SPEC M: MCP in both directions.
+
+pub(crate) mod mcp;
+pub(crate) mod mcp_serve;

@@ -1,0 +1,4 @@
+//! SPEC P: apply at most once.
+
+pub(crate) mod apply;
+pub(crate) mod exactly_once;

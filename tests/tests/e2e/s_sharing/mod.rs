@@ -1,0 +1,3 @@
+//! SPEC S: sharing and observers.
+
+pub(crate) mod sharing;

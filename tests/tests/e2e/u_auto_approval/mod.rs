@@ -1,0 +1,3 @@
+//! SPEC U: auto-approval, two keys.
+
+pub(crate) mod auto_approval;

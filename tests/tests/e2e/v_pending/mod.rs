@@ -1,0 +1,4 @@
+//! SPEC V: pending work shown honestly, to people and to a model.
+
+pub(crate) mod assistant;
+pub(crate) mod pending_visibility;
