@@ -50,22 +50,16 @@ fn main() {
         roots,
         ..test_limits()
     });
-    w.kernel.put_secret("mcp-token", TOKEN).expect("secret");
-    let bytes = std::fs::read(gatehouse_e2e::guest("mcp")).expect("guest built");
-    rt.block_on(w.kernel.add_gatekeeper(
+    rt.block_on(w.front(
         "svc",
-        &bytes,
+        "mcp",
         Trust::Byo,
         vec![format!("localhost:{}", relay.port)],
-        Some("mcp-token".into()),
+        Some(("mcp-token", TOKEN)),
         vec![("url".into(), url.clone())],
-        &|_| {},
     ))
     .expect("the mcp gatekeeper is added over TLS through the relay");
-    w.kernel.new_chat("bench", "alice").expect("chat");
-    w.kernel
-        .introduce("bench", "svc", "SVC", None, "alice")
-        .expect("introduce");
+    w.chat_with("bench", "alice", &[("svc", "SVC")]);
 
     let serve = McpHttpServe::start_with(
         w.home(),

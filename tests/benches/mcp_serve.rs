@@ -31,22 +31,16 @@ fn main() {
 
     let server = McpServer::start(TOKEN);
     let w = World::new();
-    w.kernel.put_secret("mcp-token", TOKEN).expect("secret");
-    let bytes = std::fs::read(gatehouse_e2e::guest("mcp")).expect("guest built");
-    rt.block_on(w.kernel.add_gatekeeper(
+    rt.block_on(w.front(
         "svc",
-        &bytes,
+        "mcp",
         Trust::Byo,
         vec![server.host()],
-        Some("mcp-token".into()),
+        Some(("mcp-token", TOKEN)),
         vec![("url".into(), server.url())],
-        &|_| {},
     ))
     .expect("the mcp gatekeeper is added");
-    w.kernel.new_chat("bench", "alice").expect("chat");
-    w.kernel
-        .introduce("bench", "svc", "SVC", None, "alice")
-        .expect("introduce");
+    w.chat_with("bench", "alice", &[("svc", "SVC")]);
 
     // The client negotiates per connection: `legacy` is the initialize
     // handshake (protocol 2025-11-25, what the `mcp` gatekeeper speaks to

@@ -211,22 +211,58 @@ impl World {
         trust: Trust,
         settings: Vec<(String, String)>,
     ) {
-        self.kernel
-            .put_secret("tracker-token", TOKEN)
-            .expect("secret stored");
+        self.front(
+            name,
+            component,
+            trust,
+            vec![self.tracker.host()],
+            Some(("tracker-token", TOKEN)),
+            settings,
+        )
+        .await
+        .expect("the gatekeeper is added");
+    }
+
+    /// Add gatekeeper `name` from the guest `component` in front of any
+    /// service: reaching `hosts`, with `secret` (name, value) stored and
+    /// given as its operator credential, and `settings`. The kernel's
+    /// answer, so that a test of a refusal can read it.
+    pub async fn front(
+        &self,
+        name: &str,
+        component: &str,
+        trust: Trust,
+        hosts: Vec<String>,
+        secret: Option<(&str, &str)>,
+        settings: Vec<(String, String)>,
+    ) -> anyhow::Result<()> {
+        if let Some((secret, value)) = secret {
+            self.kernel.put_secret(secret, value)?;
+        }
         let bytes = std::fs::read(guest(component)).expect("guest built");
         self.kernel
             .add_gatekeeper(
                 name,
                 &bytes,
                 trust,
-                vec![self.tracker.host()],
-                Some("tracker-token".into()),
+                hosts,
+                secret.map(|(s, _)| s.to_owned()),
                 settings,
                 &|_| {},
             )
             .await
-            .expect("the gatekeeper is added");
+            .map(drop)
+    }
+
+    /// Chat `chat` of `owner`, with each `(gatekeeper, key)` introduced
+    /// (every tool granted).
+    pub fn chat_with(&self, chat: &str, owner: &str, introduced: &[(&str, &str)]) {
+        self.kernel.new_chat(chat, owner).expect("chat");
+        for (gatekeeper, key) in introduced {
+            self.kernel
+                .introduce(chat, gatekeeper, key, None, owner)
+                .expect("introduce");
+        }
     }
 
     /// The usual setup: `script` and `triage` installed, the `issues`
@@ -257,10 +293,7 @@ impl World {
         self.install("triage");
         self.add_gatekeeper_with("issues", "issues", trust, settings)
             .await;
-        self.kernel.new_chat("work", "alice").expect("chat");
-        self.kernel
-            .introduce("work", "issues", "ISSUES", None, "alice")
-            .expect("introduce");
+        self.chat_with("work", "alice", &[("issues", "ISSUES")]);
     }
 
     /// Run the `script` gadget with these steps; returns its JSON answer.

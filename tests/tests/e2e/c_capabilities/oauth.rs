@@ -34,25 +34,18 @@ async fn oauth_world() -> OAuthWorld {
     let server = OAuthMcpServer::start(&issuer.issuer, OPERATOR);
     let w = World::new();
     w.install("script");
-    w.kernel.put_secret("mcp-operator", OPERATOR).unwrap();
-    let bytes = std::fs::read(guest("mcp")).expect("guest built");
-    w.kernel
-        .add_gatekeeper(
-            "svc",
-            &bytes,
-            Trust::Byo,
-            vec![server.host()],
-            Some("mcp-operator".into()),
-            vec![("url".into(), server.url())],
-            &|_| {},
-        )
-        .await
-        .expect("the mcp gatekeeper is added");
+    w.front(
+        "svc",
+        "mcp",
+        Trust::Byo,
+        vec![server.host()],
+        Some(("mcp-operator", OPERATOR)),
+        vec![("url".into(), server.url())],
+    )
+    .await
+    .expect("the mcp gatekeeper is added");
     w.kernel.add_user("alice").unwrap();
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "svc", "SVC", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("svc", "SVC")]);
     OAuthWorld { w, server, issuer }
 }
 
@@ -657,10 +650,7 @@ async fn an_operator_signs_in_once_to_add_a_server_that_takes_only_oauth() {
     );
 
     // The owner's read goes out under it, refreshed when it expires.
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "svc", "SVC", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("svc", "SVC")]);
     let answer = read(&w).await;
     assert_eq!(
         answer[0]["done"]["content"][0]["text"], "item 7",

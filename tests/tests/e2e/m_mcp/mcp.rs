@@ -17,24 +17,10 @@ async fn mcp_world(trust: Trust) -> (World, McpServer) {
     let server = McpServer::start(TOKEN);
     let w = World::new();
     w.install("script");
-    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
-    let bytes = std::fs::read(guest("mcp")).expect("guest built");
-    w.kernel
-        .add_gatekeeper(
-            "svc",
-            &bytes,
-            trust,
-            vec![server.host()],
-            Some("mcp-token".into()),
-            vec![("url".into(), server.url())],
-            &|_| {},
-        )
+    add_mcp(&w, trust, &server.host(), &server.url())
         .await
         .expect("the mcp gatekeeper is added");
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "svc", "SVC", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("svc", "SVC")]);
     (w, server)
 }
 
@@ -415,18 +401,12 @@ fn call_sessions(server: &McpServer) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn reads_resume_one_held_session_per_chat_and_account_and_a_send_sets_up_its_own() {
     let (w, server) = mcp_world(Trust::Byo).await;
-    w.kernel.new_chat("home", "alice").unwrap();
-    w.kernel
-        .introduce("home", "svc", "SVC", None, "alice")
-        .unwrap();
+    w.chat_with("home", "alice", &[("svc", "SVC")]);
     w.kernel.add_user("bob").unwrap();
     w.kernel
         .connect_account("bob", "svc", "main", TOKEN, true)
         .unwrap();
-    w.kernel.new_chat("bobs", "bob").unwrap();
-    w.kernel
-        .introduce("bobs", "svc", "SVC", None, "bob")
-        .unwrap();
+    w.chat_with("bobs", "bob", &[("svc", "SVC")]);
     // Adding the gatekeeper read the tool list over a session of its own.
     let base = server.initializations();
     let read = |chat: &'static str, id: i64| {
@@ -492,22 +472,18 @@ async fn reads_resume_one_held_session_per_chat_and_account_and_a_send_sets_up_i
     );
 }
 
-/// Add the `mcp` gatekeeper in front of `server` (served over HTTPS).
-async fn add_tls(w: &World, server: &McpServer) -> anyhow::Result<()> {
-    let bytes = std::fs::read(guest("mcp")).expect("guest built");
-    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
-    w.kernel
-        .add_gatekeeper(
-            "svc",
-            &bytes,
-            Trust::Byo,
-            vec![server.host()],
-            Some("mcp-token".into()),
-            vec![("url".into(), server.url())],
-            &|_| {},
-        )
-        .await
-        .map(drop)
+/// Add the `mcp` gatekeeper `svc` in front of the server at `url`, on
+/// `host`, with the test's token.
+async fn add_mcp(w: &World, trust: Trust, host: &str, url: &str) -> anyhow::Result<()> {
+    w.front(
+        "svc",
+        "mcp",
+        trust,
+        vec![host.to_owned()],
+        Some(("mcp-token", TOKEN)),
+        vec![("url".into(), url.to_owned())],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -518,7 +494,7 @@ async fn a_private_authority_is_trusted_only_where_the_operator_names_it() {
     let server = McpServer::start_tls(TOKEN, &ca.cert, &ca.key);
     // The web's roots alone do not vouch for the test's authority.
     let w = World::new();
-    let refused = add_tls(&w, &server)
+    let refused = add_mcp(&w, Trust::Byo, &server.host(), &server.url())
         .await
         .expect_err("an unknown authority is refused");
     assert!(format!("{refused:#}").contains("initialize"), "{refused:#}");
@@ -529,11 +505,10 @@ async fn a_private_authority_is_trusted_only_where_the_operator_names_it() {
         ..gatehouse_e2e::test_limits()
     });
     w.install("script");
-    add_tls(&w, &server).await.expect("added over TLS");
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "svc", "SVC", None, "alice")
-        .unwrap();
+    add_mcp(&w, Trust::Byo, &server.host(), &server.url())
+        .await
+        .expect("added over TLS");
+    w.chat_with("work", "alice", &[("svc", "SVC")]);
     let out = w
         .script("work", json!([call("SVC", "get_item", json!({"id": 3}))]))
         .await;
@@ -568,24 +543,10 @@ async fn reads_answered_as_event_streams_keep_their_connection() {
     let at = format!("127.0.0.1:{}", relay.port);
     let w = World::new();
     w.install("script");
-    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
-    let bytes = std::fs::read(guest("mcp")).expect("guest built");
-    w.kernel
-        .add_gatekeeper(
-            "svc",
-            &bytes,
-            Trust::Byo,
-            vec![at.clone()],
-            Some("mcp-token".into()),
-            vec![("url".into(), format!("http://{at}/mcp"))],
-            &|_| {},
-        )
+    add_mcp(&w, Trust::Byo, &at, &format!("http://{at}/mcp"))
         .await
         .expect("added through the relay");
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "svc", "SVC", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("svc", "SVC")]);
     let before = relay.connections();
     for id in 1..=5 {
         let out = w
