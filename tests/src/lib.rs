@@ -254,15 +254,78 @@ impl World {
             .map(drop)
     }
 
+    /// [`World::front`] as most tests use it: gatekeeper `name` from the
+    /// guest of the same name, as `trust`, reaching the one `host`, with
+    /// `secret` (name, value) stored as its operator credential.
+    pub async fn front_service(
+        &self,
+        name: &str,
+        trust: Trust,
+        host: String,
+        secret: (&str, &str),
+    ) {
+        self.front(name, name, trust, vec![host], Some(secret), Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("gatekeeper {name:?} is not added: {e:#}"));
+    }
+
     /// Chat `chat` of `owner`, with each `(gatekeeper, key)` introduced
-    /// (every tool granted).
-    pub fn chat_with(&self, chat: &str, owner: &str, introduced: &[(&str, &str)]) {
+    /// (every tool granted). Chainable, like [`World::users`] and
+    /// [`World::connect`], so that a world's people, accounts and chats
+    /// read as one setup.
+    pub fn chat_with(&self, chat: &str, owner: &str, introduced: &[(&str, &str)]) -> &World {
         self.kernel.new_chat(chat, owner).expect("chat");
+        self.introduce(chat, owner, introduced)
+    }
+
+    /// Each `(gatekeeper, key)` introduced into `chat` by `owner` (every
+    /// tool granted).
+    pub fn introduce(&self, chat: &str, owner: &str, introduced: &[(&str, &str)]) -> &World {
         for (gatekeeper, key) in introduced {
             self.kernel
                 .introduce(chat, gatekeeper, key, None, owner)
                 .expect("introduce");
         }
+        self
+    }
+
+    /// These people known to the deployment, in this order.
+    pub fn users(&self, people: &[&str]) -> &World {
+        for person in people {
+            self.kernel.add_user(person).expect("user");
+        }
+        self
+    }
+
+    /// `person`'s own `token` connected as their account `main` at
+    /// `gatekeeper` (`default`: made their default account there).
+    pub fn connect(&self, person: &str, gatekeeper: &str, token: &str, default: bool) -> &World {
+        self.kernel
+            .connect_account(person, gatekeeper, "main", token, default)
+            .expect("the account connects");
+        self
+    }
+
+    /// A world where `person` has an account of their own at the tracker:
+    /// the tracker also takes their `token`, `gadgets` are installed, the
+    /// `issues` gatekeeper is added as `trust` (with the operator's
+    /// token), `people` are known, and `token` is connected as `person`'s
+    /// account at `issues` (`default`: made their default there). No chat
+    /// yet: [`World::chat_with`] says whose, with what.
+    pub async fn with_account(
+        gadgets: &[&str],
+        trust: Trust,
+        people: &[&str],
+        (person, token): (&str, &str),
+        default: bool,
+    ) -> World {
+        let w = World::with_tokens(&[token]);
+        for gadget in gadgets {
+            w.install(gadget);
+        }
+        w.add_gatekeeper("issues", "issues", trust).await;
+        w.users(people).connect(person, "issues", token, default);
+        w
     }
 
     /// The usual setup: `script` and `triage` installed, the `issues`

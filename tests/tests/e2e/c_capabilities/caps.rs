@@ -170,10 +170,7 @@ async fn a_result_over_128_kib_is_replaced_by_a_note_and_a_smaller_one_is_kept()
     let w = World::new();
     w.install("script");
     w.add_gatekeeper("rogue", "rogue", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").expect("chat");
-    w.kernel
-        .introduce("work", "rogue", "ROGUE", None, "alice")
-        .expect("introduce");
+    w.chat_with("work", "alice", &[("rogue", "ROGUE")]);
     let out = w
         .script(
             "work",
@@ -318,9 +315,7 @@ async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
     // An action whose input schema admits any object: the kernel checks
     // arguments against the tool's schema before staging.
     w.add_gatekeeper("overflow", "overflow", Trust::Byo).await;
-    w.kernel
-        .introduce("work", "overflow", "OVER", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[("overflow", "OVER")]);
     let args = args_of_exponents(65536);
     let over = args_of_exponents(65537);
     let input = json!({"steps": [
@@ -357,9 +352,7 @@ async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() 
     let w = World::standard(Trust::Byo).await;
     let k = &w.kernel;
     k.add_user("bob").unwrap();
-    k.new_chat("bobs", "bob").unwrap();
-    k.introduce("bobs", "issues", "ISSUES", None, "bob")
-        .unwrap();
+    w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
 
     // Alice's one write is approved and sent.
     let mine = stage_issues(&w, 1, "alice's").await[0];
@@ -462,9 +455,7 @@ async fn concurrent_stages_share_commits_yet_the_cap_holds_and_each_answer_is_it
     use gatehouse::kernel::{CallError, CallOutcome, Turn};
     let w = World::standard(Trust::Byo).await;
     let k = &w.kernel;
-    k.new_chat("other", "alice").unwrap();
-    k.introduce("other", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("other", "alice", &[("issues", "ISSUES")]);
 
     // 60 stagers race for "work" (cap 50) while 30 stage into "other".
     let mut tasks = tokio::task::JoinSet::new();

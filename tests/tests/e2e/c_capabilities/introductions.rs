@@ -9,8 +9,9 @@ async fn a_gadget_sees_only_what_was_introduced_to_its_chat() {
     let w = World::new();
     w.install("script");
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel.new_chat("other", "alice").unwrap();
+    // Both chats start with nothing introduced.
+    w.chat_with("work", "alice", &[])
+        .chat_with("other", "alice", &[]);
 
     let before = w
         .script(
@@ -22,9 +23,7 @@ async fn a_gadget_sees_only_what_was_introduced_to_its_chat() {
     assert_eq!(before[1]["error"]["kind"], "unknown-key");
     assert_eq!(w.tracker.requests().len(), 0, "nothing reached the service");
 
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[("issues", "ISSUES")]);
     let after = w
         .script(
             "work",
@@ -137,10 +136,7 @@ async fn every_call_records_its_caller() {
 async fn alices_work() -> (World, gatehouse::kernel::Turn) {
     let w = World::new();
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let turn =
         gatehouse::kernel::Turn::new("script", "work", gatehouse::Principal::person("alice"));
     (w, turn)

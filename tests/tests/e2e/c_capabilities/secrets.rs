@@ -98,12 +98,9 @@ fn deployment_secrets(db: &Path, key: &Key) -> Vec<(String, String)> {
 /// the idempotency secret (made at open) and the certificate authority's
 /// key (made by a workflow's start). Returns the webhook's signing key.
 async fn with_every_secret(w: &World) -> String {
+    w.users(&["alice", "bob"])
+        .connect("bob", "issues", BOB, true);
     let k = &w.kernel;
-    for person in ["alice", "bob"] {
-        k.add_user(person).unwrap();
-    }
-    k.connect_account("bob", "issues", "main", BOB, true)
-        .unwrap();
     let added: Value = serde_json::from_str(&ok(w.cli(&[
         "hook",
         "add",
@@ -149,10 +146,7 @@ async fn a_homes_secrets_never_rest_in_plaintext() {
     w.install("script");
     w.install("triage");
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let signing = with_every_secret(&w).await;
 
     let key = Key::from_file(&w.home().join("gatehouse.key")).expect("the home's own key");
@@ -339,18 +333,15 @@ async fn rotation_moves_every_secret_to_the_new_key_and_the_old_is_refused() {
 /// still works: an approval is sent with the person's own token.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_older_homes_plaintext_is_sealed_on_open_and_still_sends() {
-    let w = World::with_tokens(&[BOB]);
-    w.install("script");
-    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    let k = &w.kernel;
-    for person in ["alice", "bob"] {
-        k.add_user(person).unwrap();
-    }
-    k.connect_account("bob", "issues", "main", BOB, true)
-        .unwrap();
-    k.new_chat("work", "bob").unwrap();
-    k.introduce("work", "issues", "ISSUES", None, "bob")
-        .unwrap();
+    let w = World::with_account(
+        &["script"],
+        Trust::Byo,
+        &["alice", "bob"],
+        ("bob", BOB),
+        true,
+    )
+    .await;
+    w.chat_with("work", "bob", &[("issues", "ISSUES")]);
     // The chat is bob's: his turns use his own account.
     let out = w
         .script(

@@ -354,18 +354,16 @@ fn postgres_rows(db: &str, table: &str, columns: &[String]) -> (usize, String) {
 /// observation set, a chat shared with a collaborator who opened it, and a
 /// workflow run waiting on its approval request.
 async fn lived_in_home() -> (World, Vec<(i64, ActionState)>) {
-    let w = World::with_tokens(&[BOB]);
+    let w = World::with_account(
+        &["script"],
+        Trust::Byo,
+        &["alice", "bob"],
+        ("bob", BOB),
+        true,
+    )
+    .await;
     let k = &w.kernel;
-    w.install("script");
-    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    for person in ["alice", "bob"] {
-        k.add_user(person).unwrap();
-    }
-    k.connect_account("bob", "issues", "main", BOB, true)
-        .unwrap();
-    k.new_chat("work", "alice").unwrap();
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
 
     let out = w
         .script(
@@ -394,9 +392,7 @@ async fn lived_in_home() -> (World, Vec<(i64, ActionState)>) {
         .unwrap();
 
     // An action that expired before anyone decided it.
-    k.new_chat("old", "alice").unwrap();
-    k.introduce("old", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("old", "alice", &[("issues", "ISSUES")]);
     let o = w.cli(&["chat", "set", "old", "--expire-after", "1s"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = w

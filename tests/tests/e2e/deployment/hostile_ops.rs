@@ -355,23 +355,17 @@ async fn a_closed_pipe_never_panics_a_command() {
 async fn numbers_reach_the_approver_exactly_as_they_will_be_sent() {
     let w = World::new();
     w.install("script");
-    let bytes = std::fs::read(guest("overflow")).unwrap();
-    w.kernel
-        .add_gatekeeper(
-            "overflow",
-            &bytes,
-            Trust::Byo,
-            vec![w.tracker.host()],
-            None,
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .unwrap();
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "overflow", "OVER", None, "alice")
-        .unwrap();
+    w.front(
+        "overflow",
+        "overflow",
+        Trust::Byo,
+        vec![w.tracker.host()],
+        None,
+        Vec::new(),
+    )
+    .await
+    .expect("the gatekeeper is added");
+    w.chat_with("work", "alice", &[("overflow", "OVER")]);
     // Numbers past what every reader reads alike are refused (what the
     // approver is shown must be what the service acts on); every number
     // within it reaches the approver and the service as written, digit for

@@ -24,24 +24,11 @@ async fn fixture() -> Fixture {
     let w = World::new();
     w.install("script");
     let cloud = Cloud::builder().token(TOKEN).start().expect("cloud starts");
-    let k = &w.kernel;
-    k.put_secret("cloud-token", TOKEN).unwrap();
-    let bytes = std::fs::read(gatehouse_e2e::guest("cloud")).expect("guest built");
-    k.add_gatekeeper(
-        "cloud",
-        &bytes,
-        Trust::Byo,
-        vec![cloud.host()],
-        Some("cloud-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .expect("gatekeeper added");
+    let credential = ("cloud-token", TOKEN);
+    w.front_service("cloud", Trust::Byo, cloud.host(), credential)
+        .await;
     // The approvers the runs name.
-    for person in ["alice", "carol", "dave"] {
-        k.add_user(person).unwrap();
-    }
+    w.users(&["alice", "carol", "dave"]);
     Fixture { w, cloud }
 }
 
@@ -526,19 +513,9 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
         .account("wh-owner-1", &["*"])
         .start()
         .expect("warehouse starts");
-    k.put_secret("wh-token", "wh-owner-1").unwrap();
-    let bytes = std::fs::read(gatehouse_e2e::guest("warehouse")).unwrap();
-    k.add_gatekeeper(
-        "warehouse",
-        &bytes,
-        Trust::Byo,
-        vec![warehouse.host()],
-        Some("wh-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
+    let credential = ("wh-token", "wh-owner-1");
+    w.front_service("warehouse", Trust::Byo, warehouse.host(), credential)
+        .await;
     k.add_user("carol").unwrap();
     publish(
         &w,
@@ -886,9 +863,7 @@ async fn log_approved_by_lists_the_workflow_requests_a_person_approved() {
     let Fixture { w, cloud: _cloud } = fixture().await;
     let k = &w.kernel;
     // An action alice approves by hand, in a chat of her own.
-    k.new_chat("work", "alice").unwrap();
-    k.introduce("work", "cloud", "CLOUD", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("cloud", "CLOUD")]);
     let out = w
         .script(
             "work",

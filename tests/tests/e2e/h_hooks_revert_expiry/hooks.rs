@@ -56,9 +56,7 @@ fn firings(w: &World, hook: i64) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     let w = World::standard(Trust::Byo).await;
-    for p in ["alice", "bob"] {
-        w.kernel.add_user(p).unwrap();
-    }
+    w.users(&["alice", "bob"]);
     let server = serve(&w).await;
     let base = server.url();
 

@@ -318,10 +318,7 @@ pub(crate) async fn open_stream(api: &Api) -> hyper::Response<hyper::body::Incom
 #[tokio::test(flavor = "multi_thread")]
 async fn live_view_tells_each_person_only_of_chats_they_may_see() {
     let w = people_world(Trust::Byo).await;
-    w.kernel.new_chat("bobs", "bob").unwrap();
-    w.kernel
-        .introduce("bobs", "issues", "ISSUES", None, "bob")
-        .unwrap();
+    w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
     let server = crate::surfaces::web_api::serve(&w).await;
     let alice = Api::signed_in(&w, &server.url(), "alice").await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;

@@ -499,10 +499,7 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
     let w = people_world(Trust::Byo).await;
-    w.kernel.new_chat("bobs", "bob").unwrap();
-    w.kernel
-        .introduce("bobs", "issues", "ISSUES", None, "bob")
-        .unwrap();
+    w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
     assert!(w.kernel.share("work", "bob", "alice", true).unwrap());
     let service = StandIn::start().await;
     let server = serve_with_push(&w, &service, Destinations::AlsoPrivate).await;

@@ -301,18 +301,10 @@ async fn a_revert_that_meets_a_world_that_moved_on_fails_like_any_action() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn who_may_revert_is_who_may_decide_and_it_goes_out_with_their_own_account() {
-    let w = World::with_tokens(&[BOB_TOKEN]);
-    w.install("script");
-    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    let people = ["alice", "bob", "mallory"];
+    let w = World::with_account(&["script"], Trust::Byo, &people, ("bob", BOB_TOKEN), false).await;
     let k = &w.kernel;
-    for p in ["alice", "bob", "mallory"] {
-        k.add_user(p).unwrap();
-    }
-    k.connect_account("bob", "issues", "main", BOB_TOKEN, false)
-        .unwrap();
-    k.new_chat("work", "alice").unwrap();
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let original = labelled(&w, 1, "shared").await;
     k.share("work", "bob", "alice", false).unwrap();
     let opened = k

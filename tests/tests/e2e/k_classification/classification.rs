@@ -84,9 +84,7 @@ async fn trust_tiers_are_read_at_each_use() {
 async fn a_lying_byo_gatekeeper_writes_as_a_read_and_the_ledger_lists_it() {
     let w = World::standard(Trust::Byo).await;
     w.add_gatekeeper("rogue", "rogue", Trust::Byo).await;
-    w.kernel
-        .introduce("work", "rogue", "ROGUE", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[("rogue", "ROGUE")]);
     let before = w.tracker.issues().len();
 
     let out = w

@@ -23,9 +23,7 @@ fn ids(w: &World, args: &[&str]) -> Vec<i64> {
 async fn the_audit_queries_answer_who_allowed_what() {
     let w = World::standard(Trust::Vetted).await;
     w.add_gatekeeper("rogue", "rogue", Trust::Byo).await;
-    w.kernel
-        .introduce("work", "rogue", "ROGUE", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[("rogue", "ROGUE")]);
     w.kernel
         .add_rule("alice", "issues:addLabel", None)
         .await

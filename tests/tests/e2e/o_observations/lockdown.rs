@@ -19,38 +19,17 @@ pub(crate) struct Lockdown {
 pub(crate) async fn lockdown_world() -> Lockdown {
     let w = World::standard(Trust::Vetted).await;
     let warehouse = Warehouse::builder().account(OWNER, &["*"]).start().unwrap();
-    let k = &w.kernel;
-    k.put_secret("warehouse-token", OWNER).unwrap();
-    let bytes = |name: &str| std::fs::read(gatehouse_e2e::guest(name)).unwrap();
     // Vetted: its tools' closed-world claim is believed under the latch.
-    k.add_gatekeeper(
-        "warehouse",
-        &bytes("warehouse"),
-        Trust::Vetted,
-        vec![warehouse.host()],
-        Some("warehouse-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    k.add_gatekeeper(
-        "web",
-        &bytes("webfetch"),
-        Trust::Byo,
-        vec![w.tracker.host()],
-        Some("tracker-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    k.introduce("work", "warehouse", "WAREHOUSE", None, "alice")
-        .unwrap();
-    k.introduce("work", "web", "WEB", None, "alice").unwrap();
-    k.new_chat("other", "alice").unwrap();
-    k.introduce("other", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    let credential = ("warehouse-token", OWNER);
+    w.front_service("warehouse", Trust::Vetted, warehouse.host(), credential)
+        .await;
+    w.add_gatekeeper("webfetch", "web", Trust::Byo).await;
+    w.introduce(
+        "work",
+        "alice",
+        &[("warehouse", "WAREHOUSE"), ("web", "WEB")],
+    );
+    w.chat_with("other", "alice", &[("issues", "ISSUES")]);
     Lockdown { w, warehouse }
 }
 

@@ -341,22 +341,17 @@ async fn reads_reuse_a_kept_connection_and_every_send_opens_its_own() {
     w.install("script");
     let (host, connections) = counting_proxy(w.tracker.addr()).await;
     let k = &w.kernel;
-    k.put_secret("tracker-token", gatehouse_e2e::TOKEN).unwrap();
-    let bytes = std::fs::read(gatehouse_e2e::guest("issues")).unwrap();
-    k.add_gatekeeper(
+    w.front(
         "issues",
-        &bytes,
+        "issues",
         Trust::Byo,
         vec![host],
-        Some("tracker-token".into()),
+        Some(("tracker-token", gatehouse_e2e::TOKEN)),
         Vec::new(),
-        &|_| {},
     )
     .await
-    .unwrap();
-    k.new_chat("work", "alice").unwrap();
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    .expect("the gatekeeper is added");
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let count = || connections.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(count(), 0);
 

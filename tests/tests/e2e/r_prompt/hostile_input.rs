@@ -214,26 +214,18 @@ async fn overflow_world(service: &str, secret: bool) -> World {
     let w = World::new();
     w.install("script");
     w.install("hostile");
-    if secret {
-        w.kernel.put_secret("echo-token", SECRET).unwrap();
-    }
-    let bytes = std::fs::read(guest("overflow")).expect("overflow built");
-    w.kernel
-        .add_gatekeeper(
-            "overflow",
-            &bytes,
-            Trust::Byo,
-            vec![service.to_owned()],
-            secret.then(|| "echo-token".to_owned()),
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .expect("the overflow gatekeeper is added");
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "overflow", "OVER", None, "alice")
-        .unwrap();
+    let secret = secret.then_some(("echo-token", SECRET));
+    w.front(
+        "overflow",
+        "overflow",
+        Trust::Byo,
+        vec![service.to_owned()],
+        secret,
+        Vec::new(),
+    )
+    .await
+    .expect("the overflow gatekeeper is added");
+    w.chat_with("work", "alice", &[("overflow", "OVER")]);
     w
 }
 
@@ -685,7 +677,7 @@ async fn a_credential_goes_to_its_one_host_and_never_in_clear_text() {
     assert!(o.status.success(), "{}", stderr(&o));
     w.kernel.new_chat("work", "alice").unwrap();
     for (g, key) in [("two", "TWO"), ("clear", "CLEAR"), ("portless", "PORTLESS")] {
-        w.kernel.introduce("work", g, key, None, "alice").unwrap();
+        w.introduce("work", "alice", &[(g, key)]);
     }
     let out = w
         .script(

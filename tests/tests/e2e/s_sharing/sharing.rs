@@ -37,22 +37,18 @@ pub async fn shared_world(owner_only: &[&str]) -> Shared {
         .start()
         .expect("the warehouse starts");
     let k = &w.kernel;
-    let bytes = std::fs::read(gatehouse_e2e::guest("warehouse")).expect("guest built");
     // The operator configures no credential: everyone brings their own.
-    k.add_gatekeeper(
+    w.front(
         "wh-prod-7",
-        &bytes,
+        "warehouse",
         Trust::Byo,
         vec![warehouse.host()],
         None,
         Vec::new(),
-        &|_| {},
     )
     .await
     .expect("gatekeeper added");
-    for u in ["alice", "bob", "carol"] {
-        k.add_user(u).expect("user");
-    }
+    w.users(&["alice", "bob", "carol"]);
     k.connect_account("alice", "wh-prod-7", "main", ALICE, false)
         .expect("account");
     k.connect_account("bob", "wh-prod-7", "analyst", BOB_ANALYST, false)
@@ -61,9 +57,7 @@ pub async fn shared_world(owner_only: &[&str]) -> Shared {
         .expect("account");
     k.connect_account("carol", "wh-prod-7", "main", CAROL, false)
         .expect("account");
-    k.new_chat(CHAT, "alice").expect("chat");
-    k.introduce(CHAT, "wh-prod-7", "WAREHOUSE", None, "alice")
-        .expect("introduce");
+    w.chat_with(CHAT, "alice", &[("wh-prod-7", "WAREHOUSE")]);
     Shared { w, warehouse }
 }
 
@@ -331,9 +325,7 @@ async fn owner_only_data_latches_an_unshared_chat_against_sharing_and_is_refused
     let k = &w.kernel;
 
     // A shared chat: the owner-only read is refused and nothing latches.
-    k.new_chat("team", "alice").unwrap();
-    k.introduce("team", "wh-prod-7", "WAREHOUSE", None, "alice")
-        .unwrap();
+    w.chat_with("team", "alice", &[("wh-prod-7", "WAREHOUSE")]);
     k.share("team", "bob", "alice", false).unwrap();
     // Bob's default account may read every table, so no collaborator is
     // excluded (S3): what refuses the read is O3 itself.
@@ -506,24 +498,11 @@ async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
     let w = World::standard(Trust::Byo).await;
     let k = &w.kernel;
     for (component, name) in [("rogue", "rogue"), ("webfetch", "web")] {
-        let bytes = std::fs::read(gatehouse_e2e::guest(component)).unwrap();
-        k.add_gatekeeper(
-            name,
-            &bytes,
-            Trust::Byo,
-            vec![w.tracker.host()],
-            Some("tracker-token".into()),
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .unwrap();
+        w.add_gatekeeper(component, name, Trust::Byo).await;
         k.introduce("work", name, &name.to_uppercase(), None, "alice")
             .unwrap();
     }
-    for u in ["alice", "bob", "dave"] {
-        k.add_user(u).unwrap();
-    }
+    w.users(&["alice", "bob", "dave"]);
     // Bob has a working tracker account; Dave's is unknown to the tracker.
     k.connect_account("bob", "issues", "bob", gatehouse_e2e::TOKEN, false)
         .unwrap();
@@ -583,17 +562,10 @@ async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_collaborator_removed_mid_turn_is_refused_at_the_next_call_and_nothing_is_sent_for_him() {
     const BOB_TOKEN: &str = "tok-bob-5e1c-mid-turn";
-    let w = World::with_tokens(&[BOB_TOKEN]);
-    w.install("script");
-    w.add_gatekeeper("issues", "issues", Trust::Byo).await;
+    let people = ["alice", "bob"];
+    let w = World::with_account(&["script"], Trust::Byo, &people, ("bob", BOB_TOKEN), false).await;
     let k = w.kernel.clone();
-    k.add_user("alice").unwrap();
-    k.add_user("bob").unwrap();
-    k.connect_account("bob", "issues", "main", BOB_TOKEN, false)
-        .unwrap();
-    k.new_chat("work", "alice").unwrap();
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     k.share("work", "bob", "alice", false).unwrap();
     let opened = k
         .open_chat("work", "bob", &OpenRequest::default())

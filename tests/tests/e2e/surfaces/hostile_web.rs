@@ -136,22 +136,10 @@ async fn opening_a_chat_that_is_not_yours_answers_like_no_such_chat() {
         .account("wh-owner", &["*"])
         .start()
         .unwrap();
-    w.kernel.put_secret("wh", "wh-owner").unwrap();
-    w.kernel
-        .add_gatekeeper(
-            "warehouse",
-            &std::fs::read(gatehouse_e2e::guest("warehouse")).unwrap(),
-            Trust::Byo,
-            vec![warehouse.host()],
-            Some("wh".into()),
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .unwrap();
-    w.kernel
-        .introduce("work", "warehouse", "WAREHOUSE", None, "alice")
-        .unwrap();
+    let credential = ("wh", "wh-owner");
+    w.front_service("warehouse", Trust::Byo, warehouse.host(), credential)
+        .await;
+    w.introduce("work", "alice", &[("warehouse", "WAREHOUSE")]);
     let out = w
         .script(
             "work",

@@ -220,8 +220,7 @@ impl Api {
 /// The standard world with alice (owner of `work`) and bob known.
 pub(crate) async fn people_world(trust: Trust) -> World {
     let w = World::standard(trust).await;
-    w.kernel.add_user("alice").expect("alice");
-    w.kernel.add_user("bob").expect("bob");
+    w.users(&["alice", "bob"]);
     w
 }
 
@@ -336,10 +335,7 @@ async fn web_sign_in_is_one_time_sets_a_strict_cookie_and_sessions_expire() {
 async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
     let w = people_world(Trust::Byo).await;
     // bob's own chat, not shared with alice, with an action pending in it.
-    w.kernel.new_chat("private", "bob").unwrap();
-    w.kernel
-        .introduce("private", "issues", "ISSUES", None, "bob")
-        .unwrap();
+    w.chat_with("private", "bob", &[("issues", "ISSUES")]);
     let hidden = stage_labels(&w, "private", &["secret"]).await[0];
     let first = stage_labels(&w, "work", &["a", "b"]).await;
     let server = serve(&w).await;

@@ -665,22 +665,17 @@ async fn web_browser_forged_prompt_cannot_draw_controls() {
     let w = people_world(Trust::Byo).await;
     // A real gatekeeper whose tool name and description forge, and a real
     // gadget whose arguments forge (through the forger and the tracker).
-    let bytes = std::fs::read(gatehouse_e2e::guest("forger")).expect("guest built");
-    w.kernel
-        .add_gatekeeper(
-            EVIL_GATEKEEPER,
-            &bytes,
-            Trust::Byo,
-            Vec::new(),
-            None,
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .unwrap();
-    w.kernel
-        .introduce("work", EVIL_GATEKEEPER, "EVIL", None, "alice")
-        .unwrap();
+    w.front(
+        EVIL_GATEKEEPER,
+        "forger",
+        Trust::Byo,
+        Vec::new(),
+        None,
+        Vec::new(),
+    )
+    .await
+    .expect("the gatekeeper is added");
+    w.introduce("work", "alice", &[(EVIL_GATEKEEPER, "EVIL")]);
     let mut steps: Vec<Value> = FORGERIES
         .iter()
         .map(|f| call("ISSUES", "createIssue", json!({"title": f, "body": f})))
@@ -878,19 +873,16 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
     // A real gatekeeper whose tool name and description carry HTML,
     // script and forged kernel fields: what it declares about itself is
     // what an approver sees.
-    let bytes = std::fs::read(gatehouse_e2e::guest("forger")).expect("guest built");
-    w.kernel
-        .add_gatekeeper(
-            EVIL_GATEKEEPER,
-            &bytes,
-            Trust::Byo,
-            Vec::new(),
-            None,
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .unwrap();
+    w.front(
+        EVIL_GATEKEEPER,
+        "forger",
+        Trust::Byo,
+        Vec::new(),
+        None,
+        Vec::new(),
+    )
+    .await
+    .expect("the gatekeeper is added");
     let declared = w
         .kernel
         .inspect()
@@ -899,9 +891,7 @@ async fn web_browser_shows_hostile_names_as_text_and_runs_none_of_it() {
         .unwrap();
     assert_eq!(declared.manifest.tools[0].name, EVIL_TOOL);
     assert_eq!(declared.manifest.tools[0].description, EVIL_DESCRIPTION);
-    w.kernel
-        .introduce("work", EVIL_GATEKEEPER, "EVIL", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[(EVIL_GATEKEEPER, "EVIL")]);
     // A real gadget stages the call, with hostile arguments too.
     let out = w
         .script(
@@ -1179,10 +1169,7 @@ async fn web_browser_pages_have_no_serious_accessibility_violations() {
         .unwrap();
     let ids = stage_labels(&w, "work", &["a11y", "done"]).await;
     w.kernel.approve(ids[1], "alice").await.unwrap();
-    w.kernel.new_chat("quiet", "alice").unwrap();
-    w.kernel
-        .introduce("quiet", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("quiet", "alice", &[("issues", "ISSUES")]);
     stage_labels(&w, "quiet", &["locked"]).await;
     let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
     db.busy_timeout(Duration::from_secs(30)).unwrap();
@@ -1279,22 +1266,10 @@ async fn web_browser_decides_a_workflow_request_with_the_clis_allowed_calls() {
         .start()
         .expect("cloud starts");
     let k = &w.kernel;
-    k.put_secret("cloud-token", "cloud-token-9d1e").unwrap();
-    let bytes = std::fs::read(gatehouse_e2e::guest("cloud")).expect("guest built");
-    k.add_gatekeeper(
-        "cloud",
-        &bytes,
-        Trust::Byo,
-        vec![cloud.host()],
-        Some("cloud-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    for p in ["alice", "bob"] {
-        k.add_user(p).unwrap();
-    }
+    let credential = ("cloud-token", "cloud-token-9d1e");
+    w.front_service("cloud", Trust::Byo, cloud.host(), credential)
+        .await;
+    w.users(&["alice", "bob"]);
     let script = |steps: Value| json!({ "steps": steps }).to_string();
     let design = json!({
         "name": "launch",

@@ -146,9 +146,7 @@ async fn either_key_alone_never_suffices() {
 async fn a_rule_for_one_gatekeeper_does_not_cover_the_same_tool_of_another() {
     let w = World::standard(Trust::Vetted).await;
     w.add_gatekeeper("issues", "mirror", Trust::Vetted).await;
-    w.kernel
-        .introduce("work", "mirror", "MIRROR", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[("mirror", "MIRROR")]);
     w.kernel
         .add_rule("alice", "mirror:addLabel", None)
         .await

@@ -9,7 +9,7 @@
 
 use gatehouse::kernel::Harness;
 use gatehouse::store::{LedgerFilter, LedgerKind, Trust};
-use gatehouse_e2e::{World, call, cli_command, guest, stderr, stdout};
+use gatehouse_e2e::{World, call, cli_command, stderr, stdout};
 use gatehouse_services::model::Model;
 use gatehouse_services::warehouse::Warehouse;
 use serde_json::{Value, json};
@@ -23,28 +23,17 @@ const TITLE: &str = "Search returns stale results";
 /// introduced into `work` as MODEL.
 async fn with_model(w: &World, model: &Model, name: &str, trust: Trust, settings: &[(&str, &str)]) {
     w.install("assistant");
-    w.kernel.put_secret("model-token", MODEL_TOKEN).unwrap();
     let mut all = vec![("model".to_owned(), "scripted-1".to_owned())];
     all.extend(
         settings
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
     );
-    w.kernel
-        .add_gatekeeper(
-            name,
-            &std::fs::read(guest("model")).unwrap(),
-            trust,
-            vec![model.host()],
-            Some("model-token".into()),
-            all,
-            &|_| {},
-        )
+    let secret = Some(("model-token", MODEL_TOKEN));
+    w.front(name, "model", trust, vec![model.host()], secret, all)
         .await
-        .unwrap();
-    w.kernel
-        .introduce("work", name, "MODEL", None, "alice")
-        .unwrap();
+        .expect("the model gatekeeper is added");
+    w.introduce("work", "alice", &[(name, "MODEL")]);
 }
 
 fn model() -> Model {
@@ -182,10 +171,7 @@ async fn a_streamed_answer_is_put_back_together_and_drives_the_same_loop() {
 async fn a_simulated_write_is_told_to_the_model_as_pending_with_its_provisional_result() {
     let w = World::new();
     w.add_gatekeeper("issues_sim", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let m = model();
     with_model(&w, &m, "model", Trust::Byo, &[]).await;
     let r = w
@@ -241,23 +227,11 @@ async fn latch(w: &World, warehouse: &Warehouse, chat: &str) {
         .unwrap()
         .is_none()
     {
-        w.kernel.put_secret("wh-token", "wh-owner").unwrap();
-        w.kernel
-            .add_gatekeeper(
-                "warehouse",
-                &std::fs::read(guest("warehouse")).unwrap(),
-                Trust::Vetted,
-                vec![warehouse.host()],
-                Some("wh-token".into()),
-                Vec::new(),
-                &|_| {},
-            )
-            .await
-            .unwrap();
+        let credential = ("wh-token", "wh-owner");
+        w.front_service("warehouse", Trust::Vetted, warehouse.host(), credential)
+            .await;
     }
-    w.kernel
-        .introduce(chat, "warehouse", "WAREHOUSE", None, "alice")
-        .unwrap();
+    w.introduce(chat, "alice", &[("warehouse", "WAREHOUSE")]);
     let read = w
         .script(
             chat,
@@ -312,26 +286,21 @@ async fn in_a_locked_down_chat_a_model_is_asked_only_when_marked_local_and_vette
 
     // Vetted, but remote (the default) in another latched chat: refused.
     let remote = model();
-    w.kernel.new_chat("vault", "alice").unwrap();
-    w.kernel
-        .introduce("vault", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("vault", "alice", &[("issues", "ISSUES")]);
     w.install("assistant");
-    w.kernel
-        .add_gatekeeper(
-            "remote-model",
-            &std::fs::read(guest("model")).unwrap(),
-            Trust::Vetted,
-            vec![remote.host()],
-            Some("model-token".into()),
-            vec![("model".into(), "scripted-1".into())],
-            &|_| {},
-        )
-        .await
-        .unwrap();
-    w.kernel
-        .introduce("vault", "remote-model", "MODEL", None, "alice")
-        .unwrap();
+    let secret = Some(("model-token", MODEL_TOKEN));
+    let settings = vec![("model".into(), "scripted-1".into())];
+    w.front(
+        "remote-model",
+        "model",
+        Trust::Vetted,
+        vec![remote.host()],
+        secret,
+        settings,
+    )
+    .await
+    .expect("the remote model is added");
+    w.introduce("vault", "alice", &[("remote-model", "MODEL")]);
     latch(&w, &warehouse, "vault").await;
     let refused = ask("vault").await.unwrap_err();
     assert!(refused.contains("locked down"), "{refused}");

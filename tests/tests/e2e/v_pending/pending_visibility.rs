@@ -12,10 +12,7 @@ async fn agent_world(gatekeeper: &str) -> World {
     let w = World::new();
     w.install("agent");
     w.add_gatekeeper(gatekeeper, "tracker", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
-    w.kernel
-        .introduce("work", "tracker", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("work", "alice", &[("tracker", "ISSUES")]);
     w
 }
 
@@ -172,12 +169,8 @@ async fn a_simulation_a_collaborator_could_not_see_is_skipped_and_the_action_awa
     w.install("script");
     w.add_gatekeeper("issues-sim", "issues", Trust::Byo).await;
     let k = &w.kernel;
-    for p in ["alice", "carol"] {
-        k.add_user(p).unwrap();
-    }
-    k.new_chat("work", "alice").unwrap();
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.users(&["alice", "carol"])
+        .chat_with("work", "alice", &[("issues", "ISSUES")]);
     // Carol has no account at the tracker: she could not see the issues a
     // simulation would read.
     k.share("work", "carol", "alice", false).unwrap();

@@ -556,40 +556,21 @@ impl Case {
         for p in PEOPLE {
             k.add_user(p.name()).expect("user");
         }
-        k.connect_account("bob", "issues", "main", BOB_TOKEN, false)
-            .expect("bob's account");
+        w.connect("bob", "issues", BOB_TOKEN, false);
         let warehouse = Warehouse::builder()
             .account(WAREHOUSE_TOKEN, &["*"])
             .start()
             .expect("the warehouse starts");
-        k.put_secret("warehouse-token", WAREHOUSE_TOKEN).unwrap();
-        k.add_gatekeeper(
-            "warehouse",
-            &guest_bytes("warehouse"),
-            Trust::Byo,
-            vec![warehouse.host()],
-            Some("warehouse-token".into()),
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .expect("warehouse added");
+        let credential = ("warehouse-token", WAREHOUSE_TOKEN);
+        w.front_service("warehouse", Trust::Byo, warehouse.host(), credential)
+            .await;
         let cloud = Cloud::builder()
             .token(CLOUD_TOKEN)
             .start()
             .expect("the cloud starts");
-        k.put_secret("cloud-token", CLOUD_TOKEN).unwrap();
-        k.add_gatekeeper(
-            "cloud",
-            &guest_bytes("cloud"),
-            Trust::Byo,
-            vec![cloud.host()],
-            Some("cloud-token".into()),
-            Vec::new(),
-            &|_| {},
-        )
-        .await
-        .expect("cloud added");
+        let credential = ("cloud-token", CLOUD_TOKEN);
+        w.front_service("cloud", Trust::Byo, cloud.host(), credential)
+            .await;
 
         let mut model = Model {
             vetted: true,
@@ -600,9 +581,7 @@ impl Case {
             ("bobs", Person::Bob),
             ("vault", Person::Alice),
         ] {
-            k.new_chat(name, owner.name()).expect("chat");
-            k.introduce(name, "issues", "ISSUES", None, owner.name())
-                .expect("introduce");
+            w.chat_with(name, owner.name(), &[("issues", "ISSUES")]);
             model.chats.push(ChatM {
                 name: name.into(),
                 owner,
@@ -612,8 +591,7 @@ impl Case {
                 run: None,
             });
         }
-        k.introduce("vault", "warehouse", "WAREHOUSE", None, "alice")
-            .expect("introduce");
+        w.introduce("vault", "alice", &[("warehouse", "WAREHOUSE")]);
 
         let server = serve(&w).await;
         let mut apis = Vec::new();

@@ -21,19 +21,10 @@ const WAREHOUSE_TOKEN: &str = "wh-owner-31c7";
 /// The standard world, plus Bob, Carol and Mallory; Bob has his own
 /// tracker account.
 async fn people(trust: Trust) -> World {
-    let w = World::with_tokens(&[BOB_TOKEN]);
-    w.install("script");
-    w.install("triage");
-    w.add_gatekeeper("issues", "issues", trust).await;
-    let k = &w.kernel;
-    for p in ["alice", "bob", "carol", "mallory"] {
-        k.add_user(p).expect("user");
-    }
-    k.connect_account("bob", "issues", "main", BOB_TOKEN, false)
-        .expect("bob's account");
-    k.new_chat("work", "alice").expect("chat");
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .expect("introduce");
+    let gadgets = ["script", "triage"];
+    let people = ["alice", "bob", "carol", "mallory"];
+    let w = World::with_account(&gadgets, trust, &people, ("bob", BOB_TOKEN), false).await;
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     w
 }
 
@@ -217,9 +208,7 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
     assert_eq!(w.tracker.writes().len(), 1);
 
     // In Bob's own chat, Alice's rule does nothing.
-    k.new_chat("bobs", "bob").unwrap();
-    k.introduce("bobs", "issues", "ISSUES", None, "bob")
-        .unwrap();
+    w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
     let staged = script_as(
         &w,
         "bob",
@@ -345,9 +334,7 @@ async fn a_latched_chat_asks_a_simulating_gatekeeper_nothing() {
     let k = &w.kernel;
     w.add_gatekeeper("issues-sim", "issues-sim", Trust::Byo)
         .await;
-    k.new_chat("sim", "alice").unwrap();
-    k.introduce("sim", "issues-sim", "ISSUES", None, "alice")
-        .unwrap();
+    w.chat_with("sim", "alice", &[("issues-sim", "ISSUES")]);
     // Simulation works before the latch.
     let out = w.script("sim", json!([create("before")])).await;
     assert!(out[0]["pending"]["provisional"].is_object(), "{}", out[0]);
@@ -356,21 +343,10 @@ async fn a_latched_chat_asks_a_simulating_gatekeeper_nothing() {
         .account(WAREHOUSE_TOKEN, &["*"])
         .start()
         .expect("the warehouse starts");
-    k.put_secret("warehouse-token", WAREHOUSE_TOKEN).unwrap();
-    let bytes = std::fs::read(gatehouse_e2e::guest("warehouse")).unwrap();
-    k.add_gatekeeper(
-        "warehouse",
-        &bytes,
-        Trust::Byo,
-        vec![warehouse.host()],
-        Some("warehouse-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    k.introduce("sim", "warehouse", "WAREHOUSE", None, "alice")
-        .unwrap();
+    let credential = ("warehouse-token", WAREHOUSE_TOKEN);
+    w.front_service("warehouse", Trust::Byo, warehouse.host(), credential)
+        .await;
+    w.introduce("sim", "alice", &[("warehouse", "WAREHOUSE")]);
     let read = w
         .script(
             "sim",
@@ -404,18 +380,7 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
     let (one, two) = (pending_id(&out[0]), pending_id(&out[1]));
 
     // Another component under the same name.
-    let sim = std::fs::read(gatehouse_e2e::guest("issues-sim")).unwrap();
-    k.add_gatekeeper(
-        "issues",
-        &sim,
-        Trust::Byo,
-        vec![w.tracker.host()],
-        Some("tracker-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
+    w.add_gatekeeper("issues-sim", "issues", Trust::Byo).await;
     let d = k.approve(one, "alice").await.unwrap();
     let Decision::Held { note, .. } = &d else {
         panic!("expected held, got {d:?}")
@@ -449,8 +414,7 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
     assert_eq!(w.tracker.writes().len(), 1);
 
     // A trust change between staging and sending.
-    k.introduce("work", "issues", "ISSUES", None, "alice")
-        .unwrap();
+    w.introduce("work", "alice", &[("issues", "ISSUES")]);
     let out = w.script("work", json!([create("three")])).await;
     let three = pending_id(&out[0]);
     k.set_trust("issues", Trust::Vetted).unwrap();
@@ -461,17 +425,17 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
         d.line()
     );
     // Other hosts: re-added pointing elsewhere.
-    k.add_gatekeeper(
+    let operator = Some(("tracker-token", TOKEN));
+    w.front(
         "issues",
-        &sim,
+        "issues-sim",
         Trust::Vetted,
         vec!["127.0.0.1:9".into()],
-        Some("tracker-token".into()),
+        operator,
         Vec::new(),
-        &|_| {},
     )
     .await
-    .unwrap();
+    .expect("issues is added again, pointing elsewhere");
     let d = k.approve(three, "alice").await.unwrap();
     assert!(d.line().contains("other hosts"), "{}", d.line());
     assert_eq!(w.tracker.writes().len(), 1, "nothing more was sent");

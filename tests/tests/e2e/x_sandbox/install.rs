@@ -184,20 +184,11 @@ async fn a_component_of_the_wrong_role_is_told_what_it_must_export() {
     w.kernel
         .put_secret("tracker-token", TOKEN)
         .expect("secret stored");
+    let hosts = vec![w.tracker.host()];
     let as_gatekeeper = w
-        .kernel
-        .add_gatekeeper(
-            "triage",
-            &read(&guest("triage")),
-            Trust::Byo,
-            vec![w.tracker.host()],
-            None,
-            Vec::new(),
-            &|_| {},
-        )
+        .front("triage", "triage", Trust::Byo, hosts, None, Vec::new())
         .await
-        .map(|g| panic!("a gadget was added as gatekeeper {g:?}"))
-        .unwrap_err();
+        .expect_err("a gadget was added as a gatekeeper");
     let msg = format!("{as_gatekeeper:#}");
     assert!(
         msg.contains("must export gatehouse:os/tool"),
@@ -209,20 +200,11 @@ async fn a_component_of_the_wrong_role_is_told_what_it_must_export() {
 async fn a_gadget_component_is_refused_as_a_gatekeeper() {
     let w = World::new();
     let triage = guest("triage");
+    let hosts = vec![w.tracker.host()];
     let err = w
-        .kernel
-        .add_gatekeeper(
-            "triage",
-            &read(&triage),
-            Trust::Byo,
-            vec![w.tracker.host()],
-            None,
-            Vec::new(),
-            &|_| {},
-        )
+        .front("triage", "triage", Trust::Byo, hosts, None, Vec::new())
         .await
-        .map(|g| panic!("a gadget was added as gatekeeper {g:?}"))
-        .unwrap_err();
+        .expect_err("a gadget was added as a gatekeeper");
     let msg = format!("{err:#}");
     assert!(
         msg.contains("gatekeeper") && !msg.contains('\n'),

@@ -49,10 +49,7 @@ async fn triage_scenario(path: &Path, shared_compile: bool) -> Trace {
         );
     }
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").expect("chat");
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .expect("introduce");
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
 
     let mut outputs = Vec::new();
     let mut turn = async |input: &str| {
@@ -696,10 +693,7 @@ async fn board_scenario(path: &Path, shared_compile: bool) -> (Value, Value, Val
         .install("triage", &read(path), &|_| {})
         .unwrap_or_else(|e| panic!("{} does not install: {e:#}", path.display()));
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").expect("chat");
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .expect("introduce");
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let page = w
         .kernel
         .face("triage")

@@ -34,12 +34,7 @@ async fn world(limits: Limits) -> World {
     w.install("script");
     w.install("hostile");
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel
-        .new_chat("work", "alice")
-        .expect("chat work is created");
-    w.kernel
-        .introduce("work", "issues", "ISSUES", None, "alice")
-        .expect("issues is introduced");
+    w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     w
 }
 
@@ -48,9 +43,7 @@ async fn world(limits: Limits) -> World {
 async fn world_with_rogue(limits: Limits) -> World {
     let w = world(limits).await;
     w.add_gatekeeper("rogue", "rogue", Trust::Byo).await;
-    w.kernel
-        .introduce("work", "rogue", "ROGUE", None, "alice")
-        .expect("rogue is introduced");
+    w.introduce("work", "alice", &[("rogue", "ROGUE")]);
     w
 }
 
