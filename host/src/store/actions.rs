@@ -14,7 +14,6 @@
 
 use super::Begun;
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
-use super::known::Known;
 use super::registry::{GatekeeperRecord, Trust};
 use super::sql::{Engine, Row, Sql, args};
 use super::stages::{self, StagedAction};
@@ -593,18 +592,14 @@ fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, S
 /// commits. Only a stage admitted on the snapshot comes to that second try,
 /// so a refusal takes the lock only when the chat filled in the moment
 /// between the two.
-fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, known: &Known) {
+fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
     let committed = match batch.as_slice() {
         [
             QueuedStage {
                 action: Some(action),
                 ..
             },
-        ] => stage_alone(conn, action, known).map(|staged| vec![staged.map(Some)]),
-        // Only the durability mark moves: what is known stands past it.
-        barriers if barriers.iter().all(|q| q.action.is_none()) => known.carried(conn, |conn| {
-            snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin))
-        }),
+        ] => stage_alone(conn, action).map(|staged| vec![staged.map(Some)]),
         _ => snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin)),
     };
     match committed {
@@ -624,43 +619,19 @@ fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>, known: &Known) {
     }
 }
 
-/// Stage `a` alone in a transaction of its own on the writer `conn`: its
-/// answer, a refusal, or the error that undid it (the database busy, to
-/// be tried again, among them). The one way both a group commit of one
-/// stage and a turn's in-place stage stage on the home's file.
-///
-/// If what this process learned of the chat's admission still holds
-/// ([`Known::admits`]), the transaction begins by taking the write lock,
-/// confirms that nothing was committed since ([`Known`]), and inserts: a
-/// read transaction and the admission statement fewer. Else, or if
-/// something was committed meanwhile, it admits on the file as
-/// [`commit_group`] says, and what that admission found is kept for the
-/// next stage.
+/// Stage `a` alone in a transaction of its own on the writer `conn`,
+/// admitted as [`commit_group`] says: its answer, a refusal, or the error
+/// that undid it (the database busy, to be tried again, among them). The
+/// one way both a group commit of one stage and a turn's in-place stage
+/// stage on the home's file; no savepoint, which a lone stage does not
+/// need.
 fn stage_alone(
     conn: &mut Connection,
     a: &NewAction,
-    known: &Known,
 ) -> anyhow::Result<Result<StagedAction, StageError>> {
-    let since = now_ms();
-    if let Some((mark, rules)) = known.admits(a) {
-        let tx = Begun::on(conn, TransactionBehavior::Immediate)?;
-        // Under the write lock no other commit can come: the same mark
-        // now means the same chat at the commit.
-        if known.mark() == Some(mark) {
-            let id = match stages::insert(&*tx, a, None, None) {
-                Ok(id) => id,
-                Err(StageError::Store(e)) => return Err(e),
-                Err(refused) => return Ok(Err(refused)),
-            };
-            tx.commit()?;
-            known.staged(mark, None, a, since);
-            return Ok(Ok(StagedAction { id, rules }));
-        }
-    }
-    let before = known.mark();
-    let staged = snapshot_first(conn, |conn, begin| {
+    snapshot_first(conn, |conn, begin| {
         let tx = Begun::on(conn, begin)?;
-        match stages::stage_finding(&*tx, a) {
+        match stages::stage(&*tx, a) {
             Ok(staged) => {
                 tx.commit()?;
                 Ok(Ok(staged))
@@ -670,13 +641,7 @@ fn stage_alone(
             Err(StageError::Store(e)) => Err(e),
             Err(refused) => Ok(Err(refused)),
         }
-    })?;
-    Ok(staged.map(|(staged, found)| {
-        if let (Some(before), Some(found)) = (before, found) {
-            known.staged(before, Some(&found), a, since);
-        }
-        staged
-    }))
+    })
 }
 
 /// Run a staging transaction `attempt` begun deferred, so that admission
@@ -905,7 +870,7 @@ impl Store {
                 }
                 std::mem::take(&mut queue.waiting)
             };
-            commit_group(&mut conn, batch, &self.known);
+            commit_group(&mut conn, batch);
             batches += 1;
         }
     }
@@ -930,9 +895,7 @@ impl Store {
                 Err(refused) => Ok(Err(refused)),
             };
         }
-        let store = self.clone();
-        self.run_now(move |conn| stage_alone(conn, &a, &store.known))
-            .await
+        self.run_now(move |conn| stage_alone(conn, &a)).await
     }
 
     /// A covered workflow call (SPEC G5, G8): staged under `logical_key`

@@ -1,6 +1,5 @@
 //! The ledger's observations and its queries (SPEC L1, L2, O1).
 
-use super::known::Known;
 use super::sql::{Row, Sql, args};
 use super::words::LedgerKind;
 use super::{Store, now_ms};
@@ -156,7 +155,7 @@ impl Store {
             return self.write(|db| observe_tx(db, o));
         }
         let home = self.home()?;
-        observe_in(&mut home.lock(), &self.known, o)
+        observe_in(&mut home.lock(), o)
     }
 
     /// [`Store::observe`] on the read path: on the home's connection right
@@ -165,8 +164,7 @@ impl Store {
         if self.is_shared() {
             return self.run(move |s| s.observe(&o)).await;
         }
-        let store = self.clone();
-        self.run_now(move |c| observe_in(c, &store.known, &o)).await
+        self.run_now(move |c| observe_in(c, &o)).await
     }
 
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
@@ -266,17 +264,13 @@ fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
 /// [`Store::observe`] on the home's connection, which the caller holds.
 fn observe_in(
     conn: &mut rusqlite::Connection,
-    known: &Known,
     o: &NewObservation,
 ) -> anyhow::Result<super::Observed> {
     // A plain read writes one row, and one statement is its own
     // transaction: a BEGIN and a COMMIT around it would cost two more
-    // statements on the read path. It moves no policy and no admission, so
-    // the epoch its read checked stands past its commit, for the turn's
-    // next read to check without a transaction, and so does what the turn's
-    // stages learned of their chats.
+    // statements on the read path.
     if !needs_transaction(o) {
-        let id = known.carried(conn, |conn| insert_observation(&*conn, o))?;
+        let id = insert_observation(&*conn, o)?;
         return Ok(super::Observed::Recorded(id));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

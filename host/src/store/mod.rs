@@ -21,7 +21,6 @@ pub mod dispatch;
 mod gadget_storage;
 mod hooks;
 mod identities;
-mod known;
 mod ledger;
 mod notices;
 mod pg_tls;
@@ -38,8 +37,6 @@ mod stages;
 #[cfg(test)]
 pub(crate) mod suite;
 mod unambiguous;
-mod wal_index;
-mod wal_writes;
 pub mod words;
 pub mod workflows;
 
@@ -180,10 +177,6 @@ pub(crate) struct Store {
     /// What this process resolved, per policy epoch (see
     /// [`dispatch::Resolutions`]).
     resolutions: Arc<dispatch::Resolutions>,
-    /// What this process knows of the home's file at its commit mark: the
-    /// policy epoch, its chats' admissions ([`known`]). Nothing, on a
-    /// shared database.
-    known: Arc<known::Known>,
     /// The key the deployment's secrets are sealed with ([`sealed`]).
     key: Arc<crate::seal::Key>,
 }
@@ -347,14 +340,8 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        // The writer writes each commit to the log in one call
-        // ([`wal_writes`]); where that VFS is not there, as SQLite does.
-        let mut conn = if wal_writes::registered() {
-            Connection::open_with_flags_and_vfs(path, flags, wal_writes::VFS)
-        } else {
-            Connection::open_with_flags(path, flags)
-        }
-        .map_err(|e| open_error(path, e, None))?;
+        let mut conn =
+            Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e, None))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
         let corrupt = |e: rusqlite::Error| open_error(path, e, system_error(&conn));
@@ -389,7 +376,6 @@ impl Store {
         let file = identity(path);
         let conn = Arc::new(Mutex::new(conn));
         let checkpoints = checkpoint::Checkpoints::start(path, file, &conn)?;
-        let wal = wal_index::WalIndex::of(&conn).map(Arc::new);
         Ok(Store {
             db: Db::Home(Arc::new(Home {
                 conn,
@@ -401,7 +387,6 @@ impl Store {
                 _checkpoints: checkpoints,
             })),
             resolutions: Arc::default(),
-            known: Arc::new(known::Known::watching(wal)),
             key,
         })
     }
@@ -413,7 +398,6 @@ impl Store {
         Store {
             db: Db::Shared(shared),
             resolutions: Arc::default(),
-            known: Arc::default(),
             key,
         }
     }
@@ -868,9 +852,7 @@ fn resolve_in(
     key: &str,
     person: &str,
 ) -> anyhow::Result<Resolution> {
-    let resolved = store
-        .resolutions
-        .resolve(&store.known, conn, chat, key, person)?;
+    let resolved = store.resolutions.resolve(conn, chat, key, person)?;
     with_overlay(conn, chat, resolved)
 }
 

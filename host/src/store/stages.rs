@@ -15,7 +15,6 @@
 //! classified and checked it before.
 
 use super::actions::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
-use super::known::Found;
 use super::sql::{Engine, Sql, args};
 use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
@@ -29,12 +28,6 @@ use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 /// write lock. The epoch is asked first: every other answer is given
 /// under the policy the stage was checked on.
 pub(crate) fn admit(db: &dyn Sql, a: &NewAction) -> Result<RuleCoverage, StageError> {
-    admit_finding(db, a).map(|(rules, _)| rules)
-}
-
-/// [`admit`], with what it found of the chat when it marked nothing
-/// expired, for [`super::known::Known`] to keep.
-fn admit_finding(db: &dyn Sql, a: &NewAction) -> Result<(RuleCoverage, Option<Found>), StageError> {
     let chat = a.chat.as_str();
     if db.engine() == Engine::Postgres {
         // The lock first, in a statement of its own: a statement that
@@ -67,22 +60,12 @@ fn admit_finding(db: &dyn Sql, a: &NewAction) -> Result<(RuleCoverage, Option<Fo
     if open >= MAX_OPEN_ACTIONS {
         return Err(StageError::TooManyOpen(open));
     }
-    let may_cover = row.get::<i64>(4)? == 1;
-    let found = (!due).then(|| -> anyhow::Result<Found> {
-        Ok(Found {
-            epoch,
-            open,
-            oldest: row.get(5)?,
-            expire_after: row.get(6)?,
-            may_cover,
-        })
-    });
     Ok(match db.engine() {
         // A rule committed after the statement began, before the stage
         // commits, is not seen (READ COMMITTED): ask after the commit.
-        Engine::Postgres => (RuleCoverage::Unknown, None),
-        Engine::Sqlite if may_cover => (RuleCoverage::MayCover, found.transpose()?),
-        Engine::Sqlite => (RuleCoverage::NoRule, found.transpose()?),
+        Engine::Postgres => RuleCoverage::Unknown,
+        Engine::Sqlite if row.get::<i64>(4)? == 1 => RuleCoverage::MayCover,
+        Engine::Sqlite => RuleCoverage::NoRule,
     })
 }
 
@@ -99,17 +82,9 @@ pub struct StagedAction {
 /// The whole of a stage inside its transaction: admit `a` ([`admit`]),
 /// then insert it pending.
 pub(crate) fn stage(db: &dyn Sql, a: &NewAction) -> Result<StagedAction, StageError> {
-    stage_finding(db, a).map(|(staged, _)| staged)
-}
-
-/// [`stage`], with what its admission found ([`admit_finding`]).
-pub(crate) fn stage_finding(
-    db: &dyn Sql,
-    a: &NewAction,
-) -> Result<(StagedAction, Option<Found>), StageError> {
-    let (rules, found) = admit_finding(db, a)?;
+    let rules = admit(db, a)?;
     let id = insert(db, a, None, None)?;
-    Ok((StagedAction { id, rules }, found))
+    Ok(StagedAction { id, rules })
 }
 
 /// Whether a rule might auto-approve the action just staged (key two's
@@ -138,10 +113,9 @@ pub enum RuleCoverage {
 /// [`admit`]'s question: `?1` the chat, `?2` the action's tag, `?3` the
 /// default expiry, `?4` now; the chat's latch, its open actions
 /// ([`open_count`]), whether any of its pending ones is due to be marked
-/// expired ([`DUE_IN_CHAT`]), the policy epoch, whether a rule might cover
-/// the tag there ([`RuleCoverage`]), when its oldest pending action was
-/// staged, and its expiry (the last two for [`super::known::Known`]). No
-/// row: no such chat. Answered from `ledger_actions_by_state` alone
+/// expired ([`DUE_IN_CHAT`]), the policy epoch, and whether a rule might
+/// cover the tag there ([`RuleCoverage`]). No row: no such chat.
+/// Answered from `ledger_actions_by_state` alone
 /// (schemas 8 and 10), and only from the entries it counts: one search per
 /// state and chat, never an `OR` across the two states, which would step
 /// over every finished action the chat retains (up to
@@ -158,14 +132,11 @@ const ADMISSION: &str = concat!(
            (SELECT n FROM policy_epoch WHERE id = 1),
            CASE WHEN ",
     super::rules::may_cover_sql!(),
-    " THEN 1 ELSE 0 END,
-           p.oldest,
-           COALESCE(c.expire_after_ms, ?3)
+    " THEN 1 ELSE 0 END
          FROM chats c,
            (SELECT count(*) AS n,
                    count(*) FILTER (WHERE created_at <= ?4 - COALESCE(
-                     (SELECT expire_after_ms FROM chats WHERE name = ?1), ?3)) AS due,
-                   min(created_at) AS oldest
+                     (SELECT expire_after_ms FROM chats WHERE name = ?1), ?3)) AS due
               FROM ledger
              WHERE chat = ?1 AND state = 'pending') p
          WHERE c.name = ?1"
@@ -695,41 +666,12 @@ mod tests {
         (dir, path, store)
     }
 
-    /// Whether what `store` kept would admit a stage into `chat` without
-    /// asking the file.
-    fn kept(store: &crate::store::Store, chat: &str) -> bool {
-        store.known.admits(&new_action(chat)).is_some()
-    }
-
     /// Another process's connection to the same file.
     fn elsewhere(path: &std::path::Path) -> rusqlite::Connection {
         let conn = rusqlite::Connection::open(path).unwrap();
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .unwrap();
         conn
-    }
-
-    /// A stage admits from what the chat's last stage in this process
-    /// learned (to save asking the file) only while nothing else was
-    /// committed: any commit of another process, even one that changes
-    /// nothing a stage asks about, makes the next stage ask the file again.
-    #[test]
-    fn what_a_stage_learned_admits_the_next_only_until_another_commit() {
-        let (_dir, path, store) = home_with(&["work"]);
-        runtime().block_on(async {
-            assert!(!kept(&store, "work"), "nothing is known before a stage");
-            store.stage(new_action("work")).await.unwrap();
-            assert!(kept(&store, "work"), "the stage's admission is kept");
-            store.stage_now(new_action("work")).await.unwrap().unwrap();
-            assert!(kept(&store, "work"), "and carried past the next stage");
-            elsewhere(&path)
-                .execute("UPDATE durability_mark SET n = n + 1 WHERE id = 1", [])
-                .unwrap();
-            assert!(!kept(&store, "work"), "another commit: the file is asked");
-            store.stage(new_action("work")).await.unwrap();
-            assert!(kept(&store, "work"));
-        });
-        assert_eq!(store.read(|c| open_count(c, "work")).unwrap(), 3);
     }
 
     /// A read's observation in `chat`, of owner-only data when
@@ -755,29 +697,18 @@ mod tests {
         }
     }
 
-    /// What a turn's stages learned stands past the commits that change
-    /// nothing a stage asks about: a plain read's observation and the
-    /// turn's durability barrier. An observation that latches the chat
-    /// is not one of them: the next stage asks the file, and is refused.
+    /// A plain read's observation and the turn's durability barrier leave
+    /// the chat open to stages; an observation that latches it (SPEC O3)
+    /// refuses the next.
     #[test]
-    fn a_plain_observation_and_a_barrier_keep_what_a_stage_learned_and_a_latch_does_not() {
+    fn an_observation_that_latches_the_chat_refuses_the_next_stage() {
         let (_dir, _, store) = home_with(&["work"]);
         runtime().block_on(async {
             store.stage_now(new_action("work")).await.unwrap().unwrap();
-            assert!(kept(&store, "work"));
-            let epoch = store.known.epoch();
-            assert!(epoch.is_some(), "the stage's admission read the epoch");
             store.observe_now(observation("work", false)).await.unwrap();
-            assert!(
-                kept(&store, "work"),
-                "a plain observation moves no admission"
-            );
             store.sync().await.unwrap();
-            assert!(kept(&store, "work"), "nor does a barrier");
-            assert_eq!(store.known.epoch(), epoch, "nor the epoch");
+            store.stage_now(new_action("work")).await.unwrap().unwrap();
             store.observe_now(observation("work", true)).await.unwrap();
-            assert!(!kept(&store, "work"), "an observation that latches does");
-            assert_eq!(store.known.epoch(), None, "and what is known goes with it");
             let refused = store.stage_now(new_action("work")).await.unwrap();
             assert!(
                 matches!(refused, Err(StageError::LockedDown(_))),
@@ -786,10 +717,10 @@ mod tests {
         });
     }
 
-    /// What a stage learned never admits past what another process
-    /// committed since: a chat that process filled to the cap, or latched,
-    /// refuses the next stage of this one, by both ways of staging,
-    /// though what this process last learned had room and no latch.
+    /// What another process committed is seen by the next stage: a chat
+    /// that process filled to the cap, or latched, refuses the next stage
+    /// of this one, by both ways of staging, though this process's last
+    /// stage there found room and no latch.
     #[test]
     fn a_chat_filled_or_latched_by_another_process_refuses_the_next_stage() {
         let (_dir, path, store) = home_with(&["full", "shut"]);
@@ -808,8 +739,8 @@ mod tests {
             }
 
             // Filled while this process's stage waits for the write lock:
-            // what it learned before it waited no longer holds once it has
-            // the lock.
+            // what it admitted on its snapshot before it waited no longer
+            // holds once it has the lock.
             store.create_chat("late", "ana").unwrap();
             store.stage(new_action("late")).await.unwrap();
             let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
@@ -868,9 +799,7 @@ mod tests {
     }
 
     /// A pending action that falls due while nothing is committed is
-    /// marked expired by the next stage of its chat (SPEC H3), as if
-    /// nothing were kept: what a stage learned holds only until the
-    /// chat's oldest pending action falls due.
+    /// marked expired by the next stage of its chat (SPEC H3).
     #[test]
     fn a_stage_after_a_pending_action_falls_due_marks_it_expired() {
         let (_dir, path, store) = home_with(&["work"]);
@@ -882,7 +811,6 @@ mod tests {
         };
         runtime().block_on(async {
             let first = store.stage(new_action("work")).await.unwrap().id;
-            assert!(kept(&store, "work"), "the stage's admission is kept");
             // Wait for the clock, not for a commit: nothing is written
             // until the next stage.
             let created: i64 = elsewhere(&path)
@@ -895,7 +823,6 @@ mod tests {
             while now_ms() <= created + 300 {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            assert!(!kept(&store, "work"), "past the oldest one's expiry");
             assert_eq!(state(first), "pending", "nothing marked it yet");
             let second = store.stage(new_action("work")).await.unwrap().id;
             assert_eq!(state(first), "expired");

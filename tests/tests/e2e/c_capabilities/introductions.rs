@@ -196,10 +196,10 @@ async fn a_grant_narrowed_by_another_process_refuses_the_next_stage() {
     assert_eq!(w.tracker.requests().len(), 0, "nothing reached the service");
 }
 
-/// Reads one after another check the binding they kept without a
-/// transaction while nothing was committed (docs/operations.md); a grant
-/// narrowed by another process between two reads is a commit, and the
-/// next read is refused before it reaches the service.
+/// Reads one after another reuse the binding they kept only while the
+/// deployment's epoch stands (one statement per read, docs/operations.md);
+/// a grant narrowed by another process between two reads moves it, and
+/// the next read is refused before it reaches the service.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_narrowed_by_another_process_refuses_the_next_read() {
     use gatehouse::kernel::{CallError, CallOutcome};
