@@ -143,7 +143,13 @@ struct Egress {
     kept: Option<KeptClient>,
     /// Which authorities this call's HTTPS trusts.
     roots: Roots,
+    /// The drains of answers on kept connections this call left unread
+    /// ([`Drained`]), awaited before the call returns.
+    drains: Drains,
 }
+
+/// Drains in flight, shared between a call's egress and its end.
+type Drains = Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>;
 
 /// The client every request of a gatekeeper leaves through: hyper's, with
 /// rustls. Pooling (kept) or not (fresh), it is the one send path.
@@ -285,13 +291,15 @@ const DRAIN_BYTES: usize = 64 << 10;
 struct Drained {
     body: Option<wasmtime_wasi_http::WasiBody>,
     ended: bool,
+    drains: Drains,
 }
 
 impl Drained {
-    fn new(body: wasmtime_wasi_http::WasiBody) -> Drained {
+    fn new(body: wasmtime_wasi_http::WasiBody, drains: Drains) -> Drained {
         Drained {
             body: Some(body),
             ended: false,
+            drains,
         }
     }
 }
@@ -337,7 +345,7 @@ impl Drop for Drained {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(async move {
+        let drain = runtime.spawn(async move {
             use http_body_util::BodyExt as _;
             let _ = tokio::time::timeout(DRAIN_TIME, async move {
                 let mut read = 0usize;
@@ -350,6 +358,10 @@ impl Drop for Drained {
             })
             .await;
         });
+        self.drains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(drain);
     }
 }
 
@@ -523,6 +535,7 @@ impl WasiHttpHooks for Egress {
         let probe = may_be_setup(&request);
         let kept = self.kept.clone();
         let roots = self.roots.clone();
+        let drains = self.drains.clone();
         Box::new(async move {
             use http_body_util::BodyExt;
             // A small JSON body is read whole before it leaves, to see
@@ -567,7 +580,7 @@ impl WasiHttpHooks for Egress {
                     let res = res.map(|body| {
                         let body = body.map_err(wasmtime_wasi_http::Error::from).boxed_unsync();
                         if keeping {
-                            Drained::new(body).boxed_unsync()
+                            Drained::new(body, drains).boxed_unsync()
                         } else {
                             body
                         }
@@ -842,6 +855,7 @@ async fn instantiate(
             witness: witness.clone(),
             kept: reach.kept,
             roots: limits.roots.clone(),
+            drains: Drains::default(),
         },
         limiter: Limiter::new(limits),
     };
@@ -900,6 +914,17 @@ where
             deadline.as_millis()
         ))),
     };
+    // The instance goes, and with it any answer it left unread: those on
+    // kept connections are read to their end before the call returns, so
+    // that the next read finds the connection back in the pool (bounded by
+    // the drain's own limits; usually the end arrived with the answer).
+    let drains = store.data().egress.drains.clone();
+    drop(instance);
+    drop(store);
+    let pending: Vec<_> = std::mem::take(&mut *drains.lock().unwrap_or_else(|e| e.into_inner()));
+    for drain in pending {
+        let _ = drain.await;
+    }
     let witness = witness.lock().unwrap_or_else(|e| e.into_inner()).clone();
     Called { outcome, witness }
 }

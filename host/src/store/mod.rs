@@ -13,6 +13,7 @@
 //! `Store::read_now`, which reads on a read-only connection of its own
 //! so that a read never queues behind a durable commit.
 
+mod action;
 mod actions;
 mod checkpoint;
 pub(crate) mod claims;

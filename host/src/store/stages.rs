@@ -14,7 +14,7 @@
 //! never wait for each other. It may not decide what is staged: the kernel
 //! classified and checked it before.
 
-use super::actions::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
+use super::action::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
 use super::sql::{Engine, Sql, args};
 use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, RETAINED_FINISHED, now_ms};
 
@@ -275,7 +275,7 @@ pub(crate) fn insert(
         ],
     )?;
     // Other hosts' inboxes show it without polling.
-    super::actions::announce(db, id)?;
+    super::action::announce(db, id)?;
     Ok(id)
 }
 
