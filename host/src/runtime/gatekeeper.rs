@@ -919,7 +919,6 @@ where
     // that the next read finds the connection back in the pool (bounded by
     // the drain's own limits; usually the end arrived with the answer).
     let drains = store.data().egress.drains.clone();
-    drop(instance);
     drop(store);
     let pending: Vec<_> = std::mem::take(&mut *drains.lock().unwrap_or_else(|e| e.into_inner()));
     for drain in pending {
