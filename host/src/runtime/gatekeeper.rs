@@ -287,7 +287,9 @@ const DRAIN_BYTES: usize = 64 << 10;
 /// server-sent event stream, which the server ends just after. So what the
 /// gatekeeper left unread is read in the background and thrown away, at
 /// most [`DRAIN_BYTES`] within [`DRAIN_TIME`]; an answer that goes on
-/// longer closes its connection, as before. Nobody sees what is read.
+/// longer closes its connection, as before. Nobody sees what is read. The
+/// call's next request, and the call's end, wait for its drains, so that
+/// the connection is back in the pool when it is wanted.
 struct Drained {
     body: Option<wasmtime_wasi_http::WasiBody>,
     ended: bool,
@@ -560,6 +562,16 @@ impl WasiHttpHooks for Egress {
             // Kept (a read) or fresh (anything else): one path out, so
             // both trust the same authorities and report alike.
             let keeping = kept.is_some();
+            if keeping {
+                // An answer this call left unread holds its connection
+                // until it is drained: finish that first, so the request
+                // goes on that connection rather than opening another.
+                let pending: Vec<_> =
+                    std::mem::take(&mut *drains.lock().unwrap_or_else(|e| e.into_inner()));
+                for drain in pending {
+                    let _ = drain.await;
+                }
+            }
             let client = kept.unwrap_or(roots.fresh);
             let connect = options
                 .and_then(|o| o.connect_timeout)
