@@ -389,7 +389,7 @@ impl Kernel {
                 old.id()
             );
         }
-        if !self.inner.store.is_shared() {
+        if self.inner.store.shared_url().is_none() {
             let others = self.others_alive();
             if !others.is_empty() {
                 bail!(
@@ -1951,10 +1951,7 @@ mod tests {
             // another process would.
             let withdraw = || {
                 store
-                    .home()
-                    .unwrap()
-                    .lock()
-                    .execute("DELETE FROM introductions WHERE chat = 'c'", [])
+                    .with(|db| db.exec("DELETE FROM introductions WHERE chat = 'c'", &[]))
                     .unwrap()
             };
             let view = kernel.view(Turn::new("gadget", "c", Principal::person("ann")));

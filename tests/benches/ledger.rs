@@ -27,15 +27,15 @@ use std::path::Path;
 use std::time::Instant;
 
 const MIGRATIONS: [&str; 9] = [
-    include_str!("../../host/src/store/migrations/V1__initial.sql"),
-    include_str!("../../host/src/store/migrations/V2__principals.sql"),
-    include_str!("../../host/src/store/migrations/V3__hostile_input.sql"),
-    include_str!("../../host/src/store/migrations/V4__revert_expiry_once.sql"),
-    include_str!("../../host/src/store/migrations/V5__hooks_notices.sql"),
-    include_str!("../../host/src/store/migrations/V6__fast_path.sql"),
-    include_str!("../../host/src/store/migrations/V7__ledger_sequence.sql"),
-    include_str!("../../host/src/store/migrations/V8__open_by_chat.sql"),
-    include_str!("../../host/src/store/migrations/V9__ledger_checks.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V1__initial.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V2__principals.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V3__hostile_input.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V4__revert_expiry_once.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V5__hooks_notices.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V6__fast_path.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V7__ledger_sequence.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V8__open_by_chat.sql"),
+    include_str!("../../host/src/store/sqlite/migrations/V9__ledger_checks.sql"),
 ];
 
 /// The read path's observation, as `store::ledger` writes it.

@@ -12,7 +12,6 @@
 //! and the revalidation of what was recorded at staging. What it sends with
 //! (the gatekeeper's record, the credential) is what it checked.
 
-use super::Begun;
 pub use super::action::{
     Action, ActionState, Args, NewAction, StageError, action_tag, args_digest, validate_args,
 };
@@ -20,12 +19,11 @@ pub(crate) use super::action::{DECIDED, announce};
 use super::dispatch::{Facts, Resolved, Unresolved, resolve};
 use super::registry::GatekeeperRecord;
 use super::sql::{Row, Sql, args};
-use super::stages::{self, StagedAction};
+use super::stages;
 use super::words::{DecisionOutcome, Verdict};
-use super::{DEFAULT_EXPIRY_MS, MAX_OPEN_ACTIONS, MAX_RESULT_BYTES, Store, now_ms};
+use super::{DEFAULT_EXPIRY_MS, MAX_RESULT_BYTES, Store, now_ms};
 use crate::access::{Need, Refusal};
 use crate::principal::Credential;
-use rusqlite::{Connection, TransactionBehavior};
 use std::sync::Arc;
 
 /// Who takes a claim, and on what grounds.
@@ -265,157 +263,6 @@ fn is_due(db: &dyn Sql, a: &Action) -> anyhow::Result<bool> {
         && a.created_at.saturating_add(stages::expiry(db, &a.chat)?) <= now_ms())
 }
 
-/// What waits for the next group commit ([`Store::stage`]): a stage, or
-/// only the fsync (`action` is `None`, [`Store::sync`]).
-pub(super) struct QueuedStage {
-    action: Option<NewAction>,
-    /// The stage's answer; `None` for a barrier (only the fsync).
-    answer: tokio::sync::oneshot::Sender<Result<Option<StagedAction>, StageError>>,
-}
-
-/// The group commit's queue, and whether a committer is draining it.
-#[derive(Default)]
-pub(crate) struct StagingQueue {
-    waiting: Vec<QueuedStage>,
-    committing: bool,
-}
-
-fn lock_queue(q: &std::sync::Mutex<StagingQueue>) -> std::sync::MutexGuard<'_, StagingQueue> {
-    q.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Commit `batch` in one durable transaction and answer each stage. A
-/// commit that fails answers every stage of the batch with its error:
-/// none of them was stored. `conn` is at `synchronous=FULL`
-/// ([`Home::lock_durable`](super::Home::lock_durable)). A batch of one
-/// stage is staged by [`stage_alone`]; a larger one as follows.
-///
-/// The transaction begins deferred: admission reads the chat on the
-/// snapshot it opens, and only a stage it admits takes the database's write
-/// lock, to insert. So a stage refused for a full or latched chat does not
-/// take the write lock (a gadget hammering a full chat starves no approver
-/// in another process), and no read ahead of the commit is needed for that.
-/// If another process wrote since the snapshot, or holds the lock, taking
-/// it fails at once (SQLite will not wait with a snapshot open), and the
-/// batch runs again in a transaction that begins by taking the lock,
-/// waiting for it: what admission read always still holds when the stage
-/// commits. Only a stage admitted on the snapshot comes to that second try,
-/// so a refusal takes the lock only when the chat filled in the moment
-/// between the two.
-fn commit_group(conn: &mut Connection, batch: Vec<QueuedStage>) {
-    let committed = match batch.as_slice() {
-        [
-            QueuedStage {
-                action: Some(action),
-                ..
-            },
-        ] => stage_alone(conn, action).map(|staged| vec![staged.map(Some)]),
-        _ => snapshot_first(conn, |conn, begin| stage_batch(conn, &batch, begin)),
-    };
-    match committed {
-        Ok(answers) => {
-            for (q, a) in batch.into_iter().zip(answers) {
-                let _ = q.answer.send(a);
-            }
-        }
-        Err(e) => {
-            let said = format!("{e:#}");
-            for q in batch {
-                let _ = q.answer.send(Err(StageError::Store(anyhow::anyhow!(
-                    "cannot stage in the state database: {said}"
-                ))));
-            }
-        }
-    }
-}
-
-/// Stage `a` alone in a transaction of its own on the writer `conn`,
-/// admitted as [`commit_group`] says: its answer, a refusal, or the error
-/// that undid it (the database busy, to be tried again, among them). The
-/// one way both a group commit of one stage and a turn's in-place stage
-/// stage on the home's file; no savepoint, which a lone stage does not
-/// need.
-fn stage_alone(
-    conn: &mut Connection,
-    a: &NewAction,
-) -> anyhow::Result<Result<StagedAction, StageError>> {
-    snapshot_first(conn, |conn, begin| {
-        let tx = Begun::on(conn, begin)?;
-        match stages::stage(&*tx, a) {
-            Ok(staged) => {
-                tx.commit()?;
-                Ok(Ok(staged))
-            }
-            // The database failing (or busy, to be tried again) is an
-            // error of the trip, not a refusal.
-            Err(StageError::Store(e)) => Err(e),
-            Err(refused) => Ok(Err(refused)),
-        }
-    })
-}
-
-/// Run a staging transaction `attempt` begun deferred, so that admission
-/// reads on a snapshot and only an insert takes the write lock; if taking
-/// it failed busy (another process wrote since the snapshot, or holds the
-/// lock), run it once more begun `IMMEDIATE`, waiting for the lock. The
-/// one place both ways of staging on the home's file take this rule from
-/// (see [`commit_group`]).
-fn snapshot_first<T>(
-    conn: &mut Connection,
-    attempt: impl Fn(&mut Connection, TransactionBehavior) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    match attempt(conn, TransactionBehavior::Deferred) {
-        Err(e) if super::is_busy(&e) => attempt(conn, TransactionBehavior::Immediate),
-        tried => tried,
-    }
-}
-
-/// One attempt at [`commit_group`]'s transaction, begun as `begin` says;
-/// each stage's answer, or the error that undid the whole attempt (the
-/// database busy, to be tried again, among them).
-fn stage_batch(
-    conn: &mut Connection,
-    batch: &[QueuedStage],
-    begin: TransactionBehavior,
-) -> anyhow::Result<Vec<Result<Option<StagedAction>, StageError>>> {
-    let mut answers = Vec::with_capacity(batch.len());
-    let barrier = batch.iter().any(|q| q.action.is_none());
-    let mut tx = conn.transaction_with_behavior(begin)?;
-    let mut wrote = false;
-    for q in batch {
-        let Some(action) = &q.action else {
-            answers.push(Ok(None));
-            continue;
-        };
-        // Each in a savepoint of its own: a refusal undoes only its stage.
-        // (A lone stage is staged by `stage_alone`.)
-        let sp = tx.savepoint()?;
-        let staged = stages::stage(&sp, action);
-        if staged.is_ok() {
-            sp.commit()?;
-        }
-        match staged.map(Some) {
-            Err(StageError::Store(e)) if super::is_busy(&e) => return Err(e),
-            staged => {
-                wrote |= staged.is_ok();
-                answers.push(staged);
-            }
-        }
-    }
-    if !wrote && !barrier {
-        tx.rollback()?;
-        return Ok(answers);
-    }
-    if !wrote {
-        // A commit that wrote nothing is not synced: write the mark,
-        // so that the fsync a barrier waits for happens.
-        tx.prepare_cached("UPDATE durability_mark SET n = n + 1 WHERE id = 1")?
-            .execute([])?;
-    }
-    tx.commit()?;
-    Ok(answers)
-}
-
 /// A covered workflow call, staged and claimed at once, or found already
 /// made under the same logical key (SPEC G8).
 pub enum Staged {
@@ -427,187 +274,6 @@ pub enum Staged {
 }
 
 impl Store {
-    /// Stage and submit an action: either it is pending with an id, on
-    /// disk so that a power cut cannot lose it (`synchronous=FULL`), or
-    /// nothing was stored (SPEC A1, A3, A5).
-    ///
-    /// Durable and fast through group commit: a stage joins the queue,
-    /// then whoever holds the connection next commits everything queued in
-    /// one transaction and one fsync, each stage in its own savepoint so
-    /// that one refusal never undoes another's row. The caps are checked
-    /// inside that transaction, row by row, so a batch can never overfill
-    /// a chat.
-    ///
-    /// On a shared database each stage is a transaction of its own, and
-    /// the database's own group commit makes many at once cheap; two
-    /// stagers of one chat take turns on its row ([`stages::admit`]).
-    pub async fn stage(&self, a: NewAction) -> Result<StagedAction, StageError> {
-        if self.is_shared() {
-            self.refuse_full_ahead(&a.chat).await?;
-            return self
-                .run(move |s| Ok(s.write_durable(|db| stages::stage(db, &a))))
-                .await?;
-        }
-        self.join_group(Some(a)).await?.ok_or_else(|| {
-            StageError::Store(anyhow::anyhow!(
-                "the staging commit answered a stage as a barrier; nothing was staged"
-            ))
-        })
-    }
-
-    /// On a shared database, a full chat refused from a read before the
-    /// staging transaction locks the chat's row, so that a gadget
-    /// hammering a full chat holds up no stager of it. The home's file
-    /// needs no read ahead: its staging transactions admit on their own
-    /// snapshot before they take the write lock ([`commit_group`],
-    /// [`Store::stage_now`]). The caps are checked inside the staging
-    /// transaction on both.
-    async fn refuse_full_ahead(&self, chat: &str) -> Result<(), StageError> {
-        let chat = chat.to_owned();
-        let open = self
-            .run(move |s| s.with(|db| stages::open_count(db, &chat)))
-            .await?;
-        if open >= MAX_OPEN_ACTIONS {
-            return Err(StageError::TooManyOpen(open));
-        }
-        Ok(())
-    }
-
-    /// Make every commit made before this call durable: join the next
-    /// group commit, whose fsync covers everything before it in the log.
-    /// What a turn staged in place ([`Store::stage_now`]) is durable once
-    /// this returns.
-    pub async fn sync(&self) -> anyhow::Result<()> {
-        if self.is_shared() {
-            // Every commit of a shared database is durable when it returns.
-            return Ok(());
-        }
-        self.join_group(None).await.map(drop).map_err(|e| match e {
-            StageError::Store(e) => e,
-            other => anyhow::anyhow!(other),
-        })
-    }
-
-    /// Queue `stage` (or, with `None`, only the fsync) and wait for the
-    /// group commit that takes it. One committer at a time drains the
-    /// queue, a whole batch per transaction, until it finds it empty:
-    /// concurrent stagers wait on the executor, not each on a thread of
-    /// its own queued for the connection.
-    ///
-    /// The stage that finds no committer commits its own batch on its own
-    /// thread, handed over to blocking work (`block_in_place`), and leaves
-    /// what queued meanwhile to a committer on a blocking thread. Why: a
-    /// lone stage then costs one transaction, not also a hop to a pooled
-    /// thread and a wake-up back (so a durable stage costs at most 1.2× a
-    /// bare fsynced commit), and no stager commits others' batches for long.
-    async fn join_group(
-        &self,
-        stage: Option<NewAction>,
-    ) -> Result<Option<StagedAction>, StageError> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let start = {
-            let mut queue = lock_queue(&self.home()?.staging);
-            queue.waiting.push(QueuedStage {
-                action: stage,
-                answer,
-            });
-            !std::mem::replace(&mut queue.committing, true)
-        };
-        if start {
-            let store = self.clone();
-            match tokio::runtime::Handle::current().runtime_flavor() {
-                // Only a multi-threaded executor can hand this thread over.
-                tokio::runtime::RuntimeFlavor::CurrentThread => {
-                    tokio::task::spawn_blocking(move || store.commit_queued(false));
-                }
-                _ => tokio::task::block_in_place(move || store.commit_queued(true)),
-            }
-        }
-        answered.await.unwrap_or_else(|_| {
-            Err(StageError::Store(anyhow::anyhow!(
-                "the staging commit stopped before it answered; nothing was staged"
-            )))
-        })
-    }
-
-    /// The committer: commit what waits, batch after batch, until nothing
-    /// does; `in_place`, one batch only, then hand what waits to a
-    /// committer on a blocking thread. The flag is cleared under the
-    /// queue's lock, so a stage queued after the last batch starts a
-    /// committer of its own.
-    fn commit_queued(&self, in_place: bool) {
-        /// Clears the flag if the committer unwinds, so that the next
-        /// stage starts another instead of waiting for this one forever
-        /// (the stages it held are answered: their senders are dropped).
-        struct Unwinding<'a>(&'a std::sync::Mutex<StagingQueue>);
-        impl Drop for Unwinding<'_> {
-            fn drop(&mut self) {
-                if std::thread::panicking() {
-                    lock_queue(self.0).committing = false;
-                }
-            }
-        }
-        let Ok(home) = self.home() else {
-            return;
-        };
-        let _unwinding = Unwinding(&home.staging);
-        let mut batches = 0;
-        loop {
-            let mut conn = match home.lock_durable() {
-                Ok(conn) => conn,
-                Err(e) => {
-                    let said = format!("{e:#}");
-                    let mut queue = lock_queue(&home.staging);
-                    queue.committing = false;
-                    for q in std::mem::take(&mut queue.waiting) {
-                        let _ = q.answer.send(Err(StageError::Store(anyhow::anyhow!(
-                            "cannot stage in the state database: {said}"
-                        ))));
-                    }
-                    return;
-                }
-            };
-            let batch = {
-                let mut queue = lock_queue(&home.staging);
-                if queue.waiting.is_empty() {
-                    queue.committing = false;
-                    return;
-                }
-                if in_place && batches == 1 {
-                    let store = self.clone();
-                    tokio::task::spawn_blocking(move || store.commit_queued(false));
-                    return;
-                }
-                std::mem::take(&mut queue.waiting)
-            };
-            commit_group(&mut conn, batch);
-            batches += 1;
-        }
-    }
-
-    /// Stage `a` in place, without waiting for an fsync: committed (every
-    /// other connection sees it, and a killed process keeps it), but
-    /// durable across a power cut only at the next durable commit. For a
-    /// gadget's turn, which the kernel makes durable ([`Store::sync`])
-    /// before anything leaves the turn or it ends (docs/operations.md);
-    /// every other caller stages with [`Store::stage`]. The same caps, in
-    /// the same transaction, admitted the same way ([`stage_alone`]) as a
-    /// group commit of one stage.
-    pub async fn stage_now(
-        &self,
-        a: NewAction,
-    ) -> anyhow::Result<Result<StagedAction, StageError>> {
-        if self.is_shared() {
-            // No in-place stage on a shared database: each is durable.
-            return match self.stage(a).await {
-                Ok(staged) => Ok(Ok(staged)),
-                Err(StageError::Store(e)) => Err(e),
-                Err(refused) => Ok(Err(refused)),
-            };
-        }
-        self.run_now(move |conn| stage_alone(conn, &a)).await
-    }
-
     /// A covered workflow call (SPEC G5, G8): staged under `logical_key`
     /// and claimed by `by` in one transaction, through the same claim as
     /// every other send. If that logical call was made before (a re-run of
@@ -1489,6 +1155,7 @@ mod on_both_engines {
     use super::super::suite::{Backend, runtime, shared_chat};
     use super::*;
     use crate::principal::Principal;
+    use crate::store::MAX_OPEN_ACTIONS;
 
     /// `ann`'s pending action in the shared chat, staged with the facts
     /// resolution gives now; its id.

@@ -9,9 +9,9 @@
 //! credential rule is `crate::principal::choose_credential`, the
 //! classification `crate::classify`.
 
-use super::Begun;
 use super::registry::GatekeeperRecord;
 use super::sql::{Sql, args};
+use super::sqlite::Begun;
 use crate::access::{Access, Standing};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};

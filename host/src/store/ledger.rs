@@ -148,25 +148,6 @@ pub struct LedgerFilter {
 }
 
 impl Store {
-    /// Record an observation. The caller hands the data over only if this
-    /// returns `Ok` (SPEC O1).
-    pub fn observe(&self, o: &NewObservation) -> anyhow::Result<super::Observed> {
-        if self.is_shared() {
-            return self.write(|db| observe_tx(db, o));
-        }
-        let home = self.home()?;
-        observe_in(&mut home.lock(), o)
-    }
-
-    /// [`Store::observe`] on the read path: on the home's connection right
-    /// here when it is free (see [`Store::run_now`]), the read's one commit.
-    pub async fn observe_now(&self, o: NewObservation) -> anyhow::Result<super::Observed> {
-        if self.is_shared() {
-            return self.run(move |s| s.observe(&o)).await;
-        }
-        self.run_now(move |c| observe_in(c, &o)).await
-    }
-
     pub fn ledger(&self, f: &LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
         let mut out = self.with(|db| ledger_in(db, f))?;
         // The set of chats a person may see is applied here rather than in
@@ -262,7 +243,7 @@ fn entry_from(r: &Row) -> anyhow::Result<LedgerEntry> {
 }
 
 /// [`Store::observe`] on the home's connection, which the caller holds.
-fn observe_in(
+pub(super) fn observe_in(
     conn: &mut rusqlite::Connection,
     o: &NewObservation,
 ) -> anyhow::Result<super::Observed> {
@@ -286,7 +267,7 @@ fn needs_transaction(o: &NewObservation) -> bool {
 }
 
 /// Record `o` in the caller's writing transaction, on either engine.
-fn observe_tx(db: &dyn Sql, o: &NewObservation) -> anyhow::Result<super::Observed> {
+pub(super) fn observe_tx(db: &dyn Sql, o: &NewObservation) -> anyhow::Result<super::Observed> {
     let restricted = o.sources.restricted;
     // Owner-only data is never admitted into a shared chat (SPEC O3);
     // checked in the transaction that would latch, so a concurrent

@@ -250,42 +250,6 @@ fn json<T: Serialize>(v: &T) -> anyhow::Result<String> {
 }
 
 impl Store {
-    /// Keep an installed component's bytes where every host can load them,
-    /// so any host serves any chat: in a shared database's `components`,
-    /// content-addressed, so installing the same bytes again changes
-    /// nothing. A home keeps them as files in its component cache (the
-    /// runtime wrote them), so nothing is written there.
-    pub fn keep_component(&self, digest: &str, bytes: &[u8]) -> anyhow::Result<()> {
-        if !self.is_shared() {
-            return Ok(());
-        }
-        self.with(|db| {
-            db.exec(
-                "INSERT INTO components (digest, bytes, added_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (digest) DO NOTHING",
-                args![digest, bytes, now_ms()],
-            )
-            .map(drop)
-        })
-    }
-
-    /// The bytes of the component `digest` kept in a shared database, for
-    /// a host whose cache does not have them yet; `None` on a home, or
-    /// when no host kept them. The runtime checks them against the digest.
-    pub fn component(&self, digest: &str) -> anyhow::Result<Option<Vec<u8>>> {
-        if !self.is_shared() {
-            return Ok(None);
-        }
-        self.with(|db| {
-            db.row(
-                "SELECT bytes FROM components WHERE digest = ?1",
-                args![digest],
-            )?
-            .map(|r| r.get(0))
-            .transpose()
-        })
-    }
-
     /// Install (or reinstall) the component `digest` under `name`.
     pub fn put_gadget(&self, name: &str, digest: &str) -> anyhow::Result<()> {
         self.with(|db| put_gadget_in(db, name, digest, now_ms()))
@@ -496,6 +460,27 @@ fn introduce_in(db: &dyn Sql, intro: &Introduction, by: &str) -> anyhow::Result<
 /// (an SQLite file and a real PostgreSQL): names are kept once, a taken
 /// chat name is refused in the same words, a key introduced again names
 /// the newest gatekeeper, and no listing carries a secret's value.
+/// Keep the bytes of the component `digest` in the shared database's
+/// `components` (content-addressed: the same bytes again change nothing).
+pub(super) fn keep_component_in(db: &dyn Sql, digest: &str, bytes: &[u8]) -> anyhow::Result<()> {
+    db.exec(
+        "INSERT INTO components (digest, bytes, added_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (digest) DO NOTHING",
+        args![digest, bytes, now_ms()],
+    )
+    .map(drop)
+}
+
+/// The bytes of the component `digest` some host kept, if any.
+pub(super) fn component_in(db: &dyn Sql, digest: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    db.row(
+        "SELECT bytes FROM components WHERE digest = ?1",
+        args![digest],
+    )?
+    .map(|r| r.get(0))
+    .transpose()
+}
+
 #[cfg(test)]
 mod on_both_engines {
     use super::*;
@@ -749,3 +734,4 @@ mod on_both_engines {
         });
     }
 }
+

@@ -204,21 +204,7 @@ impl Store {
         if self.with(|db| check_in(db, &self.key))? {
             return Ok(Sealing::default());
         }
-        let super::Db::Home(home) = &self.db else {
-            return self.write(|db| seal_in(db, &self.key));
-        };
-        let was: i64 = home
-            .lock()
-            .query_row("PRAGMA secure_delete", [], |r| r.get(0))?;
-        home.lock().pragma_update(None, "secure_delete", 1)?;
-        let done = self.write(|db| seal_in(db, &self.key));
-        let conn = home.lock();
-        conn.pragma_update(None, "secure_delete", was)?;
-        if done.as_ref().is_ok_and(|d| d.changed > 0) {
-            // Best effort: a reader of another process may hold the log.
-            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
-        }
-        done
+        self.write_erasing(|db| seal_in(db, &self.key), |d| d.changed > 0)
     }
 
     /// Whether any secret is kept unsealed (checking, as

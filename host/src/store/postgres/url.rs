@@ -5,7 +5,7 @@
 //! Owns the URL's reading, its masked form (the one way a URL is ever
 //! printed) and the TLS settings libpq names and the driver does not parse
 //! (`sslmode=verify-ca|verify-full`, `sslrootcert=FILE`). It may not
-//! connect (`store::postgres` does, through `store::pg_tls`).
+//! connect (`store::postgres` does, through `store::postgres::tls`).
 //!
 //! The safe sides chosen here (docs/security-model.md, "The database
 //! URL"):

@@ -157,7 +157,7 @@ fn open(path: &Path) -> Option<Connection> {
 #[cfg(test)]
 mod tests {
     use super::super::Store;
-    use super::super::sql::args;
+    use crate::store::sql::args;
     use std::time::{Duration, Instant};
 
     #[test]

@@ -5,7 +5,7 @@
 //! for a certificate refused.
 //!
 //! Owns the client configuration for each mode and the certificate
-//! checks; it may not read the URL (`store::pg_url` hands it the mode and
+//! checks; it may not read the URL (`store::postgres::url` hands it the mode and
 //! the authority) nor connect (`store::postgres` does, every connection
 //! through its one `connect` path).
 //!
@@ -17,7 +17,7 @@
 //! checked in every mode (a mode that checks no certificate still talks
 //! to the holder of the key it was shown).
 
-use super::pg_url::{RootCert, TlsMode};
+use super::url::{RootCert, TlsMode};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
