@@ -7,7 +7,7 @@
 use super::MAX_ARGS_BYTES;
 use super::dispatch::Facts;
 use super::registry::Trust;
-use super::sql::{Engine, Sql, args};
+use super::sql::{Sql, args};
 use crate::principal::Principal;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -318,12 +318,9 @@ pub(crate) const DECIDED: &str = "gatehouse_decided";
 /// home has no other hosts, and its processes watch the file itself, so
 /// there this does nothing.
 pub(crate) fn announce(db: &dyn Sql, id: i64) -> anyhow::Result<()> {
-    if db.engine() == Engine::Postgres {
-        db.exec(
-            "SELECT pg_notify(?1, json_build_object('action', id, 'chat', chat)::text)
-             FROM ledger WHERE id = ?2",
-            args![DECIDED, id],
-        )?;
-    }
-    Ok(())
+    db.tell_hosts(
+        "SELECT pg_notify(?1, json_build_object('action', id, 'chat', chat)::text)
+         FROM ledger WHERE id = ?2",
+        args![DECIDED, id],
+    )
 }

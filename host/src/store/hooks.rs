@@ -17,7 +17,7 @@
 //! the whole file.
 
 use super::sealed;
-use super::sql::{Engine, Row, Sql, args};
+use super::sql::{Hold, Row, Sql, args};
 use super::words::{FiringOutcome, HookKind};
 use super::{Store, now_ms};
 use crate::access::{Need, Refusal};
@@ -358,12 +358,10 @@ fn webhook_by_token_in(
 /// on PostgreSQL by locking the row; SQLite's writing transaction already
 /// excludes every other writer. Whether the hook exists.
 fn hold_hook(db: &dyn Sql, id: i64) -> anyhow::Result<Option<(bool, Option<String>)>> {
-    db.row(
-        match db.engine() {
-            Engine::Sqlite => "SELECT enabled, enabled_by FROM hooks WHERE id = ?1",
-            Engine::Postgres => "SELECT enabled, enabled_by FROM hooks WHERE id = ?1 FOR UPDATE",
-        },
+    db.row_held(
+        "SELECT enabled, enabled_by FROM hooks WHERE id = ?1",
         args![id],
+        Hold::Update,
     )?
     .map(|r| Ok((r.get::<i64>(0)? == 1, r.get(1)?)))
     .transpose()

@@ -734,4 +734,3 @@ mod on_both_engines {
         });
     }
 }
-

@@ -13,7 +13,7 @@
 //! are checked, never sent on), so there is nothing to recover from them.
 
 use super::Store;
-use super::sql::{Engine, Sql, args};
+use super::sql::{Hold, Sql, args};
 use crate::seal::{self, Key, Place};
 use anyhow::bail;
 
@@ -103,13 +103,12 @@ fn replace(db: &dyn Sql, column: &Column, row: &str, now: &str, was: &str) -> an
 /// comes second sees what the first committed: the writer is refused, or
 /// the rotation seals the new value again too.
 pub(crate) fn check_key_in(db: &dyn Sql, key: &Key) -> anyhow::Result<()> {
-    let sql = match db.engine() {
-        Engine::Postgres => {
-            "SELECT value FROM deployment_secrets WHERE name = 'idempotency' FOR SHARE"
-        }
-        Engine::Sqlite => "SELECT value FROM deployment_secrets WHERE name = 'idempotency'",
-    };
-    if let Some(r) = db.row(sql, args![])? {
+    let held = db.row_held(
+        "SELECT value FROM deployment_secrets WHERE name = 'idempotency'",
+        args![],
+        Hold::Share,
+    )?;
+    if let Some(r) = held {
         let value: String = r.get(0)?;
         if let Some(kid) = seal::sealed_with(&value).filter(|kid| *kid != key.id()) {
             return Err(key.wrong_key(kid));
@@ -165,13 +164,11 @@ fn seal_in(db: &dyn Sql, key: &Key) -> anyhow::Result<Sealing> {
 /// Open every value with `old` and seal it with `new`, in the caller's
 /// writing transaction: all or nothing.
 fn reseal_in(db: &dyn Sql, old: &Key, new: &Key) -> anyhow::Result<Sealing> {
-    if db.engine() == Engine::Postgres {
-        // Held before anything is read: see [`check_key_in`].
-        db.row(
-            "SELECT 1 FROM deployment_secrets WHERE name = 'idempotency' FOR UPDATE",
-            args![],
-        )?;
-    }
+    // Held before anything is read: see [`check_key_in`].
+    db.hold(
+        "SELECT 1 FROM deployment_secrets WHERE name = 'idempotency'",
+        args![],
+    )?;
     let mut done = Sealing::default();
     for (column, row, value) in every_value(db)? {
         let place = Place::new(column.table, &row);

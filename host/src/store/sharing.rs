@@ -8,7 +8,7 @@
 //! (`store::sql`).
 
 use super::sealed;
-use super::sql::{Engine, Row, Sql, args};
+use super::sql::{Row, Sql, args};
 use super::{Store, now_ms};
 use crate::access::{Access, Standing};
 use crate::seal::{Key, Place, Sealed};
@@ -172,13 +172,7 @@ pub(crate) fn account_credential_in(
 /// sees what was committed before it began). SQLite's writing
 /// transactions (IMMEDIATE) already exclude each other.
 pub(super) fn lock_chat(db: &dyn Sql, chat: &str) -> anyhow::Result<()> {
-    if db.engine() == Engine::Postgres {
-        db.row(
-            "SELECT 1 FROM chats WHERE name = ?1 FOR UPDATE",
-            args![chat],
-        )?;
-    }
-    Ok(())
+    db.hold("SELECT 1 FROM chats WHERE name = ?1", args![chat])
 }
 
 /// Whether `chat` has collaborators or live share links (SPEC O3's
@@ -448,12 +442,7 @@ fn connect_account_in(
     now: i64,
 ) -> anyhow::Result<Account> {
     let secret = format!("account/{user}/{gatekeeper}/{label}");
-    if db.engine() == Engine::Postgres {
-        db.row(
-            "SELECT 1 FROM users WHERE name = ?1 FOR UPDATE",
-            args![user],
-        )?;
-    }
+    db.hold("SELECT 1 FROM users WHERE name = ?1", args![user])?;
     sealed::check_key_in(db, key)?;
     db.exec(
         "INSERT INTO secrets (name, value) VALUES (?1, ?2)

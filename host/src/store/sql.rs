@@ -198,4 +198,38 @@ pub(crate) trait Sql {
             .ok_or_else(|| anyhow::anyhow!("an insert returned no id"))?
             .get(0)
     }
+    /// Run the query `select` and hold the rows it read as `how` says until
+    /// the transaction ends, so that what the caller read stays true while
+    /// it decides. PostgreSQL locks them (`FOR UPDATE`, `FOR SHARE`);
+    /// SQLite's writing transaction already excludes every other writer,
+    /// so there it is a plain read.
+    fn rows_held(&self, select: &str, args: &[&dyn ToArg], how: Hold) -> anyhow::Result<Vec<Row>>;
+    /// [`Sql::rows_held`]'s first row, if any.
+    fn row_held(
+        &self,
+        select: &str,
+        args: &[&dyn ToArg],
+        how: Hold,
+    ) -> anyhow::Result<Option<Row>> {
+        Ok(self.rows_held(select, args, how)?.into_iter().next())
+    }
+    /// Hold the rows of `select` for update until the transaction ends,
+    /// reading nothing: before a read that must see what a concurrent
+    /// writer of them committed. Nothing to do on SQLite (see
+    /// [`Sql::rows_held`]), so nothing runs there.
+    fn hold(&self, select: &str, args: &[&dyn ToArg]) -> anyhow::Result<()>;
+    /// Tell the other hosts of a shared database, once this transaction
+    /// commits (never if it rolls back): `notify` is a statement calling
+    /// `pg_notify`. An embedded home has no other hosts (its processes
+    /// watch the file itself), so nothing runs on SQLite.
+    fn tell_hosts(&self, notify: &str, args: &[&dyn ToArg]) -> anyhow::Result<()>;
+}
+
+/// How [`Sql::rows_held`] holds the rows it read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// No other transaction may change them or hold them (`FOR UPDATE`).
+    Update,
+    /// Others may read and share them, none may change them (`FOR SHARE`).
+    Share,
 }

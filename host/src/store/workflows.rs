@@ -12,7 +12,7 @@
 //! a step's requests are replaced under its run's row lock on PostgreSQL
 //! (SQLite's writing transactions already exclude each other).
 
-use super::sql::{Engine, Row, Sql, args};
+use super::sql::{Row, Sql, args};
 use super::words::{InvocationDecision, RequestState, RunState, StepStatus};
 use super::{Store, now_ms};
 use serde::Serialize;
@@ -698,12 +698,7 @@ fn add_request_in(
     // run's row is held until this transaction ends, so a concurrent adder
     // sees this one's request and replaces it (or is it), never leaving
     // two standing.
-    if db.engine() == Engine::Postgres {
-        db.row(
-            "SELECT id FROM workflow_runs WHERE id = ?1 FOR UPDATE",
-            args![run],
-        )?;
-    }
+    db.hold("SELECT id FROM workflow_runs WHERE id = ?1", args![run])?;
     // A re-run of the step asking for exactly what it asked before is
     // the same request: an approved (or still pending) one stands, so
     // the step is not gated again by its own re-run (SPEC G8).

@@ -2,7 +2,7 @@
 //! needs ([`postgres_text`]), values as the driver takes them, and rows
 //! read back. It may not hold policy nor know any table.
 
-use crate::store::sql::{Arg, Cell, Engine, Row, Sql, ToArg};
+use crate::store::sql::{Arg, Cell, Engine, Hold, Row, Sql, ToArg};
 
 /// `sql` as PostgreSQL spells it: `?N` becomes `$N`, and `IS ?N` / `IS
 /// NOT ?N` (SQLite's comparisons that match NULL) become `IS NOT DISTINCT
@@ -128,6 +128,22 @@ impl<C: deadpool_postgres::GenericClient> Sql for Postgres<'_, C> {
     fn rows(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<Vec<Row>> {
         let rows = self.run(sql, args, async |c, st, a| c.query(st, a).await)?;
         rows.iter().map(postgres_row).collect()
+    }
+
+    fn rows_held(&self, select: &str, args: &[&dyn ToArg], how: Hold) -> anyhow::Result<Vec<Row>> {
+        let lock = match how {
+            Hold::Update => "FOR UPDATE",
+            Hold::Share => "FOR SHARE",
+        };
+        self.rows(&format!("{select} {lock}"), args)
+    }
+
+    fn hold(&self, select: &str, args: &[&dyn ToArg]) -> anyhow::Result<()> {
+        self.rows_held(select, args, Hold::Update).map(drop)
+    }
+
+    fn tell_hosts(&self, notify: &str, args: &[&dyn ToArg]) -> anyhow::Result<()> {
+        self.exec(notify, args).map(drop)
     }
 }
 

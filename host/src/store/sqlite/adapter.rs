@@ -2,7 +2,7 @@
 //! on it) runs the store's statements as library calls, each prepared once
 //! and kept. It may not hold policy nor know any table.
 
-use crate::store::sql::{Arg, Cell, Engine, Row, Sql, ToArg};
+use crate::store::sql::{Arg, Cell, Engine, Hold, Row, Sql, ToArg};
 use anyhow::Context as _;
 
 impl rusqlite::ToSql for Arg<'_> {
@@ -36,6 +36,20 @@ impl Sql for rusqlite::Connection {
         let mut st = self.prepare_cached(sql)?;
         st.execute(sqlite_args(args))?;
         Ok(self.last_insert_rowid())
+    }
+
+    /// A writing transaction (`BEGIN IMMEDIATE`) already holds the whole
+    /// database against other writers.
+    fn rows_held(&self, select: &str, args: &[&dyn ToArg], _: Hold) -> anyhow::Result<Vec<Row>> {
+        self.rows(select, args)
+    }
+
+    fn hold(&self, _: &str, _: &[&dyn ToArg]) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn tell_hosts(&self, _: &str, _: &[&dyn ToArg]) -> anyhow::Result<()> {
+        Ok(())
     }
 
     fn rows(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<Vec<Row>> {
@@ -82,6 +96,15 @@ macro_rules! sql_by_deref {
             }
             fn insert(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<i64> {
                 (**self).insert(sql, args)
+            }
+            fn rows_held(&self, sql: &str, args: &[&dyn ToArg], how: Hold) -> anyhow::Result<Vec<Row>> {
+                (**self).rows_held(sql, args, how)
+            }
+            fn hold(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<()> {
+                (**self).hold(sql, args)
+            }
+            fn tell_hosts(&self, sql: &str, args: &[&dyn ToArg]) -> anyhow::Result<()> {
+                (**self).tell_hosts(sql, args)
             }
         }
     )*};

@@ -431,8 +431,8 @@ fn migrate_from(conn: &mut Connection, version: i64) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod upgrade {
-    use crate::store::sql::args;
     use super::*;
+    use crate::store::sql::args;
 
     /// A home as schema 6 left it: entries of every kind, a hook whose row
     /// references its ledger entry, and the two newest entries deleted by
