@@ -103,23 +103,50 @@ def cycles(graph):
     return sccs
 
 def folder_graph(folder):
-    """Inside a folder module: which sibling each file names (`super::x`,
-    `crate::folder::x`), test-only files and items skipped."""
+    """Inside a folder module: which sibling each file (or sub-folder, all
+    its files together) names (`super::x` from the folder's own files and
+    from a sub-folder's `mod.rs`, `super::super::x` from a sub-folder's
+    other files, `crate::folder::x` from anywhere), test-only files and
+    items skipped."""
     d = os.path.join(root, folder)
     skipped = test_only(d)
     sibs = {f[:-3] for f in os.listdir(d) if f.endswith(".rs") and f != "mod.rs" and f not in skipped}
     sibs |= {f for f in os.listdir(d) if os.path.isdir(os.path.join(d, f))}
     g = {m: set() for m in sibs}
+    crate_path = "crate::" + folder.replace(os.sep, "::")
+    def named(src, prefix):
+        out = set()
+        for x in re.finditer(r"\b(?:" + prefix + r")::(\{[^}]*\}|\w+)", src):
+            grp = x.group(1)
+            out |= set([q.split("::")[0].strip() for q in re.split(r"[,\s]+", grp[1:-1])] if grp.startswith("{") else [grp])
+        return out
     for m in sibs:
         p = os.path.join(d, m + ".rs")
-        if not os.path.exists(p): continue
-        src = strip_tests(open(p).read())
-        for x in re.finditer(r"\b(?:super|crate::" + folder + r")::(\{[^}]*\}|\w+)", src):
-            grp = x.group(1)
-            names_ = [q.split("::")[0].strip() for q in re.split(r"[,\s]+", grp[1:-1])] if grp.startswith("{") else [grp]
-            for q in names_:
-                if q in sibs and q != m: g[m].add(q)
+        if os.path.exists(p):
+            used = named(strip_tests(open(p).read()), "super|" + crate_path)
+        else:
+            sub = os.path.join(d, m)
+            sub_skipped = test_only(sub)
+            used = set()
+            for f in os.listdir(sub):
+                if not f.endswith(".rs") or f in sub_skipped: continue
+                src = strip_tests(open(os.path.join(sub, f)).read())
+                up = "super" if f == "mod.rs" else "super::super"
+                used |= named(src.replace("super::super::", "SUPER2::") if f != "mod.rs" else src,
+                              ("SUPER2" if f != "mod.rs" else up) + "|" + crate_path)
+        for q in used:
+            if q in sibs and q != m: g[m].add(q)
     return g
+
+def folders(base=""):
+    """Every folder module, nested ones too (`store`, `store/sqlite`, ...)."""
+    d = os.path.join(root, base)
+    for f in sorted(os.listdir(d)):
+        p = os.path.join(d, f)
+        if os.path.isdir(p) and os.path.exists(os.path.join(p, "mod.rs")):
+            rel = os.path.join(base, f) if base else f
+            yield rel
+            yield from folders(rel)
 
 found = []
 sccs = cycles(graph)
@@ -129,7 +156,7 @@ for c in sccs:
     for a in c:
         for b in sorted(graph[a] & cs): print(f"  {a} -> {b}")
 found += sccs
-for folder in sorted(m for m in mods if os.path.exists(os.path.join(root, m, "mod.rs"))):
+for folder in folders():
     g = folder_graph(folder)
     inner = cycles(g)
     print(f"cycles inside {folder}/:", inner if inner else "none")

@@ -11,11 +11,9 @@
 
 use super::registry::GatekeeperRecord;
 use super::sql::{Sql, args};
-use super::sqlite::Begun;
 use crate::access::{Access, Standing};
 use crate::classify::{self, Kind};
 use crate::principal::{Credential, CredentialFacts, choose_credential};
-use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
@@ -204,7 +202,7 @@ impl Resolutions {
     }
 
     /// What is kept for `call` if it was kept under `epoch`.
-    fn kept_at(&self, call: &Call, epoch: i64) -> Option<Arc<Resolved>> {
+    pub(in crate::store) fn kept_at(&self, call: &Call, epoch: i64) -> Option<Arc<Resolved>> {
         self.kept(call)
             .filter(|(_, at)| *at == epoch)
             .map(|(r, _)| r)
@@ -222,7 +220,7 @@ impl Resolutions {
         self.kept(&(chat.to_owned(), key.to_owned(), person.to_owned()))
     }
 
-    fn keep(&self, call: Call, epoch: i64, r: &Arc<Resolved>) {
+    pub(in crate::store) fn keep(&self, call: Call, epoch: i64, r: &Arc<Resolved>) {
         let mut kept = self.by_call.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() >= KEPT_RESOLUTIONS {
             kept.clear();
@@ -256,38 +254,6 @@ impl Resolutions {
         }
         Ok(resolved)
     }
-
-    /// [`resolve`] on the home's file, reusing what was resolved under the
-    /// current epoch: a hit is one statement, the epoch's. A miss resolves
-    /// in one read transaction that also reads the epoch, so what is kept
-    /// is kept under the epoch it was true at.
-    pub(crate) fn resolve(
-        &self,
-        conn: &Connection,
-        chat: &str,
-        key: &str,
-        person: &str,
-    ) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> {
-        let call = (chat.to_owned(), key.to_owned(), person.to_owned());
-        if let Some(r) = self.kept_at(&call, epoch_in(conn)?) {
-            return Ok(Ok(r));
-        }
-        let tx = Begun::on(conn, rusqlite::TransactionBehavior::Deferred)?;
-        let epoch = epoch_in(&tx)?;
-        let resolved = resolve(&*tx, chat, key, person)?;
-        tx.commit()?;
-        let resolved = resolved.map(Arc::new);
-        if let Ok(r) = &resolved {
-            self.keep(call, epoch, r);
-        }
-        Ok(resolved)
-    }
-}
-
-/// The policy epoch as `conn` sees it now.
-fn epoch_in(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.prepare_cached("SELECT n FROM policy_epoch WHERE id = 1")?
-        .query_row([], |r| r.get(0))
 }
 
 /// The credential `person`'s calls in `chat` run under at `g`: gathered
@@ -511,7 +477,7 @@ mod tests {
     #[test]
     fn every_table_resolution_reads_moves_the_epoch() {
         let (dir, _store) = shared_chat();
-        let conn = Connection::open(dir.path().join("state.db")).unwrap();
+        let conn = rusqlite::Connection::open(dir.path().join("state.db")).unwrap();
         let read = Arc::new(Mutex::new(BTreeSet::new()));
         let seen = read.clone();
         conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
@@ -619,7 +585,7 @@ mod tests {
         store.observe(&observation()).unwrap();
         assert!(store.resolve("c", "K", "ann").unwrap().is_ok());
 
-        let elsewhere = Connection::open(dir.path().join("state.db")).unwrap();
+        let elsewhere = rusqlite::Connection::open(dir.path().join("state.db")).unwrap();
         elsewhere
             .execute("DELETE FROM introductions WHERE chat = 'c'", [])
             .unwrap();
