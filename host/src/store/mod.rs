@@ -1,17 +1,22 @@
-//! The durable state: one SQLite file.
+//! The durable state: the home's SQLite file, or a PostgreSQL database
+//! that several hosts share.
 //!
 //! Owns the schema, the connection settings and every SQL statement. The
-//! action store's guarantees live here, in the database's own state: durable
-//! staging with its caps (SPEC A5; group commit), the claim written with `synchronous=FULL` before
-//! anything is sent (P1), recovery of interrupted claims (P3) and retention
-//! (P5). It may not call components or decide policy: callers (the kernel and
-//! the overseer) decide, this module records.
+//! action store's guarantees live here, in the database's own state:
+//! durable staging with its caps (SPEC A5; group commit), the claim made
+//! durable before anything is sent (P1), recovery of interrupted claims
+//! (P3) and retention (P5). It may not call components or decide policy:
+//! callers (the kernel and the overseer) decide, this module records.
 //!
-//! Calls are synchronous and short; async callers go through
-//! `Store::run`, which moves them off the executor, or, on the read path,
-//! `Store::run_now`, which runs them in place when that cannot wait, and
-//! `Store::read_now`, which reads on a read-only connection of its own
-//! so that a read never queues behind a durable commit.
+//! Three layers: the concept modules (`actions`, `claims`, `stages`, ...)
+//! hold the statements, written once over the [`sql::Sql`] seam; the
+//! [`engine`] is the one door they reach a database through (read, write
+//! with a durability, stage, observe) and the only place that tells the
+//! engines apart; the engines themselves live in `sqlite/` and
+//! `postgres/`. Calls are synchronous and short; async callers go through
+//! [`Store::run`], which moves them off the executor, or the engine's
+//! async verbs (`read_now`, `stage`, `observe_now`), which run in place
+//! where that cannot wait.
 
 mod action;
 mod actions;
