@@ -225,9 +225,14 @@ async fn one_run(
         ..Limits::from_env()?
     };
     let kernel = Kernel::open(Home::at(home), limits)?;
-    kernel.install("assistant", gatehouse::guests::ASSISTANT, &|_| {})?;
-    kernel.put_secret("tracker-token", TRACKER_TOKEN)?;
     kernel
+        .operator()
+        .install("assistant", gatehouse::guests::ASSISTANT, &|_| {})?;
+    kernel
+        .operator()
+        .put_secret("tracker-token", TRACKER_TOKEN)?;
+    kernel
+        .operator()
         .add_gatekeeper(
             arm.gatekeeper,
             arm.component,
@@ -240,12 +245,13 @@ async fn one_run(
         .await?;
     let secret = match &endpoint.key {
         Some(key) => {
-            kernel.put_secret("model-key", key)?;
+            kernel.operator().put_secret("model-key", key)?;
             Some("model-key".to_owned())
         }
         None => None,
     };
     kernel
+        .operator()
         .add_gatekeeper(
             "model",
             gatehouse::guests::MODEL,
@@ -260,13 +266,18 @@ async fn one_run(
         )
         .await?;
     let owner = "experimenter";
-    kernel.new_chat("work", owner)?;
-    kernel.introduce("work", arm.gatekeeper, "ISSUES", None, owner)?;
-    kernel.introduce("work", "model", "MODEL", None, owner)?;
+    kernel.person(owner).new_chat("work")?;
+    kernel
+        .person(owner)
+        .introduce("work", arm.gatekeeper, "ISSUES", None)?;
+    kernel
+        .person(owner)
+        .introduce("work", "model", "MODEL", None)?;
     let task = format!(
         "ensure {title} | bug\nMake sure the issue tracker has an issue titled \"{title}\" that carries the label \"bug\": list the issues first; create the issue or add the label only if needed."
     );
     kernel
+        .operator()
         .agent("assistant", "work", &task, arm.harness)
         .await?;
     // Approve what waits, as a person would; each approval may resume the
@@ -274,12 +285,12 @@ async fn one_run(
     // staging is cut off.
     for _ in 0..20 {
         kernel.settle().await;
-        let pending = kernel.pending(owner, None).await?;
+        let pending = kernel.person(owner).pending(None).await?;
         if pending.is_empty() {
             break;
         }
         for a in pending {
-            kernel.approve(a.id, owner).await?;
+            kernel.person(owner).approve(a.id).await?;
         }
     }
     kernel.settle().await;

@@ -115,15 +115,18 @@ async fn set_up(kernel: &Kernel, tracker: &Tracker, token: &str) -> anyhow::Resu
         1,
         "Install the `triage` gadget: it starts with no capability at all.",
     );
-    kernel.install("triage", gatehouse::guests::TRIAGE, &|m| outln!("   {m}"))?;
+    kernel
+        .operator()
+        .install("triage", gatehouse::guests::TRIAGE, &|m| outln!("   {m}"))?;
     outln!("   gatehouse install triage.wasm");
 
     step(
         2,
         "Add the `issues` gatekeeper: it may reach only the tracker, and the kernel holds its token.",
     );
-    kernel.put_secret("tracker-token", token)?;
+    kernel.operator().put_secret("tracker-token", token)?;
     let g = kernel
+        .operator()
         .add_gatekeeper(
             "issues",
             gatehouse::guests::ISSUES,
@@ -143,8 +146,10 @@ async fn set_up(kernel: &Kernel, tracker: &Tracker, token: &str) -> anyhow::Resu
         3,
         "Create a chat and introduce the tracker into it as ISSUES.",
     );
-    kernel.new_chat("work", "demo")?;
-    kernel.introduce("work", "issues", "ISSUES", None, "demo")?;
+    kernel.person("demo").new_chat("work")?;
+    kernel
+        .person("demo")
+        .introduce("work", "issues", "ISSUES", None)?;
     Ok(())
 }
 
@@ -156,7 +161,7 @@ async fn stage_and_decide(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         5,
         "Run the gadget. Its read runs at once; its two writes are staged and answered `pending`.",
     );
-    let report = kernel.run("triage", "work", "").await?;
+    let report = kernel.operator().run("triage", "work", "").await?;
     match &report.output {
         Ok(out) => outln!("{}", indent(out)),
         Err(e) => anyhow::bail!("the triage gadget failed: {e}"),
@@ -171,7 +176,7 @@ async fn stage_and_decide(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         6,
         "What awaits a decision (rendered by the same sanitiser the web inbox uses):",
     );
-    let shown = kernel.inbox("demo", None).await?;
+    let shown = kernel.person("demo").inbox(None).await?;
     for s in &shown {
         outln!("{}", indent(&s.prompt));
     }
@@ -180,12 +185,12 @@ async fn stage_and_decide(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
     let mut ok = true;
     step(7, "Approve the first, reject the second.");
     if let Some(first) = pending.first() {
-        let d = kernel.approve(first.id, "demo").await?;
+        let d = kernel.person("demo").approve(first.id).await?;
         ok &= behaved(7, d.ok());
         outln!("   {}", d.line());
     }
     if let Some(second) = pending.get(1) {
-        let d = kernel.reject(second.id, "demo").await?;
+        let d = kernel.person("demo").reject(second.id).await?;
         ok &= behaved(7, d.ok());
         outln!("   {}", d.line());
     }
@@ -200,7 +205,7 @@ async fn stage_and_decide(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         "Approving the same action again sends nothing (at most once).",
     );
     if let Some(first) = pending.first() {
-        let d = kernel.approve(first.id, "demo").await?;
+        let d = kernel.person("demo").approve(first.id).await?;
         outln!("   {}", d.line());
         ok &= behaved(
             8,
@@ -214,13 +219,11 @@ async fn stage_and_decide(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
 async fn show_ledger(kernel: &Kernel) -> anyhow::Result<()> {
     step(10, "The ledger of chat `work`:");
     for e in kernel
-        .ledger(
-            "demo",
-            LedgerFilter {
-                chat: Some("work".into()),
-                ..LedgerFilter::default()
-            },
-        )
+        .person("demo")
+        .ledger(LedgerFilter {
+            chat: Some("work".into()),
+            ..LedgerFilter::default()
+        })
         .await?
     {
         outln!("   {}", gatehouse::prompt::ledger_line(&e));
@@ -236,8 +239,10 @@ async fn grants(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
         4,
         "Environment and grants (ex01): a gadget sees only the keys introduced into its chat, and calls only the granted tools.",
     );
-    kernel.install("script", gatehouse::guests::SCRIPT, &|_| {})?;
-    kernel.new_chat("grants", "demo")?;
+    kernel
+        .operator()
+        .install("script", gatehouse::guests::SCRIPT, &|_| {})?;
+    kernel.person("demo").new_chat("grants")?;
     let requests = tracker.requests().len();
     let before = script(
         kernel,
@@ -248,12 +253,11 @@ async fn grants(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
     outln!("   before any introduction, its keys: {}", keys(&before[0]));
     outln!("   call ISSUES listIssues: {}", answer_line(&before[1]));
     let granted = ["listIssues", "getIssue"];
-    kernel.introduce(
+    kernel.person("demo").introduce(
         "grants",
         "issues",
         "ISSUES",
         Some(granted.iter().map(|t| t.to_string()).collect()),
-        "demo",
     )?;
     outln!(
         "   introduce issues into chat `grants` as ISSUES, granting {}",
@@ -284,7 +288,11 @@ async fn grants(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
         && tools == granted
         && after[2]["error"]["kind"] == "not-granted"
         && sent == 0
-        && kernel.pending("demo", Some("grants")).await?.is_empty())
+        && kernel
+            .person("demo")
+            .pending(Some("grants"))
+            .await?
+            .is_empty())
 }
 
 /// Step 9, lecture exercise ex06 (SPEC P2, P3): what a failed send means
@@ -306,7 +314,7 @@ async fn failures(
         "   approve #{id}; the tracker applies the write but never answers (waiting for the gatekeeper's deadline, {} s)",
         deadline.as_secs_f32()
     );
-    let d = kernel.approve(id, "demo").await?;
+    let d = kernel.person("demo").approve(id).await?;
     outln!("   {}", d.line());
     ok &= matches!(
         d,
@@ -315,7 +323,7 @@ async fn failures(
             ..
         }
     );
-    let again = kernel.approve(id, "demo").await?;
+    let again = kernel.person("demo").approve(id).await?;
     outln!("   approve #{id} again: {}", again.line());
     ok &= matches!(again, Decision::Refused { .. });
     let landed = created(tracker, title);
@@ -325,7 +333,7 @@ async fn failures(
     let title = "Forbidden at first";
     let id = stage_issue(kernel, title).await?;
     tracker.inject(Fault::Status(403), 1);
-    let d = kernel.approve(id, "demo").await?;
+    let d = kernel.person("demo").approve(id).await?;
     outln!("   approve #{id}, answered 403: {}", d.line());
     ok &= matches!(
         d,
@@ -334,7 +342,7 @@ async fn failures(
             ..
         }
     ) && created(tracker, title) == 0;
-    let retry = kernel.approve(id, "demo").await?;
+    let retry = kernel.person("demo").approve(id).await?;
     outln!("   approve #{id} again: {}", retry.line());
     let landed = created(tracker, title);
     outln!("   the tracker holds it {landed} time(s).");
@@ -358,6 +366,7 @@ async fn stage_issue(kernel: &Kernel, title: &str) -> anyhow::Result<i64> {
 /// Run the script gadget on `steps` in `chat`; its answer to each step.
 async fn script(kernel: &Kernel, chat: &str, steps: Value) -> anyhow::Result<Vec<Value>> {
     let report = kernel
+        .operator()
         .run("script", chat, &json!({ "steps": steps }).to_string())
         .await?;
     let out = report
@@ -423,32 +432,36 @@ async fn policies(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<bool> {
         11,
         "Two keys for auto-approval: an operator vets `issues`, a person enables a rule for issues:addLabel.",
     );
-    kernel.set_trust("issues", Trust::Vetted)?;
-    let r = kernel.add_rule("demo", "issues:addLabel", None).await?;
+    kernel.operator().set_trust("issues", Trust::Vetted)?;
+    let r = kernel
+        .person("demo")
+        .add_rule("issues:addLabel", None)
+        .await?;
     outln!(
         "   key one (vetted, non-destructive, idempotent): {}",
         if r.key_one { "holds" } else { "missing" }
     );
     ok &= behaved(11, r.key_one);
-    let report = kernel.run("triage", "work", "").await?;
+    let report = kernel.operator().run("triage", "work", "").await?;
     kernel.settle().await;
-    let pending = kernel.pending("demo", Some("work")).await?;
+    let pending = kernel.person("demo").pending(Some("work")).await?;
     outln!(
         "   triage ran again: {} action(s) wait. The label waits behind the manual createIssue (drain order).",
         pending.len()
     );
     if let Some(first) = pending.first() {
-        outln!("   {}", kernel.approve(first.id, "demo").await?.line());
+        outln!(
+            "   {}",
+            kernel.person("demo").approve(first.id).await?.line()
+        );
     }
     kernel.settle().await;
     let auto = kernel
-        .ledger(
-            "demo",
-            LedgerFilter {
-                auto_approved: true,
-                ..Default::default()
-            },
-        )
+        .person("demo")
+        .ledger(LedgerFilter {
+            auto_approved: true,
+            ..Default::default()
+        })
         .await?;
     for e in &auto {
         outln!(
@@ -477,7 +490,8 @@ async fn forgery(kernel: &Kernel, id: Option<i64>) -> anyhow::Result<bool> {
         "An approval prompt an attacker cannot forge (ex07): a hostile tool name, description and arguments, rendered naively and by the kernel.",
     );
     let mut forged = kernel
-        .action("demo", id.unwrap_or(2))
+        .person("demo")
+        .action(id.unwrap_or(2))
         .await?
         .context("the demo's action vanished")?;
     forged.state = gatehouse::store::ActionState::Pending;
@@ -565,8 +579,11 @@ async fn pending_visibility(kernel: &Kernel, tracker: &Tracker) -> anyhow::Resul
         13,
         "Pending visibility (ex04): an agent told to `ensure` an issue, under a naive harness, the honest one, and with simulation.",
     );
-    kernel.install("agent", gatehouse::guests::AGENT, &|_| {})?;
+    kernel
+        .operator()
+        .install("agent", gatehouse::guests::AGENT, &|_| {})?;
     let sim = kernel
+        .operator()
         .add_gatekeeper(
             "issues-sim",
             gatehouse::guests::ISSUES_SIM,
@@ -651,8 +668,8 @@ async fn ensure_issue(
         title,
         harness,
     } = case;
-    kernel.new_chat(chat, "demo")?;
-    kernel.introduce(
+    kernel.person("demo").new_chat(chat)?;
+    kernel.person("demo").introduce(
         chat,
         gatekeeper,
         "ISSUES",
@@ -661,10 +678,10 @@ async fn ensure_issue(
             "createIssue".into(),
             "addLabel".into(),
         ]),
-        "demo",
     )?;
     let writes = tracker.writes().len();
     let run = kernel
+        .operator()
         .agent("agent", chat, &format!("ensure {title} | ci"), harness)
         .await?;
     let sent = tracker.writes().len() - writes;
@@ -676,7 +693,8 @@ async fn ensure_issue(
     ok &= approve_staged(kernel, label, chat).await?;
     kernel.settle().await;
     if let Some(r) = kernel
-        .agent_runs("demo")
+        .person("demo")
+        .agent_runs()
         .await?
         .into_iter()
         .find(|r| r.id == run.run)
@@ -698,10 +716,16 @@ async fn approve_staged(kernel: &Kernel, label: &str, chat: &str) -> anyhow::Res
     let mut ok = true;
     for _ in 0..8 {
         kernel.settle().await;
-        let Some(a) = kernel.pending("demo", Some(chat)).await?.into_iter().next() else {
+        let Some(a) = kernel
+            .person("demo")
+            .pending(Some(chat))
+            .await?
+            .into_iter()
+            .next()
+        else {
             break;
         };
-        let d = kernel.approve(a.id, "demo").await?;
+        let d = kernel.person("demo").approve(a.id).await?;
         outln!("   {label}: {}", d.line());
         ok &= d.ok();
     }
@@ -717,6 +741,7 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         "A lying gatekeeper (ex02): `rogue` declares its deleteIssue read-only; the kernel believes it, and the audit lists the call.",
     );
     let g = kernel
+        .operator()
         .add_gatekeeper(
             "rogue",
             gatehouse::guests::ROGUE,
@@ -738,14 +763,10 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         class.classified_by.as_str(),
         g.trust
     );
-    kernel.new_chat("lying", "demo")?;
-    kernel.introduce(
-        "lying",
-        "rogue",
-        "ROGUE",
-        Some(vec!["deleteIssue".into()]),
-        "demo",
-    )?;
+    kernel.person("demo").new_chat("lying")?;
+    kernel
+        .person("demo")
+        .introduce("lying", "rogue", "ROGUE", Some(vec!["deleteIssue".into()]))?;
     let before = tracker.issues().len();
     let out = script(
         kernel,
@@ -764,7 +785,11 @@ async fn lying_gatekeeper(kernel: &Kernel, tracker: &Tracker) -> anyhow::Result<
         && out[0].get("done").is_some()
         && after + 1 == before
         && listed
-        && kernel.pending("demo", Some("lying")).await?.is_empty())
+        && kernel
+            .person("demo")
+            .pending(Some("lying"))
+            .await?
+            .is_empty())
 }
 
 /// Step 14's audit: the calls of chat `lying` that ran on a server's own
@@ -774,14 +799,12 @@ async fn server_claims_audit(kernel: &Kernel) -> anyhow::Result<bool> {
         "   The audit of calls that ran on a server's own read-only claim (`gatehouse log --server-claims --chat lying`):"
     );
     let claims = kernel
-        .ledger(
-            "demo",
-            LedgerFilter {
-                chat: Some("lying".into()),
-                server_claims: true,
-                ..Default::default()
-            },
-        )
+        .person("demo")
+        .ledger(LedgerFilter {
+            chat: Some("lying".into()),
+            server_claims: true,
+            ..Default::default()
+        })
         .await?;
     for e in &claims {
         outln!(
@@ -807,8 +830,11 @@ async fn lockdown(kernel: &Kernel) -> anyhow::Result<bool> {
         .account("demo-warehouse-owner", &["*"])
         .start()
         .context("cannot start the bundled warehouse on 127.0.0.1")?;
-    kernel.put_secret("warehouse-token", "demo-warehouse-owner")?;
     kernel
+        .operator()
+        .put_secret("warehouse-token", "demo-warehouse-owner")?;
+    kernel
+        .operator()
         .add_gatekeeper(
             "warehouse",
             gatehouse::guests::WAREHOUSE,
@@ -819,9 +845,13 @@ async fn lockdown(kernel: &Kernel) -> anyhow::Result<bool> {
             &|_| {},
         )
         .await?;
-    kernel.new_chat("salaries", "demo")?;
-    kernel.introduce("salaries", "warehouse", "WAREHOUSE", None, "demo")?;
-    kernel.introduce("salaries", "issues", "ISSUES", None, "demo")?;
+    kernel.person("demo").new_chat("salaries")?;
+    kernel
+        .person("demo")
+        .introduce("salaries", "warehouse", "WAREHOUSE", None)?;
+    kernel
+        .person("demo")
+        .introduce("salaries", "issues", "ISSUES", None)?;
     let answer = script(
         kernel,
         "salaries",
@@ -844,7 +874,7 @@ async fn lockdown(kernel: &Kernel) -> anyhow::Result<bool> {
         }
     );
     outln!("   then createIssue: {}", answer_line(&answer[1]));
-    let latched = kernel.chat("demo", "salaries").await?.latched;
+    let latched = kernel.person("demo").chat("salaries").await?.latched;
     outln!("   chat `salaries` locked down: {latched} (durable; never cleared)");
     Ok(latched && answer[0].get("done").is_some() && answer[1].get("error").is_some())
 }
@@ -864,6 +894,7 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
         .start()
         .context("cannot start the bundled warehouse on 127.0.0.1")?;
     kernel
+        .operator()
         .add_gatekeeper(
             "hr",
             gatehouse::guests::WAREHOUSE,
@@ -875,24 +906,33 @@ async fn sharing(kernel: &Kernel) -> anyhow::Result<bool> {
         )
         .await?;
     for person in ["alice", "bob"] {
-        kernel.add_user(person)?;
+        kernel.operator().add_user(person)?;
     }
-    kernel.connect_account("alice", "hr", "main", "demo-hr-alice", false)?;
-    kernel.connect_account("bob", "hr", "analyst", "demo-hr-bob", false)?;
-    kernel.new_chat("salary-dashboard", "alice")?;
-    kernel.introduce("salary-dashboard", "hr", "HR", None, "alice")?;
+    kernel
+        .person("alice")
+        .connect_account("hr", "main", "demo-hr-alice", false)?;
+    kernel
+        .person("bob")
+        .connect_account("hr", "analyst", "demo-hr-bob", false)?;
+    kernel.person("alice").new_chat("salary-dashboard")?;
+    kernel
+        .person("alice")
+        .introduce("salary-dashboard", "hr", "HR", None)?;
     let script = serde_json::json!({"steps": [
         {"call": {"key": "HR", "tool": "query", "args": {"table": "payroll"}}}
     ]});
     kernel
-        .run_as("alice", "script", "salary-dashboard", &script.to_string())
+        .person("alice")
+        .run("script", "salary-dashboard", &script.to_string())
         .await?;
-    kernel.share("salary-dashboard", "bob", "alice", false)?;
+    kernel
+        .person("alice")
+        .share("salary-dashboard", "bob", false)?;
     outln!("   alice read payroll with her account, then shared the chat with bob");
     let outcome = kernel
+        .person("bob")
         .open_chat(
             "salary-dashboard",
-            "bob",
             &gatehouse::sharing::OpenRequest::default(),
         )
         .await?;

@@ -11,7 +11,7 @@
 //! through the kernel's ordinary paths, so an import is validated like any
 //! install. It may not copy rows from the ledger.
 
-use crate::kernel::Kernel;
+use crate::capability::Person;
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -76,27 +76,23 @@ pub struct Bound {
     pub account: Option<String>,
 }
 
-impl Kernel {
+impl Person<'_> {
     /// The blueprint of `gadget`, with the requirements of the chat it ran
     /// in (or `chat`), as `by` may see it: only a chat they may see (W1).
-    pub fn export_blueprint(
-        &self,
-        gadget: &str,
-        chat: Option<&str>,
-        by: &str,
-    ) -> anyhow::Result<Vec<u8>> {
-        let Some(g) = self.store().gadget(gadget)? else {
+    pub fn export_blueprint(&self, gadget: &str, chat: Option<&str>) -> anyhow::Result<Vec<u8>> {
+        let by = self.name;
+        let Some(g) = self.kernel.store().gadget(gadget)? else {
             bail!("no gadget named {gadget:?}; `gatehouse gadgets` lists them");
         };
         let chat = match chat {
             Some(c) => {
-                self.require(c, by, crate::access::Need::See)?;
+                self.kernel.require(c, by, crate::access::Need::See)?;
                 c.to_owned()
             }
             None => {
                 let mut chats = Vec::new();
-                for c in self.store().chats_called_from(gadget)? {
-                    if self.store().access(&c, by)?.may_see() {
+                for c in self.kernel.store().chats_called_from(gadget)? {
+                    if self.kernel.store().access(&c, by)?.may_see() {
                         chats.push(c);
                     }
                 }
@@ -113,8 +109,8 @@ impl Kernel {
             }
         };
         let mut requirements = Vec::new();
-        for i in self.store().introductions(&chat)? {
-            let Some(k) = self.store().gatekeeper(&i.gatekeeper)? else {
+        for i in self.kernel.store().introductions(&chat)? {
+            let Some(k) = self.kernel.store().gatekeeper(&i.gatekeeper)? else {
                 continue;
             };
             requirements.push(Requirement {
@@ -124,7 +120,7 @@ impl Kernel {
                 grant: i.tools,
             });
         }
-        let bytes = self.runtime().component_bytes(&g.digest)?;
+        let bytes = self.kernel.runtime().component_bytes(&g.digest)?;
         let blueprint = Blueprint {
             format: FORMAT.into(),
             gadget: BlueprintGadget {
@@ -145,12 +141,12 @@ impl Kernel {
     pub fn import_blueprint(
         &self,
         bytes: &[u8],
-        owner: &str,
         name: Option<&str>,
         chat: Option<&str>,
         bind: &BTreeMap<String, String>,
         progress: &dyn Fn(&str),
     ) -> anyhow::Result<Imported> {
+        let owner = self.name;
         let b: Blueprint = serde_json::from_slice(bytes).context(
             "this file is not a Gatehouse blueprint (export one with `gatehouse export GADGET -o FILE`)",
         )?;
@@ -166,7 +162,7 @@ impl Kernel {
         if hex::encode(Sha256::digest(&component)) != b.gadget.sha256 {
             bail!("the blueprint's component does not match its digest; the file is damaged");
         }
-        if !self.store().user_exists(owner)? {
+        if !self.kernel.store().user_exists(owner)? {
             bail!("no person named {owner:?}; add them first with `gatehouse user add {owner}`");
         }
         for key in bind.keys() {
@@ -176,19 +172,19 @@ impl Kernel {
         }
         let name = name.unwrap_or(&b.gadget.name).to_owned();
         let chat = chat.unwrap_or(&name).to_owned();
-        if let Some(existing) = self.store().gadget(&name)?
+        if let Some(existing) = self.kernel.store().gadget(&name)?
             && existing.digest != b.gadget.sha256
         {
             bail!(
                 "a different gadget is already installed as {name:?}; choose another with --name"
             );
         }
-        if self.store().chat(&chat)?.is_some() {
+        if self.kernel.store().chat(&chat)?.is_some() {
             bail!("chat {chat:?} exists; choose a new one with --chat");
         }
 
         // Choose every binding before changing anything.
-        let gatekeepers = self.store().gatekeepers()?;
+        let gatekeepers = self.kernel.store().gatekeepers()?;
         let mut chosen = Vec::new();
         for r in &b.requirements {
             let g = match bind.get(&r.key) {
@@ -247,12 +243,17 @@ impl Kernel {
             chosen.push((r, g.name.clone()));
         }
 
-        self.install(&name, &component, progress)?;
-        self.new_chat(&chat, owner)?;
+        // Importing a blueprint installs its component, an operator's act:
+        // whoever may run `blueprint import` on this host already may.
+        self.kernel
+            .operator()
+            .install(&name, &component, progress)?;
+        self.new_chat(&chat)?;
         let mut bound = Vec::new();
         for (r, gatekeeper) in chosen {
-            self.introduce(&chat, &gatekeeper, &r.key, r.grant.clone(), owner)?;
+            self.introduce(&chat, &gatekeeper, &r.key, r.grant.clone())?;
             let account = self
+                .kernel
                 .store()
                 .account_credential(owner, &gatekeeper, None)?
                 .map(|(a, _)| a.id());

@@ -405,7 +405,7 @@ async fn command(kernel: &Kernel, command: Command, me: &str) -> anyhow::Result<
             .await
             .map(|()| true),
         Command::Check => {
-            kernel.check_integrity().await?;
+            kernel.operator().check_integrity().await?;
             outln!("the state database {} is intact", kernel.state_location());
             Ok(true)
         }

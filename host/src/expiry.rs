@@ -14,7 +14,7 @@
 //! Owns the parsing and bounds of an expiry and the kernel's entry point
 //! for setting one; the store holds the setting and does the marking.
 
-use crate::kernel::Kernel;
+use crate::capability::Person;
 use std::time::Duration;
 
 /// The shortest expiry a chat may have.
@@ -51,12 +51,14 @@ pub fn describe(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 
-impl Kernel {
+impl Person<'_> {
     /// How long actions of `chat` may wait for a decision, for someone who
     /// may see the chat.
-    pub async fn expiry(&self, chat: &str, person: &str) -> anyhow::Result<Duration> {
+    pub async fn expiry(&self, chat: &str) -> anyhow::Result<Duration> {
+        let person = self.name;
         let (c, p) = (chat.to_owned(), person.to_owned());
         let ms = self
+            .kernel
             .store()
             .run(move |s| {
                 s.access(&c, &p)?
@@ -69,18 +71,17 @@ impl Kernel {
 
     /// Set `chat`'s expiry as `person`: its owner only (the one rule). A
     /// pending action already older than the new expiry expires at once.
-    pub async fn set_expiry(
-        &self,
-        chat: &str,
-        person: &str,
-        after: Duration,
-    ) -> anyhow::Result<()> {
+    pub async fn set_expiry(&self, chat: &str, after: Duration) -> anyhow::Result<()> {
+        let person = self.name;
         if after < MIN || after > MAX {
             anyhow::bail!("an expiry is between 1s and 365d, not {}", describe(after));
         }
         let ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
         let (c, p) = (chat.to_owned(), person.to_owned());
-        self.store().run(move |s| s.set_expiry(&c, &p, ms)).await
+        self.kernel
+            .store()
+            .run(move |s| s.set_expiry(&c, &p, ms))
+            .await
     }
 }
 

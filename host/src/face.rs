@@ -22,6 +22,7 @@
 //! the store, or render anything for a surface (each surface renders the
 //! staged actions through `prompt`, as it renders every action).
 
+use crate::capability::Person;
 use crate::kernel::{Kernel, Turn};
 use crate::principal::Principal;
 use crate::runtime::gadget::{Entry, RawPage};
@@ -191,7 +192,8 @@ impl Kernel {
     /// page that failed or was refused).
     pub async fn face(&self, gadget: &str) -> anyhow::Result<Option<Arc<Page>>> {
         let g = self
-            .gadgets()?
+            .blocking(|k| k.gadgets())
+            .await?
             .into_iter()
             .find(|g| g.name == gadget)
             .with_context(|| {
@@ -239,7 +241,7 @@ impl Kernel {
     /// says why.
     pub async fn faces(&self) -> anyhow::Result<Vec<Listed>> {
         let mut out = Vec::new();
-        for g in self.gadgets()? {
+        for g in self.blocking(|k| k.gadgets()).await? {
             match self.face(&g.name).await {
                 Ok(Some(page)) => out.push(Listed {
                     gadget: g.name,
@@ -255,24 +257,26 @@ impl Kernel {
         }
         Ok(out)
     }
+}
 
+impl Person<'_> {
     /// One call of `gadget`'s face, made by `person` viewing it in `chat`:
     /// a turn of theirs (see the module's rule). An `Err` is a refusal
     /// before anything ran (no such face or function, arguments that are
     /// not a JSON object, a person who may not act in the chat).
     pub async fn face_call(
         &self,
-        person: &str,
         gadget: &str,
         chat: &str,
         name: &str,
         args: &str,
     ) -> anyhow::Result<Answer> {
+        let person = self.name;
         // Standing first, exactly as for any request about the chat: one
         // who may not act there learns nothing else (a chat not theirs
         // answers like a missing one; a collaborator is re-verified).
-        self.external_turn(chat, person).await?;
-        let Some(page) = self.face(gadget).await? else {
+        self.external_turn(chat).await?;
+        let Some(page) = self.kernel.face(gadget).await? else {
             bail!("gadget {:?} has no face", crate::prompt::inline(gadget));
         };
         if !page.functions.iter().any(|f| f == name) {
@@ -297,7 +301,10 @@ impl Kernel {
         // The call runs the component whose page the person was shown.
         turn.pinned = Some(page.digest.clone());
         let staged = turn.staged.clone();
-        let report = self.run_entry(turn, Entry::Face { name, args }).await?;
+        let report = self
+            .kernel
+            .run_entry(turn, Entry::Face { name, args })
+            .await?;
         let staged = staged.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let output = report.output.and_then(|answer| {
             if answer.len() > MAX_ANSWER_BYTES {

@@ -8,6 +8,7 @@
 //! run is taken for resumption by one conditional update, so two processes
 //! never resume it twice. May not decide or apply actions.
 
+use crate::capability::{Operator, Person};
 use crate::kernel::{Harness, Kernel, Turn};
 use crate::principal::Principal;
 use crate::runtime::gadget::TurnReport;
@@ -28,62 +29,6 @@ pub struct RunReport {
 }
 
 impl Kernel {
-    /// Start an agent run of `gadget` in `chat` on `task`, for the chat's
-    /// owner.
-    pub async fn agent(
-        &self,
-        gadget: &str,
-        chat: &str,
-        task: &str,
-        harness: Harness,
-    ) -> anyhow::Result<RunReport> {
-        let c = chat.to_owned();
-        let owner = self
-            .store()
-            .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
-            .await?
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "no chat named {chat:?}; create it with `gatehouse chat new {chat}`"
-                )
-            })?;
-        self.agent_as(&owner, gadget, chat, task, harness).await
-    }
-
-    /// Start an agent run as `person`. **Decision**: agent runs (and their
-    /// resumptions, which happen later without anyone present) act for the
-    /// person who started them, with that person's accounts; only a chat's
-    /// owner may start one, so that a run resumed hours later never acts
-    /// for someone whose access has since been checked away.
-    pub async fn agent_as(
-        &self,
-        person: &str,
-        gadget: &str,
-        chat: &str,
-        task: &str,
-        harness: Harness,
-    ) -> anyhow::Result<RunReport> {
-        let access = self.store().access(chat, person)?;
-        access.require(crate::access::Need::See, chat, person)?;
-        if !access.is_owner() {
-            anyhow::bail!(
-                "only the owner of chat {chat:?} may start agent runs in it: they resume later, when nobody is present"
-            );
-        }
-        let (c, g, t, p) = (
-            chat.to_owned(),
-            gadget.to_owned(),
-            task.to_owned(),
-            person.to_owned(),
-        );
-        let run = self
-            .store()
-            .run(move |s| s.start_run(&c, &g, &t, &p))
-            .await?;
-        self.agent_turn(run, person, gadget, chat, task, harness)
-            .await
-    }
-
     async fn agent_turn(
         &self,
         run: i64,
@@ -184,5 +129,71 @@ impl Kernel {
             );
         }
         Ok(resumed)
+    }
+}
+
+impl Person<'_> {
+    /// Start an agent run as `person`. **Decision**: agent runs (and their
+    /// resumptions, which happen later without anyone present) act for the
+    /// person who started them, with that person's accounts; only a chat's
+    /// owner may start one, so that a run resumed hours later never acts
+    /// for someone whose access has since been checked away.
+    pub async fn agent(
+        &self,
+        gadget: &str,
+        chat: &str,
+        task: &str,
+        harness: Harness,
+    ) -> anyhow::Result<RunReport> {
+        let person = self.name;
+        let access = self.kernel.access(chat, person).await?;
+        access.require(crate::access::Need::See, chat, person)?;
+        if !access.is_owner() {
+            anyhow::bail!(
+                "only the owner of chat {chat:?} may start agent runs in it: they resume later, when nobody is present"
+            );
+        }
+        let (c, g, t, p) = (
+            chat.to_owned(),
+            gadget.to_owned(),
+            task.to_owned(),
+            person.to_owned(),
+        );
+        let run = self
+            .kernel
+            .store()
+            .run(move |s| s.start_run(&c, &g, &t, &p))
+            .await?;
+        self.kernel
+            .agent_turn(run, person, gadget, chat, task, harness)
+            .await
+    }
+}
+
+impl Operator<'_> {
+    /// Start an agent run of `gadget` in `chat` on `task`, for the chat's
+    /// owner.
+    pub async fn agent(
+        &self,
+        gadget: &str,
+        chat: &str,
+        task: &str,
+        harness: Harness,
+    ) -> anyhow::Result<RunReport> {
+        let c = chat.to_owned();
+        let owner = self
+            .kernel
+            .store()
+            .run(move |s| Ok(s.chat(&c)?.map(|c| c.owner)))
+            .await?
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no chat named {chat:?}; create it with `gatehouse chat new {chat}`"
+                )
+            })?;
+        self.kernel
+            .person(&owner)
+            .agent(gadget, chat, task, harness)
+            .await
     }
 }

@@ -17,6 +17,7 @@
 //! in `serve`, which calls [`Kernel::fire_due_schedules`].
 
 use crate::access::Need;
+use crate::capability::Person;
 use crate::classify::TriggerKind;
 use crate::kernel::{Kernel, Turn, check_name, random_hex};
 use crate::principal::Principal;
@@ -158,185 +159,6 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
 }
 
 impl Kernel {
-    /// Bind `trigger` of `gatekeeper` to `gadget` in `chat`, as `by` (SPEC
-    /// H1). The hook is recorded in the chat's ledger and stays disabled
-    /// until a person who may decide there enables it. The gatekeeper must
-    /// be introduced into the chat. `every` overrides a schedule's period.
-    pub async fn add_hook(
-        &self,
-        by: &str,
-        chat: &str,
-        gatekeeper: &str,
-        trigger: &str,
-        gadget: &str,
-        every: Option<u32>,
-    ) -> anyhow::Result<AddedHook> {
-        self.require(chat, by, Need::Hooks)?;
-        check_name(gadget, "gadget")?;
-        let (c, g, gd) = (chat.to_owned(), gatekeeper.to_owned(), gadget.to_owned());
-        let (record, introduced, installed) = self
-            .store()
-            .run(move |s| {
-                Ok((
-                    s.gatekeeper(&g)?,
-                    s.introductions(&c)?.iter().any(|i| i.gatekeeper == g),
-                    s.gadget(&gd)?,
-                ))
-            })
-            .await?;
-        let Some(record) = record else {
-            bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
-        };
-        if !introduced {
-            bail!(
-                "gatekeeper {gatekeeper:?} is not introduced into chat {chat:?}; a hook binds a trigger of a service the chat has (`gatehouse introduce {chat} {gatekeeper} --key KEY`)"
-            );
-        }
-        let Some(installed) = installed else {
-            bail!("no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`");
-        };
-        let Some(t) = record.manifest.triggers.iter().find(|t| t.name == trigger) else {
-            let names: Vec<String> = record
-                .manifest
-                .triggers
-                .iter()
-                .map(|t| crate::prompt::as_given(&t.name))
-                .collect();
-            bail!(
-                "gatekeeper {gatekeeper:?} declares no trigger {:?}; it declares: {}",
-                crate::prompt::as_given(trigger),
-                if names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    names.join(", ")
-                }
-            );
-        };
-        let (every_secs, webhook, token) = match t.kind {
-            TriggerKind::Webhook => {
-                if every.is_some() {
-                    bail!(
-                        "trigger {trigger:?} is a webhook (the service delivers events); --every is only for schedules"
-                    );
-                }
-                let token = random_hex(32)?;
-                let secret = random_hex(32)?;
-                (None, Some((secret_digest(&token), secret)), Some(token))
-            }
-            TriggerKind::Schedule { seconds } => {
-                let every = every.unwrap_or(seconds);
-                if !(MIN_EVERY_SECS..=MAX_EVERY_SECS).contains(&every) {
-                    bail!(
-                        "--every {every} is out of range: a schedule runs every {MIN_EVERY_SECS} to {MAX_EVERY_SECS} seconds"
-                    );
-                }
-                (Some(i64::from(every)), None, None)
-            }
-        };
-        let secret = webhook.as_ref().map(|(_, s)| s.clone());
-        let new = NewHook {
-            chat: chat.to_owned(),
-            gatekeeper: gatekeeper.to_owned(),
-            trigger: trigger.to_owned(),
-            gadget: gadget.to_owned(),
-            gadget_digest: installed.digest,
-            every_secs,
-            webhook,
-            by: by.to_owned(),
-        };
-        let hook = self
-            .store()
-            .run(move |s| {
-                let id = s.add_hook(&new)?;
-                s.hook(id)?
-                    .context("the hook vanished right after it was added")
-            })
-            .await?;
-        Ok(AddedHook {
-            hook,
-            path: token.map(|t| format!("/hooks/{t}")),
-            secret,
-        })
-    }
-
-    /// The hooks `person` may see (of one chat, or of every chat they may
-    /// see), oldest first.
-    pub async fn hooks(&self, person: &str, chat: Option<&str>) -> anyhow::Result<Vec<Hook>> {
-        if let Some(c) = chat {
-            self.require(c, person, Need::See)?;
-        }
-        let (p, c) = (person.to_owned(), chat.map(str::to_owned));
-        self.store()
-            .run(move |s| {
-                let mut out = Vec::new();
-                for h in s.hooks(c.as_deref())? {
-                    if s.access(&h.chat, &p)?.may_see() {
-                        out.push(h);
-                    }
-                }
-                Ok(out)
-            })
-            .await
-    }
-
-    /// One hook with its prompt and firings, if `person` may see its chat;
-    /// `None` also for a hook that does not exist.
-    pub async fn hook_shown(&self, person: &str, id: i64) -> anyhow::Result<Option<ShownHook>> {
-        let p = person.to_owned();
-        self.store()
-            .run(move |s| {
-                let Some(hook) = s.hook(id)? else {
-                    return Ok(None);
-                };
-                if !s.access(&hook.chat, &p)?.may_see() {
-                    return Ok(None);
-                }
-                let description = s.gatekeeper(&hook.gatekeeper)?.and_then(|g| {
-                    g.manifest
-                        .triggers
-                        .iter()
-                        .find(|t| t.name == hook.trigger)
-                        .map(|t| t.description.clone())
-                });
-                let code = s.gadget(&hook.gadget)?.map(|g| g.digest);
-                let prompt =
-                    crate::prompt::render_hook(&hook, description.as_deref(), code.as_deref());
-                let firings = s.firings(id)?;
-                Ok(Some(ShownHook {
-                    hook,
-                    code,
-                    prompt,
-                    firings,
-                }))
-            })
-            .await
-    }
-
-    /// Enable (or disable) hook `id` as `person`, who must be allowed to
-    /// decide in its chat. Enabling makes them the person its turns act
-    /// for, and pins the code they run: the component installed under the
-    /// hook's gadget name now, which must be `shown` (the digest its
-    /// prompt showed them, [`ShownHook::code`]) when given. A hook
-    /// `person` may not see is "no such hook".
-    pub async fn set_hook_enabled(
-        &self,
-        person: &str,
-        id: i64,
-        enabled: bool,
-        shown: Option<&str>,
-    ) -> anyhow::Result<Hook> {
-        let (p, shown) = (person.to_owned(), shown.map(str::to_owned));
-        match self
-            .store()
-            .run(move |s| s.set_hook_enabled(id, &p, enabled, shown.as_deref()))
-            .await?
-        {
-            None => bail!("no hook {id} that you may see; `gatehouse hooks` lists them"),
-            Some(Err(refusal)) => Err(refusal.into()),
-            Some(Ok(h)) => Ok(h),
-        }
-    }
-
     /// A webhook delivery to `/hooks/{token}` (SPEC H1): found by the
     /// token's digest, verified (HMAC-SHA256 of the raw `body`), refused
     /// when the hook is disabled or the body was delivered before, and
@@ -544,6 +366,194 @@ impl Kernel {
             firing,
             outcome,
         })
+    }
+}
+
+impl Person<'_> {
+    /// Bind `trigger` of `gatekeeper` to `gadget` in `chat`, as `by` (SPEC
+    /// H1). The hook is recorded in the chat's ledger and stays disabled
+    /// until a person who may decide there enables it. The gatekeeper must
+    /// be introduced into the chat. `every` overrides a schedule's period.
+    pub async fn add_hook(
+        &self,
+        chat: &str,
+        gatekeeper: &str,
+        trigger: &str,
+        gadget: &str,
+        every: Option<u32>,
+    ) -> anyhow::Result<AddedHook> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::Hooks)?;
+        check_name(gadget, "gadget")?;
+        let (c, g, gd) = (chat.to_owned(), gatekeeper.to_owned(), gadget.to_owned());
+        let (record, introduced, installed) = self
+            .kernel
+            .store()
+            .run(move |s| {
+                Ok((
+                    s.gatekeeper(&g)?,
+                    s.introductions(&c)?.iter().any(|i| i.gatekeeper == g),
+                    s.gadget(&gd)?,
+                ))
+            })
+            .await?;
+        let Some(record) = record else {
+            bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
+        };
+        if !introduced {
+            bail!(
+                "gatekeeper {gatekeeper:?} is not introduced into chat {chat:?}; a hook binds a trigger of a service the chat has (`gatehouse introduce {chat} {gatekeeper} --key KEY`)"
+            );
+        }
+        let Some(installed) = installed else {
+            bail!("no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`");
+        };
+        let Some(t) = record.manifest.triggers.iter().find(|t| t.name == trigger) else {
+            let names: Vec<String> = record
+                .manifest
+                .triggers
+                .iter()
+                .map(|t| crate::prompt::as_given(&t.name))
+                .collect();
+            bail!(
+                "gatekeeper {gatekeeper:?} declares no trigger {:?}; it declares: {}",
+                crate::prompt::as_given(trigger),
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            );
+        };
+        let (every_secs, webhook, token) = match t.kind {
+            TriggerKind::Webhook => {
+                if every.is_some() {
+                    bail!(
+                        "trigger {trigger:?} is a webhook (the service delivers events); --every is only for schedules"
+                    );
+                }
+                let token = random_hex(32)?;
+                let secret = random_hex(32)?;
+                (None, Some((secret_digest(&token), secret)), Some(token))
+            }
+            TriggerKind::Schedule { seconds } => {
+                let every = every.unwrap_or(seconds);
+                if !(MIN_EVERY_SECS..=MAX_EVERY_SECS).contains(&every) {
+                    bail!(
+                        "--every {every} is out of range: a schedule runs every {MIN_EVERY_SECS} to {MAX_EVERY_SECS} seconds"
+                    );
+                }
+                (Some(i64::from(every)), None, None)
+            }
+        };
+        let secret = webhook.as_ref().map(|(_, s)| s.clone());
+        let new = NewHook {
+            chat: chat.to_owned(),
+            gatekeeper: gatekeeper.to_owned(),
+            trigger: trigger.to_owned(),
+            gadget: gadget.to_owned(),
+            gadget_digest: installed.digest,
+            every_secs,
+            webhook,
+            by: by.to_owned(),
+        };
+        let hook = self
+            .kernel
+            .store()
+            .run(move |s| {
+                let id = s.add_hook(&new)?;
+                s.hook(id)?
+                    .context("the hook vanished right after it was added")
+            })
+            .await?;
+        Ok(AddedHook {
+            hook,
+            path: token.map(|t| format!("/hooks/{t}")),
+            secret,
+        })
+    }
+
+    /// The hooks `person` may see (of one chat, or of every chat they may
+    /// see), oldest first.
+    pub async fn hooks(&self, chat: Option<&str>) -> anyhow::Result<Vec<Hook>> {
+        let person = self.name;
+        if let Some(c) = chat {
+            self.kernel.require(c, person, Need::See)?;
+        }
+        let (p, c) = (person.to_owned(), chat.map(str::to_owned));
+        self.kernel
+            .store()
+            .run(move |s| {
+                let mut out = Vec::new();
+                for h in s.hooks(c.as_deref())? {
+                    if s.access(&h.chat, &p)?.may_see() {
+                        out.push(h);
+                    }
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// One hook with its prompt and firings, if `person` may see its chat;
+    /// `None` also for a hook that does not exist.
+    pub async fn hook_shown(&self, id: i64) -> anyhow::Result<Option<ShownHook>> {
+        let person = self.name;
+        let p = person.to_owned();
+        self.kernel
+            .store()
+            .run(move |s| {
+                let Some(hook) = s.hook(id)? else {
+                    return Ok(None);
+                };
+                if !s.access(&hook.chat, &p)?.may_see() {
+                    return Ok(None);
+                }
+                let description = s.gatekeeper(&hook.gatekeeper)?.and_then(|g| {
+                    g.manifest
+                        .triggers
+                        .iter()
+                        .find(|t| t.name == hook.trigger)
+                        .map(|t| t.description.clone())
+                });
+                let code = s.gadget(&hook.gadget)?.map(|g| g.digest);
+                let prompt =
+                    crate::prompt::render_hook(&hook, description.as_deref(), code.as_deref());
+                let firings = s.firings(id)?;
+                Ok(Some(ShownHook {
+                    hook,
+                    code,
+                    prompt,
+                    firings,
+                }))
+            })
+            .await
+    }
+
+    /// Enable (or disable) hook `id` as `person`, who must be allowed to
+    /// decide in its chat. Enabling makes them the person its turns act
+    /// for, and pins the code they run: the component installed under the
+    /// hook's gadget name now, which must be `shown` (the digest its
+    /// prompt showed them, [`ShownHook::code`]) when given. A hook
+    /// `person` may not see is "no such hook".
+    pub async fn set_hook_enabled(
+        &self,
+        id: i64,
+        enabled: bool,
+        shown: Option<&str>,
+    ) -> anyhow::Result<Hook> {
+        let person = self.name;
+        let (p, shown) = (person.to_owned(), shown.map(str::to_owned));
+        match self
+            .kernel
+            .store()
+            .run(move |s| s.set_hook_enabled(id, &p, enabled, shown.as_deref()))
+            .await?
+        {
+            None => bail!("no hook {id} that you may see; `gatehouse hooks` lists them"),
+            Some(Err(refusal)) => Err(refusal.into()),
+            Some(Ok(h)) => Ok(h),
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! Owns no rule of its own and writes nothing.
 
 use crate::access::{Access, Need, Refusal};
+use crate::capability::Person;
 use crate::kernel::Kernel;
 use crate::store::workflows::ApprovedRequest;
 use crate::store::{Action, Chat, LedgerEntry, LedgerFilter, LedgerKind};
@@ -49,7 +50,7 @@ pub struct Shown {
     /// Whether the viewer may stage a revert of it now (SPEC H2): it is
     /// applied, its gatekeeper declares a tool that undoes it, no revert of
     /// it is live, and the viewer may decide in its chat. A hint for a
-    /// surface's button; `Kernel::revert` checks everything again.
+    /// surface's button; `Person::revert` checks everything again.
     pub revertible: bool,
     /// The revert of it that may still be, or was, sent, if any.
     pub reverted_by: Option<i64>,
@@ -329,15 +330,31 @@ pub struct ChatSummary {
 }
 
 impl Kernel {
-    /// What `person` may do in `chat` (the one rule, SPEC W1).
-    pub fn access(&self, chat: &str, person: &str) -> anyhow::Result<Access> {
-        self.store().access(chat, person)
+    /// What `person` may do in `chat` (the one rule, SPEC W1), read off
+    /// the executor.
+    pub async fn access(&self, chat: &str, person: &str) -> anyhow::Result<Access> {
+        let (chat, person) = (chat.to_owned(), person.to_owned());
+        self.store().run(move |s| s.access(&chat, &person)).await
     }
 
+    /// What the live view watches, chat by chat (inbox, requests): a
+    /// fingerprint that changes when what a person's page shows changes.
+    /// Deployment-wide and naming only chats; the web asks
+    /// [`Person::live_audience`] before a person hears of a change.
+    pub(crate) async fn live_fingerprints(
+        &self,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, (u64, u64)>> {
+        self.store().run(|s| s.live_fingerprints()).await
+    }
+}
+
+impl Person<'_> {
     /// The chats `person` may see, by name.
-    pub async fn chats(&self, person: &str) -> anyhow::Result<Vec<ChatSummary>> {
+    pub async fn chats(&self) -> anyhow::Result<Vec<ChatSummary>> {
+        let person = self.name;
         let p = person.to_owned();
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| {
                 let mut out = Vec::new();
                 for c in s.chats()? {
@@ -360,9 +377,11 @@ impl Kernel {
     }
 
     /// A chat `person` may see.
-    pub async fn chat(&self, person: &str, chat: &str) -> anyhow::Result<Chat> {
+    pub async fn chat(&self, chat: &str) -> anyhow::Result<Chat> {
+        let person = self.name;
         let (p, c) = (person.to_owned(), chat.to_owned());
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| {
                 s.access(&c, &p)?.require(Need::See, &c, &p)?;
                 s.chat(&c)?
@@ -373,9 +392,11 @@ impl Kernel {
 
     /// The pending actions `person` may see (of one chat, or of all the
     /// chats they may see), oldest first.
-    pub async fn pending(&self, person: &str, chat: Option<&str>) -> anyhow::Result<Vec<Action>> {
+    pub async fn pending(&self, chat: Option<&str>) -> anyhow::Result<Vec<Action>> {
+        let person = self.name;
         let (p, c) = (person.to_owned(), chat.map(str::to_owned));
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| match c {
                 Some(c) => {
                     s.access(&c, &p)?.require(Need::See, &c, &p)?;
@@ -405,9 +426,11 @@ impl Kernel {
 
     /// One action, if `person` may see its chat. `None` is also the answer
     /// for an action that does not exist: the two are not told apart.
-    pub async fn action(&self, person: &str, id: i64) -> anyhow::Result<Option<Action>> {
+    pub async fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
+        let person = self.name;
         let p = person.to_owned();
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| {
                 let Some(a) = s.action(id)? else {
                     return Ok(None);
@@ -418,19 +441,25 @@ impl Kernel {
     }
 
     /// One action with its approval prompt, if `person` may see it.
-    pub async fn shown(&self, person: &str, id: i64) -> anyhow::Result<Option<Shown>> {
-        let Some(a) = self.action(person, id).await? else {
+    pub async fn shown(&self, id: i64) -> anyhow::Result<Option<Shown>> {
+        let person = self.name;
+        let Some(a) = self.action(id).await? else {
             return Ok(None);
         };
         let p = person.to_owned();
-        self.store().run(move |s| show(s, a, &p).map(Some)).await
+        self.kernel
+            .store()
+            .run(move |s| show(s, a, &p).map(Some))
+            .await
     }
 
     /// The inbox: pending actions `person` may see, with their prompts.
-    pub async fn inbox(&self, person: &str, chat: Option<&str>) -> anyhow::Result<Vec<Shown>> {
-        let pending = self.pending(person, chat).await?;
+    pub async fn inbox(&self, chat: Option<&str>) -> anyhow::Result<Vec<Shown>> {
+        let person = self.name;
+        let pending = self.pending(chat).await?;
         let p = person.to_owned();
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| pending.into_iter().map(|a| show(s, a, &p)).collect())
             .await
     }
@@ -441,12 +470,12 @@ impl Kernel {
     /// rendered, so the first page of a long inbox answers at once.
     pub async fn inbox_page(
         &self,
-        person: &str,
         chat: Option<&str>,
         after: Option<i64>,
         limit: usize,
     ) -> anyhow::Result<InboxPage> {
-        let pending = self.pending(person, chat).await?;
+        let person = self.name;
+        let pending = self.pending(chat).await?;
         let total = pending.len();
         let mut rest: Vec<Action> = pending
             .into_iter()
@@ -460,7 +489,8 @@ impl Kernel {
             None
         };
         let p = person.to_owned();
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| {
                 let mut facts = ChatFacts::default();
                 let mut records = std::collections::HashMap::new();
@@ -495,9 +525,11 @@ impl Kernel {
 
     /// The brief of a chat's observation set (SPEC S1), for someone who
     /// may see the chat.
-    pub async fn observed_set(&self, person: &str, chat: &str) -> anyhow::Result<ObservedSet> {
+    pub async fn observed_set(&self, chat: &str) -> anyhow::Result<ObservedSet> {
+        let person = self.name;
         let (p, c) = (person.to_owned(), chat.to_owned());
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| {
                 s.access(&c, &p)?.require(Need::See, &c, &p)?;
                 observed_set(s, &c)
@@ -508,43 +540,40 @@ impl Kernel {
     /// The ledger as `person` may see it: only the chats they may see. A
     /// filter naming a chat they may not see is refused as if it did not
     /// exist.
-    pub async fn ledger(
-        &self,
-        person: &str,
-        mut filter: LedgerFilter,
-    ) -> anyhow::Result<Vec<LedgerEntry>> {
+    pub async fn ledger(&self, mut filter: LedgerFilter) -> anyhow::Result<Vec<LedgerEntry>> {
+        let person = self.name;
         if let Some(c) = &filter.chat {
-            self.store()
-                .access(c, person)?
+            self.kernel
+                .access(c, person)
+                .await?
                 .require(Need::See, c, person)?;
         } else {
             let visible: Vec<String> = self
-                .chats(person)
+                .kernel
+                .person(person)
+                .chats()
                 .await?
                 .into_iter()
                 .map(|c| c.name)
                 .collect();
             filter.chats = Some(visible);
         }
-        self.store().run(move |s| s.ledger(&filter)).await
+        self.kernel.store().run(move |s| s.ledger(&filter)).await
     }
 
     /// Everything `filter.approved_by` approved that `person` may see
     /// (SPEC L2), in the order it was approved: the actions, as
-    /// [`Kernel::ledger`] answers them, and the workflow approval requests.
+    /// [`Person::ledger`] answers them, and the workflow approval requests.
     /// A request is listed where `person` may see the requests of its run
     /// (a run's approvers may, without seeing the rest of its chat). With
     /// a chat in the filter, only that chat's; a chat of which `person`
     /// may see neither the ledger nor the requests is refused as if it did
     /// not exist. A filter by kind or by hook keeps to ledger entries, and
     /// leaves requests out. Without `approved_by`, the ledger alone.
-    pub async fn approvals(
-        &self,
-        person: &str,
-        filter: LedgerFilter,
-    ) -> anyhow::Result<Vec<Approval>> {
+    pub async fn approvals(&self, filter: LedgerFilter) -> anyhow::Result<Vec<Approval>> {
+        let person = self.name;
         let Some(who) = filter.approved_by.clone() else {
-            let entries = self.ledger(person, filter).await?;
+            let entries = self.ledger(filter).await?;
             return Ok(entries
                 .into_iter()
                 .map(|e| Approval::Action(Box::new(e)))
@@ -553,9 +582,9 @@ impl Kernel {
         let chat = filter.chat.clone();
         let actions = match &chat {
             Some(c) => {
-                let access = self.store().access(c, person)?;
+                let access = self.kernel.access(c, person).await?;
                 if access.may_see() {
-                    self.ledger(person, filter.clone()).await?
+                    self.ledger(filter.clone()).await?
                 } else if access.may_see_requests() {
                     Vec::new()
                 } else {
@@ -563,13 +592,14 @@ impl Kernel {
                     Vec::new()
                 }
             }
-            None => self.ledger(person, filter.clone()).await?,
+            None => self.ledger(filter.clone()).await?,
         };
         let requests = if filter.kind.is_some() || filter.hook.is_some() {
             Vec::new()
         } else {
             let p = person.to_owned();
-            self.store()
+            self.kernel
+                .store()
                 .run(move |s| {
                     let mut sees = std::collections::HashMap::new();
                     let mut out = Vec::new();
@@ -599,21 +629,13 @@ impl Kernel {
         Ok(all)
     }
 
-    /// What the live view watches, chat by chat (inbox, requests): a
-    /// fingerprint that changes when what a person's page shows changes.
-    /// Deployment-wide and naming only chats; the web asks
-    /// [`Kernel::live_audience`] before a person hears of a change.
-    pub(crate) async fn live_fingerprints(
-        &self,
-    ) -> anyhow::Result<std::collections::BTreeMap<String, (u64, u64)>> {
-        self.store().run(|s| s.live_fingerprints()).await
-    }
-
     /// Whether `person` may hear of a change in `chat` (the one rule):
     /// `(inbox, requests)`: whether they see its inbox, its requests.
-    pub async fn live_audience(&self, chat: &str, person: &str) -> anyhow::Result<(bool, bool)> {
+    pub async fn live_audience(&self, chat: &str) -> anyhow::Result<(bool, bool)> {
+        let person = self.name;
         let (c, p) = (chat.to_owned(), person.to_owned());
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| {
                 let a = s.access(&c, &p)?;
                 Ok((a.may_see(), a.may_see_requests()))
@@ -622,15 +644,12 @@ impl Kernel {
     }
 
     /// The chat's observation set (SPEC S1), for someone who may see it.
-    pub async fn observations(&self, person: &str, chat: &str) -> anyhow::Result<Vec<LedgerEntry>> {
-        self.ledger(
-            person,
-            LedgerFilter {
-                chat: Some(chat.to_owned()),
-                kind: Some(LedgerKind::Observation),
-                ..LedgerFilter::default()
-            },
-        )
+    pub async fn observations(&self, chat: &str) -> anyhow::Result<Vec<LedgerEntry>> {
+        self.ledger(LedgerFilter {
+            chat: Some(chat.to_owned()),
+            kind: Some(LedgerKind::Observation),
+            ..LedgerFilter::default()
+        })
         .await
     }
 }

@@ -11,16 +11,16 @@
 use crate::classify::{self, Kind};
 use crate::home::Home;
 use crate::liveness::Liveness;
-use crate::principal::{Credential, Principal};
+use crate::principal::Credential;
 use crate::runtime::gadget::{Entry, TurnReport};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
 pub use crate::runtime::view::{ActionStatus, CallError, CallOutcome, PendingAction};
 use crate::runtime::view::{Answer, KernelView};
-use crate::runtime::{Limits, Role, Runtime};
+use crate::runtime::{Limits, Runtime};
 use crate::seal::Key;
 use crate::store::{
-    Action, Facts, GadgetRecord, GatekeeperRecord, Introduction, NewAction, Observed, Resolved,
-    StageError, StagedAction, Store, Trust, Unresolved,
+    Action, Facts, GadgetRecord, GatekeeperRecord, NewAction, Observed, Resolved, StageError,
+    StagedAction, Store, Unresolved,
 };
 use anyhow::{Context as _, bail};
 use std::sync::Arc;
@@ -326,6 +326,29 @@ impl Kernel {
         &self.inner.store
     }
 
+    /// Run the blocking `f` (store calls, which wait on SQLite's file or
+    /// on PostgreSQL's round trips) on a thread that may block, with this
+    /// kernel: an async path never holds an executor thread on them.
+    pub(crate) async fn blocking<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Kernel) -> anyhow::Result<T> + Send + 'static,
+    {
+        let kernel = self.clone();
+        tokio::task::spawn_blocking(move || f(&kernel))
+            .await
+            .context("a kernel task panicked")?
+    }
+
+    /// The gatekeeper named `name`, if any, read off the executor.
+    pub(crate) async fn gatekeeper_named(
+        &self,
+        name: &str,
+    ) -> anyhow::Result<Option<Arc<GatekeeperRecord>>> {
+        let name = name.to_owned();
+        self.store().run(move |s| s.gatekeeper(&name)).await
+    }
+
     /// A read-only view of the deployment's state for the operator, tests
     /// and benchmarks: no policy is applied, nothing can be changed. A
     /// surface acting for a person never uses it (it asks the kernel's
@@ -361,66 +384,6 @@ impl Kernel {
 
     pub(crate) fn owner(&self) -> &str {
         self.inner.liveness.owner()
-    }
-
-    /// Which key this deployment's secrets are sealed with, and where
-    /// this process got it (never the key itself).
-    pub fn sealing_key(&self) -> KeyShown {
-        let key = self.inner.store.key();
-        KeyShown {
-            id: key.id().to_owned(),
-            origin: key.origin().to_string(),
-        }
-    }
-
-    /// Seal every secret again with `new`, in one transaction, so that a
-    /// key that may have leaked can be retired. Afterwards only `new` opens
-    /// them; on a home, the home's own key file is removed if it held the
-    /// old key. Refused while other processes use the home (they hold the
-    /// old key); on a shared database the operator stops the other hosts
-    /// first (a host left running has its next secret refused, opened or
-    /// written: a value it sealed with the old key would open on no other
-    /// host; `store::sealed::check_key_in`).
-    pub async fn rotate_key(&self, new: Key) -> anyhow::Result<Rotated> {
-        let old = self.inner.store.key().clone();
-        if new.id() == old.id() {
-            bail!(
-                "the new key is the key in use ({}); make another with `gatehouse key new > FILE`",
-                old.id()
-            );
-        }
-        if self.inner.store.shared_url().is_none() {
-            let others = self.others_alive();
-            if !others.is_empty() {
-                bail!(
-                    "{} other gatehouse process(es) are using this home with the old key (serve, mcp serve, or a command still running); stop them, then rotate",
-                    others.len()
-                );
-            }
-        }
-        let now = new.id().to_owned();
-        let store = self.inner.store.clone();
-        let done = tokio::task::spawn_blocking(move || store.reseal(&new))
-            .await
-            .context("sealing the secrets again panicked")??;
-        let removed = match old.origin() {
-            crate::seal::Origin::Home(path) => {
-                std::fs::remove_file(path).with_context(|| {
-                    format!(
-                        "the secrets are sealed with key {now} now, but the home's old key file {} could not be removed; remove it by hand",
-                        path.display()
-                    )
-                })?;
-                Some(path.display().to_string())
-            }
-            _ => None,
-        };
-        Ok(Rotated {
-            sealed: done.changed,
-            was: old.id().to_owned(),
-            now,
-            removed,
-        })
     }
 
     /// Faces' checked pages, kept per component (`crate::face`).
@@ -515,11 +478,6 @@ impl Kernel {
         }
     }
 
-    /// Check the state database page by page (`gatehouse check`).
-    pub async fn check_integrity(&self) -> anyhow::Result<()> {
-        self.store().run(|s| s.check_integrity()).await
-    }
-
     /// Where the deployment's database is, to be shown: the home's file,
     /// or the shared database's URL without its password.
     pub fn state_location(&self) -> String {
@@ -528,8 +486,8 @@ impl Kernel {
 
     /// The schema version of the state database (opening it migrated it
     /// to this binary's newest).
-    pub fn state_schema(&self) -> anyhow::Result<i64> {
-        self.store().schema_version()
+    pub async fn state_schema(&self) -> anyhow::Result<i64> {
+        self.store().run(|s| s.schema_version()).await
     }
 
     /// Returns once the state database's file was removed or replaced: a
@@ -540,114 +498,12 @@ impl Kernel {
 
     // ----- installing and introducing -----
 
-    /// Install a gadget (SPEC X3): validated, compiled and cached before it
-    /// is recorded; a refused file leaves nothing installed.
-    pub fn install(
-        &self,
-        name: &str,
-        bytes: &[u8],
-        progress: &dyn Fn(&str),
-    ) -> anyhow::Result<GadgetRecord> {
-        check_name(name, "gadget")?;
-        let digest = self.inner.runtime.admit(bytes, Role::Gadget, progress)?;
-        self.inner.store.keep_component(&digest, bytes)?;
-        self.inner.store.put_gadget(name, &digest)?;
-        self.inner
-            .store
-            .gadget(name)?
-            .context("the gadget vanished right after install")
-    }
-
-    /// Add a gatekeeper instance: validated, then asked for its manifest.
-    /// Credentials go to its only allowed host; see
-    /// [`Kernel::add_gatekeeper_with`] to name one of several.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn add_gatekeeper(
-        &self,
-        name: &str,
-        bytes: &[u8],
-        trust: Trust,
-        hosts: Vec<String>,
-        secret: Option<String>,
-        settings: Vec<(String, String)>,
-        progress: &dyn Fn(&str),
-    ) -> anyhow::Result<GatekeeperRecord> {
-        self.add_gatekeeper_with(name, bytes, trust, hosts, None, secret, settings, progress)
-            .await
-    }
-
-    /// Add a gatekeeper instance whose credentials go to `credential_host`,
-    /// one of its allowed hosts (SPEC C4). With several allowed hosts and a
-    /// secret, naming it is required: a credential is bound to one host.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn add_gatekeeper_with(
-        &self,
-        name: &str,
-        bytes: &[u8],
-        trust: Trust,
-        hosts: Vec<String>,
-        credential_host: Option<String>,
-        secret: Option<String>,
-        settings: Vec<(String, String)>,
-        progress: &dyn Fn(&str),
-    ) -> anyhow::Result<GatekeeperRecord> {
-        check_name(name, "gatekeeper")?;
-        crate::idempotency::check_setting(&settings)?;
-        for h in &hosts {
-            check_host(h)?;
-        }
-        if let Some(c) = &credential_host
-            && !hosts.iter().any(|h| h.eq_ignore_ascii_case(c))
-        {
-            bail!(
-                "--credential-host {c:?} is not one of the allowed hosts ({}); name one of them",
-                hosts.join(", ")
-            );
-        }
-        if secret.is_some() && credential_host.is_none() {
-            match hosts.len() {
-                0 => bail!(
-                    "--secret needs an --allow-host: a credential is sent only to the one host it is for"
-                ),
-                1 => {}
-                _ => bail!(
-                    "with several allowed hosts ({}), name the one the credential is for: --credential-host HOST (it is never sent to the others)",
-                    hosts.join(", ")
-                ),
-            }
-        }
-        if let Some(s) = &secret
-            && self.inner.store.secret(s)?.is_none()
-        {
-            bail!(
-                "no secret named {s:?}; store it first with `gatehouse secret set {s}` (reads the value from stdin)"
-            );
-        }
-        let digest = self
-            .inner
-            .runtime
-            .admit(bytes, Role::Gatekeeper, progress)?;
-        let mut record = GatekeeperRecord {
-            name: name.to_owned(),
-            digest,
-            trust,
-            hosts,
-            secret,
-            credential_host,
-            settings,
-            manifest: Arc::default(),
-            added_at: crate::store::now_ms(),
-        };
-        self.check_operator_grant(&record)?;
-        record.manifest = Arc::new(self.describe(&record).await?);
-        self.inner.store.keep_component(&record.digest, bytes)?;
-        self.inner.store.put_gatekeeper(&record)?;
-        Ok(record)
-    }
-
     /// Ask an instance for its manifest, configured as it is (its settings)
     /// and reaching what it may reach, with its operator credential.
-    async fn describe(&self, g: &GatekeeperRecord) -> anyhow::Result<classify::Manifest> {
+    pub(crate) async fn describe(
+        &self,
+        g: &GatekeeperRecord,
+    ) -> anyhow::Result<classify::Manifest> {
         // The operator's credential, an OAuth grant's refreshed first.
         let credential = match &g.secret {
             Some(s) => Some(self.operator_token(s).await?.map_err(anyhow::Error::msg)?),
@@ -664,51 +520,12 @@ impl Kernel {
         .await
     }
 
-    /// Describe a gatekeeper instance again (`gatekeeper refresh`) and
-    /// store its new manifest; returns what changed, tool by tool. Pending
-    /// actions of a changed tool are not sent as staged: the claim compares
-    /// the tool's manifest entry recorded at staging (P7). Also returns the
-    /// instance's trust tier, which says what a changed annotation means.
-    pub async fn refresh_gatekeeper(
-        &self,
-        name: &str,
-    ) -> anyhow::Result<(Trust, Vec<classify::ToolChange>)> {
-        let Some(g) = self.inner.store.gatekeeper(name)? else {
-            bail!("no gatekeeper named {name:?}; `gatehouse gatekeepers` lists them");
-        };
-        let manifest = self.describe(&g).await?;
-        let changes = g.manifest.changes(&manifest);
-        if !changes.is_empty() || *g.manifest != manifest {
-            let mut record = (*g).clone();
-            record.manifest = Arc::new(manifest);
-            self.inner.store.put_gatekeeper(&record)?;
-        }
-        Ok((g.trust, changes))
-    }
-
-    /// Change a gatekeeper's trust tier (an operator's word, SPEC K3). It
-    /// takes effect at the next use; pending actions staged under the old
-    /// tier are revalidated before they are sent (P7).
-    pub fn set_trust(&self, gatekeeper: &str, trust: Trust) -> anyhow::Result<()> {
-        self.inner.store.set_trust(gatekeeper, trust)
-    }
-
     /// A secret's name: 1-128 printable characters.
     pub(crate) fn check_secret_name(&self, name: &str) -> anyhow::Result<()> {
         if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
             bail!("secret name {name:?} must be 1-128 printable characters");
         }
         Ok(())
-    }
-
-    /// Store a secret for gatekeepers (operator credentials). Only the
-    /// kernel ever reads it.
-    pub fn put_secret(&self, name: &str, value: &str) -> anyhow::Result<()> {
-        self.check_secret_name(name)?;
-        // A pasted value is a static token, never taken for a stored OAuth
-        // grant (`secret set NAME --oauth` makes those).
-        self.refuse_pasted_grant(name, value)?;
-        self.inner.store.put_secret(name, value)
     }
 
     // ----- the operator's listings (deployment-wide, not chat-scoped) -----
@@ -721,121 +538,6 @@ impl Kernel {
     /// Gatekeeper instances, with their trust tiers and manifests.
     pub fn gatekeepers(&self) -> anyhow::Result<Vec<Arc<GatekeeperRecord>>> {
         self.inner.store.gatekeepers()
-    }
-
-    /// The people this deployment knows.
-    pub fn users(&self) -> anyhow::Result<Vec<String>> {
-        self.inner.store.users()
-    }
-
-    /// People's accounts (never their credentials): one person's, or all.
-    pub fn accounts(&self, person: Option<&str>) -> anyhow::Result<Vec<crate::store::Account>> {
-        self.inner.store.accounts(person)
-    }
-
-    /// Agent runs in the chats `person` may see.
-    pub async fn agent_runs(&self, person: &str) -> anyhow::Result<Vec<crate::store::AgentRun>> {
-        let p = person.to_owned();
-        self.inner
-            .store
-            .run(move |s| {
-                let mut out = Vec::new();
-                for r in s.agent_runs()? {
-                    if s.access(&r.chat, &p)?.may_see() {
-                        out.push(r);
-                    }
-                }
-                Ok(out)
-            })
-            .await
-    }
-
-    /// Create chat `name`, owned by `owner`: empty, with no services until
-    /// its owner introduces some. The name is checked like any name a person
-    /// types.
-    pub fn new_chat(&self, name: &str, owner: &str) -> anyhow::Result<()> {
-        check_name(name, "chat")?;
-        self.inner.store.create_chat(name, owner)
-    }
-
-    /// Introduce a gatekeeper into a chat under a key (SPEC C2, C3). Only
-    /// the chat's owner introduces.
-    pub fn introduce(
-        &self,
-        chat: &str,
-        gatekeeper: &str,
-        key: &str,
-        tools: Option<Vec<String>>,
-        by: &str,
-    ) -> anyhow::Result<Introduction> {
-        self.inner
-            .store
-            .access(chat, by)?
-            .require(crate::access::Need::Manage, chat, by)?;
-        let Some(g) = self.inner.store.gatekeeper(gatekeeper)? else {
-            bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
-        };
-        if key.is_empty()
-            || key.len() > 64
-            || !key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            bail!("key {key:?} must be 1-64 letters, digits, '_' or '-' (like ISSUES)");
-        }
-        if let Some(tools) = &tools {
-            for t in tools {
-                if g.manifest.tool(t).is_none() {
-                    let all: Vec<_> = g
-                        .manifest
-                        .tools
-                        .iter()
-                        .map(|t| crate::prompt::as_given(&t.name))
-                        .collect();
-                    bail!(
-                        "gatekeeper {gatekeeper:?} has no tool {:?}; it offers: {}",
-                        crate::prompt::as_given(t),
-                        all.join(", ")
-                    );
-                }
-            }
-        }
-        let intro = Introduction {
-            chat: chat.to_owned(),
-            key: key.to_owned(),
-            gatekeeper: gatekeeper.to_owned(),
-            tools,
-        };
-        self.inner.store.introduce(&intro, by)?;
-        Ok(intro)
-    }
-
-    /// Run one turn of a gadget in a chat, as the chat's owner.
-    pub async fn run(&self, gadget: &str, chat: &str, input: &str) -> anyhow::Result<TurnReport> {
-        let c = chat.to_owned();
-        let owner = self
-            .store()
-            .read_now(move |conn| Ok(crate::store::chat_in(conn, &c)?.map(|c| c.owner)))
-            .await?
-            .with_context(|| {
-                format!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`")
-            })?;
-        self.run_as(&owner, gadget, chat, input).await
-    }
-
-    /// Run one turn as `person`. Someone other than the chat's owner is
-    /// re-verified first, as on every open (SPEC S2), with the accounts they
-    /// chose when they last opened it; their calls run under those accounts.
-    pub async fn run_as(
-        &self,
-        person: &str,
-        gadget: &str,
-        chat: &str,
-        input: &str,
-    ) -> anyhow::Result<TurnReport> {
-        self.verify_runner(chat, person).await?;
-        let turn = Turn::new(gadget, chat, Principal::person(person));
-        self.run_turn(turn, input).await
     }
 
     /// Run one turn with a given turn context (harness state).
@@ -906,37 +608,6 @@ impl Kernel {
     }
 
     // ----- external agents (MCP clients, SPEC M2) -----
-
-    /// A turn of an external agent in `chat`, acting for `person`: no
-    /// gadget, the principal `external agent in CHAT, acting for PERSON`.
-    /// Admitted exactly as a person's own turn is ([`Kernel::run_as`]): the
-    /// owner passes; a collaborator is re-verified now, with the accounts
-    /// they chose when they last opened the chat; anyone else, and a chat
-    /// that does not exist, get the same "no such chat" answer (W2).
-    /// A surface asks for one before every request it serves, so that a
-    /// person who lost the chat loses it at the next request.
-    pub async fn external_turn(&self, chat: &str, person: &str) -> anyhow::Result<Turn> {
-        let c = chat.to_owned();
-        let exists = self.store().run(move |s| Ok(s.chat(&c)?.is_some())).await?;
-        if !exists {
-            bail!(crate::access::Refusal::NoSuchChat(chat.to_owned()));
-        }
-        self.verify_runner(chat, person).await?;
-        Ok(Turn {
-            gadget: None,
-            chat: chat.to_owned(),
-            principal: Principal::External {
-                chat: chat.to_owned(),
-                person: person.to_owned(),
-            },
-            harness: Harness::Plain,
-            awaited: Arc::default(),
-            staged: Arc::default(),
-            step: None,
-            unsynced: None,
-            pinned: None,
-        })
-    }
 
     /// The tools introduced into the turn's chat that its introductions
     /// grant, as `(key, tool)` in introduction then manifest order, with
@@ -1892,25 +1563,14 @@ pub(crate) fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check_host(h: &str) -> anyhow::Result<()> {
-    let ok = !h.is_empty()
-        && !h.contains('/')
-        && !h.contains('@')
-        && h.parse::<http::uri::Authority>().is_ok();
-    if !ok {
-        bail!(
-            "--allow-host {h:?} must be a host or host:port, like 127.0.0.1:8080 or api.example.com"
-        );
-    }
-    Ok(())
-}
-
 // Kept reachable here for the surfaces that mint tokens through the kernel.
 pub(crate) use crate::entropy::random_hex;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::principal::Principal;
+    use crate::store::{Introduction, Trust};
 
     /// `open` of a key this turn already opened is answered from the turn;
     /// a call through it still resolves at the time of use, and a refused

@@ -9,6 +9,8 @@
 //! - [`classify`]: read vs action, the one trust boundary (K);
 //! - [`kernel`]: the call path: introductions, grants, reads, staging (C, A);
 //!   [`turn`]: who is calling, from where, in which harness (C5, V);
+//!   [`capability`]: the handles a surface holds to act as a person or as
+//!   the operator;
 //! - [`store`]: the durable action store and ledger (A, P, L), embedded
 //!   SQLite, and the PostgreSQL schema a team's hosts share;
 //!   [`moving`]: a home moved into that database (`gatehouse db`);
@@ -45,6 +47,8 @@
 pub mod console;
 pub mod access;
 pub mod blueprint;
+pub mod capability;
+mod chats;
 pub mod classify;
 pub mod cli;
 pub mod embed;
@@ -61,6 +65,8 @@ pub mod idempotency;
 pub mod inbox;
 pub mod inspect;
 pub mod kernel;
+#[cfg(test)]
+mod layering;
 pub(crate) mod liveness;
 pub mod manifest;
 pub mod mcp_serve;
@@ -78,6 +84,7 @@ mod rules_cited;
 pub(crate) mod runtime;
 pub mod scaffold;
 pub mod seal;
+mod setup;
 pub mod sharing;
 pub mod signin;
 pub mod storage;
@@ -87,6 +94,7 @@ pub mod turn;
 pub mod web;
 pub mod workflow;
 
+pub use capability::{Operator, Person};
 pub use home::Home;
 pub use kernel::Kernel;
 pub use principal::Principal;

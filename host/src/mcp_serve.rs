@@ -4,7 +4,7 @@
 //! over stdio or Streamable HTTP (loopback only, behind a bearer token),
 //! and the translation of the kernel's answers into MCP results. It is one
 //! more caller of the kernel and holds no policy: every request asks
-//! [`Kernel::external_turn`] for a turn (who may use the chat at all is
+//! [`crate::Person::external_turn`] for a turn (who may use the chat at all is
 //! `crate::access`'s rule, applied there), lists through
 //! [`Kernel::introduced_tools`], and calls through [`Kernel::call`] and the
 //! kernel's `action-result`, exactly as a gadget does. Reads therefore run
@@ -29,7 +29,7 @@
 //! from a tool `GADGET.face` that an MCP host calls to show it; each of the
 //! page's functions is a tool `GADGET.FUNCTION` meant for the page alone
 //! (`_meta.ui.visibility: ["app"]`). A call of one runs
-//! [`Kernel::face_call`], a turn of the person this server acts for, the
+//! [`crate::Person::face_call`], a turn of the person this server acts for, the
 //! same call the web inbox makes: the page reaches nothing the gate does
 //! not let through. A gadget whose name holds `__` or is not a valid tool
 //! name is not offered, so a face's tool never looks like an introduced
@@ -79,7 +79,7 @@ impl Gate {
     /// Check that `person` may use `chat` now (the answer every request
     /// will get), then make the server.
     pub async fn open(kernel: Kernel, chat: &str, person: &str) -> anyhow::Result<Gate> {
-        kernel.external_turn(chat, person).await?;
+        kernel.person(person).external_turn(chat).await?;
         Ok(Gate {
             kernel,
             chat: chat.to_owned(),
@@ -89,7 +89,11 @@ impl Gate {
 
     /// The tools offered now: the chat's granted tools, then the poll tool.
     pub async fn tools(&self) -> anyhow::Result<Vec<Tool>> {
-        let turn = self.kernel.external_turn(&self.chat, &self.person).await?;
+        let turn = self
+            .kernel
+            .person(&self.person)
+            .external_turn(&self.chat)
+            .await?;
         let mut tools = Vec::new();
         for (key, tool) in self.kernel.introduced_tools(&turn).await? {
             match offered(&key, &tool) {
@@ -137,7 +141,10 @@ impl Gate {
 
     /// The faces as MCP Apps resources.
     pub async fn resources(&self) -> anyhow::Result<Vec<Value>> {
-        self.kernel.external_turn(&self.chat, &self.person).await?;
+        self.kernel
+            .person(&self.person)
+            .external_turn(&self.chat)
+            .await?;
         Ok(self
             .offered_faces()
             .await?
@@ -157,7 +164,10 @@ impl Gate {
     /// A face's page, as an MCP Apps resource: the host renders it in a
     /// sandbox; its `_meta.ui.csp` asks for no network at all.
     pub async fn resource(&self, uri: &str) -> anyhow::Result<Value> {
-        self.kernel.external_turn(&self.chat, &self.person).await?;
+        self.kernel
+            .person(&self.person)
+            .external_turn(&self.chat)
+            .await?;
         let gadget = uri.strip_prefix(FACE_URI_PREFIX).unwrap_or_default();
         let Some((_, page)) = self
             .offered_faces()
@@ -196,7 +206,8 @@ impl Gate {
         let args = Value::Object(args.clone()).to_string();
         let answer = match self
             .kernel
-            .face_call(&self.person, gadget, &self.chat, function, &args)
+            .person(&self.person)
+            .face_call(gadget, &self.chat, function, &args)
             .await
         {
             Ok(a) => a,
@@ -230,7 +241,12 @@ impl Gate {
 
     /// Call an offered tool; every answer is a result the agent reads.
     pub async fn call(&self, name: &str, args: Option<JsonObject>) -> CallToolResult {
-        let turn = match self.kernel.external_turn(&self.chat, &self.person).await {
+        let turn = match self
+            .kernel
+            .person(&self.person)
+            .external_turn(&self.chat)
+            .await
+        {
             Ok(t) => t,
             Err(e) => return error("refused", &one_line(&e)),
         };

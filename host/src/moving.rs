@@ -11,6 +11,7 @@
 //! (`store::postgres` does) nor decide anything about the state it moves:
 //! every id, state and observation set arrives as it was.
 
+use crate::capability::Operator;
 use crate::kernel::Kernel;
 use crate::store::InFlight;
 use crate::store::postgres::{self, Copied, DatabaseUrl, Files};
@@ -100,36 +101,6 @@ pub async fn migrate_database(
 }
 
 impl Kernel {
-    /// The status of this home's database.
-    pub async fn database_status(&self) -> anyhow::Result<Status> {
-        let k = self.clone();
-        let in_flight = self
-            .store()
-            .run(move |s| s.in_flight(&|db, owner| k.is_present(db, owner)))
-            .await?;
-        Ok(Status {
-            database: self.state_location(),
-            schema: self.state_schema()?,
-            in_flight,
-        })
-    }
-
-    /// Copy this home's whole state into the empty PostgreSQL database at
-    /// `url`, migrating it first. The home itself is left as it was.
-    pub async fn copy_to_database(&self, url: &DatabaseUrl) -> anyhow::Result<Copied> {
-        let others = self.others_alive();
-        if !others.is_empty() {
-            bail!(
-                "{} other gatehouse process(es) are using this home (serve, mcp serve, or a command still running); stop them, then copy: what they write after the copy began would stay behind",
-                others.len()
-            );
-        }
-        let mut client = postgres::connect(url).await?;
-        postgres::migrate(&mut client, url).await?;
-        let files = self.files_to_move()?;
-        self.store().copy_to(&mut client, url, files).await
-    }
-
     /// What the home keeps as files and a shared database keeps in tables:
     /// every installed component's bytes (checked against its digest). The
     /// certificate authority's key is a row of `deployment_secrets` on both
@@ -152,5 +123,38 @@ impl Kernel {
             })
             .collect::<anyhow::Result<_>>()?;
         Ok(Files { components })
+    }
+}
+
+impl Operator<'_> {
+    /// The status of this home's database.
+    pub async fn database_status(&self) -> anyhow::Result<Status> {
+        let k = self.kernel.clone();
+        let in_flight = self
+            .kernel
+            .store()
+            .run(move |s| s.in_flight(&|db, owner| k.is_present(db, owner)))
+            .await?;
+        Ok(Status {
+            database: self.kernel.state_location(),
+            schema: self.kernel.state_schema().await?,
+            in_flight,
+        })
+    }
+
+    /// Copy this home's whole state into the empty PostgreSQL database at
+    /// `url`, migrating it first. The home itself is left as it was.
+    pub async fn copy_to_database(&self, url: &DatabaseUrl) -> anyhow::Result<Copied> {
+        let others = self.kernel.others_alive();
+        if !others.is_empty() {
+            bail!(
+                "{} other gatehouse process(es) are using this home (serve, mcp serve, or a command still running); stop them, then copy: what they write after the copy began would stay behind",
+                others.len()
+            );
+        }
+        let mut client = postgres::connect(url).await?;
+        postgres::migrate(&mut client, url).await?;
+        let files = self.kernel.blocking(|k| k.files_to_move()).await?;
+        self.kernel.store().copy_to(&mut client, url, files).await
     }
 }

@@ -41,6 +41,7 @@
 //! POST. May not decide who may decide (it asks `access`), and never sends
 //! anything else.
 
+use crate::capability::Person;
 use crate::kernel::Kernel;
 use crate::store::Told;
 use crate::store::workflows::WaitingRequest;
@@ -341,36 +342,6 @@ fn is_loopback(host: &str) -> bool {
 }
 
 impl Kernel {
-    /// Set (or clear, with `None`) where `person`'s notices go. Only the
-    /// person themselves may: notices say what waits in their chats. The
-    /// URL must lead where `allowed` lets notices go, as its host resolves
-    /// now ([`check_destination`]); `serve` checks again at every send.
-    pub async fn set_notify_url(
-        &self,
-        by: &str,
-        person: &str,
-        url: Option<&str>,
-        allowed: Destinations,
-    ) -> anyhow::Result<()> {
-        if by != person {
-            bail!(
-                "only {person} may set where {person}'s notices go (run it as `--as {person}`); a notice lists what waits in their chats"
-            );
-        }
-        if let Some(u) = url {
-            check_destination(u, allowed).await?;
-        }
-        if !self.store().set_notify_url(person, url)? {
-            bail!("no person named {person:?}; add them with `gatehouse user add {person}`");
-        }
-        Ok(())
-    }
-
-    /// Where `person`'s notices go, if anywhere.
-    pub fn notify_url(&self, person: &str) -> anyhow::Result<Option<String>> {
-        Ok(self.store().notify_target(person)?.map(|t| t.url))
-    }
-
     /// One pass: send every notice that is due now (see the module's
     /// header), each only where `allowed` lets notices go as its URL's host
     /// resolves now. `serve` calls it every second or so.
@@ -454,6 +425,45 @@ impl Kernel {
             }
         }
         Ok(sent)
+    }
+}
+
+impl Person<'_> {
+    /// Set (or clear, with `None`) where `person`'s notices go. Only the
+    /// person themselves may: notices say what waits in their chats. The
+    /// URL must lead where `allowed` lets notices go, as its host resolves
+    /// now ([`check_destination`]); `serve` checks again at every send.
+    pub async fn set_notify_url(
+        &self,
+        person: &str,
+        url: Option<&str>,
+        allowed: Destinations,
+    ) -> anyhow::Result<()> {
+        let by = self.name;
+        if by != person {
+            bail!(
+                "only {person} may set where {person}'s notices go (run it as `--as {person}`); a notice lists what waits in their chats"
+            );
+        }
+        if let Some(u) = url {
+            check_destination(u, allowed).await?;
+        }
+        let (who, to) = (person.to_owned(), url.map(str::to_owned));
+        if !self
+            .kernel
+            .store()
+            .run(move |s| s.set_notify_url(&who, to.as_deref()))
+            .await?
+        {
+            bail!("no person named {person:?}; add them with `gatehouse user add {person}`");
+        }
+        Ok(())
+    }
+
+    /// Where `person`'s notices go, if anywhere.
+    pub fn notify_url(&self) -> anyhow::Result<Option<String>> {
+        let person = self.name;
+        Ok(self.kernel.store().notify_target(person)?.map(|t| t.url))
     }
 }
 

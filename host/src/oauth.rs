@@ -18,6 +18,7 @@
 //! only). No token is ever put in a log line, an error text or anything a
 //! guest sees: errors name endpoints and the server's error code only.
 
+use crate::capability::{Operator, Person};
 use crate::kernel::Kernel;
 use crate::principal::Credential;
 use crate::signin::oidc_http;
@@ -36,7 +37,7 @@ use url::Url;
 use zeroize::Zeroizing;
 
 /// What a stored OAuth grant starts with. A static token pasted by a
-/// person never starts so (`Kernel::connect_account` refuses one that
+/// person never starts so (`Person::connect_account` refuses one that
 /// does), so the two are never mistaken for each other.
 pub const MARKER: &str = "gatehouse-oauth-grant/v1:";
 
@@ -751,7 +752,7 @@ impl Kernel {
     }
 
     /// The token of the operator's secret `name`: its value as stored, or,
-    /// for an OAuth grant ([`Kernel::connect_operator_oauth`]), its access
+    /// for an OAuth grant ([`Operator::connect_operator_oauth`]), its access
     /// token, refreshed first when it expires within the margin (one
     /// refresh at a time, the rotated refresh token kept). `Ok(Err(line))`:
     /// the grant cannot be refreshed and must be connected again.
@@ -827,30 +828,6 @@ impl Kernel {
         Ok(())
     }
 
-    /// Begin connecting an operator's OAuth credential for the service at
-    /// `url` (an MCP endpoint, say): discovery from there, as for accounts.
-    pub async fn begin_operator_oauth(
-        &self,
-        url: &str,
-        redirect_uri: &str,
-        client_id: Option<String>,
-        scope: Option<String>,
-    ) -> anyhow::Result<(Url, Pending)> {
-        let resource = Url::parse(url).map_err(|_| {
-            anyhow::anyhow!(
-                "--url {url:?} is not a URL; give the service's address, e.g. https://host/mcp"
-            )
-        })?;
-        begin_at(resource, redirect_uri, client_id, scope).await
-    }
-
-    /// Store a finished flow's grant as the operator's secret `name`,
-    /// sealed like any secret, for `gatekeeper add --secret NAME`.
-    pub fn connect_operator_oauth(&self, name: &str, grant: &Grant) -> anyhow::Result<()> {
-        self.check_secret_name(name)?;
-        self.store().put_secret(name, &grant.to_stored()?)
-    }
-
     /// The grant stored for `user`'s account `label` at `gatekeeper`, if
     /// it is still connected.
     async fn stored_grant(
@@ -876,20 +853,6 @@ impl Kernel {
         }
     }
 
-    /// Connect `user`'s account at `gatekeeper` from a finished flow.
-    pub fn connect_oauth_account(
-        &self,
-        user: &str,
-        gatekeeper: &str,
-        label: &str,
-        grant: &Grant,
-        make_default: bool,
-    ) -> anyhow::Result<crate::store::Account> {
-        self.check_account_target(user, gatekeeper, label)?;
-        self.store()
-            .connect_account(user, gatekeeper, label, &grant.to_stored()?, make_default)
-    }
-
     /// The gatekeepers an account may be connected at by OAuth: those
     /// whose service a `url` setting names, with a credential host.
     pub fn oauth_connectable(&self) -> anyhow::Result<Vec<String>> {
@@ -901,23 +864,70 @@ impl Kernel {
             .map(|g| g.name.clone())
             .collect())
     }
+}
+
+impl Person<'_> {
+    /// Connect `user`'s account at `gatekeeper` from a finished flow.
+    pub fn connect_oauth_account(
+        &self,
+        gatekeeper: &str,
+        label: &str,
+        grant: &Grant,
+        make_default: bool,
+    ) -> anyhow::Result<crate::store::Account> {
+        let user = self.name;
+        self.kernel.check_account_target(user, gatekeeper, label)?;
+        self.kernel.store().connect_account(
+            user,
+            gatekeeper,
+            label,
+            &grant.to_stored()?,
+            make_default,
+        )
+    }
 
     /// Begin an OAuth connection at `gatekeeper` for `user` (checked
     /// first, so no registration is made for nobody).
     pub async fn begin_oauth(
         &self,
-        user: &str,
         gatekeeper: &str,
         label: &str,
         redirect_uri: &str,
         client_id: Option<String>,
         scope: Option<String>,
     ) -> anyhow::Result<(Url, Pending)> {
-        self.check_account_target(user, gatekeeper, label)?;
-        let Some(g) = self.store().gatekeeper(gatekeeper)? else {
+        let user = self.name;
+        self.kernel.check_account_target(user, gatekeeper, label)?;
+        let Some(g) = self.kernel.gatekeeper_named(gatekeeper).await? else {
             bail!("no gatekeeper named {gatekeeper:?}; `gatehouse gatekeepers` lists them");
         };
         begin(&g, redirect_uri, client_id, scope).await
+    }
+}
+
+impl Operator<'_> {
+    /// Begin connecting an operator's OAuth credential for the service at
+    /// `url` (an MCP endpoint, say): discovery from there, as for accounts.
+    pub async fn begin_operator_oauth(
+        &self,
+        url: &str,
+        redirect_uri: &str,
+        client_id: Option<String>,
+        scope: Option<String>,
+    ) -> anyhow::Result<(Url, Pending)> {
+        let resource = Url::parse(url).map_err(|_| {
+            anyhow::anyhow!(
+                "--url {url:?} is not a URL; give the service's address, e.g. https://host/mcp"
+            )
+        })?;
+        begin_at(resource, redirect_uri, client_id, scope).await
+    }
+
+    /// Store a finished flow's grant as the operator's secret `name`,
+    /// sealed like any secret, for `gatekeeper add --secret NAME`.
+    pub fn connect_operator_oauth(&self, name: &str, grant: &Grant) -> anyhow::Result<()> {
+        self.kernel.check_secret_name(name)?;
+        self.kernel.store().put_secret(name, &grant.to_stored()?)
     }
 }
 

@@ -13,6 +13,7 @@
 //! gatekeeper's word alone. May not stage actions; asks `classify` for key
 //! one and `access` for who may decide.
 
+use crate::capability::Person;
 use crate::kernel::{DrainScope, Kernel, settings_for};
 use crate::runtime::gatekeeper::{self as gk, Reach, wit};
 use crate::store::{Claim, ClaimBy, ClaimRefusal, Rule, RuleCoverage};
@@ -169,43 +170,6 @@ impl Decision {
 }
 
 impl Kernel {
-    /// Approve and apply one action as `person`, then drain what the rules
-    /// allow after it (U3) and resume agent runs it completed (V3).
-    ///
-    /// The claim (which refuses anyone who may not decide in the action's
-    /// chat) is committed with `synchronous=FULL` before the gatekeeper is
-    /// even instantiated; whoever loses the claim sends nothing (P1). Once
-    /// asked, the decision runs to completion whatever becomes of the
-    /// caller (a browser that hangs up, P8): it runs as the kernel's own
-    /// work, which [`Kernel::settle`] waits for.
-    pub async fn approve(&self, id: i64, person: &str) -> anyhow::Result<Decision> {
-        let k = self.clone();
-        let by = ClaimBy::Person(person.to_owned());
-        self.to_completion(async move {
-            let d = k.claim_and_send(id, by).await?;
-            k.drain_after(id).await?;
-            Ok(d)
-        })
-        .await
-    }
-
-    /// Reject a pending action as `person`: it is never sent, and that costs
-    /// nothing. Refused to anyone who may not decide in its chat.
-    pub async fn reject(&self, id: i64, person: &str) -> anyhow::Result<Decision> {
-        let k = self.clone();
-        let who = person.to_owned();
-        self.to_completion(async move {
-            let d = match k.store().run(move |s| s.reject(id, &who)).await? {
-                Ok(()) => Decision::Rejected { id },
-                Err(r) => Decision::of_refusal(id, r),
-            };
-            // A rejection may unblock a queue or stop an agent run.
-            k.drain_after(id).await?;
-            Ok(d)
-        })
-        .await
-    }
-
     /// Run `work` as the kernel's own: dropping the returned future (a
     /// client that hung up) does not cancel it.
     async fn to_completion<T: Send + 'static>(
@@ -386,65 +350,6 @@ impl Kernel {
             message,
             retryable,
         })
-    }
-
-    /// Enable key two for `gatekeeper:tool` as `person` (SPEC U1): in every
-    /// chat they own, or only in `chat`, where they must be allowed to
-    /// decide. Then drain (U3). Returns what the rule allows now: key one
-    /// may still be missing.
-    pub async fn add_rule(
-        &self,
-        person: &str,
-        tag: &str,
-        chat: Option<&str>,
-    ) -> anyhow::Result<RuleReport> {
-        let Some((gname, tool)) = tag.split_once(':') else {
-            anyhow::bail!("a rule names GATEKEEPER:TOOL, like issues:addLabel");
-        };
-        if let Some(c) = chat {
-            self.store()
-                .access(c, person)?
-                .require(crate::access::Need::EnableRule, c, person)?;
-        }
-        let g = self.store().gatekeeper(gname)?.ok_or_else(|| {
-            anyhow::anyhow!("no gatekeeper named {gname:?}; `gatehouse gatekeepers` lists them")
-        })?;
-        let Some(t) = g.manifest.tool(tool) else {
-            let all: Vec<_> = g
-                .manifest
-                .tools
-                .iter()
-                .map(|t| crate::prompt::as_given(&t.name))
-                .collect();
-            anyhow::bail!(
-                "gatekeeper {gname:?} has no tool {:?}; it offers: {}",
-                crate::prompt::as_given(tool),
-                all.join(", ")
-            );
-        };
-        let missing = crate::classify::key_one_missing(&t.annotations, g.trust);
-        let rule = self.store().add_rule(tag, person, chat)?;
-        let applied = self.drain().await?;
-        Ok(RuleReport {
-            tag: rule.tag,
-            person: rule.person,
-            chat: rule.chat,
-            key_one: missing.is_none(),
-            missing,
-            applied,
-        })
-    }
-
-    /// Remove `person`'s own rule for `tag` (in `chat`, or their
-    /// every-chat rule). False if they had none.
-    pub fn remove_rule(&self, person: &str, tag: &str, chat: Option<&str>) -> anyhow::Result<bool> {
-        self.store().remove_rule(tag, person, chat)
-    }
-
-    /// The rules `person` may see: their own, and the ones scoped to chats
-    /// they own.
-    pub fn rules(&self, person: &str) -> anyhow::Result<Vec<Rule>> {
-        self.store().rules_for(person)
     }
 
     /// Start a drain of `chat` without waiting for it (after a submit).
@@ -664,6 +569,114 @@ impl Kernel {
                 s.rules_covering(&tag, &chat, &c.owner)
             })
             .await
+    }
+}
+
+impl Person<'_> {
+    /// Approve and apply one action as `person`, then drain what the rules
+    /// allow after it (U3) and resume agent runs it completed (V3).
+    ///
+    /// The claim (which refuses anyone who may not decide in the action's
+    /// chat) is committed with `synchronous=FULL` before the gatekeeper is
+    /// even instantiated; whoever loses the claim sends nothing (P1). Once
+    /// asked, the decision runs to completion whatever becomes of the
+    /// caller (a browser that hangs up, P8): it runs as the kernel's own
+    /// work, which [`Kernel::settle`] waits for.
+    pub async fn approve(&self, id: i64) -> anyhow::Result<Decision> {
+        let person = self.name;
+        let k = self.kernel.clone();
+        let by = ClaimBy::Person(person.to_owned());
+        self.kernel
+            .to_completion(async move {
+                let d = k.claim_and_send(id, by).await?;
+                k.drain_after(id).await?;
+                Ok(d)
+            })
+            .await
+    }
+
+    /// Reject a pending action as `person`: it is never sent, and that costs
+    /// nothing. Refused to anyone who may not decide in its chat.
+    pub async fn reject(&self, id: i64) -> anyhow::Result<Decision> {
+        let person = self.name;
+        let k = self.kernel.clone();
+        let who = person.to_owned();
+        self.kernel
+            .to_completion(async move {
+                let d = match k.store().run(move |s| s.reject(id, &who)).await? {
+                    Ok(()) => Decision::Rejected { id },
+                    Err(r) => Decision::of_refusal(id, r),
+                };
+                // A rejection may unblock a queue or stop an agent run.
+                k.drain_after(id).await?;
+                Ok(d)
+            })
+            .await
+    }
+
+    /// Enable key two for `gatekeeper:tool` as `person` (SPEC U1): in every
+    /// chat they own, or only in `chat`, where they must be allowed to
+    /// decide. Then drain (U3). Returns what the rule allows now: key one
+    /// may still be missing.
+    pub async fn add_rule(&self, tag: &str, chat: Option<&str>) -> anyhow::Result<RuleReport> {
+        let person = self.name;
+        let Some((gname, tool)) = tag.split_once(':') else {
+            anyhow::bail!("a rule names GATEKEEPER:TOOL, like issues:addLabel");
+        };
+        if let Some(c) = chat {
+            self.kernel.access(c, person).await?.require(
+                crate::access::Need::EnableRule,
+                c,
+                person,
+            )?;
+        }
+        let g = self.kernel.gatekeeper_named(gname).await?.ok_or_else(|| {
+            anyhow::anyhow!("no gatekeeper named {gname:?}; `gatehouse gatekeepers` lists them")
+        })?;
+        let Some(t) = g.manifest.tool(tool) else {
+            let all: Vec<_> = g
+                .manifest
+                .tools
+                .iter()
+                .map(|t| crate::prompt::as_given(&t.name))
+                .collect();
+            anyhow::bail!(
+                "gatekeeper {gname:?} has no tool {:?}; it offers: {}",
+                crate::prompt::as_given(tool),
+                all.join(", ")
+            );
+        };
+        let missing = crate::classify::key_one_missing(&t.annotations, g.trust);
+        let rule = {
+            let (tag, person, chat) = (tag.to_owned(), person.to_owned(), chat.map(str::to_owned));
+            self.kernel
+                .store()
+                .run(move |s| s.add_rule(&tag, &person, chat.as_deref()))
+                .await?
+        };
+        let applied = self.kernel.drain().await?;
+        Ok(RuleReport {
+            tag: rule.tag,
+            person: rule.person,
+            chat: rule.chat,
+            key_one: missing.is_none(),
+            missing,
+            applied,
+        })
+    }
+
+    /// Remove `person`'s own rule for `tag` (in `chat`, or their
+    /// every-chat rule). False if they had none.
+    pub fn remove_rule(&self, tag: &str, chat: Option<&str>) -> anyhow::Result<bool> {
+        let person = self.name;
+        self.kernel.store().remove_rule(tag, person, chat)
+    }
+
+    /// The rules `person` may see: their own, and the ones scoped to chats
+    /// they own.
+    pub fn rules(&self) -> anyhow::Result<Vec<Rule>> {
+        let person = self.name;
+        self.kernel.store().rules_for(person)
     }
 }
 

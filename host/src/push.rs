@@ -27,6 +27,7 @@
 //! checked by `crate::notify`'s one destination check, at subscription and
 //! again at every send.
 
+use crate::capability::Person;
 use crate::kernel::Kernel;
 use crate::notify::{self, Destinations};
 use crate::store::workflows::WaitingRequest;
@@ -404,58 +405,6 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl Kernel {
-    /// Subscribe a device of `user` (the signed-in person: a person
-    /// subscribes only their own devices). The subscription is checked
-    /// ([`check_subscription`]) and kept sealed.
-    pub async fn push_subscribe(
-        &self,
-        user: &str,
-        keys: PushKeys,
-        allowed: Destinations,
-    ) -> anyhow::Result<Result<PushDevice, Refused>> {
-        let service = match check_subscription(&keys, allowed).await {
-            Ok(s) => s,
-            Err(e) => return Ok(Err(Refused::Invalid(format!("{e:#}")))),
-        };
-        let id = crate::entropy::random_hex(16)?;
-        let digest = crate::store::secret_digest(&keys.endpoint);
-        let user = user.to_owned();
-        let done = self
-            .store()
-            .run(move |s| {
-                s.push_subscribe(
-                    &NewPushDevice {
-                        user: &user,
-                        id: &id,
-                        service: &service,
-                        endpoint_digest: &digest,
-                        keys: &keys,
-                    },
-                    MAX_DEVICES,
-                )
-            })
-            .await?;
-        Ok(match done {
-            Subscribed::Added(d) => Ok(d),
-            Subscribed::TooMany(n) => Err(Refused::TooMany(n)),
-            Subscribed::NoSuchPerson => Err(Refused::Invalid("no such person".into())),
-        })
-    }
-
-    /// `user`'s devices.
-    pub async fn push_devices(&self, user: &str) -> anyhow::Result<Vec<PushDevice>> {
-        let user = user.to_owned();
-        self.store().run(move |s| s.push_devices(&user)).await
-    }
-
-    /// Remove `user`'s device `id`; false if they have none of that id.
-    pub async fn push_unsubscribe(&self, user: &str, id: &str) -> anyhow::Result<bool> {
-        let (user, id) = (user.to_owned(), id.to_owned());
-        self.store()
-            .run(move |s| s.push_unsubscribe(&user, &id))
-            .await
-    }
-
     /// One pass: push every device whose batch is due (as the webhook's:
     /// one window after the oldest item it was not told of, never sooner
     /// than a window after its last push), each only where `allowed` lets
@@ -675,6 +624,67 @@ impl Kernel {
         }
         .send()
         .await
+    }
+}
+
+impl Person<'_> {
+    /// Subscribe a device of `user` (the signed-in person: a person
+    /// subscribes only their own devices). The subscription is checked
+    /// ([`check_subscription`]) and kept sealed.
+    pub async fn push_subscribe(
+        &self,
+        keys: PushKeys,
+        allowed: Destinations,
+    ) -> anyhow::Result<Result<PushDevice, Refused>> {
+        let user = self.name;
+        let service = match check_subscription(&keys, allowed).await {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(Refused::Invalid(format!("{e:#}")))),
+        };
+        let id = crate::entropy::random_hex(16)?;
+        let digest = crate::store::secret_digest(&keys.endpoint);
+        let user = user.to_owned();
+        let done = self
+            .kernel
+            .store()
+            .run(move |s| {
+                s.push_subscribe(
+                    &NewPushDevice {
+                        user: &user,
+                        id: &id,
+                        service: &service,
+                        endpoint_digest: &digest,
+                        keys: &keys,
+                    },
+                    MAX_DEVICES,
+                )
+            })
+            .await?;
+        Ok(match done {
+            Subscribed::Added(d) => Ok(d),
+            Subscribed::TooMany(n) => Err(Refused::TooMany(n)),
+            Subscribed::NoSuchPerson => Err(Refused::Invalid("no such person".into())),
+        })
+    }
+
+    /// `user`'s devices.
+    pub async fn push_devices(&self) -> anyhow::Result<Vec<PushDevice>> {
+        let user = self.name;
+        let user = user.to_owned();
+        self.kernel
+            .store()
+            .run(move |s| s.push_devices(&user))
+            .await
+    }
+
+    /// Remove `user`'s device `id`; false if they have none of that id.
+    pub async fn push_unsubscribe(&self, id: &str) -> anyhow::Result<bool> {
+        let user = self.name;
+        let (user, id) = (user.to_owned(), id.to_owned());
+        self.kernel
+            .store()
+            .run(move |s| s.push_unsubscribe(&user, &id))
+            .await
     }
 }
 

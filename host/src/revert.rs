@@ -30,8 +30,8 @@
 //! staging; may not send anything (the overseer sends).
 
 use crate::access::Need;
+use crate::capability::Person;
 use crate::classify::{self, Kind};
-use crate::kernel::Kernel;
 use crate::principal::{Credential, Principal};
 use crate::store::{ActionState, Facts, NewAction, StageError};
 use serde::Serialize;
@@ -72,18 +72,15 @@ impl Reverted {
 // its answers (`store::actions`), so the store need not import this module.
 pub use crate::store::RevertRefusal;
 
-impl Kernel {
+impl Person<'_> {
     /// Stage a revert of the applied action `id` as `person` (SPEC H2).
     /// `Ok(Err(_))` is a refusal worded for that person; nothing was
     /// staged. A staged revert is drained like any new action (it is
     /// auto-approved only if both keys hold for its own tool).
-    pub async fn revert(
-        &self,
-        id: i64,
-        person: &str,
-    ) -> anyhow::Result<Result<Reverted, RevertRefusal>> {
+    pub async fn revert(&self, id: i64) -> anyhow::Result<Result<Reverted, RevertRefusal>> {
+        let person = self.name;
         let who = person.to_owned();
-        let staged = self
+        let staged = self.kernel
             .store()
             .run(move |s| {
                 let Some(original) = s.action(id)? else {
@@ -216,7 +213,7 @@ impl Kernel {
         if let Ok(r) = &staged {
             // Decided like any new action: a drain may auto-approve it if,
             // and only if, both keys hold for its own tool (U1).
-            self.drain_in_background(&r.chat);
+            self.kernel.drain_in_background(&r.chat);
         }
         Ok(staged)
     }

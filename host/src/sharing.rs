@@ -11,6 +11,7 @@
 //! behalf.
 
 use crate::access::{Need, Refusal};
+use crate::capability::{Operator, Person};
 use crate::kernel::{Kernel, Turn, check_name, random_hex, settings_for};
 use crate::prompt::inline;
 use crate::runtime::gatekeeper::{self as gk, Reach, wit as gkwit};
@@ -92,41 +93,6 @@ pub enum OpenOutcome {
 }
 
 impl Kernel {
-    /// Add a person (SPEC S): someone who can own chats, collaborate and
-    /// connect accounts. Adding one who exists is not an error.
-    pub fn add_user(&self, name: &str) -> anyhow::Result<bool> {
-        check_name(name, "user")?;
-        self.store().add_user(name)
-    }
-
-    /// Connect one of `user`'s own accounts at a gatekeeper's service; the
-    /// credential goes to the kernel's secret store and never to a component.
-    pub fn connect_account(
-        &self,
-        user: &str,
-        gatekeeper: &str,
-        label: &str,
-        credential: &str,
-        make_default: bool,
-    ) -> anyhow::Result<Account> {
-        self.check_account_target(user, gatekeeper, label)?;
-        let credential = credential.trim();
-        if credential.is_empty() {
-            bail!(
-                "the credential is empty; pipe it on stdin, e.g. `printf %s TOKEN | gatehouse account connect ...`"
-            );
-        }
-        // A static token is never taken for an OAuth grant (whose form
-        // the kernel refreshes and opens differently).
-        if crate::oauth::is_grant(credential) {
-            bail!(
-                "the credential has the form of a stored OAuth grant; connect with --oauth instead"
-            );
-        }
-        self.store()
-            .connect_account(user, gatekeeper, label, credential, make_default)
-    }
-
     /// Whether `user` may connect an account `label` at `gatekeeper`: the
     /// person and the gatekeeper exist, and it has a credential host.
     pub(crate) fn check_account_target(
@@ -151,242 +117,12 @@ impl Kernel {
         Ok(())
     }
 
-    /// Share `chat` with `with` (W1: the owner only). A latched chat gains
-    /// no collaborators (O3). The collaborator sees nothing until their
-    /// first successful open (W2); `may_decide` lets them decide too.
-    /// Sharing again with a collaborator changes only `may_decide`.
-    pub fn share(
-        &self,
-        chat: &str,
-        with: &str,
-        by: &str,
-        may_decide: bool,
-    ) -> anyhow::Result<bool> {
-        self.require(chat, by, Need::Share)?;
-        Ok(self.store().share(chat, with, by, may_decide)??)
-    }
-
-    /// Create a share link: a token whoever holds may open the chat with
-    /// (and is then re-verified like any collaborator). Only its digest is
-    /// stored, so the token is shown once.
-    pub fn create_share_link(&self, chat: &str, by: &str) -> anyhow::Result<String> {
-        self.require(chat, by, Need::Share)?;
-        let token = random_hex(24)?;
-        self.store().create_link(chat, &link_digest(&token), by)??;
-        Ok(token)
-    }
-
-    /// Remove a collaborator and their observers (S5).
-    pub fn unshare(&self, chat: &str, user: &str, by: &str) -> anyhow::Result<bool> {
-        self.require(chat, by, Need::Share)?;
-        self.store().unshare(chat, user)
-    }
-
-    /// Revoke every share link of `chat`.
-    pub fn revoke_links(&self, chat: &str, by: &str) -> anyhow::Result<usize> {
-        self.require(chat, by, Need::Share)?;
-        self.store().revoke_links(chat)
-    }
-
-    /// A chat's collaborators, for someone who may see it.
-    pub fn collaborators(&self, chat: &str, by: &str) -> anyhow::Result<Vec<Collaborator>> {
-        self.require(chat, by, Need::See)?;
-        self.store().collaborators(chat)
-    }
-
-    /// A chat's observers (each collaborator's binding per gatekeeper), for
-    /// someone who may see it.
-    pub fn observers(&self, chat: &str, by: &str) -> anyhow::Result<Vec<Observer>> {
-        self.require(chat, by, Need::See)?;
-        self.store().observers(chat)
-    }
-
     /// Apply the one authorization rule (W1) for `person` in `chat`.
     pub(crate) fn require(&self, chat: &str, person: &str, need: Need) -> anyhow::Result<()> {
         self.store()
             .access(chat, person)?
             .require(need, chat, person)?;
         Ok(())
-    }
-
-    /// Open `chat` as `user` (SPEC S2): for every gatekeeper the chat has
-    /// observed through, ask it, with the opener's own account, whether
-    /// that account may observe every source the chat observed there. All
-    /// failures are collected. Only a fully admitted open is stored (the
-    /// observers, and the collaborator a share link makes); a refused one
-    /// stores nothing.
-    pub async fn open_chat(
-        &self,
-        chat: &str,
-        user: &str,
-        request: &OpenRequest,
-    ) -> anyhow::Result<OpenOutcome> {
-        // Everything the decision needs from the store, in one trip off the
-        // executor: the chat, the opener, the observation set, and for each
-        // gatekeeper observed through, its record and the opener's account.
-        let link = request.link.as_deref().map(link_digest);
-        let (c, user_known, may_see, intros, observed, records, credentials, accounts) = {
-            let (chat, user) = (chat.to_owned(), user.to_owned());
-            let chosen = request.accounts.clone();
-            let link = link.clone();
-            self.store()
-                .run(move |s| {
-                    let observed = s.observed_sources(&chat)?;
-                    let mut records = BTreeMap::new();
-                    let mut credentials = BTreeMap::new();
-                    for (g, _) in &observed {
-                        if records.contains_key(g) {
-                            continue;
-                        }
-                        records.insert(g.clone(), s.gatekeeper(g)?);
-                        let label = chosen.get(g).map(String::as_str);
-                        credentials.insert(g.clone(), s.account_credential(&user, g, label)?);
-                    }
-                    let link_opens = match &link {
-                        Some(d) => s.link_opens(&chat, d)?,
-                        None => false,
-                    };
-                    Ok((
-                        s.chat(&chat)?,
-                        s.user_exists(&user)?,
-                        s.is_collaborator(&chat, &user)? || link_opens,
-                        s.introductions(&chat)?,
-                        observed,
-                        records,
-                        credentials,
-                        s.accounts(Some(&user))?,
-                    ))
-                })
-                .await?
-        };
-        let Some(c) = c else {
-            bail!(Refusal::NoSuchChat(chat.to_owned()));
-        };
-        if c.owner == user {
-            return Ok(OpenOutcome::Owner);
-        }
-        // Refusals that no account can fix come first, before any
-        // gatekeeper is asked anything. Someone the chat is not shared with
-        // (and who brings no valid link) learns nothing of it, not even
-        // that it is locked down: the answer for a chat that does not exist.
-        if !may_see {
-            bail!(Refusal::NoSuchChat(chat.to_owned()));
-        }
-        if !user_known {
-            bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
-        }
-        if c.latched {
-            bail!(crate::store::ShareRefusal::LatchedOpen(chat.to_owned()));
-        }
-        for g in request.accounts.keys() {
-            if !intros.iter().any(|i| &i.gatekeeper == g) {
-                bail!(
-                    "chat {chat:?} has no gatekeeper {g:?}; choose accounts only for its gatekeepers"
-                );
-            }
-        }
-
-        // The observation set (S1), per gatekeeper, each source once.
-        let mut by_gatekeeper: BTreeMap<String, Vec<gkwit::Source>> = BTreeMap::new();
-        for (g, sources) in observed {
-            let list = by_gatekeeper.entry(g).or_default();
-            for s in parse_sources(&sources) {
-                if !list.iter().any(|x| x.id == s.id) {
-                    list.push(s);
-                }
-            }
-        }
-
-        let mut failures = Vec::new();
-        let mut observers = Vec::new();
-        let mut checked = 0;
-        for (name, sources) in &by_gatekeeper {
-            let label = request.accounts.get(name).map(String::as_str);
-            let fail_all = |account: Option<String>, reason: &str| -> Vec<ObserverFailure> {
-                sources
-                    .iter()
-                    .map(|s| ObserverFailure {
-                        gatekeeper: name.clone(),
-                        source: s.id.clone(),
-                        title: s.title.clone(),
-                        account: account.clone(),
-                        reason: reason.to_owned(),
-                    })
-                    .collect()
-            };
-            let Some(g) = records.get(name).cloned().flatten() else {
-                failures.extend(fail_all(
-                    None,
-                    "the gatekeeper was removed, so nobody can check this source",
-                ));
-                continue;
-            };
-            let account = credentials.get(name).cloned().flatten();
-            if let (Some(l), None) = (label, &account) {
-                failures.extend(fail_all(None, &format!("{user} has no account {l:?} here")));
-                continue;
-            }
-            checked += sources.len();
-            let verdict = self
-                .ask_observer(&g, account.clone(), sources.clone())
-                .await;
-            let account_id = account.as_ref().map(|(a, _)| a.id());
-            match verdict {
-                Err(reason) => failures.extend(fail_all(account_id, &reason)),
-                Ok(v) if !v.denials.is_empty() => {
-                    for d in v.denials {
-                        let title = sources
-                            .iter()
-                            .find(|s| s.id == d.source)
-                            .map(|s| s.title.clone())
-                            .unwrap_or_else(|| d.source.clone());
-                        failures.push(ObserverFailure {
-                            gatekeeper: name.clone(),
-                            source: d.source,
-                            title,
-                            account: account_id.clone(),
-                            reason: d.reason,
-                        });
-                    }
-                }
-                Ok(v) => observers.push(Observer {
-                    chat: chat.to_owned(),
-                    user: user.to_owned(),
-                    gatekeeper: name.clone(),
-                    account: account_id,
-                    scope: v.scope,
-                }),
-            }
-        }
-
-        if !failures.is_empty() {
-            let mut alternatives: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for f in &failures {
-                let others: Vec<String> = accounts
-                    .iter()
-                    .filter(|a| a.gatekeeper == f.gatekeeper && Some(a.id()) != f.account)
-                    .map(|a| a.label.clone())
-                    .collect();
-                if !others.is_empty() {
-                    alternatives.insert(f.gatekeeper.clone(), others);
-                }
-            }
-            // A failed check takes away what an earlier open gave (W2):
-            // the collaborator sees nothing until an open succeeds again.
-            if may_see {
-                let (c, u) = (chat.to_owned(), user.to_owned());
-                self.store().run(move |s| s.unverify(&c, &u)).await?;
-            }
-            return Ok(OpenOutcome::Refused {
-                failures,
-                alternatives,
-            });
-        }
-        let (c, u, stored) = (chat.to_owned(), user.to_owned(), observers.clone());
-        self.store()
-            .run(move |s| s.admit(&c, &u, link.as_deref(), &stored))
-            .await??;
-        Ok(OpenOutcome::Admitted { observers, checked })
     }
 
     /// Before `user` runs a turn in `chat`: the owner passes; anyone else
@@ -419,7 +155,7 @@ impl Kernel {
             link: None,
             accounts,
         };
-        match self.open_chat(chat, user, &request).await? {
+        match self.person(user).open_chat(chat, &request).await? {
             OpenOutcome::Refused { failures, .. } => {
                 let lines: Vec<String> = failures.iter().map(ObserverFailure::line).collect();
                 bail!(crate::access::Refusal::Unverified(format!(
@@ -567,6 +303,286 @@ impl Kernel {
             }
         }
         Ok(None)
+    }
+}
+
+impl Person<'_> {
+    /// This person's accounts (never their credentials).
+    pub fn accounts(&self) -> anyhow::Result<Vec<crate::store::Account>> {
+        self.kernel.store().accounts(Some(self.name))
+    }
+
+    /// Connect one of `user`'s own accounts at a gatekeeper's service; the
+    /// credential goes to the kernel's secret store and never to a component.
+    pub fn connect_account(
+        &self,
+        gatekeeper: &str,
+        label: &str,
+        credential: &str,
+        make_default: bool,
+    ) -> anyhow::Result<Account> {
+        let user = self.name;
+        self.kernel.check_account_target(user, gatekeeper, label)?;
+        let credential = credential.trim();
+        if credential.is_empty() {
+            bail!(
+                "the credential is empty; pipe it on stdin, e.g. `printf %s TOKEN | gatehouse account connect ...`"
+            );
+        }
+        // A static token is never taken for an OAuth grant (whose form
+        // the kernel refreshes and opens differently).
+        if crate::oauth::is_grant(credential) {
+            bail!(
+                "the credential has the form of a stored OAuth grant; connect with --oauth instead"
+            );
+        }
+        self.kernel
+            .store()
+            .connect_account(user, gatekeeper, label, credential, make_default)
+    }
+
+    /// Share `chat` with `with` (W1: the owner only). A latched chat gains
+    /// no collaborators (O3). The collaborator sees nothing until their
+    /// first successful open (W2); `may_decide` lets them decide too.
+    /// Sharing again with a collaborator changes only `may_decide`.
+    pub fn share(&self, chat: &str, with: &str, may_decide: bool) -> anyhow::Result<bool> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::Share)?;
+        Ok(self.kernel.store().share(chat, with, by, may_decide)??)
+    }
+
+    /// Create a share link: a token whoever holds may open the chat with
+    /// (and is then re-verified like any collaborator). Only its digest is
+    /// stored, so the token is shown once.
+    pub fn create_share_link(&self, chat: &str) -> anyhow::Result<String> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::Share)?;
+        let token = random_hex(24)?;
+        self.kernel
+            .store()
+            .create_link(chat, &link_digest(&token), by)??;
+        Ok(token)
+    }
+
+    /// Remove a collaborator and their observers (S5).
+    pub fn unshare(&self, chat: &str, user: &str) -> anyhow::Result<bool> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::Share)?;
+        self.kernel.store().unshare(chat, user)
+    }
+
+    /// Revoke every share link of `chat`.
+    pub fn revoke_links(&self, chat: &str) -> anyhow::Result<usize> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::Share)?;
+        self.kernel.store().revoke_links(chat)
+    }
+
+    /// A chat's collaborators, for someone who may see it.
+    pub fn collaborators(&self, chat: &str) -> anyhow::Result<Vec<Collaborator>> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::See)?;
+        self.kernel.store().collaborators(chat)
+    }
+
+    /// A chat's observers (each collaborator's binding per gatekeeper), for
+    /// someone who may see it.
+    pub fn observers(&self, chat: &str) -> anyhow::Result<Vec<Observer>> {
+        let by = self.name;
+        self.kernel.require(chat, by, Need::See)?;
+        self.kernel.store().observers(chat)
+    }
+
+    /// Open `chat` as `user` (SPEC S2): for every gatekeeper the chat has
+    /// observed through, ask it, with the opener's own account, whether
+    /// that account may observe every source the chat observed there. All
+    /// failures are collected. Only a fully admitted open is stored (the
+    /// observers, and the collaborator a share link makes); a refused one
+    /// stores nothing.
+    pub async fn open_chat(
+        &self,
+        chat: &str,
+        request: &OpenRequest,
+    ) -> anyhow::Result<OpenOutcome> {
+        let user = self.name;
+        // Everything the decision needs from the store, in one trip off the
+        // executor: the chat, the opener, the observation set, and for each
+        // gatekeeper observed through, its record and the opener's account.
+        let link = request.link.as_deref().map(link_digest);
+        let (c, user_known, may_see, intros, observed, records, credentials, accounts) = {
+            let (chat, user) = (chat.to_owned(), user.to_owned());
+            let chosen = request.accounts.clone();
+            let link = link.clone();
+            self.kernel
+                .store()
+                .run(move |s| {
+                    let observed = s.observed_sources(&chat)?;
+                    let mut records = BTreeMap::new();
+                    let mut credentials = BTreeMap::new();
+                    for (g, _) in &observed {
+                        if records.contains_key(g) {
+                            continue;
+                        }
+                        records.insert(g.clone(), s.gatekeeper(g)?);
+                        let label = chosen.get(g).map(String::as_str);
+                        credentials.insert(g.clone(), s.account_credential(&user, g, label)?);
+                    }
+                    let link_opens = match &link {
+                        Some(d) => s.link_opens(&chat, d)?,
+                        None => false,
+                    };
+                    Ok((
+                        s.chat(&chat)?,
+                        s.user_exists(&user)?,
+                        s.is_collaborator(&chat, &user)? || link_opens,
+                        s.introductions(&chat)?,
+                        observed,
+                        records,
+                        credentials,
+                        s.accounts(Some(&user))?,
+                    ))
+                })
+                .await?
+        };
+        let Some(c) = c else {
+            bail!(Refusal::NoSuchChat(chat.to_owned()));
+        };
+        if c.owner == user {
+            return Ok(OpenOutcome::Owner);
+        }
+        // Refusals that no account can fix come first, before any
+        // gatekeeper is asked anything. Someone the chat is not shared with
+        // (and who brings no valid link) learns nothing of it, not even
+        // that it is locked down: the answer for a chat that does not exist.
+        if !may_see {
+            bail!(Refusal::NoSuchChat(chat.to_owned()));
+        }
+        if !user_known {
+            bail!("no person named {user:?}; add them first with `gatehouse user add {user}`");
+        }
+        if c.latched {
+            bail!(crate::store::ShareRefusal::LatchedOpen(chat.to_owned()));
+        }
+        for g in request.accounts.keys() {
+            if !intros.iter().any(|i| &i.gatekeeper == g) {
+                bail!(
+                    "chat {chat:?} has no gatekeeper {g:?}; choose accounts only for its gatekeepers"
+                );
+            }
+        }
+
+        // The observation set (S1), per gatekeeper, each source once.
+        let mut by_gatekeeper: BTreeMap<String, Vec<gkwit::Source>> = BTreeMap::new();
+        for (g, sources) in observed {
+            let list = by_gatekeeper.entry(g).or_default();
+            for s in parse_sources(&sources) {
+                if !list.iter().any(|x| x.id == s.id) {
+                    list.push(s);
+                }
+            }
+        }
+
+        let mut failures = Vec::new();
+        let mut observers = Vec::new();
+        let mut checked = 0;
+        for (name, sources) in &by_gatekeeper {
+            let label = request.accounts.get(name).map(String::as_str);
+            let fail_all = |account: Option<String>, reason: &str| -> Vec<ObserverFailure> {
+                sources
+                    .iter()
+                    .map(|s| ObserverFailure {
+                        gatekeeper: name.clone(),
+                        source: s.id.clone(),
+                        title: s.title.clone(),
+                        account: account.clone(),
+                        reason: reason.to_owned(),
+                    })
+                    .collect()
+            };
+            let Some(g) = records.get(name).cloned().flatten() else {
+                failures.extend(fail_all(
+                    None,
+                    "the gatekeeper was removed, so nobody can check this source",
+                ));
+                continue;
+            };
+            let account = credentials.get(name).cloned().flatten();
+            if let (Some(l), None) = (label, &account) {
+                failures.extend(fail_all(None, &format!("{user} has no account {l:?} here")));
+                continue;
+            }
+            checked += sources.len();
+            let verdict = self
+                .kernel
+                .ask_observer(&g, account.clone(), sources.clone())
+                .await;
+            let account_id = account.as_ref().map(|(a, _)| a.id());
+            match verdict {
+                Err(reason) => failures.extend(fail_all(account_id, &reason)),
+                Ok(v) if !v.denials.is_empty() => {
+                    for d in v.denials {
+                        let title = sources
+                            .iter()
+                            .find(|s| s.id == d.source)
+                            .map(|s| s.title.clone())
+                            .unwrap_or_else(|| d.source.clone());
+                        failures.push(ObserverFailure {
+                            gatekeeper: name.clone(),
+                            source: d.source,
+                            title,
+                            account: account_id.clone(),
+                            reason: d.reason,
+                        });
+                    }
+                }
+                Ok(v) => observers.push(Observer {
+                    chat: chat.to_owned(),
+                    user: user.to_owned(),
+                    gatekeeper: name.clone(),
+                    account: account_id,
+                    scope: v.scope,
+                }),
+            }
+        }
+
+        if !failures.is_empty() {
+            let mut alternatives: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for f in &failures {
+                let others: Vec<String> = accounts
+                    .iter()
+                    .filter(|a| a.gatekeeper == f.gatekeeper && Some(a.id()) != f.account)
+                    .map(|a| a.label.clone())
+                    .collect();
+                if !others.is_empty() {
+                    alternatives.insert(f.gatekeeper.clone(), others);
+                }
+            }
+            // A failed check takes away what an earlier open gave (W2):
+            // the collaborator sees nothing until an open succeeds again.
+            if may_see {
+                let (c, u) = (chat.to_owned(), user.to_owned());
+                self.kernel.store().run(move |s| s.unverify(&c, &u)).await?;
+            }
+            return Ok(OpenOutcome::Refused {
+                failures,
+                alternatives,
+            });
+        }
+        let (c, u, stored) = (chat.to_owned(), user.to_owned(), observers.clone());
+        self.kernel
+            .store()
+            .run(move |s| s.admit(&c, &u, link.as_deref(), &stored))
+            .await??;
+        Ok(OpenOutcome::Admitted { observers, checked })
+    }
+}
+
+impl Operator<'_> {
+    /// Add a person (SPEC S): someone who can own chats, collaborate and
+    /// connect accounts. Adding one who exists is not an error.
+    pub fn add_user(&self, name: &str) -> anyhow::Result<bool> {
+        check_name(name, "user")?;
+        self.kernel.store().add_user(name)
     }
 }
 

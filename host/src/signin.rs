@@ -24,16 +24,11 @@ pub fn is_loopback_name(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+use crate::capability::Operator;
 use crate::kernel::Kernel;
 use crate::store::{Redeemed, SessionLookup, SigninRefusal};
 
 impl Kernel {
-    /// A one-time sign-in token for a known person, valid for `ttl_ms`.
-    /// Shown once; only its digest is kept.
-    pub fn create_signin_token(&self, person: &str, ttl_ms: i64) -> anyhow::Result<String> {
-        self.store().create_signin_token(person, ttl_ms)
-    }
-
     /// Spend a sign-in token and open a session lasting `session_ttl_ms`.
     pub async fn redeem_signin_token(
         &self,
@@ -83,5 +78,13 @@ impl Kernel {
     pub async fn end_session(&self, secret: &str) -> anyhow::Result<bool> {
         let secret = secret.to_owned();
         self.store().run(move |s| s.end_session(&secret)).await
+    }
+}
+
+impl Operator<'_> {
+    /// A one-time sign-in token for a known person, valid for `ttl_ms`.
+    /// Shown once; only its digest is kept.
+    pub fn create_signin_token(&self, person: &str, ttl_ms: i64) -> anyhow::Result<String> {
+        self.kernel.store().create_signin_token(person, ttl_ms)
     }
 }

@@ -10,6 +10,7 @@
 //! sent through the kernel's one send path (P7). It may not store a call's
 //! arguments in the audit (G7: a digest only).
 
+use crate::capability::Person;
 use crate::classify::{self, Kind};
 use crate::grants::{self, CertRefusal, Claims, ToolRule};
 use crate::kernel::{CallError, CallOutcome, Kernel, StepContext, Turn, check_name, random_hex};
@@ -188,170 +189,6 @@ fn gate_message(step: &str, r: &RequestRecord) -> String {
 }
 
 impl Kernel {
-    /// Publish a design (G1); returns its name and new version. A published
-    /// version never changes; publishing again makes a new version, which
-    /// running runs never see.
-    pub fn publish_workflow(&self, bytes: &[u8], by: &str) -> anyhow::Result<(String, i64)> {
-        let design: Design = serde_json::from_slice(bytes)
-            .context("this is not a workflow design (JSON with name, services, steps, edges)")?;
-        check_name(&design.name, "workflow")?;
-        let mut ids = BTreeSet::new();
-        for s in &design.steps {
-            check_name(&s.id, "step")?;
-            if !ids.insert(s.id.clone()) {
-                bail!("step {:?} appears twice; step ids must be unique", s.id);
-            }
-            for t in &s.tools {
-                let Some((key, tool)) = t.split_once(':') else {
-                    bail!("step {}: tool {t:?} must be KEY:tool", s.id);
-                };
-                let Some(g) = design.services.get(key) else {
-                    bail!("step {}: {key} is not among the design's services", s.id);
-                };
-                let Some(record) = self.store().gatekeeper(g)? else {
-                    bail!(
-                        "service {key}: no gatekeeper named {g:?}; `gatehouse gatekeepers` lists them"
-                    );
-                };
-                if record.manifest.tool(tool).is_none() {
-                    bail!(
-                        "step {}: gatekeeper {g} has no tool {:?}",
-                        s.id,
-                        crate::prompt::as_given(tool)
-                    );
-                }
-            }
-        }
-        for (a, b) in &design.edges {
-            if !ids.contains(a) || !ids.contains(b) {
-                bail!("edge {a} -> {b} names a step the design does not have");
-            }
-        }
-        // Acyclic: Kahn's algorithm must consume every step.
-        let mut indegree: BTreeMap<&str, usize> = ids.iter().map(|i| (i.as_str(), 0)).collect();
-        for (_, b) in &design.edges {
-            *indegree.entry(b.as_str()).or_default() += 1;
-        }
-        let mut ready: Vec<&str> = indegree
-            .iter()
-            .filter(|(_, d)| **d == 0)
-            .map(|(k, _)| *k)
-            .collect();
-        let mut done = 0;
-        while let Some(n) = ready.pop() {
-            done += 1;
-            for (a, b) in &design.edges {
-                if a == n
-                    && let Some(d) = indegree.get_mut(b.as_str())
-                {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(b.as_str());
-                    }
-                }
-            }
-        }
-        if done != ids.len() {
-            bail!("the design's edges form a cycle; a workflow must be acyclic");
-        }
-        let text = serde_json::to_string(&design)?;
-        let digest = hex::encode(Sha256::digest(text.as_bytes()));
-        let version = self
-            .store()
-            .publish_workflow(&design.name, &text, &digest, by)?;
-        Ok((design.name, version))
-    }
-
-    /// Start a run of `name` (the newest version if none is given) as
-    /// `initiator` (G1): every step's tool set is fixed now, from the design.
-    ///
-    /// `approvers` are the people the initiator asks to decide the run's
-    /// approval requests (W1): they see and decide those requests, and
-    /// nothing else of the run's chat (they are not collaborators: they
-    /// observe nothing, so the run's reads are not limited to what they
-    /// could see).
-    pub async fn start_workflow(
-        &self,
-        name: &str,
-        version: Option<i64>,
-        initiator: &str,
-        approvers: &[&str],
-    ) -> anyhow::Result<RunSummary> {
-        let Some((version, text)) = self.store().workflow(name, version)? else {
-            bail!(
-                "no published workflow {name:?}; publish one with `gatehouse workflow publish FILE`"
-            );
-        };
-        let design: Design = serde_json::from_str(&text)?;
-        for s in &design.steps {
-            if self.store().gadget(&s.gadget)?.is_none() {
-                bail!(
-                    "step {}: no gadget named {:?}; install it first",
-                    s.id,
-                    s.gadget
-                );
-            }
-        }
-        // Steps in a topological order (the design was checked acyclic).
-        let mut order: Vec<&DesignStep> = Vec::new();
-        while order.len() < design.steps.len() {
-            let before = order.len();
-            for s in &design.steps {
-                if order.iter().any(|o| o.id == s.id) {
-                    continue;
-                }
-                let ready = design
-                    .edges
-                    .iter()
-                    .filter(|(_, b)| *b == s.id)
-                    .all(|(a, _)| order.iter().any(|o| &o.id == a));
-                if ready {
-                    order.push(s);
-                }
-            }
-            if order.len() == before {
-                bail!("the design's edges form a cycle");
-            }
-        }
-        let steps: Vec<NewStep> = order
-            .iter()
-            .map(|s| NewStep {
-                step: s.id.clone(),
-                gadget: s.gadget.clone(),
-                input: s.input.clone(),
-                tools: s.tools.clone(),
-                preds: design
-                    .edges
-                    .iter()
-                    .filter(|(_, b)| *b == s.id)
-                    .map(|(a, _)| a.clone())
-                    .collect(),
-            })
-            .collect();
-        // A chat per run, owned by the initiator, with the design's services
-        // introduced for exactly the tools its steps use.
-        let chat = format!("wf-{}-{}", design.name, random_hex(4)?);
-        self.new_chat(&chat, initiator)?;
-        for (key, g) in &design.services {
-            let tools: BTreeSet<String> = design
-                .steps
-                .iter()
-                .flat_map(|s| s.tools.iter())
-                .filter_map(|t| t.strip_prefix(&format!("{key}:")).map(str::to_owned))
-                .collect();
-            self.introduce(&chat, g, key, Some(tools.into_iter().collect()), initiator)?;
-        }
-        for approver in approvers {
-            if *approver != initiator {
-                self.store().add_approver(&chat, approver, initiator)?;
-            }
-        }
-        let run = self
-            .store()
-            .create_run(&design.name, version, initiator, &chat, &steps)?;
-        self.advance(run).await
-    }
-
     /// Run every step that can run now, until the run is done, failed, or
     /// waits for a decision. Called at start and after every decision; a
     /// restarted host continues a run by calling it again (G, "runs persist").
@@ -411,96 +248,6 @@ impl Kernel {
             outputs.push((step.step.clone(), output));
         }
         self.summary(run, outputs)
-    }
-
-    /// Where a run stands, without running anything, for someone who may
-    /// see its chat (W1).
-    pub fn run_status(&self, person: &str, run: i64) -> anyhow::Result<RunSummary> {
-        self.require_run(person, run, crate::access::Need::SeeRequests)?;
-        self.summary(run, Vec::new())
-    }
-
-    /// Continue a run (after a restart, say), for someone who may decide in
-    /// its chat.
-    pub async fn resume_run(&self, person: &str, run: i64) -> anyhow::Result<RunSummary> {
-        self.require_run(person, run, crate::access::Need::Decide)?;
-        self.advance(run).await
-    }
-
-    /// The approval requests `person` may see (of one run, or of every run
-    /// whose chat they may see).
-    pub fn requests_for(
-        &self,
-        person: &str,
-        run: Option<i64>,
-    ) -> anyhow::Result<Vec<RequestRecord>> {
-        let mut out = Vec::new();
-        let mut visible = std::collections::HashMap::new();
-        for r in self.store().requests(run)? {
-            let see = match visible.get(&r.run) {
-                Some(v) => *v,
-                None => {
-                    let chat = self
-                        .store()
-                        .workflow_run(r.run)?
-                        .map(|w| w.chat)
-                        .unwrap_or_default();
-                    let v = self.store().access(&chat, person)?.may_see_requests();
-                    visible.insert(r.run, v);
-                    v
-                }
-            };
-            if see {
-                out.push(r);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The approval requests `person` may see, each with its text as the
-    /// approver reads it (the one rendering, [`crate::prompt::request`])
-    /// and what the one rule lets this person do with it.
-    pub fn requests_shown(
-        &self,
-        person: &str,
-        run: Option<i64>,
-    ) -> anyhow::Result<Vec<ShownRequest>> {
-        let mut out = Vec::new();
-        let mut decides = std::collections::HashMap::new();
-        for r in self.requests_for(person, run)? {
-            let may = match decides.get(&r.run) {
-                Some(m) => *m,
-                None => {
-                    let chat = self
-                        .store()
-                        .workflow_run(r.run)?
-                        .map(|w| w.chat)
-                        .unwrap_or_default();
-                    let m = self.store().access(&chat, person)?.may_decide_requests();
-                    decides.insert(r.run, m);
-                    m
-                }
-            };
-            out.push(ShownRequest {
-                text: crate::prompt::request(&r),
-                may_approve: may && r.state == RequestState::Pending,
-                may_reject: may && r.state == RequestState::Pending,
-                may_withdraw: may && r.state == RequestState::Approved,
-                may_resubmit: may && may_resubmit(r.state),
-                request: r,
-            });
-        }
-        Ok(out)
-    }
-
-    /// A run's audit (G7), for someone who may see its chat.
-    pub fn invocations_for(
-        &self,
-        person: &str,
-        run: i64,
-    ) -> anyhow::Result<Vec<crate::store::workflows::Invocation>> {
-        self.require_run(person, run, crate::access::Need::SeeRequests)?;
-        self.store().invocations(run)
     }
 
     /// The one rule (W1) for a run: as for its chat. A run someone may not
@@ -643,84 +390,6 @@ impl Kernel {
         self.store()
             .run(move |s| record_request(s, run, &step, list, &reason))
             .await
-    }
-
-    /// Decide a request (approve, reject, or withdraw an approval), then
-    /// continue its run.
-    pub async fn decide_request(
-        &self,
-        id: i64,
-        decision: RequestDecision,
-        by: &str,
-    ) -> anyhow::Result<RunSummary> {
-        let Some(r) = self.store().request(id)? else {
-            bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
-        };
-        // The one rule (W1): the run's owner, a collaborator who may
-        // decide there (re-verified first, as on every open), or one of
-        // the run's approvers. Whoever may not even see the request is
-        // told there is no such request.
-        let chat = self
-            .store()
-            .workflow_run(r.run)?
-            .map(|run| run.chat)
-            .unwrap_or_default();
-        let access = self.store().access(&chat, by)?;
-        let collaborator = matches!(
-            access.standing(),
-            crate::access::Standing::Collaborator { .. }
-        );
-        if !access.may_see_requests() && !collaborator {
-            bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
-        }
-        if collaborator {
-            self.verify_runner(&chat, by).await?;
-        }
-        self.require(&chat, by, crate::access::Need::DecideRequests)?;
-        let (from, to) = match decision {
-            RequestDecision::Approve => (RequestState::Pending, RequestState::Approved),
-            RequestDecision::Reject => (RequestState::Pending, RequestState::Rejected),
-            RequestDecision::Withdraw => (RequestState::Approved, RequestState::Withdrawn),
-        };
-        if !self.store().decide_request(id, from, to, by)? {
-            // Read again: it may have expired as it was decided (the store
-            // marks it in the same transaction), or been decided by
-            // someone else.
-            let now = self.store().request(id)?.map_or(r.state, |r| r.state);
-            if now == RequestState::Expired {
-                bail!("{}", expired_message(id));
-            }
-            bail!("request #{id} is {now}, not {from}; nothing changed");
-        }
-        self.advance(r.run).await
-    }
-
-    /// Re-submit a rejected (or withdrawn) request: its step runs again and
-    /// asks anew, replacing it, so no step stays stuck (G2).
-    pub async fn resubmit(&self, id: i64, by: &str) -> anyhow::Result<RunSummary> {
-        let Some(r) = self.store().request(id)? else {
-            bail!("no approval request #{id}");
-        };
-        let chat = self
-            .store()
-            .workflow_run(r.run)?
-            .map(|run| run.chat)
-            .unwrap_or_default();
-        let access = self.store().access(&chat, by)?;
-        if !access.may_see_requests() {
-            bail!("no approval request #{id}");
-        }
-        access.require(crate::access::Need::DecideRequests, &chat, by)?;
-        if !may_resubmit(r.state) {
-            bail!(
-                "request #{id} is {}; only a rejected, withdrawn or expired request is re-submitted",
-                r.state
-            );
-        }
-        self.store()
-            .set_step_status(r.run, &r.step, StepStatus::Pending, None, false)?;
-        self.store().set_run_state(r.run, RunState::Running)?;
-        self.advance(r.run).await
     }
 
     /// Check a certificate as every call does (G3, G5, G6): signed here,
@@ -978,6 +647,377 @@ impl Kernel {
             *cache = Some((token.to_owned(), c.clone()));
         }
         Ok(verified)
+    }
+}
+
+impl Person<'_> {
+    /// Publish a design (G1); returns its name and new version. A published
+    /// version never changes; publishing again makes a new version, which
+    /// running runs never see.
+    pub fn publish_workflow(&self, bytes: &[u8]) -> anyhow::Result<(String, i64)> {
+        let by = self.name;
+        let design: Design = serde_json::from_slice(bytes)
+            .context("this is not a workflow design (JSON with name, services, steps, edges)")?;
+        check_name(&design.name, "workflow")?;
+        let mut ids = BTreeSet::new();
+        for s in &design.steps {
+            check_name(&s.id, "step")?;
+            if !ids.insert(s.id.clone()) {
+                bail!("step {:?} appears twice; step ids must be unique", s.id);
+            }
+            for t in &s.tools {
+                let Some((key, tool)) = t.split_once(':') else {
+                    bail!("step {}: tool {t:?} must be KEY:tool", s.id);
+                };
+                let Some(g) = design.services.get(key) else {
+                    bail!("step {}: {key} is not among the design's services", s.id);
+                };
+                let Some(record) = self.kernel.store().gatekeeper(g)? else {
+                    bail!(
+                        "service {key}: no gatekeeper named {g:?}; `gatehouse gatekeepers` lists them"
+                    );
+                };
+                if record.manifest.tool(tool).is_none() {
+                    bail!(
+                        "step {}: gatekeeper {g} has no tool {:?}",
+                        s.id,
+                        crate::prompt::as_given(tool)
+                    );
+                }
+            }
+        }
+        for (a, b) in &design.edges {
+            if !ids.contains(a) || !ids.contains(b) {
+                bail!("edge {a} -> {b} names a step the design does not have");
+            }
+        }
+        // Acyclic: Kahn's algorithm must consume every step.
+        let mut indegree: BTreeMap<&str, usize> = ids.iter().map(|i| (i.as_str(), 0)).collect();
+        for (_, b) in &design.edges {
+            *indegree.entry(b.as_str()).or_default() += 1;
+        }
+        let mut ready: Vec<&str> = indegree
+            .iter()
+            .filter(|(_, d)| **d == 0)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut done = 0;
+        while let Some(n) = ready.pop() {
+            done += 1;
+            for (a, b) in &design.edges {
+                if a == n
+                    && let Some(d) = indegree.get_mut(b.as_str())
+                {
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.push(b.as_str());
+                    }
+                }
+            }
+        }
+        if done != ids.len() {
+            bail!("the design's edges form a cycle; a workflow must be acyclic");
+        }
+        let text = serde_json::to_string(&design)?;
+        let digest = hex::encode(Sha256::digest(text.as_bytes()));
+        let version = self
+            .kernel
+            .store()
+            .publish_workflow(&design.name, &text, &digest, by)?;
+        Ok((design.name, version))
+    }
+
+    /// Start a run of `name` (the newest version if none is given) as
+    /// `initiator` (G1): every step's tool set is fixed now, from the design.
+    ///
+    /// `approvers` are the people the initiator asks to decide the run's
+    /// approval requests (W1): they see and decide those requests, and
+    /// nothing else of the run's chat (they are not collaborators: they
+    /// observe nothing, so the run's reads are not limited to what they
+    /// could see).
+    pub async fn start_workflow(
+        &self,
+        name: &str,
+        version: Option<i64>,
+        approvers: &[&str],
+    ) -> anyhow::Result<RunSummary> {
+        let initiator = self.name;
+        let wanted = name.to_owned();
+        let (version, design) = self
+            .kernel
+            .blocking(move |k| {
+                let Some((version, text)) = k.store().workflow(&wanted, version)? else {
+                    bail!(
+                        "no published workflow {wanted:?}; publish one with `gatehouse workflow publish FILE`"
+                    );
+                };
+                let design: Design = serde_json::from_str(&text)?;
+                for s in &design.steps {
+                    if k.store().gadget(&s.gadget)?.is_none() {
+                        bail!(
+                            "step {}: no gadget named {:?}; install it first",
+                            s.id,
+                            s.gadget
+                        );
+                    }
+                }
+                Ok((version, design))
+            })
+            .await?;
+        // Steps in a topological order (the design was checked acyclic).
+        let mut order: Vec<&DesignStep> = Vec::new();
+        while order.len() < design.steps.len() {
+            let before = order.len();
+            for s in &design.steps {
+                if order.iter().any(|o| o.id == s.id) {
+                    continue;
+                }
+                let ready = design
+                    .edges
+                    .iter()
+                    .filter(|(_, b)| *b == s.id)
+                    .all(|(a, _)| order.iter().any(|o| &o.id == a));
+                if ready {
+                    order.push(s);
+                }
+            }
+            if order.len() == before {
+                bail!("the design's edges form a cycle");
+            }
+        }
+        let steps: Vec<NewStep> = order
+            .iter()
+            .map(|s| NewStep {
+                step: s.id.clone(),
+                gadget: s.gadget.clone(),
+                input: s.input.clone(),
+                tools: s.tools.clone(),
+                preds: design
+                    .edges
+                    .iter()
+                    .filter(|(_, b)| *b == s.id)
+                    .map(|(a, _)| a.clone())
+                    .collect(),
+            })
+            .collect();
+        // A chat per run, owned by the initiator, with the design's services
+        // introduced for exactly the tools its steps use.
+        let chat = format!("wf-{}-{}", design.name, random_hex(4)?);
+        let who = initiator.to_owned();
+        let approvers: Vec<String> = approvers
+            .iter()
+            .filter(|a| **a != initiator)
+            .map(|a| (*a).to_owned())
+            .collect();
+        let run = self
+            .kernel
+            .blocking(move |k| {
+                let initiator = k.person(&who);
+                initiator.new_chat(&chat)?;
+                for (key, g) in &design.services {
+                    let tools: BTreeSet<String> = design
+                        .steps
+                        .iter()
+                        .flat_map(|s| s.tools.iter())
+                        .filter_map(|t| t.strip_prefix(&format!("{key}:")).map(str::to_owned))
+                        .collect();
+                    initiator.introduce(&chat, g, key, Some(tools.into_iter().collect()))?;
+                }
+                for approver in &approvers {
+                    k.store().add_approver(&chat, approver, &who)?;
+                }
+                k.store()
+                    .create_run(&design.name, version, &who, &chat, &steps)
+            })
+            .await?;
+        self.kernel.advance(run).await
+    }
+
+    /// Where a run stands, without running anything, for someone who may
+    /// see its chat (W1).
+    pub fn run_status(&self, run: i64) -> anyhow::Result<RunSummary> {
+        let person = self.name;
+        self.kernel
+            .require_run(person, run, crate::access::Need::SeeRequests)?;
+        self.kernel.summary(run, Vec::new())
+    }
+
+    /// Continue a run (after a restart, say), for someone who may decide in
+    /// its chat.
+    pub async fn resume_run(&self, run: i64) -> anyhow::Result<RunSummary> {
+        let person = self.name;
+        self.kernel
+            .require_run(person, run, crate::access::Need::Decide)?;
+        self.kernel.advance(run).await
+    }
+
+    /// The approval requests `person` may see (of one run, or of every run
+    /// whose chat they may see).
+    pub fn requests_for(&self, run: Option<i64>) -> anyhow::Result<Vec<RequestRecord>> {
+        let mut out = Vec::new();
+        let mut visible = std::collections::HashMap::new();
+        for r in self.kernel.store().requests(run)? {
+            let see = match visible.get(&r.run) {
+                Some(v) => *v,
+                None => {
+                    let v = self.access_to_run(r.run)?.may_see_requests();
+                    visible.insert(r.run, v);
+                    v
+                }
+            };
+            if see {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What this person may do in the chat of workflow run `run` (a run
+    /// that is gone has no chat, and so gives no standing).
+    fn access_to_run(&self, run: i64) -> anyhow::Result<crate::access::Access> {
+        let chat = self
+            .kernel
+            .store()
+            .workflow_run(run)?
+            .map(|w| w.chat)
+            .unwrap_or_default();
+        self.kernel.store().access(&chat, self.name)
+    }
+
+    /// The approval requests `person` may see, each with its text as the
+    /// approver reads it (the one rendering, [`crate::prompt::request`])
+    /// and what the one rule lets this person do with it.
+    pub fn requests_shown(&self, run: Option<i64>) -> anyhow::Result<Vec<ShownRequest>> {
+        let mut out = Vec::new();
+        let mut decides = std::collections::HashMap::new();
+        for r in self.requests_for(run)? {
+            let may = match decides.get(&r.run) {
+                Some(m) => *m,
+                None => {
+                    let m = self.access_to_run(r.run)?.may_decide_requests();
+                    decides.insert(r.run, m);
+                    m
+                }
+            };
+            out.push(ShownRequest {
+                text: crate::prompt::request(&r),
+                may_approve: may && r.state == RequestState::Pending,
+                may_reject: may && r.state == RequestState::Pending,
+                may_withdraw: may && r.state == RequestState::Approved,
+                may_resubmit: may && may_resubmit(r.state),
+                request: r,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A run's audit (G7), for someone who may see its chat.
+    pub fn invocations_for(
+        &self,
+        run: i64,
+    ) -> anyhow::Result<Vec<crate::store::workflows::Invocation>> {
+        let person = self.name;
+        self.kernel
+            .require_run(person, run, crate::access::Need::SeeRequests)?;
+        self.kernel.store().invocations(run)
+    }
+
+    /// Decide a request (approve, reject, or withdraw an approval), then
+    /// continue its run.
+    pub async fn decide_request(
+        &self,
+        id: i64,
+        decision: RequestDecision,
+    ) -> anyhow::Result<RunSummary> {
+        let by = self.name.to_owned();
+        // The one rule (W1): the run's owner, a collaborator who may
+        // decide there (re-verified first, as on every open), or one of
+        // the run's approvers. Whoever may not even see the request is
+        // told there is no such request.
+        let asking = by.clone();
+        let (r, chat, collaborator) = self
+            .kernel
+            .blocking(move |k| {
+                let Some(r) = k.store().request(id)? else {
+                    bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
+                };
+                let chat = k
+                    .store()
+                    .workflow_run(r.run)?
+                    .map(|run| run.chat)
+                    .unwrap_or_default();
+                let access = k.store().access(&chat, &asking)?;
+                let collaborator = matches!(
+                    access.standing(),
+                    crate::access::Standing::Collaborator { .. }
+                );
+                if !access.may_see_requests() && !collaborator {
+                    bail!("no approval request #{id}; `gatehouse workflow requests` lists them");
+                }
+                Ok((r, chat, collaborator))
+            })
+            .await?;
+        if collaborator {
+            self.kernel.verify_runner(&chat, &by).await?;
+        }
+        let (from, to) = match decision {
+            RequestDecision::Approve => (RequestState::Pending, RequestState::Approved),
+            RequestDecision::Reject => (RequestState::Pending, RequestState::Rejected),
+            RequestDecision::Withdraw => (RequestState::Approved, RequestState::Withdrawn),
+        };
+        let was = r.state;
+        self.kernel
+            .blocking(move |k| {
+                k.require(&chat, &by, crate::access::Need::DecideRequests)?;
+                if !k.store().decide_request(id, from, to, &by)? {
+                    // Read again: it may have expired as it was decided
+                    // (the store marks it in the same transaction), or
+                    // been decided by someone else.
+                    let now = k.store().request(id)?.map_or(was, |r| r.state);
+                    if now == RequestState::Expired {
+                        bail!("{}", expired_message(id));
+                    }
+                    bail!("request #{id} is {now}, not {from}; nothing changed");
+                }
+                Ok(())
+            })
+            .await?;
+        self.kernel.advance(r.run).await
+    }
+
+    /// Re-submit a rejected (or withdrawn) request: its step runs again and
+    /// asks anew, replacing it, so no step stays stuck (G2).
+    pub async fn resubmit(&self, id: i64) -> anyhow::Result<RunSummary> {
+        let by = self.name.to_owned();
+        let run = self
+            .kernel
+            .blocking(move |k| {
+                let Some(r) = k.store().request(id)? else {
+                    bail!("no approval request #{id}");
+                };
+                let chat = k
+                    .store()
+                    .workflow_run(r.run)?
+                    .map(|run| run.chat)
+                    .unwrap_or_default();
+                let access = k.store().access(&chat, &by)?;
+                if !access.may_see_requests() {
+                    bail!("no approval request #{id}");
+                }
+                access.require(crate::access::Need::DecideRequests, &chat, &by)?;
+                if !may_resubmit(r.state) {
+                    bail!(
+                        "request #{id} is {}; only a rejected, withdrawn or expired request is re-submitted",
+                        r.state
+                    );
+                }
+                k.store()
+                    .set_step_status(r.run, &r.step, StepStatus::Pending, None, false)?;
+                k.store().set_run_state(r.run, RunState::Running)?;
+                Ok(r.run)
+            })
+            .await?;
+        self.kernel.advance(run).await
     }
 }
 

@@ -92,7 +92,7 @@ fn main() {
         let reads = fifty_reads();
         let kernel_turn = || {
             let report = rt
-                .block_on(w.kernel.run("script", "bench", &reads))
+                .block_on(w.kernel.operator().run("script", "bench", &reads))
                 .expect("turn");
             assert!(report.output.is_ok(), "{:?}", report.output);
         };
@@ -362,10 +362,11 @@ fn turn_row(
     table: &mut Table,
 ) {
     rt.block_on(w.add_gatekeeper("issues", "issues", Trust::Vetted));
-    w.kernel.new_chat("vetted", "bench").expect("chat");
+    w.kernel.person("bench").new_chat("vetted").expect("chat");
     for (gatekeeper, key) in [("rogue", "ROGUE"), ("issues", "ISSUES")] {
         w.kernel
-            .introduce("vetted", gatekeeper, key, None, "bench")
+            .person("bench")
+            .introduce("vetted", gatekeeper, key, None)
             .expect("introduce");
     }
     let (mixed, vetted) = (turn_of_writes(), turn_of_vetted_writes());
@@ -378,7 +379,7 @@ fn turn_row(
         {
             let t = Instant::now();
             let report = rt
-                .block_on(w.kernel.run("script", chat, turn))
+                .block_on(w.kernel.operator().run("script", chat, turn))
                 .expect("turn");
             samples[i].push(t.elapsed());
             let out: serde_json::Value =
@@ -510,7 +511,7 @@ fn profile(
             let reads = fifty_reads();
             for _ in 0..n / 50 {
                 let report = rt
-                    .block_on(w.kernel.run("script", "bench", &reads))
+                    .block_on(w.kernel.operator().run("script", "bench", &reads))
                     .expect("turn");
                 assert!(report.output.is_ok(), "{:?}", report.output);
             }
@@ -529,7 +530,7 @@ fn profile(
             let mut ids = Vec::new();
             for _ in 0..n {
                 let report = rt
-                    .block_on(w.kernel.run("script", "bench", &mixed))
+                    .block_on(w.kernel.operator().run("script", "bench", &mixed))
                     .expect("turn");
                 let out: serde_json::Value =
                     serde_json::from_str(report.output.as_deref().expect("turn ok")).expect("json");
@@ -566,9 +567,10 @@ fn world(rt: &tokio::runtime::Runtime, chat: &str) -> World {
     let w = World::with_limits(Limits::default());
     w.install("script");
     rt.block_on(w.add_gatekeeper("rogue", "rogue", Trust::Byo));
-    w.kernel.new_chat(chat, "bench").expect("chat");
+    w.kernel.person("bench").new_chat(chat).expect("chat");
     w.kernel
-        .introduce(chat, "rogue", "ROGUE", None, "bench")
+        .person("bench")
+        .introduce(chat, "rogue", "ROGUE", None)
         .expect("introduce");
     w
 }
@@ -626,9 +628,10 @@ fn stage_turns(w: &World, prefix: &str, count: usize) -> Vec<Turn> {
 fn stage_chats(w: &World, prefix: &str, count: usize) -> Vec<String> {
     let chats: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
     for c in &chats {
-        w.kernel.new_chat(c, "bench").expect("chat");
+        w.kernel.person("bench").new_chat(c).expect("chat");
         w.kernel
-            .introduce(c, "rogue", "ROGUE", None, "bench")
+            .person("bench")
+            .introduce(c, "rogue", "ROGUE", None)
             .expect("introduce");
     }
     chats
@@ -668,7 +671,7 @@ fn stage(rt: &tokio::runtime::Runtime, k: &Kernel, turn: &Turn) -> i64 {
 
 fn reject(rt: &tokio::runtime::Runtime, k: &Kernel, ids: &[i64]) {
     for id in ids {
-        rt.block_on(k.reject(*id, "bench")).expect("reject");
+        rt.block_on(k.person("bench").reject(*id)).expect("reject");
     }
 }
 
@@ -743,9 +746,10 @@ fn fill_chat(w: &World, seed: i64, chat: &str, per: usize) {
 /// `rogue:bigResult` in other chats than `bench`.
 fn full_world(rt: &tokio::runtime::Runtime, chats: usize, per: usize) -> World {
     let w = world(rt, "bench");
-    w.kernel.new_chat("seed", "bench").expect("chat");
+    w.kernel.person("bench").new_chat("seed").expect("chat");
     w.kernel
-        .introduce("seed", "rogue", "ROGUE", None, "bench")
+        .person("bench")
+        .introduce("seed", "rogue", "ROGUE", None)
         .expect("introduce");
     let seed = stage(
         rt,
@@ -762,9 +766,10 @@ fn drain_time(rt: &tokio::runtime::Runtime, n: usize) -> Duration {
     let w = World::with_limits(Limits::default());
     w.install("script");
     rt.block_on(w.add_gatekeeper("issues", "issues", Trust::Vetted));
-    w.kernel.new_chat("seed", "bench").expect("chat");
+    w.kernel.person("bench").new_chat("seed").expect("chat");
     w.kernel
-        .introduce("seed", "issues", "ISSUES", None, "bench")
+        .person("bench")
+        .introduce("seed", "issues", "ISSUES", None)
         .expect("introduce");
     let turn = Turn::new("script", "seed", Principal::person("bench"));
     let seed = match rt
@@ -792,7 +797,7 @@ fn drain_time(rt: &tokio::runtime::Runtime, n: usize) -> Duration {
     );
     let started = Instant::now();
     let report = rt
-        .block_on(w.kernel.add_rule("bench", "issues:addLabel", None))
+        .block_on(w.kernel.person("bench").add_rule("issues:addLabel", None))
         .expect("rule");
     let took = started.elapsed();
     assert_eq!(report.applied.len(), n, "every action was auto-approved");

@@ -59,9 +59,10 @@ fn labels(n: usize, tag: &str) -> Value {
 
 async fn chats(w: &World, names: &[String]) {
     for c in names {
-        w.kernel.new_chat(c, "alice").expect("chat");
+        w.kernel.person("alice").new_chat(c).expect("chat");
         w.kernel
-            .introduce(c, "issues", "ISSUES", None, "alice")
+            .person("alice")
+            .introduce(c, "issues", "ISSUES", None)
             .expect("introduce");
     }
 }
@@ -76,7 +77,7 @@ fn kernel_on_each_engine(rt: &tokio::runtime::Runtime, url: &str, rounds: usize)
             chats(w, &names).await;
             // Warm: the gadget and gatekeeper compiled and loaded.
             let id = stage(w, "work").await;
-            w.kernel.approve(id, "alice").await.expect("approve");
+            w.kernel.person("alice").approve(id).await.expect("approve");
         }
         [home, shared]
     });
@@ -91,7 +92,9 @@ fn kernel_on_each_engine(rt: &tokio::runtime::Runtime, url: &str, rounds: usize)
             stages[e].push(t.elapsed() / PER_ROUND as u32);
             let t = Instant::now();
             for id in ids {
-                let d = rt.block_on(w.kernel.approve(id, "alice")).expect("approve");
+                let d = rt
+                    .block_on(w.kernel.person("alice").approve(id))
+                    .expect("approve");
                 assert!(d.ok(), "{d:?}");
             }
             approvals[e].push(t.elapsed() / PER_ROUND as u32);
@@ -114,10 +117,7 @@ fn kernel_on_each_engine(rt: &tokio::runtime::Runtime, url: &str, rounds: usize)
 }
 
 async fn stage(w: &World, chat: &str) -> i64 {
-    let input = labels(1, "s").to_string();
-    let r = w.kernel.run("script", chat, &input).await.expect("turn");
-    let out: Value = serde_json::from_str(&r.output.expect("output")).expect("JSON");
-    pending_id(&out[0])
+    w.stage_label_on(chat, 1, "s0").await
 }
 
 fn scaling(rt: &tokio::runtime::Runtime, url: &str, rounds: usize) {
@@ -249,7 +249,10 @@ fn host_process(spec: &str) {
             .await
             .expect("the host opens");
         let empty = json!({"steps": []}).to_string();
-        k.run("script", &chats[0], &empty).await.expect("warm-up");
+        k.operator()
+            .run("script", &chats[0], &empty)
+            .await
+            .expect("warm-up");
         println!("ready");
         let mut go = String::new();
         std::io::stdin().read_line(&mut go).expect("go");
@@ -261,7 +264,11 @@ fn host_process(spec: &str) {
                     let input = labels(WRITES, "x").to_string();
                     let mut staged = 0;
                     for _ in 0..TURNS_EACH {
-                        let r = k.run("script", &chat, &input).await.expect("turn");
+                        let r = k
+                            .operator()
+                            .run("script", &chat, &input)
+                            .await
+                            .expect("turn");
                         let out: Value =
                             serde_json::from_str(&r.output.expect("output")).expect("JSON");
                         staged += out

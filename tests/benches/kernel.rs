@@ -41,9 +41,10 @@ fn world(rt: &tokio::runtime::Runtime, limits: Limits) -> World {
     let w = World::with_limits(limits);
     w.install("script");
     rt.block_on(w.add_gatekeeper("rogue", "rogue", Trust::Byo));
-    w.kernel.new_chat("bench", "bench").expect("chat");
+    w.kernel.person("bench").new_chat("bench").expect("chat");
     w.kernel
-        .introduce("bench", "rogue", "ROGUE", None, "bench")
+        .person("bench")
+        .introduce("bench", "rogue", "ROGUE", None)
         .expect("introduce");
     w
 }
@@ -65,7 +66,7 @@ fn bench_reads(c: &mut Criterion) {
     // Both paths answer the same thing.
     let direct = rt.block_on(direct_turn(pre, gk_pre, limits, &input, None));
     let mediated = rt
-        .block_on(w.kernel.run("script", "bench", &input))
+        .block_on(w.kernel.operator().run("script", "bench", &input))
         .unwrap();
     assert_eq!(Ok(direct), mediated.output);
 
@@ -76,7 +77,7 @@ fn bench_reads(c: &mut Criterion) {
     });
     group.bench_function("turn_of_50_reads/kernel", |b| {
         b.iter(|| {
-            rt.block_on(w.kernel.run("script", "bench", &input))
+            rt.block_on(w.kernel.operator().run("script", "bench", &input))
                 .unwrap()
         })
     });
@@ -142,7 +143,7 @@ fn bench_stage(c: &mut Criterion) {
                 let Ok(gatehouse::kernel::CallOutcome::Pending(p)) = out else {
                     panic!("expected pending")
                 };
-                rt.block_on(w.kernel.reject(p.action_id as i64, "bench"))
+                rt.block_on(w.kernel.person("bench").reject(p.action_id as i64))
                     .unwrap();
             }
             total
@@ -164,14 +165,18 @@ fn bench_instantiate(c: &mut Criterion) {
             },
         );
         // Warm the in-memory component cache.
-        rt.block_on(w.kernel.run("script", "bench", empty)).unwrap();
+        rt.block_on(w.kernel.operator().run("script", "bench", empty))
+            .unwrap();
         let name = if pooling {
             "gadget_turn/pooled"
         } else {
             "gadget_turn/on_demand"
         };
         group.bench_function(name, |b| {
-            b.iter(|| rt.block_on(w.kernel.run("script", "bench", empty)).unwrap())
+            b.iter(|| {
+                rt.block_on(w.kernel.operator().run("script", "bench", empty))
+                    .unwrap()
+            })
         });
     }
     group.finish();
@@ -199,14 +204,20 @@ fn bench_grants(c: &mut Criterion) {
         ],
         "edges": [["ask", "work"]]
     });
-    k.publish_workflow(design.to_string().as_bytes(), "bench")
+    k.person("bench")
+        .publish_workflow(design.to_string().as_bytes())
         .unwrap();
     let run_once = || {
         rt.block_on(async {
-            let s = k.start_workflow("bench", None, "bench", &[]).await.unwrap();
+            let s = k
+                .person("bench")
+                .start_workflow("bench", None, &[])
+                .await
+                .unwrap();
             let request = s.requests[0].id;
             let s = k
-                .decide_request(request, RequestDecision::Approve, "bench")
+                .person("bench")
+                .decide_request(request, RequestDecision::Approve)
                 .await
                 .unwrap();
             assert_eq!(s.state, "done");
@@ -217,7 +228,10 @@ fn bench_grants(c: &mut Criterion) {
     let mut group = c.benchmark_group("grant");
     group.sample_size(10);
     group.bench_function("turn_of_50_reads/plain", |b| {
-        b.iter(|| rt.block_on(k.run("script", "bench", &input)).unwrap())
+        b.iter(|| {
+            rt.block_on(k.operator().run("script", "bench", &input))
+                .unwrap()
+        })
     });
     group.bench_function("run_with_a_covered_step_of_50_reads", |b| b.iter(run_once));
     group.finish();

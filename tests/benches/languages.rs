@@ -66,37 +66,11 @@ impl wit::Host for Stub {
     ) -> wasmtime::Result<Result<wit::ActionStatus, wit::CallError>> {
         Ok(Err(wit::CallError::Refused("no such action".into())))
     }
-    async fn store_get(
-        &mut self,
-        _key: String,
-    ) -> wasmtime::Result<Result<Option<String>, wit::CallError>> {
-        Ok(Ok(None))
-    }
-    async fn store_put(
-        &mut self,
-        _key: String,
-        _value: String,
-    ) -> wasmtime::Result<Result<(), wit::CallError>> {
-        Ok(Err(wit::CallError::Refused("no storage here".into())))
-    }
-    async fn store_delete(&mut self, _key: String) -> wasmtime::Result<Result<(), wit::CallError>> {
-        Ok(Ok(()))
-    }
-    async fn store_keys(&mut self) -> wasmtime::Result<Result<Vec<String>, wit::CallError>> {
-        Ok(Ok(Vec::new()))
-    }
+    gatehouse_e2e::storeless_gadget_store!();
 }
 
 impl wit::HostService for Stub {
-    async fn key(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&this)?.key().to_owned())
-    }
-    async fn tools(
-        &mut self,
-        _this: Resource<ServiceHandle>,
-    ) -> wasmtime::Result<Vec<witt::ToolInfo>> {
-        Ok(Vec::new())
-    }
+    gatehouse_e2e::plain_service_handle!();
     async fn call(
         &mut self,
         _this: Resource<ServiceHandle>,
@@ -104,10 +78,6 @@ impl wit::HostService for Stub {
         _args: String,
     ) -> wasmtime::Result<Result<wit::Outcome, wit::CallError>> {
         Ok(Err(wit::CallError::Refused("stub".into())))
-    }
-    async fn drop(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
     }
 }
 

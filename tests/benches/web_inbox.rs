@@ -81,10 +81,7 @@ async fn load(c: &fantoccini::Client, base: &str, marks: &[&str], cards: usize) 
 }
 
 async fn sign_in(c: &fantoccini::Client, w: &World, base: &str, user: &str) {
-    let token = w
-        .kernel
-        .create_signin_token(user, 60_000)
-        .expect("a sign-in token");
+    let token = w.signin_token(user);
     c.goto(&format!("{base}/signin?token={token}"))
         .await
         .expect("the sign-in page opens");
@@ -117,17 +114,17 @@ fn main() {
         .expect("tokio runtime");
     rt.block_on(async {
         let w = World::standard(Trust::Byo).await;
-        w.kernel.add_user("alice").expect("alice");
-        w.kernel.add_user("bob").expect("bob");
+        w.kernel.operator().add_user("alice").expect("alice");
+        w.kernel.operator().add_user("bob").expect("bob");
         let started = Instant::now();
         for i in 0..CHATS {
             let chat = if i == 0 {
                 "work".to_owned()
             } else {
                 let name = format!("chat-{i:02}");
-                w.kernel.new_chat(&name, "alice").expect("chat");
+                w.kernel.person("alice").new_chat(&name).expect("chat");
                 w.kernel
-                    .introduce(&name, "issues", "ISSUES", None, "alice")
+                    .person("alice").introduce(&name, "issues", "ISSUES", None)
                     .expect("introduce");
                 name
             };

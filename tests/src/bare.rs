@@ -17,6 +17,72 @@ use wasmtime::Store;
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+/// The `store-*` imports of a gadget host that keeps nothing between
+/// turns: a read finds nothing, a write is refused, a delete or a listing
+/// is empty. Items for an `impl kernel::Host` block: the bare host and
+/// the language benchmark's stub answer a gadget's store alike, so that
+/// neither measures storage.
+#[macro_export]
+macro_rules! storeless_gadget_store {
+    () => {
+        async fn store_get(
+            &mut self,
+            _key: String,
+        ) -> wasmtime::Result<Result<Option<String>, gatehouse::embed::gadget::kernel::CallError>> {
+            Ok(Ok(None))
+        }
+        async fn store_put(
+            &mut self,
+            _key: String,
+            _value: String,
+        ) -> wasmtime::Result<Result<(), gatehouse::embed::gadget::kernel::CallError>> {
+            Ok(Err(gatehouse::embed::gadget::kernel::CallError::Refused(
+                "no storage here".into(),
+            )))
+        }
+        async fn store_delete(
+            &mut self,
+            _key: String,
+        ) -> wasmtime::Result<Result<(), gatehouse::embed::gadget::kernel::CallError>> {
+            Ok(Ok(()))
+        }
+        async fn store_keys(
+            &mut self,
+        ) -> wasmtime::Result<Result<Vec<String>, gatehouse::embed::gadget::kernel::CallError>> {
+            Ok(Ok(Vec::new()))
+        }
+    };
+}
+
+/// A service handle's `key`, `tools` (none listed) and `drop`, for an
+/// `impl kernel::HostService` block of a host whose handles live in its
+/// `table`: all but `call`, which is what the bare host and the
+/// benchmark's stub do differently.
+#[macro_export]
+macro_rules! plain_service_handle {
+    () => {
+        async fn key(
+            &mut self,
+            this: wasmtime::component::Resource<gatehouse::embed::gadget::ServiceHandle>,
+        ) -> wasmtime::Result<String> {
+            Ok(self.table.get(&this)?.key().to_owned())
+        }
+        async fn tools(
+            &mut self,
+            _this: wasmtime::component::Resource<gatehouse::embed::gadget::ServiceHandle>,
+        ) -> wasmtime::Result<Vec<gatehouse::embed::gadget::types::ToolInfo>> {
+            Ok(Vec::new())
+        }
+        async fn drop(
+            &mut self,
+            this: wasmtime::component::Resource<gatehouse::embed::gadget::ServiceHandle>,
+        ) -> wasmtime::Result<()> {
+            self.table.delete(this)?;
+            Ok(())
+        }
+    };
+}
+
 /// A gadget and a gatekeeper, prepared for the bare host.
 pub struct Bare {
     pub gadget: GadgetPre<Direct>,
@@ -227,37 +293,11 @@ impl wit::Host for Direct {
         Ok(Ok(wit::ActionStatus::Pending))
     }
     // No store at all: the bare host keeps nothing between turns.
-    async fn store_get(
-        &mut self,
-        _key: String,
-    ) -> wasmtime::Result<Result<Option<String>, wit::CallError>> {
-        Ok(Ok(None))
-    }
-    async fn store_put(
-        &mut self,
-        _key: String,
-        _value: String,
-    ) -> wasmtime::Result<Result<(), wit::CallError>> {
-        Ok(Err(wit::CallError::Refused("no storage here".into())))
-    }
-    async fn store_delete(&mut self, _key: String) -> wasmtime::Result<Result<(), wit::CallError>> {
-        Ok(Ok(()))
-    }
-    async fn store_keys(&mut self) -> wasmtime::Result<Result<Vec<String>, wit::CallError>> {
-        Ok(Ok(Vec::new()))
-    }
+    crate::storeless_gadget_store!();
 }
 
 impl wit::HostService for Direct {
-    async fn key(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&this)?.key().to_owned())
-    }
-    async fn tools(
-        &mut self,
-        _this: Resource<ServiceHandle>,
-    ) -> wasmtime::Result<Vec<witt::ToolInfo>> {
-        Ok(Vec::new())
-    }
+    crate::plain_service_handle!();
     async fn call(
         &mut self,
         _this: Resource<ServiceHandle>,
@@ -272,10 +312,6 @@ impl wit::HostService for Direct {
             Ok(Ok(out)) => Ok(wit::Outcome::Done(out.result)),
             _ => Err(wit::CallError::Service("failed".into())),
         })
-    }
-    async fn drop(&mut self, this: Resource<ServiceHandle>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
     }
 }
 

@@ -191,6 +191,7 @@ impl World {
     pub fn install(&self, gadget: &str) {
         let bytes = std::fs::read(guest(gadget)).expect("guest built");
         self.kernel
+            .operator()
             .install(gadget, &bytes, &|_| {})
             .expect("the gadget installs");
     }
@@ -237,10 +238,11 @@ impl World {
         settings: Vec<(String, String)>,
     ) -> anyhow::Result<()> {
         if let Some((secret, value)) = secret {
-            self.kernel.put_secret(secret, value)?;
+            self.kernel.operator().put_secret(secret, value)?;
         }
         let bytes = std::fs::read(guest(component)).expect("guest built");
         self.kernel
+            .operator()
             .add_gatekeeper(
                 name,
                 &bytes,
@@ -274,7 +276,7 @@ impl World {
     /// [`World::connect`], so that a world's people, accounts and chats
     /// read as one setup.
     pub fn chat_with(&self, chat: &str, owner: &str, introduced: &[(&str, &str)]) -> &World {
-        self.kernel.new_chat(chat, owner).expect("chat");
+        self.kernel.person(owner).new_chat(chat).expect("chat");
         self.introduce(chat, owner, introduced)
     }
 
@@ -283,7 +285,8 @@ impl World {
     pub fn introduce(&self, chat: &str, owner: &str, introduced: &[(&str, &str)]) -> &World {
         for (gatekeeper, key) in introduced {
             self.kernel
-                .introduce(chat, gatekeeper, key, None, owner)
+                .person(owner)
+                .introduce(chat, gatekeeper, key, None)
                 .expect("introduce");
         }
         self
@@ -292,7 +295,7 @@ impl World {
     /// These people known to the deployment, in this order.
     pub fn users(&self, people: &[&str]) -> &World {
         for person in people {
-            self.kernel.add_user(person).expect("user");
+            self.kernel.operator().add_user(person).expect("user");
         }
         self
     }
@@ -301,7 +304,8 @@ impl World {
     /// `gatekeeper` (`default`: made their default account there).
     pub fn connect(&self, person: &str, gatekeeper: &str, token: &str, default: bool) -> &World {
         self.kernel
-            .connect_account(person, gatekeeper, "main", token, default)
+            .person(person)
+            .connect_account(gatekeeper, "main", token, default)
             .expect("the account connects");
         self
     }
@@ -364,6 +368,7 @@ impl World {
         let input = json!({ "steps": steps }).to_string();
         let report = self
             .kernel
+            .operator()
             .run("script", chat, &input)
             .await
             .expect("the turn runs");
@@ -376,12 +381,14 @@ impl World {
     /// Stage one `addLabel` of issue 1 in `work` through the `script`
     /// gadget; the pending action's id.
     pub async fn stage_label(&self, label: &str) -> i64 {
-        let out = self
-            .script(
-                "work",
-                json!([call("ISSUES", "addLabel", json!({"id": 1, "label": label}))]),
-            )
-            .await;
+        self.stage_label_on("work", 1, label).await
+    }
+
+    /// Stage one `addLabel` of `label` on issue `issue` in `chat` through
+    /// the `script` gadget; the pending action's id (the step must be
+    /// pending: one that is not fails the test).
+    pub async fn stage_label_on(&self, chat: &str, issue: i64, label: &str) -> i64 {
+        let out = self.script(chat, add_label(issue, label)).await;
         pending_id(&out[0])
     }
 
@@ -429,6 +436,69 @@ impl World {
                 pair[0].finished_at
             );
         }
+    }
+
+    /// The embedded home's database, opened beside the kernel, for a test
+    /// that reads what was stored or sets up a state no command makes.
+    /// It waits for the kernel's writes rather than failing on them.
+    pub fn sqlite(&self) -> rusqlite::Connection {
+        let db = rusqlite::Connection::open(self.home().join("gatehouse.db"))
+            .expect("the home's database opens");
+        db.busy_timeout(Duration::from_secs(30))
+            .expect("a busy timeout");
+        db
+    }
+
+    /// Latch chat `chat`'s lockdown in the embedded home's database, as
+    /// if it had read owner-only data: what a test of a locked-down chat
+    /// starts from.
+    pub fn lock_down(&self, chat: &str) {
+        self.sqlite()
+            .execute("UPDATE chats SET latched = 1 WHERE name = ?1", [chat])
+            .expect("the chat is latched");
+    }
+
+    /// How many POST requests reached the tracker, whatever became of
+    /// them (refused, answered from a key, applied): each one a send.
+    pub fn posts_received(&self) -> usize {
+        self.tracker
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count()
+    }
+
+    /// A one-time sign-in token for `user`, good for a minute: what
+    /// `gatehouse token create` hands a person for the web inbox.
+    pub fn signin_token(&self, user: &str) -> String {
+        self.kernel
+            .operator()
+            .create_signin_token(user, 60_000)
+            .expect("a sign-in token")
+    }
+
+    /// The ledger's observations in chat `chat` (every read recorded
+    /// there), oldest first.
+    pub fn observations(&self, chat: &str) -> Vec<gatehouse::store::LedgerEntry> {
+        self.kernel
+            .inspect()
+            .ledger(&gatehouse::store::LedgerFilter {
+                chat: Some(chat.into()),
+                kind: Some(gatehouse::store::LedgerKind::Observation),
+                ..Default::default()
+            })
+            .expect("the ledger")
+    }
+
+    /// `person`'s rule auto-approving `issues:addLabel` in every chat of
+    /// theirs: the second key of two-key auto-approval (SPEC U1). What
+    /// enabling it reported (the first key, what it drained).
+    pub async fn label_rule(&self, person: &str) -> gatehouse::overseer::RuleReport {
+        self.kernel
+            .person(person)
+            .add_rule("issues:addLabel", None)
+            .await
+            .expect("the rule is added")
     }
 
     /// Run the CLI as a separate process on this world's home (and its
@@ -512,6 +582,15 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The stderr of a CLI refusal, checked to be one: a failed exit, said
+/// in one line (what an operator reads in a log or a terminal).
+pub fn one_line(o: &Output) -> String {
+    let e = stderr(o);
+    assert!(!o.status.success(), "expected a refusal: {}", stdout(o));
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    e
+}
+
 /// Poll `cond` until it holds or `timeout` passes. Tests wait for
 /// conditions, never for fixed sleeps.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -525,7 +604,24 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// A `call` step for the script gadget.
+/// The CLI's `hook add` binding `trigger` of the `issues` gatekeeper to
+/// the `triage` gadget in chat `work`, then `more` arguments.
+pub fn add_hook<'a>(trigger: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "hook",
+        "add",
+        "work",
+        "--gatekeeper",
+        "issues",
+        "--trigger",
+        trigger,
+        "--gadget",
+        "triage",
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
 /// The `script` steps of `n` writes, labels `l0`, `l1`, ... on issue 1.
 pub fn labels(n: usize) -> Value {
     (0..n)
@@ -539,6 +635,24 @@ pub fn labels(n: usize) -> Value {
         .collect()
 }
 
+/// A `script` step that labels issue `issue` with `label` (`addLabel`,
+/// through the chat's `ISSUES`).
+pub fn label_step(issue: i64, label: &str) -> Value {
+    call("ISSUES", "addLabel", json!({"id": issue, "label": label}))
+}
+
+/// A `script` step that opens an issue titled `title` (`createIssue`,
+/// through the chat's `ISSUES`).
+pub fn create_step(title: &str) -> Value {
+    call("ISSUES", "createIssue", json!({ "title": title }))
+}
+
+/// The `script` steps of one `addLabel` of `label` on issue `issue`.
+pub fn add_label(issue: i64, label: &str) -> Value {
+    json!([label_step(issue, label)])
+}
+
+/// A `call` step for the script gadget.
 pub fn call(key: &str, tool: &str, args: Value) -> Value {
     json!({"call": {"key": key, "tool": tool, "args": args}})
 }
@@ -567,6 +681,7 @@ impl World {
     /// `output`.
     pub async fn turn(&self, gadget: &str, chat: &str, input: &str) -> gatehouse::TurnReport {
         self.kernel
+            .operator()
             .run(gadget, chat, input)
             .await
             .unwrap_or_else(|e| panic!("the kernel refused to run {gadget:?} in {chat:?}: {e:#}"))

@@ -127,7 +127,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
 }
 
 async fn pending(kernel: &Kernel, me: &str, chat: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let list = kernel.pending(me, chat).await?;
+    let list = kernel.person(me).pending(chat).await?;
     print_record(&list, json, |list| {
         if list.is_empty() {
             outln!("nothing awaits a decision");
@@ -146,7 +146,7 @@ async fn pending(kernel: &Kernel, me: &str, chat: Option<&str>, json: bool) -> a
 }
 
 async fn show(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<()> {
-    let Some(shown) = kernel.shown(me, id).await? else {
+    let Some(shown) = kernel.person(me).shown(id).await? else {
         bail!(
             "no action #{id} that you may see (it may have been pruned); `gatehouse pending` lists open ones"
         );
@@ -160,7 +160,7 @@ async fn show(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<
 }
 
 async fn revert(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<bool> {
-    match kernel.revert(id, me).await? {
+    match kernel.person(me).revert(id).await? {
         Ok(r) => print_record(&r, json, |r| outln!("{}", r.line())).map(|()| true),
         Err(refusal) => {
             errln!("{}", crate::prompt::terminal_line(&refusal.to_string()));
@@ -183,9 +183,9 @@ async fn decide(
     let mut decisions: Vec<Decision> = Vec::new();
     for &id in ids {
         let d = if approve {
-            kernel.approve(id, me).await?
+            kernel.person(me).approve(id).await?
         } else {
-            kernel.reject(id, me).await?
+            kernel.person(me).reject(id).await?
         };
         all_ok &= d.ok();
         if !json {
@@ -224,12 +224,12 @@ async fn log(kernel: &Kernel, me: &str, args: LogArgs) -> anyhow::Result<()> {
         ..LedgerFilter::default()
     };
     if args.observations {
-        let entries = kernel.ledger(me, filter).await?;
+        let entries = kernel.person(me).ledger(filter).await?;
         return print_records(&entries, args.json, super::sharing::print_observation);
     }
     // Everything one person approved includes the workflow approval
     // requests they approved: records of their own (`kind` `request`).
-    let entries = kernel.approvals(me, filter).await?;
+    let entries = kernel.person(me).approvals(filter).await?;
     print_records(&entries, args.json, |e| match e {
         Approval::Action(e) => outln!("{}", crate::prompt::ledger_line(e)),
         Approval::Request(r) => outln!("{}", crate::prompt::approved_request_line(r)),
@@ -239,11 +239,11 @@ async fn log(kernel: &Kernel, me: &str, args: LogArgs) -> anyhow::Result<()> {
 async fn rules(kernel: &Kernel, me: &str, cmd: RulesCmd) -> anyhow::Result<()> {
     match cmd {
         RulesCmd::Add { tag, chat, json } => {
-            let r = kernel.add_rule(me, &tag, chat.as_deref()).await?;
+            let r = kernel.person(me).add_rule(&tag, chat.as_deref()).await?;
             print_record(&r, json, |r| rule_added(r, me))
         }
         RulesCmd::List { json } => {
-            let rules = kernel.rules(me)?;
+            let rules = kernel.person(me).rules()?;
             print_record(&rules, json, |rules| {
                 if rules.is_empty() {
                     outln!("no rules: every action waits for a person");
@@ -262,7 +262,7 @@ async fn rules(kernel: &Kernel, me: &str, cmd: RulesCmd) -> anyhow::Result<()> {
             })
         }
         RulesCmd::Remove { tag, chat } => {
-            if !kernel.remove_rule(me, &tag, chat.as_deref())? {
+            if !kernel.person(me).remove_rule(&tag, chat.as_deref())? {
                 bail!("you have no rule for {tag:?} there; `gatehouse rules list` shows yours");
             }
             outln!("rule {tag} removed");

@@ -94,9 +94,11 @@ fn parse_expiry(s: &str) -> Result<std::time::Duration, String> {
 pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result<bool> {
     match cmd {
         Command::Install { file, name } => install(kernel, &file, name)?,
-        Command::Gadgets { json } => print_records(&kernel.gadgets()?, json, |g| {
-            outln!("{}  {}", g.name, &g.digest[..12])
-        })?,
+        Command::Gadgets { json } => {
+            print_records(&kernel.blocking(|k| k.gadgets()).await?, json, |g| {
+                outln!("{}  {}", g.name, &g.digest[..12])
+            })?
+        }
         Command::Chat(cmd) => chat(kernel, cmd, me).await?,
         Command::Chats { json } => chats(kernel, me, json).await?,
         Command::Introduce {
@@ -105,7 +107,9 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             key,
             tools,
         } => {
-            let i = kernel.introduce(&chat, &gatekeeper, &key, tools, me)?;
+            let i = kernel
+                .person(me)
+                .introduce(&chat, &gatekeeper, &key, tools)?;
             outln!(
                 "introduced {} into {} as {}{}",
                 i.gatekeeper,
@@ -151,7 +155,9 @@ fn install(kernel: &Kernel, file: &PathBuf, name: Option<String>) -> anyhow::Res
             .context("cannot derive a name from the file; pass --name")?
             .to_owned(),
     };
-    let g = kernel.install(&name, &bytes, &|m| errln!("{m}"))?;
+    let g = kernel
+        .operator()
+        .install(&name, &bytes, &|m| errln!("{m}"))?;
     outln!("installed gadget {} ({})", g.name, &g.digest[..12]);
     Ok(())
 }
@@ -159,11 +165,11 @@ fn install(kernel: &Kernel, file: &PathBuf, name: Option<String>) -> anyhow::Res
 async fn chat(kernel: &Kernel, cmd: ChatCmd, me: &str) -> anyhow::Result<()> {
     match cmd {
         ChatCmd::New { name } => {
-            kernel.new_chat(&name, me)?;
+            kernel.person(me).new_chat(&name)?;
             outln!("created chat {name} (owner {me})");
         }
         ChatCmd::Set { name, expire_after } => {
-            kernel.set_expiry(&name, me, expire_after).await?;
+            kernel.person(me).set_expiry(&name, expire_after).await?;
             outln!(
                 "chat {}: an action now waits at most {} for a decision; a pending action older than that expires and is never sent",
                 inline(&name),
@@ -175,7 +181,7 @@ async fn chat(kernel: &Kernel, cmd: ChatCmd, me: &str) -> anyhow::Result<()> {
 }
 
 async fn chats(kernel: &Kernel, me: &str, json: bool) -> anyhow::Result<()> {
-    print_records(&kernel.chats(me).await?, json, |c| {
+    print_records(&kernel.person(me).chats().await?, json, |c| {
         outln!(
             "{}  owner={}  pending={}{}",
             inline(&c.name),
@@ -198,7 +204,10 @@ async fn run(
     input: Option<&str>,
     json: bool,
 ) -> anyhow::Result<bool> {
-    let report = kernel.run_as(me, gadget, chat, input.unwrap_or("")).await?;
+    let report = kernel
+        .person(me)
+        .run(gadget, chat, input.unwrap_or(""))
+        .await?;
     if json {
         super::print_json(&report)?;
         return Ok(report.output.is_ok());
@@ -230,7 +239,7 @@ async fn agent(
     harness: Harness,
     json: bool,
 ) -> anyhow::Result<bool> {
-    let r = kernel.agent_as(me, gadget, chat, task, harness).await?;
+    let r = kernel.person(me).agent(gadget, chat, task, harness).await?;
     super::print_record(&r, json, |r| {
         match &r.turn.output {
             Ok(o) => outln!("{}", terminal_block(o)),
@@ -249,7 +258,7 @@ async fn agent(
 }
 
 async fn runs(kernel: &Kernel, me: &str, json: bool) -> anyhow::Result<()> {
-    print_records(&kernel.agent_runs(me).await?, json, |r| {
+    print_records(&kernel.person(me).agent_runs().await?, json, |r| {
         outln!(
             "run {}  {} in {}  {}  turns={}  {}",
             r.id,

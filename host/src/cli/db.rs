@@ -101,7 +101,7 @@ fn print_status(status: &crate::moving::Status, json: bool) -> anyhow::Result<()
 pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool> {
     match cmd {
         DbCmd::Migrate { json } => {
-            let schema = kernel.state_schema()?;
+            let schema = kernel.state_schema().await?;
             let record = serde_json::json!({
                 "database": kernel.state_location(),
                 "now": schema,
@@ -113,11 +113,11 @@ pub(super) async fn execute(kernel: &Kernel, cmd: DbCmd) -> anyhow::Result<bool>
                 );
             })?;
         }
-        DbCmd::Status { json } => print_status(&kernel.database_status().await?, json)?,
+        DbCmd::Status { json } => print_status(&kernel.operator().database_status().await?, json)?,
         DbCmd::Copy { to, json } => {
             let url = DatabaseUrl::parse(&to)?;
-            let copied = kernel.copy_to_database(&url).await?;
-            let key = kernel.sealing_key();
+            let copied = kernel.operator().copy_to_database(&url).await?;
+            let key = kernel.operator().sealing_key();
             print_record(&copied, json, |c| {
                 let rows: u64 = c.tables.iter().map(|t| t.1).sum();
                 outln!(

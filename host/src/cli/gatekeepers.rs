@@ -97,10 +97,12 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<boo
         Command::Gatekeeper(GatekeeperCmd::Refresh { name }) => refresh(kernel, &name).await?,
         Command::Gatekeeper(GatekeeperCmd::Trust { name, tier }) => {
             let t: Trust = tier.parse()?;
-            kernel.set_trust(&name, t)?;
+            kernel.operator().set_trust(&name, t)?;
             outln!("gatekeeper {name} is now {t}");
         }
-        Command::Gatekeepers { json } => print_records(&kernel.gatekeepers()?, json, listed)?,
+        Command::Gatekeepers { json } => {
+            print_records(&kernel.blocking(|k| k.gatekeepers()).await?, json, listed)?
+        }
         Command::Secret(SecretCmd::Set {
             name,
             oauth: true,
@@ -112,13 +114,14 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<boo
             let grant = super::people::sign_in_at_loopback(
                 |redirect| async move {
                     kernel
+                        .operator()
                         .begin_operator_oauth(&url, &redirect, client_id, scope)
                         .await
                 },
                 timeout,
             )
             .await?;
-            kernel.connect_operator_oauth(&name, &grant)?;
+            kernel.operator().connect_operator_oauth(&name, &grant)?;
             outln!(
                 "stored secret {name}: an OAuth credential for {}, refreshed by the host before it expires",
                 grant.resource
@@ -133,6 +136,7 @@ async fn add(kernel: &Kernel, args: AddArgs) -> anyhow::Result<()> {
     let trust: Trust = args.trust.parse()?;
     let bytes = read_component(&args.file)?;
     let g = kernel
+        .operator()
         .add_gatekeeper_with(
             &args.name,
             &bytes,
@@ -157,7 +161,7 @@ async fn add(kernel: &Kernel, args: AddArgs) -> anyhow::Result<()> {
 }
 
 async fn refresh(kernel: &Kernel, name: &str) -> anyhow::Result<()> {
-    let (trust, changes) = kernel.refresh_gatekeeper(name).await?;
+    let (trust, changes) = kernel.operator().refresh_gatekeeper(name).await?;
     if changes.is_empty() {
         outln!("gatekeeper {name}: no tool changed");
         return Ok(());
@@ -212,7 +216,7 @@ fn secret(kernel: &Kernel, name: &str) -> anyhow::Result<()> {
             "the secret is empty; pipe its value on stdin, e.g. `printf %s \"$TOKEN\" | gatehouse secret set {name}`"
         );
     }
-    kernel.put_secret(name, value)?;
+    kernel.operator().put_secret(name, value)?;
     outln!("stored secret {name}");
     Ok(())
 }

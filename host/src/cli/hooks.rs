@@ -69,7 +69,8 @@ pub async fn execute(
             json,
         } => {
             let added = kernel
-                .add_hook(me, &chat, &gatekeeper, &trigger, &gadget, every)
+                .person(me)
+                .add_hook(&chat, &gatekeeper, &trigger, &gadget, every)
                 .await?;
             let address = added.path.as_ref().map(|p| format!("{}{p}", inbox(url)));
             if json {
@@ -82,7 +83,7 @@ pub async fn execute(
         HookCmd::Show { id, json } => show(kernel, me, id, json).await?,
         HookCmd::Enable { id, json } => enable(kernel, me, id, json).await?,
         HookCmd::Disable { id, json } => {
-            let h = kernel.set_hook_enabled(me, id, false, None).await?;
+            let h = kernel.person(me).set_hook_enabled(id, false, None).await?;
             super::print_record(&h, json, |h| {
                 outln!(
                     "disabled hook {}: nothing fires until it is enabled again",
@@ -120,7 +121,7 @@ fn print_added(added: &crate::hooks::AddedHook, address: Option<String>) {
 }
 
 async fn show(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<()> {
-    let Some(shown) = kernel.hook_shown(me, id).await? else {
+    let Some(shown) = kernel.person(me).hook_shown(id).await? else {
         anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
     };
     if json {
@@ -145,7 +146,7 @@ async fn show(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<
 
 async fn enable(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Result<()> {
     // Shown first, exactly as `hook show` prints it (SPEC H1, R1).
-    let Some(shown) = kernel.hook_shown(me, id).await? else {
+    let Some(shown) = kernel.person(me).hook_shown(id).await? else {
         anyhow::bail!("no hook {id} that you may see; `gatehouse hooks` lists them");
     };
     if !json {
@@ -154,7 +155,8 @@ async fn enable(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Resul
     // What it enables is the code the prompt showed: a re-install while
     // it was read is refused.
     let h = kernel
-        .set_hook_enabled(me, id, true, shown.code.as_deref())
+        .person(me)
+        .set_hook_enabled(id, true, shown.code.as_deref())
         .await?;
     super::print_record(&h, json, |h| {
         outln!(
@@ -169,7 +171,7 @@ async fn enable(kernel: &Kernel, me: &str, id: i64, json: bool) -> anyhow::Resul
 
 /// `gatehouse hooks`: one line per hook.
 pub async fn list(kernel: &Kernel, me: &str, chat: Option<&str>, json: bool) -> anyhow::Result<()> {
-    let hooks = kernel.hooks(me, chat).await?;
+    let hooks = kernel.person(me).hooks(chat).await?;
     super::print_record(&hooks, json, |hooks| {
         if hooks.is_empty() {
             outln!(

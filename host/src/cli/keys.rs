@@ -46,7 +46,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: KeyCmd) -> anyhow::Result<bool
     match cmd {
         KeyCmd::New => new_key(),
         KeyCmd::Show { json } => {
-            let shown = kernel.sealing_key();
+            let shown = kernel.operator().sealing_key();
             print_record(&shown, json, |k| {
                 outln!("secrets are sealed with key {} ({})", k.id, k.origin);
             })?;
@@ -54,7 +54,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: KeyCmd) -> anyhow::Result<bool
         }
         KeyCmd::Rotate { new_key_file, json } => {
             let new = Key::from_file(&new_key_file)?;
-            let rotated = kernel.rotate_key(new).await?;
+            let rotated = kernel.operator().rotate_key(new).await?;
             print_record(&rotated, json, |r| {
                 outln!(
                     "sealed {} secret(s) again with key {} (was {}); give every host GATEHOUSE_KEY_FILE={} from now on",

@@ -110,7 +110,7 @@ pub(super) enum AccountCmd {
 pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::Result<bool> {
     match cmd {
         Command::User(UserCmd::Add { name }) => {
-            if kernel.add_user(&name)? {
+            if kernel.operator().add_user(&name)? {
                 outln!("added {name}");
             } else {
                 outln!("{name} was already known");
@@ -126,7 +126,10 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             oidc_subject,
             issuer,
         }) => {
-            if kernel.bind_identity(&issuer, &oidc_subject, &name, me)? {
+            if kernel
+                .operator()
+                .bind_identity(&issuer, &oidc_subject, &name, me)?
+            {
                 outln!("subject {oidc_subject:?} at {issuer} now signs in as {name}");
             } else {
                 outln!("subject {oidc_subject:?} at {issuer} already signs in as {name}");
@@ -137,7 +140,10 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             oidc_subject,
             issuer,
         }) => {
-            if !kernel.unbind_identity(&issuer, &oidc_subject, &name)? {
+            if !kernel
+                .operator()
+                .unbind_identity(&issuer, &oidc_subject, &name)?
+            {
                 bail!(
                     "no binding of subject {oidc_subject:?} at {issuer} (`gatehouse user bindings` lists them)"
                 );
@@ -145,7 +151,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             outln!("subject {oidc_subject:?} at {issuer} no longer signs in as {name}");
         }
         Command::User(UserCmd::Bindings { json }) => {
-            print_records(&kernel.identity_bindings()?, json, |b| {
+            print_records(&kernel.operator().identity_bindings()?, json, |b| {
                 outln!(
                     "{:<16} subject {:?} at {}",
                     b.user,
@@ -154,7 +160,9 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
                 )
             })?
         }
-        Command::Users { json } => print_records(&kernel.users()?, json, |u| outln!("{u}"))?,
+        Command::Users { json } => {
+            print_records(&kernel.operator().users()?, json, |u| outln!("{u}"))?
+        }
         Command::Account(AccountCmd::Connect {
             user,
             gatekeeper,
@@ -183,7 +191,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command, me: &str) -> anyhow::
             }
         }
         Command::Account(AccountCmd::List { json }) => {
-            print_records(&kernel.accounts(None)?, json, |a| {
+            print_records(&kernel.operator().accounts()?, json, |a| {
                 outln!(
                     "{:<24} at {}{}",
                     a.id(),
@@ -210,7 +218,8 @@ async fn set_notices(
     // reads its own and checks again at every send.
     let allowed = crate::notify::Destinations::from_env()?;
     kernel
-        .set_notify_url(me, name, notify_url.as_deref(), allowed)
+        .person(me)
+        .set_notify_url(name, notify_url.as_deref(), allowed)
         .await?;
     match notify_url {
         Some(u) => outln!(
@@ -233,7 +242,9 @@ fn connect(
         .read_to_string(&mut credential)
         .context("cannot read the credential from stdin")?;
     let label = name.unwrap_or_else(|| user.to_owned());
-    let a = kernel.connect_account(user, gatekeeper, &label, &credential, default)?;
+    let a = kernel
+        .person(user)
+        .connect_account(gatekeeper, &label, &credential, default)?;
     outln!(
         "connected account {} at {}{}",
         a.id(),
@@ -285,13 +296,16 @@ async fn connect_oauth(
     let grant = sign_in_at_loopback(
         |redirect| async move {
             kernel
-                .begin_oauth(user, gatekeeper, label, &redirect, client_id, scope)
+                .person(user)
+                .begin_oauth(gatekeeper, label, &redirect, client_id, scope)
                 .await
         },
         timeout,
     )
     .await?;
-    let a = kernel.connect_oauth_account(user, gatekeeper, label, &grant, default)?;
+    let a = kernel
+        .person(user)
+        .connect_oauth_account(gatekeeper, label, &grant, default)?;
     outln!(
         "connected account {} at {} by OAuth{}",
         a.id(),

@@ -127,7 +127,7 @@ fn share(
     me: &str,
 ) -> anyhow::Result<()> {
     let Some(with) = with else {
-        let token = kernel.create_share_link(chat, me)?;
+        let token = kernel.person(me).create_share_link(chat)?;
         outln!("share link for chat {chat} (shown once): {token}");
         outln!("open it with: gatehouse open {chat} --link {token} --as USER");
         return Ok(());
@@ -137,7 +137,7 @@ fn share(
     } else {
         "; they may see but not decide"
     };
-    if kernel.share(chat, &with, me, may_decide)? {
+    if kernel.person(me).share(chat, &with, may_decide)? {
         outln!(
             "shared chat {chat} with {with}{decides}. They see nothing until they open it: each open re-checks everything it observed with their own accounts"
         );
@@ -150,11 +150,11 @@ fn share(
 /// `unshare CHAT`: one person (`with`), else every share link.
 fn unshare(kernel: &Kernel, chat: &str, with: Option<String>, me: &str) -> anyhow::Result<()> {
     let Some(with) = with else {
-        let n = kernel.revoke_links(chat, me)?;
+        let n = kernel.person(me).revoke_links(chat)?;
         outln!("revoked {n} share link(s) of chat {chat}");
         return Ok(());
     };
-    if !kernel.unshare(chat, &with, me)? {
+    if !kernel.person(me).unshare(chat, &with)? {
         bail!("{with} is not a collaborator of chat {chat:?}");
     }
     outln!("removed {with} from chat {chat}, with their observers");
@@ -168,7 +168,7 @@ fn export(
     output: &PathBuf,
     me: &str,
 ) -> anyhow::Result<()> {
-    let bytes = kernel.export_blueprint(gadget, chat, me)?;
+    let bytes = kernel.person(me).export_blueprint(gadget, chat)?;
     std::fs::write(output, &bytes).with_context(|| format!("cannot write {}", output.display()))?;
     outln!(
         "wrote the blueprint of {gadget} to {} ({} KiB): code and service requirements only",
@@ -188,7 +188,9 @@ fn import(
 ) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let bind = bindings(bind)?;
-    let i = kernel.import_blueprint(&bytes, me, name, chat, &bind, &|m| errln!("{m}"))?;
+    let i = kernel
+        .person(me)
+        .import_blueprint(&bytes, name, chat, &bind, &|m| errln!("{m}"))?;
     outln!(
         "installed {} for {} in new chat {}",
         i.gadget,
@@ -226,7 +228,7 @@ async fn open(
         link,
         accounts: accounts.into_iter().collect(),
     };
-    let mut outcome = kernel.open_chat(chat, me, &request).await?;
+    let mut outcome = kernel.person(me).open_chat(chat, &request).await?;
     if let OpenOutcome::Refused {
         failures,
         alternatives,
@@ -239,7 +241,7 @@ async fn open(
             errln!("  {}", f.line());
         }
         if ask_for_accounts(alternatives, &mut request)? {
-            outcome = kernel.open_chat(chat, me, &request).await?;
+            outcome = kernel.person(me).open_chat(chat, &request).await?;
         }
     }
     opened(outcome, chat, me, json)
@@ -325,8 +327,8 @@ fn read_answer() -> anyhow::Result<String> {
 
 /// `collaborators CHAT`.
 fn collaborators(kernel: &Kernel, chat: &str, me: &str, json: bool) -> anyhow::Result<()> {
-    let people = kernel.collaborators(chat, me)?;
-    let observers = kernel.observers(chat, me)?;
+    let people = kernel.person(me).collaborators(chat)?;
+    let observers = kernel.person(me).observers(chat)?;
     if json {
         return print_json(&serde_json::json!({
             "collaborators": people, "observers": observers

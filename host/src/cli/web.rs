@@ -107,7 +107,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<boo
     match cmd {
         Command::Serve(args) => serve(kernel, args).await?,
         Command::Passkey(PasskeyCmd::List { person, json }) => {
-            let keys = kernel.passkeys_of(&person).await?;
+            let keys = kernel.person(&person).passkeys_of().await?;
             super::print_records(&keys, json, |k| {
                 outln!(
                     "{}  {}  added {}{}",
@@ -121,7 +121,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<boo
             })?;
         }
         Command::Passkey(PasskeyCmd::Remove { person, credential }) => {
-            if !kernel.remove_passkey(&person, &credential).await? {
+            if !kernel.person(&person).remove_passkey(&credential).await? {
                 bail!(
                     "{person} has no passkey {credential:?} (`gatehouse passkey list {person}` lists them)"
                 );
@@ -131,7 +131,7 @@ pub(super) async fn execute(kernel: &Kernel, cmd: Command) -> anyhow::Result<boo
         Command::Token(TokenCmd::Create { person, url }) => {
             let base = inbox_address(kernel, url);
             let ttl = i64::try_from(crate::web::SIGNIN_TTL.as_millis()).unwrap_or(i64::MAX);
-            let token = kernel.create_signin_token(&person, ttl)?;
+            let token = kernel.operator().create_signin_token(&person, ttl)?;
             outln!("{base}/signin?token={token}");
         }
     }

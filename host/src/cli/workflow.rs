@@ -65,7 +65,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
         WorkflowCmd::Publish { file } => {
             let bytes = std::fs::read(&file)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-            let (name, version) = kernel.publish_workflow(&bytes, me)?;
+            let (name, version) = kernel.person(me).publish_workflow(&bytes)?;
             outln!("published workflow {name} version {version}");
         }
         WorkflowCmd::Start {
@@ -77,26 +77,29 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
             let approvers: Vec<&str> = approvers.iter().map(String::as_str).collect();
             print_run(
                 &kernel
-                    .start_workflow(&name, version, me, &approvers)
+                    .person(me)
+                    .start_workflow(&name, version, &approvers)
                     .await?,
                 json,
             )?
         }
         WorkflowCmd::Status { run, json } => {
-            let s = kernel.run_status(me, run)?;
+            let s = kernel.person(me).run_status(run)?;
             print_run(&s, json)?;
         }
-        WorkflowCmd::Resume { run, json } => print_run(&kernel.resume_run(me, run).await?, json)?,
+        WorkflowCmd::Resume { run, json } => {
+            print_run(&kernel.person(me).resume_run(run).await?, json)?
+        }
         WorkflowCmd::Requests { run, json } => {
-            let list = kernel.requests_for(me, run)?;
+            let list = kernel.person(me).requests_for(run)?;
             super::print_records(&list, json, |r| out!("{}", crate::prompt::request(r)))?;
         }
         WorkflowCmd::Approve { id } => decided(kernel, id, RequestDecision::Approve, me).await?,
         WorkflowCmd::Reject { id } => decided(kernel, id, RequestDecision::Reject, me).await?,
         WorkflowCmd::Withdraw { id } => decided(kernel, id, RequestDecision::Withdraw, me).await?,
-        WorkflowCmd::Resubmit { id } => print_run(&kernel.resubmit(id, me).await?, false)?,
+        WorkflowCmd::Resubmit { id } => print_run(&kernel.person(me).resubmit(id).await?, false)?,
         WorkflowCmd::Invocations { run, json } => {
-            let list = kernel.invocations_for(me, run)?;
+            let list = kernel.person(me).invocations_for(run)?;
             super::print_records(&list, json, |i| outln!("{}", crate::prompt::invocation(i)))?;
         }
     }
@@ -104,7 +107,7 @@ pub async fn execute(kernel: &Kernel, cmd: WorkflowCmd, me: &str) -> anyhow::Res
 }
 
 async fn decided(kernel: &Kernel, id: i64, d: RequestDecision, me: &str) -> anyhow::Result<()> {
-    let s = kernel.decide_request(id, d, me).await?;
+    let s = kernel.person(me).decide_request(id, d).await?;
     let verb = match d {
         RequestDecision::Approve => "approved",
         RequestDecision::Reject => "rejected",

@@ -16,6 +16,7 @@
 
 use super::ceremonies::Ceremonies;
 use super::oidc_http::{self, HttpError};
+use crate::capability::Operator;
 use crate::kernel::Kernel;
 use crate::store::Redeemed;
 use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
@@ -177,7 +178,9 @@ impl Kernel {
             pending: Ceremonies::new(CEREMONY_TTL, CEREMONIES),
         })
     }
+}
 
+impl Operator<'_> {
     /// Bind `subject` at `issuer` to `user` (an operator's command).
     /// Returns whether the binding is new.
     pub fn bind_identity(
@@ -198,14 +201,15 @@ impl Kernel {
                 "an issuer or subject holds control characters; copy them from the refusal page as shown"
             );
         }
-        self.store().bind_identity(issuer, subject, user, by)
+        self.kernel.store().bind_identity(issuer, subject, user, by)
     }
 
     /// Remove the binding of `subject` at `issuer`, if it names `user`.
     /// Returns whether there was one.
     pub fn unbind_identity(&self, issuer: &str, subject: &str, user: &str) -> anyhow::Result<bool> {
-        match self.store().identity(issuer.trim(), subject)? {
+        match self.kernel.store().identity(issuer.trim(), subject)? {
             Some(u) if u == user => Ok(self
+                .kernel
                 .store()
                 .unbind_identity(issuer.trim(), subject)?
                 .is_some()),
@@ -216,7 +220,7 @@ impl Kernel {
 
     /// Every identity binding.
     pub fn identity_bindings(&self) -> anyhow::Result<Vec<crate::store::IdentityBinding>> {
-        self.store().identity_bindings()
+        self.kernel.store().identity_bindings()
     }
 }
 

@@ -11,6 +11,7 @@
 //! the person then sees (`crate::access`).
 
 use super::ceremonies::Ceremonies;
+use crate::capability::Person;
 use crate::kernel::Kernel;
 use crate::store::Redeemed;
 /// A stored passkey, as the kernel hands it to surfaces.
@@ -123,17 +124,22 @@ impl Kernel {
             signing_in: Ceremonies::new(CEREMONY_TTL, CEREMONIES),
         })
     }
+}
 
+impl Person<'_> {
     /// `user`'s passkeys (never their keys), oldest first.
-    pub async fn passkeys_of(&self, user: &str) -> anyhow::Result<Vec<StoredPasskey>> {
+    pub async fn passkeys_of(&self) -> anyhow::Result<Vec<StoredPasskey>> {
+        let user = self.name;
         let user = user.to_owned();
-        self.store().run(move |s| s.passkeys(&user)).await
+        self.kernel.store().run(move |s| s.passkeys(&user)).await
     }
 
     /// Remove one of `user`'s passkeys; whether there was one.
-    pub async fn remove_passkey(&self, user: &str, credential: &str) -> anyhow::Result<bool> {
+    pub async fn remove_passkey(&self, credential: &str) -> anyhow::Result<bool> {
+        let user = self.name;
         let (user, credential) = (user.to_owned(), credential.to_owned());
-        self.store()
+        self.kernel
+            .store()
             .run(move |s| s.remove_passkey(&user, &credential))
             .await
     }

@@ -179,12 +179,12 @@ pub enum ClaimRefusal {
     },
 }
 
-const ACTION_COLUMNS: &str =
+pub(super) const ACTION_COLUMNS: &str =
     "id, chat, caller, person, gadget, intro_key, gatekeeper, tool, classified_by, trust, args,
     args_digest, state, await_decision, retryable, result, error, auto_approved, resolved_by,
     note, account, created_at, decided_at, finished_at, reverts";
 
-fn action_from(r: &Row) -> anyhow::Result<Action> {
+pub(super) fn action_from(r: &Row) -> anyhow::Result<Action> {
     let state: String = r.get(12)?;
     Ok(Action {
         id: r.get(0)?,
@@ -259,8 +259,38 @@ fn live_revert_in(db: &dyn Sql, original: i64) -> anyhow::Result<Option<(i64, Ac
 
 /// Whether the pending action `a` is past its chat's expiry now.
 fn is_due(db: &dyn Sql, a: &Action) -> anyhow::Result<bool> {
-    Ok(a.state == ActionState::Pending
-        && a.created_at.saturating_add(stages::expiry(db, &a.chat)?) <= now_ms())
+    Ok(is_due_after(a, stages::expiry(db, &a.chat)?))
+}
+
+/// Whether the pending action `a` is past `expiry` (its chat's) now.
+fn is_due_after(a: &Action, expiry: i64) -> bool {
+    a.state == ActionState::Pending && a.created_at.saturating_add(expiry) <= now_ms()
+}
+
+/// The action `id` as its claim first reads it, with what the claim
+/// checks of it beside its columns: the facts recorded at staging (none
+/// when it was staged before facts were kept, or they do not read), and
+/// its chat's expiry (the chat's own, else [`DEFAULT_EXPIRY_MS`], as
+/// [`stages::expiry`]). One statement where three were: on a shared
+/// database each is a round trip.
+fn claim_read(db: &dyn Sql, id: i64) -> anyhow::Result<Option<(Action, Option<Facts>, i64)>> {
+    let Some(r) = db.row(
+        &format!(
+            "SELECT {ACTION_COLUMNS}, facts,
+               (SELECT expire_after_ms FROM chats WHERE chats.name = ledger.chat)
+             FROM ledger WHERE id = ?1 AND kind = 'action'"
+        ),
+        args![id],
+    )?
+    else {
+        return Ok(None);
+    };
+    // After the action's own columns ([`action_from`]).
+    let facts = r
+        .get::<Option<String>>(25)?
+        .and_then(|f| serde_json::from_str(&f).ok());
+    let expiry = r.get::<Option<i64>>(26)?.unwrap_or(DEFAULT_EXPIRY_MS);
+    Ok(Some((action_from(&r)?, facts, expiry)))
 }
 
 /// A covered workflow call, staged and claimed at once, or found already
@@ -505,7 +535,8 @@ impl Store {
         // before the request can leave, so a crash can only lose a send,
         // never repeat one. A revalidation that sent the action back to
         // pending wrote its note and the current facts: they are kept.
-        self.write_durable(|tx| claim_in(tx, id, by, owner))
+        // How it reaches its engine is the engine's (`Store::claiming`).
+        self.claiming(|db, way| claim_with(db, id, by, owner, way))
     }
 
     /// Record a successful apply. The state is written first, in its own
@@ -513,10 +544,7 @@ impl Store {
     /// `applied` (SPEC P2).
     pub fn finish_applied(&self, id: i64, result: &str) -> anyhow::Result<()> {
         // The state and its decision's outcome stand or fall together.
-        self.write(|db| {
-            super::claims::applied(db, id, now_ms())?;
-            record_outcome(db, id, DecisionOutcome::Applied)
-        })?;
+        self.finish_claim(id, None)?;
         let stored = if result.len() > MAX_RESULT_BYTES {
             serde_json::json!({
                 "note": format!(
@@ -550,10 +578,7 @@ impl Store {
 
     /// Record a failed apply.
     pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<()> {
-        self.write(|db| {
-            super::claims::failed(db, id, message, retryable, now_ms())?;
-            record_outcome(db, id, DecisionOutcome::Failed)
-        })?;
+        self.finish_claim(id, Some((message, retryable)))?;
         self.prune_of(id)?;
         Ok(())
     }
@@ -618,8 +643,9 @@ impl Store {
     }
 
     /// Keep the newest finished actions of `id`'s chat; never prune open
-    /// ones (SPEC P5). The decision history is kept regardless.
-    fn prune_of(&self, id: i64) -> anyhow::Result<u64> {
+    /// ones (SPEC P5). The decision history is kept regardless. (A shared
+    /// database does it in one statement: `Store::prune_of`.)
+    pub(super) fn prune_of_in(&self, id: i64) -> anyhow::Result<u64> {
         self.with(|db| {
             let Some(chat) = db.row("SELECT chat FROM ledger WHERE id = ?1", args![id])? else {
                 return Ok(0);
@@ -810,16 +836,92 @@ fn refusal_for(a: &Action) -> ClaimRefusal {
     }
 }
 
-/// The claim itself, in the caller's IMMEDIATE transaction. On refusal the
-/// caller still commits: a revalidation that sent the action back to
-/// pending records what changed.
+/// How a claim reaches its engine, as the store's engine chooses
+/// (`Store::claiming`): how it resolves the action's key now, and how it
+/// takes the action. Its checks are [`claim_with`]'s, on either.
+pub(super) struct Claiming<'a> {
+    /// Resolve the key as things are now (`dispatch::resolve`, or a
+    /// resolution kept under the policy epoch read now).
+    pub resolve: &'a ResolveNow<'a>,
+    /// Take the action (see [`Taking`]): the action as it is once taken,
+    /// `None` when another decided it first.
+    pub take: &'a TakeNow<'a>,
+}
+
+/// How a claim resolves the action's key (chat, key, person) as things
+/// are now.
+pub(super) type ResolveNow<'a> =
+    dyn Fn(&dyn Sql, &str, &str, &str) -> anyhow::Result<Result<Arc<Resolved>, Unresolved>> + 'a;
+
+/// How a claim takes the action (see [`Claiming::take`]).
+pub(super) type TakeNow<'a> = dyn Fn(&dyn Sql, &Taking<'_>) -> anyhow::Result<Option<Action>> + 'a;
+
+impl Claiming<'static> {
+    /// In the caller's transaction, on either engine: resolved afresh,
+    /// taken by [`take_in`].
+    pub(super) fn in_transaction() -> Claiming<'static> {
+        Claiming {
+            resolve: &|db, chat, key, person| Ok(resolve(db, chat, key, person)?.map(Arc::new)),
+            take: &take_in,
+        }
+    }
+}
+
+/// What taking an action needs, once every check passed.
+pub(super) struct Taking<'a> {
+    /// The action as the claim read it.
+    pub action: &'a Action,
+    /// The process that takes it (for recovery).
+    pub owner: &'a str,
+    /// Who decided it, recorded as `resolved-by`.
+    pub by: &'a str,
+    /// The decision recorded.
+    pub decision: Verdict,
+    /// Taken by a rule's two keys.
+    pub auto: bool,
+    /// When.
+    pub now: i64,
+}
+
+/// Take the action in the caller's transaction: the conditional update
+/// ([`super::claims::take`]), then its decision's record, then the row as
+/// it is now.
+pub(super) fn take_in(tx: &dyn Sql, t: &Taking<'_>) -> anyhow::Result<Option<Action>> {
+    let id = t.action.id;
+    if !super::claims::take(tx, id, t.owner, t.by, t.auto, t.now)? {
+        return Ok(None);
+    }
+    record_decision(tx, t.action, t.decision, t.by, None)?;
+    action_in(tx, id)?
+        .map(Some)
+        .ok_or_else(|| anyhow::anyhow!("action #{id} vanished in the transaction that claimed it"))
+}
+
+/// The claim itself, in the caller's IMMEDIATE transaction
+/// ([`Claiming::in_transaction`]).
 fn claim_in(
     tx: &dyn Sql,
     id: i64,
     by: &ClaimBy,
     owner: &str,
 ) -> anyhow::Result<Result<Claim, ClaimRefusal>> {
-    let Some(a) = action_in(tx, id)? else {
+    claim_with(tx, id, by, owner, &Claiming::in_transaction())
+}
+
+/// The claim itself, reaching its engine the `way` the engine chose. On
+/// refusal the caller still commits: a revalidation that sent the action
+/// back to pending records what changed, and an action found past its
+/// expiry stays expired. Each such write is one statement, so on a shared
+/// database, where the reads run each on its own (under READ COMMITTED a
+/// transaction would give them nothing more), it is its own commit.
+pub(super) fn claim_with(
+    tx: &dyn Sql,
+    id: i64,
+    by: &ClaimBy,
+    owner: &str,
+    way: &Claiming<'_>,
+) -> anyhow::Result<Result<Claim, ClaimRefusal>> {
+    let Some((a, staged, expiry)) = claim_read(tx, id)? else {
         return Ok(Err(ClaimRefusal::NoSuchAction(id)));
     };
     // Who decides, first: someone who may not see the chat learns nothing,
@@ -841,7 +943,7 @@ fn claim_in(
     }
     // Past its chat's expiry it is never sent, whoever claims it (H3): the
     // caller commits, so it stays expired.
-    if is_due(tx, &a)? {
+    if is_due_after(&a, expiry) {
         stages::expire(tx, id)?;
         return Ok(Err(ClaimRefusal::Expired(id)));
     }
@@ -855,7 +957,7 @@ fn claim_in(
     }
     // Revalidate what was recorded at staging (P7), as things are now.
     let key = a.key.clone().unwrap_or_default();
-    let current = match resolve(tx, &a.chat, &key, &a.person)? {
+    let current = match (way.resolve)(tx, &a.chat, &key, &a.person)? {
         Ok(r) => r,
         Err(Unresolved::UnknownKey { .. }) => {
             return Ok(Err(ClaimRefusal::CannotSend {
@@ -894,12 +996,6 @@ fn claim_in(
             reason: reason.clone(),
         }));
     }
-    let staged: Option<Facts> = tx
-        .row("SELECT facts FROM ledger WHERE id = ?1", args![id])?
-        .map(|r| r.get::<Option<String>>(0))
-        .transpose()?
-        .flatten()
-        .and_then(|f| serde_json::from_str(&f).ok());
     let changes = match &staged {
         Some(staged) => staged.changes(&now, &a.gatekeeper, &a.tool, &key),
         // Staged before facts were kept: what was agreed is unknown.
@@ -962,23 +1058,26 @@ fn claim_in(
             }
         }
     }
-    let auto = matches!(by, ClaimBy::Rule { .. });
-    if !super::claims::take(tx, id, owner, by.by(), auto, now_ms())? {
+    let taking = Taking {
+        action: &a,
+        owner,
+        by: by.by(),
+        decision: by.decision(),
+        auto: matches!(by, ClaimBy::Rule { .. }),
+        now: now_ms(),
+    };
+    let Some(action) = (way.take)(tx, &taking)? else {
         // Decided meanwhile by someone else (another claimer, or, on
         // PostgreSQL, a rejection committed after this read): say which.
         return Ok(Err(match action_in(tx, id)? {
             Some(now) if now.state != ActionState::Pending => refusal_for(&now),
             _ => ClaimRefusal::Applying(id),
         }));
-    }
-    record_decision(tx, &a, by.decision(), by.by(), None)?;
-    let Some(action) = action_in(tx, id)? else {
-        return Ok(Err(ClaimRefusal::NoSuchAction(id)));
     };
     Ok(Ok(Claim {
         action,
-        gatekeeper: current.gatekeeper,
-        credential: current.credential,
+        gatekeeper: current.gatekeeper.clone(),
+        credential: current.credential.clone(),
         resumed: false,
     }))
 }
@@ -1052,6 +1151,27 @@ fn record_decision(
         ],
     )?;
     Ok(())
+}
+
+/// End the claim of `id` in the caller's transaction: `applied`, or
+/// `failed` with its `failure` (the message, and whether it provably had
+/// no effect), and its decision's outcome, which stand or fall together.
+pub(super) fn finish_in(
+    db: &dyn Sql,
+    id: i64,
+    failure: Option<(&str, bool)>,
+) -> anyhow::Result<()> {
+    let outcome = match failure {
+        None => {
+            super::claims::applied(db, id, now_ms())?;
+            DecisionOutcome::Applied
+        }
+        Some((message, retryable)) => {
+            super::claims::failed(db, id, message, retryable, now_ms())?;
+            DecisionOutcome::Failed
+        }
+    };
+    record_outcome(db, id, outcome)
 }
 
 fn record_outcome(db: &dyn Sql, id: i64, outcome: DecisionOutcome) -> anyhow::Result<()> {
@@ -1526,6 +1646,120 @@ mod on_both_engines {
                         other => panic!("{name}: decisions recorded {other:?}"),
                     }
                 }
+            }
+        });
+    }
+
+    /// Through the store, as the kernel claims (on a shared database, its
+    /// reads each a statement of its own and the take one statement): of
+    /// fifty approvals of one action at once, one sends, one decision is
+    /// recorded, and the rest are told it is being applied; its outcome
+    /// is recorded once; and a claim refuses alike on both engines what
+    /// the latch closed, what a stranger asks, and what was applied.
+    #[test]
+    fn of_fifty_approvals_through_the_store_one_sends() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let e = backend.name();
+                let id = backend
+                    .run(|db| {
+                        shared_chat(db)?;
+                        stage(db)
+                    })
+                    .await
+                    .unwrap();
+                let store = backend.store();
+                let approvals: Vec<_> = (0..50)
+                    .map(|n| {
+                        let store = store.clone();
+                        let person = if n % 2 == 0 { "ann" } else { "bob" };
+                        tokio::spawn(async move {
+                            store
+                                .run(move |s| {
+                                    s.claim(
+                                        id,
+                                        &ClaimBy::Person(person.into()),
+                                        &format!("host-{n}"),
+                                    )
+                                })
+                                .await
+                                .expect("a claim attempt")
+                        })
+                    })
+                    .collect();
+                let mut sent = Vec::new();
+                for a in approvals {
+                    match a.await.expect("joined") {
+                        Ok(claim) => sent.push(claim),
+                        Err(ClaimRefusal::Applying(i)) => assert_eq!(i, id, "{e}"),
+                        Err(other) => panic!("{e}: {other}"),
+                    }
+                }
+                assert_eq!(sent.len(), 1, "{e}: one send");
+                let claim = sent.pop().expect("the one claim");
+                assert_eq!(claim.action().id, id, "{e}");
+                assert_eq!(claim.action().state, ActionState::Applying, "{e}");
+                assert_eq!(claim.gatekeeper().name, "g", "{e}");
+                store
+                    .run(move |s| s.finish_applied(id, "{\"ok\":true}"))
+                    .await
+                    .expect("finished");
+                let decisions = backend
+                    .run(move |db| {
+                        db.rows(
+                            "SELECT decision, by, outcome FROM decisions WHERE action = ?1",
+                            args![id],
+                        )?
+                        .iter()
+                        .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .collect::<anyhow::Result<Vec<(String, String, Option<String>)>>>()
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(decisions.len(), 1, "{e}: one decision recorded");
+                assert_eq!(decisions[0].0, "approved", "{e}");
+                assert_eq!(decisions[0].2.as_deref(), Some("applied"), "{e}");
+                let again = store
+                    .run(move |s| s.claim(id, &ClaimBy::Person("ann".into()), "late"))
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(again, Err(ClaimRefusal::AlreadyApplied(i)) if i == id),
+                    "{e}: {:?}",
+                    again.err()
+                );
+
+                let next = backend.run(stage).await.unwrap();
+                let stranger = store
+                    .run(move |s| s.claim(next, &ClaimBy::Person("carl".into()), "h"))
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(stranger, Err(ClaimRefusal::NoSuchAction(i)) if i == next),
+                    "{e}"
+                );
+                backend
+                    .run(|db| db.exec("UPDATE chats SET latched = 1 WHERE name = 'c'", args![]))
+                    .await
+                    .unwrap();
+                let latched = store
+                    .run(move |s| s.claim(next, &ClaimBy::Person("ann".into()), "h"))
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(latched, Err(ClaimRefusal::LockedDown { .. })),
+                    "{e}: {:?}",
+                    latched.err()
+                );
+                let failed = store
+                    .run(move |s| {
+                        s.finish_failed(next, "never claimed", true)?;
+                        s.action(next)
+                    })
+                    .await
+                    .unwrap()
+                    .expect("the action");
+                assert_eq!(failed.state, ActionState::Pending, "{e}: only a claim ends");
             }
         });
     }

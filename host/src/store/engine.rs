@@ -17,10 +17,9 @@ use super::registry::{component_in, keep_component_in};
 use super::sql::Sql;
 use super::sqlite::group::stage_alone;
 use super::sqlite::{Home, identity, open_error, resolve_in, system_error};
-use super::stages::{self, StagedAction};
+use super::stages::StagedAction;
 use super::{
-    Damaged, MAX_OPEN_ACTIONS, NewAction, Resolution, StageError, Store, dispatch, postgres,
-    with_overlay,
+    Damaged, NewAction, Resolution, StageError, Store, actions, dispatch, postgres, with_overlay,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -199,25 +198,24 @@ impl Store {
 
     /// The resolution this process keeps for `person`'s calls of `key` in
     /// `chat`, with the policy epoch it was read under, *not checked*
-    /// against the epoch now; `None` if none is kept, or on a shared
-    /// database. What it is for: a stage that passes every check on it
-    /// carries that epoch in [`NewAction::resolved_at`], and its staging
+    /// against the epoch now; `None` if none is kept. What it is for: a
+    /// stage that passes every check on it carries that epoch in
+    /// [`NewAction::resolved_at`], and its staging
     /// transaction refuses it ([`StageError::PolicyMoved`]) if the epoch
     /// moved, so the stage holds under the policy of its commit, and costs
     /// no read transaction of its own first (that read was a tenth of a
     /// stage's work). Anything else done on it (a refusal, a read, a
     /// simulation) would act on a policy that may be gone: the kernel
-    /// resolves with [`Store::resolve_now`] for those.
+    /// resolves with [`Store::resolve_now`] for those. On a shared
+    /// database the staging statement checks the epoch the same way
+    /// (`gatehouse_stage`), so the turn's call costs no trip to read it.
     pub fn resolution_kept(
         &self,
         chat: &str,
         key: &str,
         person: &str,
     ) -> Option<(Arc<Resolved>, i64)> {
-        match self.db {
-            Db::Home(_) => self.resolutions.kept_unchecked(chat, key, person),
-            Db::Shared(_) => None,
-        }
+        self.resolutions.kept_unchecked(chat, key, person)
     }
 
     /// [`Store::resolve`] on the read path: in place when a reader is free
@@ -311,14 +309,18 @@ impl Store {
     /// inside that transaction, row by row, so a batch can never overfill
     /// a chat.
     ///
-    /// On a shared database each stage is a transaction of its own, and
-    /// the database's own group commit makes many at once cheap; two
-    /// stagers of one chat take turns on its row ([`stages::admit`]).
+    /// On a shared database each stage is one statement, its own
+    /// transaction ([`postgres::trips::stage`]): one round trip, where a
+    /// transaction of the stage's statements took seven and a read ahead
+    /// of it one more. The database's own group commit makes many at once
+    /// cheap; two stagers of one chat take turns on its row, and a full or
+    /// latched chat is refused before its row is locked, so that a gadget
+    /// hammering a full chat holds up no stager of it.
     pub async fn stage(&self, a: NewAction) -> Result<StagedAction, StageError> {
-        if let Db::Shared(_) = self.db {
-            self.refuse_full_ahead(&a.chat).await?;
+        if let Db::Shared(shared) = &self.db {
+            let shared = shared.clone();
             return self
-                .run(move |s| Ok(s.write_durable(|db| stages::stage(db, &a))))
+                .run(move |_| shared.each_here(|db| Ok(postgres::trips::stage(db, &a))))
                 .await?;
         }
         self.join_group(Some(a)).await?.ok_or_else(|| {
@@ -328,22 +330,58 @@ impl Store {
         })
     }
 
-    /// On a shared database, a full chat refused from a read before the
-    /// staging transaction locks the chat's row, so that a gadget
-    /// hammering a full chat holds up no stager of it. The home's file
-    /// needs no read ahead: its staging transactions admit on their own
-    /// snapshot before they take the write lock ([`commit_group`],
-    /// [`Store::stage_now`]). The caps are checked inside the staging
-    /// transaction on both.
-    async fn refuse_full_ahead(&self, chat: &str) -> Result<(), StageError> {
-        let chat = chat.to_owned();
-        let open = self
-            .run(move |s| s.with(|db| stages::open_count(db, &chat)))
-            .await?;
-        if open >= MAX_OPEN_ACTIONS {
-            return Err(StageError::TooManyOpen(open));
+    /// Run a claim (`f`, the action store's `claim_with`) on this engine:
+    /// the one commit that must survive a power cut before anything
+    /// leaves. On the home's file, one durable IMMEDIATE transaction, the
+    /// key resolved afresh in it. On a shared database each read is a
+    /// statement of its own (under READ COMMITTED a transaction gives a
+    /// run of reads nothing more, and its `BEGIN` and `COMMIT` were two
+    /// round trips), the key's resolution is the one kept under the policy
+    /// epoch read now (what resolving again would give, for one statement
+    /// instead of six), and the take with its decision's record is one
+    /// statement ([`postgres::trips::take`]), its own durable commit.
+    pub(super) fn claiming<T>(
+        &self,
+        f: impl FnOnce(&dyn Sql, &actions::Claiming<'_>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        match &self.db {
+            Db::Home(_) => self.write_durable(|tx| f(tx, &actions::Claiming::in_transaction())),
+            Db::Shared(shared) => shared.each_here(|db| {
+                f(
+                    db,
+                    &actions::Claiming {
+                        resolve: &|db, chat, key, person| {
+                            self.resolutions.resolve_on(db, chat, key, person)
+                        },
+                        take: &postgres::trips::take,
+                    },
+                )
+            }),
         }
-        Ok(())
+    }
+
+    /// Record how the claim of `id` ended: `applied`, or `failed` with its
+    /// `failure` (the message, and whether it provably had no effect), and
+    /// its decision's outcome, in one commit ([`actions::finish_in`]; on a
+    /// shared database one statement, [`postgres::trips::finish`]).
+    pub(super) fn finish_claim(
+        &self,
+        id: i64,
+        failure: Option<(&str, bool)>,
+    ) -> anyhow::Result<()> {
+        match &self.db {
+            Db::Home(_) => self.write(|db| actions::finish_in(db, id, failure)),
+            Db::Shared(shared) => shared.each_here(|db| postgres::trips::finish(db, id, failure)),
+        }
+    }
+
+    /// Keep the newest finished actions of `id`'s chat; never prune open
+    /// ones (SPEC P5). On a shared database in one statement.
+    pub(super) fn prune_of(&self, id: i64) -> anyhow::Result<u64> {
+        match &self.db {
+            Db::Home(_) => self.prune_of_in(id),
+            Db::Shared(shared) => shared.each_here(|db| postgres::trips::prune_of(db, id)),
+        }
     }
 
     /// Make every commit made before this call durable: join the next

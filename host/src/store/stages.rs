@@ -11,8 +11,12 @@
 //! commit, and a refusal never needed the lock. On PostgreSQL admission
 //! first locks the chat's row (`FOR UPDATE`), so two stagers of one chat
 //! count and insert one after the other, while stagers of different chats
-//! never wait for each other. It may not decide what is staged: the kernel
-//! classified and checked it before.
+//! never wait for each other. A host on a shared database stages in one
+//! statement instead, a server-side function that spells these rules for
+//! PostgreSQL (`postgres::trips::stage`, schema 8); the suites below stage
+//! through the store on both engines and hold it to the same answers. It
+//! may not decide what is staged: the kernel classified and checked it
+//! before.
 
 use super::action::{NewAction, StageError, UNKEPT_ARGS, action_tag, args_digest};
 use super::sql::{Engine, Sql, args};
@@ -112,7 +116,7 @@ pub enum RuleCoverage {
 
 /// [`admit`]'s question: `?1` the chat, `?2` the action's tag, `?3` the
 /// default expiry, `?4` now; the chat's latch, its open actions
-/// ([`open_count`]), whether any of its pending ones is due to be marked
+/// (pending or applying, not past expiry), whether any of its pending ones is due to be marked
 /// expired ([`DUE_IN_CHAT`]), the policy epoch, and whether a rule might
 /// cover the tag there ([`RuleCoverage`]). No row: no such chat.
 /// Answered from `ledger_actions_by_state` alone
@@ -146,7 +150,10 @@ const ADMISSION: &str = concat!(
 /// these; SPEC A5, per chat so that one chat never blocks another). A
 /// pending action past its chat's expiry is closed (H3) even before a
 /// sweep marks it, so the count is right on a read-only connection too.
-/// Counted by [`ADMISSION`], the one statement that spells the rule.
+/// Counted by [`ADMISSION`], the one statement that spells the rule (and
+/// the shared database's staging function, schema 8, which the suites
+/// hold to it).
+#[cfg(test)]
 pub(crate) fn open_count(db: &dyn Sql, chat: &str) -> anyhow::Result<i64> {
     db.row(ADMISSION, args![chat, "", DEFAULT_EXPIRY_MS, now_ms()])?
         .map_or(Ok(0), |r| r.get(1))
@@ -829,6 +836,151 @@ mod tests {
             assert_eq!(state(second), "pending");
         });
         assert_eq!(store.read(|c| open_count(c, "work")).unwrap(), 1);
+    }
+
+    /// Every refusal of a stage, made through the store as the kernel
+    /// stages (the home's group commit and in place; the shared
+    /// database's one statement), is the same on both engines, and
+    /// nothing is written by one: no such chat; a policy moved since the
+    /// binding was kept; a latched chat, even when full too (the latch is
+    /// asked first); a full chat. And a pending action past its chat's
+    /// expiry is marked expired by the next stage there, which it no
+    /// longer counts against the cap.
+    #[test]
+    fn a_stage_through_the_store_refuses_alike_on_both_engines() {
+        runtime().block_on(async {
+            for backend in Backend::both().await {
+                let e = backend.name();
+                let store = backend.store();
+                let r = crate::entropy::random_hex(6).unwrap();
+                let (full, shut, due) =
+                    (format!("full-{r}"), format!("shut-{r}"), format!("due-{r}"));
+                backend
+                    .chats(&[(&full, "ana"), (&shut, "ana"), (&due, "ana")])
+                    .await;
+                let rows = |chat: &str| {
+                    let (b, c) = (backend.clone(), chat.to_owned());
+                    async move {
+                        b.run(move |db| {
+                            db.row("SELECT count(*) FROM ledger WHERE chat = ?1", args![c])?
+                                .ok_or_else(|| anyhow::anyhow!("no count"))?
+                                .get::<i64>(0)
+                        })
+                        .await
+                        .unwrap()
+                    }
+                };
+                let both = |a: NewAction| {
+                    let store = store.clone();
+                    async move {
+                        [
+                            store.stage(a.clone()).await,
+                            store.stage_now(a).await.expect("no store error"),
+                        ]
+                    }
+                };
+
+                for refused in both(new_action(&format!("none-{r}"))).await {
+                    assert!(
+                        matches!(refused, Err(StageError::NoChat(_))),
+                        "{e}: {refused:?}"
+                    );
+                }
+
+                let epoch: i64 = backend
+                    .run(|db| {
+                        db.row("SELECT n FROM policy_epoch WHERE id = 1", args![])?
+                            .ok_or_else(|| anyhow::anyhow!("no epoch"))?
+                            .get(0)
+                    })
+                    .await
+                    .unwrap();
+                let mut kept = new_action(&full);
+                kept.resolved_at = Some(epoch);
+                store
+                    .stage(kept.clone())
+                    .await
+                    .expect("staged at the epoch");
+                backend
+                    .run(|db| db.exec("UPDATE policy_epoch SET n = n + 1 WHERE id = 1", args![]))
+                    .await
+                    .unwrap();
+                for refused in both(kept).await {
+                    assert!(
+                        matches!(refused, Err(StageError::PolicyMoved)),
+                        "{e}: {refused:?}"
+                    );
+                }
+                assert_eq!(
+                    rows(&full).await,
+                    1,
+                    "{e}: nothing staged on a moved policy"
+                );
+
+                for _ in 1..MAX_OPEN_ACTIONS {
+                    store.stage(new_action(&full)).await.expect("room");
+                }
+                for refused in both(new_action(&full)).await {
+                    assert!(
+                        matches!(refused, Err(StageError::TooManyOpen(MAX_OPEN_ACTIONS))),
+                        "{e}: {refused:?}"
+                    );
+                }
+                assert_eq!(rows(&full).await, MAX_OPEN_ACTIONS, "{e}");
+
+                store.stage(new_action(&shut)).await.expect("room");
+                let (f, s) = (full.clone(), shut.clone());
+                backend
+                    .run(move |db| {
+                        db.exec(
+                            "UPDATE chats SET latched = 1 WHERE name = ?1 OR name = ?2",
+                            args![f, s],
+                        )
+                    })
+                    .await
+                    .unwrap();
+                for chat in [&shut, &full] {
+                    for refused in both(new_action(chat)).await {
+                        assert!(
+                            matches!(refused, Err(StageError::LockedDown(_))),
+                            "{e}: {refused:?}"
+                        );
+                    }
+                }
+                assert_eq!(rows(&shut).await, 1, "{e}");
+
+                // Due: the chat's expiry is a minute, and its action was
+                // staged two minutes ago.
+                let old = store.stage(new_action(&due)).await.expect("room").id;
+                let d = due.clone();
+                backend
+                    .run(move |db| {
+                        db.exec(
+                            "UPDATE chats SET expire_after_ms = 60000 WHERE name = ?1",
+                            args![d],
+                        )?;
+                        db.exec(
+                            "UPDATE ledger SET created_at = ?2 WHERE id = ?1",
+                            args![old, now_ms() - 120_000],
+                        )
+                    })
+                    .await
+                    .unwrap();
+                let new = store.stage(new_action(&due)).await.expect("room").id;
+                let states = backend
+                    .run(move |db| {
+                        let state = |id: i64| -> anyhow::Result<String> {
+                            db.row("SELECT state FROM ledger WHERE id = ?1", args![id])?
+                                .ok_or_else(|| anyhow::anyhow!("no action {id}"))?
+                                .get(0)
+                        };
+                        Ok((state(old)?, state(new)?))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(states, ("expired".into(), "pending".into()), "{e}");
+            }
+        });
     }
 
     #[test]

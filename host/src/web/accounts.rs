@@ -90,9 +90,9 @@ pub(crate) struct AccountsView {
 
 /// The person's accounts.
 pub(crate) async fn list(State(st): State<AppState>, p: Person) -> ApiResult<Json<AccountsView>> {
-    let accounts = st
-        .kernel
-        .accounts(Some(&p.user))?
+    let accounts = p
+        .acting(&st.kernel)
+        .accounts()?
         .into_iter()
         .map(|a| AccountView {
             gatekeeper: a.gatekeeper,
@@ -131,9 +131,9 @@ pub(crate) async fn begin(
 ) -> ApiResult<(CookieJar, Json<Started>)> {
     let label = b.label.unwrap_or_else(|| p.user.clone());
     let redirect = format!("{}{CALLBACK}", st.answering.origin_of(&seen));
-    let (url, pending) = st
-        .kernel
-        .begin_oauth(&p.user, &b.gatekeeper, &label, &redirect, None, None)
+    let (url, pending) = p
+        .acting(&st.kernel)
+        .begin_oauth(&b.gatekeeper, &label, &redirect, None, None)
         .await
         .map_err(|e| ApiError::bad(format!("{e:#}")))?;
     let browser = crate::kernel::random_hex(32)?;
@@ -254,8 +254,7 @@ pub(crate) async fn callback(
         );
     };
     let connected = match crate::oauth::finish(flow.pending, &code).await {
-        Ok(grant) => st.kernel.connect_oauth_account(
-            &flow.user,
+        Ok(grant) => st.kernel.person(&flow.user).connect_oauth_account(
             &flow.gatekeeper,
             &flow.label,
             &grant,

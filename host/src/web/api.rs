@@ -237,15 +237,15 @@ async fn inbox(
         )));
     }
     let chat = nonempty(q.chat);
-    let chats = st.kernel.chats(&p.user).await?;
+    let chats = p.acting(&st.kernel).chats().await?;
     if let Some(c) = &chat
         && !chats.iter().any(|v| &v.name == c)
     {
         return Err(no_chat(c));
     }
-    let page = st
-        .kernel
-        .inbox_page(&p.user, chat.as_deref(), q.after, limit)
+    let page = p
+        .acting(&st.kernel)
+        .inbox_page(chat.as_deref(), q.after, limit)
         .await
         .map_err(refused)?;
     Ok(Json(Inbox {
@@ -270,7 +270,7 @@ pub(crate) async fn visible_action(
     id: i64,
     user: &str,
 ) -> ApiResult<Option<ActionView>> {
-    Ok(st.kernel.shown(user, id).await?.map(action_view))
+    Ok(st.kernel.person(user).shown(id).await?.map(action_view))
 }
 
 fn no_action(id: i64) -> ApiError {
@@ -334,9 +334,9 @@ pub(crate) fn decision_view(d: &Decision, verb: &'static str) -> DecisionView {
 async fn decide(st: &AppState, id: i64, approve: bool, user: &str) -> DecisionView {
     let verb = if approve { "approve" } else { "reject" };
     let decided = if approve {
-        st.kernel.approve(id, user).await
+        st.kernel.person(user).approve(id).await
     } else {
-        st.kernel.reject(id, user).await
+        st.kernel.person(user).reject(id).await
     };
     match decided {
         Ok(Decision::NotFound { id }) => DecisionView {
@@ -418,7 +418,7 @@ async fn revert_one(State(st): State<AppState>, p: Person, Path(id): Path<String
         Ok(id) => id,
         Err(e) => return e.into_response(),
     };
-    match st.kernel.revert(id, &p.user).await {
+    match p.acting(&st.kernel).revert(id).await {
         Ok(Ok(r)) => Json(RevertView {
             id: r.id,
             reverts: r.reverts,
@@ -497,7 +497,7 @@ struct ChatView {
 }
 
 async fn chats(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<ChatView>>> {
-    let list = st.kernel.chats(&p.user).await?;
+    let list = p.acting(&st.kernel).chats().await?;
     Ok(Json(
         list.into_iter()
             .map(|c| ChatView {
@@ -558,9 +558,9 @@ async fn chat_open(
         link: b.link,
         accounts: b.accounts,
     };
-    let outcome = st
-        .kernel
-        .open_chat(&chat, &p.user, &request)
+    let outcome = p
+        .acting(&st.kernel)
+        .open_chat(&chat, &request)
         .await
         .map_err(|e| match e.downcast_ref::<Refusal>() {
             Some(_) => refused(e),
@@ -618,9 +618,9 @@ async fn chat_get(
     p: Person,
     Path(chat): Path<String>,
 ) -> ApiResult<Json<ChatDetail>> {
-    let view = st
-        .kernel
-        .chats(&p.user)
+    let view = p
+        .acting(&st.kernel)
+        .chats()
         .await?
         .into_iter()
         .find(|c| c.name == chat)
@@ -631,9 +631,9 @@ async fn chat_get(
             pending: c.pending,
         })
         .ok_or_else(|| no_chat(&chat))?;
-    let observed = st
-        .kernel
-        .observed_set(&p.user, &chat)
+    let observed = p
+        .acting(&st.kernel)
+        .observed_set(&chat)
         .await
         .map_err(refused)?;
     Ok(Json(ChatDetail {
@@ -667,7 +667,7 @@ async fn filtered_ledger(
     user: String,
     f: LedgerFilter,
 ) -> ApiResult<Vec<EntryView>> {
-    let entries = st.kernel.ledger(&user, f).await.map_err(refused)?;
+    let entries = st.kernel.person(&user).ledger(f).await.map_err(refused)?;
     Ok(entries.into_iter().map(entry_view).collect())
 }
 
@@ -743,7 +743,7 @@ async fn ledger(
     };
     // What one person approved includes the workflow approval requests
     // they approved, as the terminal's `log --approved-by` lists them.
-    let all = st.kernel.approvals(&p.user, f).await.map_err(refused)?;
+    let all = p.acting(&st.kernel).approvals(f).await.map_err(refused)?;
     Ok(Json(
         all.into_iter()
             .map(|a| match a {
@@ -771,7 +771,7 @@ struct RuleItem {
 }
 
 async fn rules(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<RuleItem>>> {
-    let rules = st.kernel.rules(&p.user)?;
+    let rules = p.acting(&st.kernel).rules()?;
     Ok(Json(
         rules
             .into_iter()
@@ -816,7 +816,7 @@ async fn rule_add(
     // completion whatever the client does (P8).
     let (kernel, user, chat) = (st.kernel.clone(), p.user.clone(), b.chat.clone());
     let report = st
-        .to_completion(async move { kernel.add_rule(&user, &tag, chat.as_deref()).await })
+        .to_completion(async move { kernel.person(&user).add_rule(&tag, chat.as_deref()).await })
         .await?
         .map_err(|e| match e.downcast_ref::<Refusal>() {
             Some(_) => refused(e),

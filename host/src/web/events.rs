@@ -6,7 +6,7 @@
 //! servers on the same home, so it watches the state, not its own calls)
 //! and broadcasts which chats changed. Each stream hears only of chats its
 //! person may see: every change is put to the one authorization rule
-//! ([`Kernel::live_audience`]) before it is sent, and the stream itself
+//! ([`crate::Person::live_audience`]) before it is sent, and the stream itself
 //! carries no data beyond the chat's name: the page fetches what changed
 //! through the API, which applies the rule again. A stream re-checks its
 //! session every few seconds and ends (`signed-out`) when it expired or was
@@ -130,7 +130,7 @@ impl Live {
                 }
                 Next::Change(Ok(c)) => {
                     let Ok((inbox, requests)) =
-                        self.st.kernel.live_audience(&c.chat, &self.p.user).await
+                        self.p.acting(&self.st.kernel).live_audience(&c.chat).await
                     else {
                         continue;
                     };

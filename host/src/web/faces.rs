@@ -13,7 +13,7 @@
 //! each call here as the signed-in person, with the session's CSRF token.
 //!
 //! Owns the face document's headers and the call endpoint's shape. May
-//! not decide anything: [`crate::kernel::Kernel::face_call`] admits and
+//! not decide anything: [`crate::capability::Person::face_call`] admits and
 //! runs the call (a turn of the person, through every gate), and the
 //! actions it staged are shown as the kernel renders them for the inbox.
 
@@ -124,9 +124,9 @@ async fn call(
             "the server is stopping; call again",
         )
     })?;
-    let answer = st
-        .kernel
-        .face_call(&p.user, &gadget, &chat, &b.name, &args)
+    let answer = p
+        .acting(&st.kernel)
+        .face_call(&gadget, &chat, &b.name, &args)
         .await
         .map_err(|e| match e.downcast_ref::<crate::access::Refusal>() {
             Some(_) => refused(e),

@@ -10,7 +10,7 @@
 //!
 //! May not: decide policy, or reach the store or the runtime. Handlers only
 //! authenticate and call the kernel's person-scoped API (the inbox, the
-//! ledger, [`Kernel::approve`], [`Kernel::reject`], [`Kernel::add_rule`],
+//! ledger, [`crate::Person::approve`], [`crate::Person::reject`], [`crate::Person::add_rule`],
 //! ...), which applies the one authorization rule (`crate::access`), and
 //! render. Every action is shown as its [`crate::inbox::Shown`] prompt, the
 //! terminal's sanitised text (R3), and the page inserts it as text, never

@@ -123,7 +123,7 @@ async fn signin_finish(
 
 /// The signed-in person's passkeys (labels and dates; never a key).
 async fn list(State(st): State<AppState>, p: Person) -> ApiResult<Json<Vec<StoredPasskey>>> {
-    Ok(Json(st.kernel.passkeys_of(&p.user).await?))
+    Ok(Json(p.acting(&st.kernel).passkeys_of().await?))
 }
 
 /// Start adding a passkey for the signed-in person.
@@ -157,7 +157,7 @@ async fn remove(
     p: Person,
     Path(credential): Path<String>,
 ) -> ApiResult<StatusCode> {
-    if st.kernel.remove_passkey(&p.user, &credential).await? {
+    if p.acting(&st.kernel).remove_passkey(&credential).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("you have no passkey with that id"))

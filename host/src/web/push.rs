@@ -4,7 +4,7 @@
 //!
 //! Owns three routes under `/api/push` and the push loop. May not decide
 //! who is told of what, check a subscription, or word a push: the kernel
-//! does ([`Kernel::push_subscribe`], [`Kernel::push_pass`], `crate::push`).
+//! does ([`crate::Person::push_subscribe`], [`Kernel::push_pass`], `crate::push`).
 //! Every route needs a session, and the two that change something its
 //! CSRF token, like the rest of the API (`session.rs`); a person only ever
 //! sees and removes their own devices.
@@ -96,7 +96,7 @@ struct Status {
 /// Whether push is on, the key to subscribe with, and this person's
 /// devices.
 async fn status(State(st): State<AppState>, p: Person) -> ApiResult<Json<Status>> {
-    let devices = st.kernel.push_devices(&p.user).await?;
+    let devices = p.acting(&st.kernel).push_devices().await?;
     Ok(Json(Status {
         enabled: st.push.is_some(),
         key: st.push.as_ref().map(|e| e.push.public_key().to_owned()),
@@ -143,9 +143,9 @@ async fn subscribe(
         p256dh: sub.keys.p256dh,
         auth: sub.keys.auth,
     };
-    match st
-        .kernel
-        .push_subscribe(&p.user, keys, enabled.allowed)
+    match p
+        .acting(&st.kernel)
+        .push_subscribe(keys, enabled.allowed)
         .await?
     {
         Ok(device) => Ok((StatusCode::CREATED, Json(device))),
@@ -161,7 +161,7 @@ async fn unsubscribe(
     p: Person,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    if st.kernel.push_unsubscribe(&p.user, &id).await? {
+    if p.acting(&st.kernel).push_unsubscribe(&id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!(

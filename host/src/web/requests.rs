@@ -3,9 +3,9 @@
 //! and each run's steps and invocations.
 //!
 //! Every answer is the kernel's: the requests a person may see and what
-//! they may do with each ([`Kernel::requests_shown`], the one rule), the
+//! they may do with each ([`crate::Person::requests_shown`], the one rule), the
 //! request's text as the terminal prints it ([`crate::prompt::request`]),
-//! and each decision ([`Kernel::decide_request`], [`Kernel::resubmit`]),
+//! and each decision ([`crate::Person::decide_request`], [`crate::Person::resubmit`]),
 //! which refuses whoever may not decide. A decision continues the run (its
 //! gated steps run), so it runs to completion whatever the client does.
 
@@ -32,7 +32,7 @@ pub(crate) async fn list(
 ) -> ApiResult<Json<Vec<ShownRequest>>> {
     let Query(q) = q.map_err(|e| ApiError::bad(e.body_text()))?;
     let (kernel, user) = (st.kernel.clone(), p.user.clone());
-    let shown = tokio::task::spawn_blocking(move || kernel.requests_shown(&user, q.run))
+    let shown = tokio::task::spawn_blocking(move || kernel.person(&user).requests_shown(q.run))
         .await
         .map_err(|e| anyhow::anyhow!("listing requests stopped: {e}"))?
         .map_err(workflow_error)?;
@@ -114,17 +114,18 @@ async fn decide(
     let summary = st
         .to_completion(async move {
             match d {
-                Some(d) => kernel.decide_request(id, d, &user).await,
-                None => kernel.resubmit(id, &user).await,
+                Some(d) => kernel.person(&user).decide_request(id, d).await,
+                None => kernel.person(&user).resubmit(id).await,
             }
         })
         .await?
         .map_err(workflow_error)?;
     let (kernel, user, run) = (st.kernel.clone(), p.user.clone(), summary.run);
-    let requests = tokio::task::spawn_blocking(move || kernel.requests_shown(&user, Some(run)))
-        .await
-        .map_err(|e| anyhow::anyhow!("listing requests stopped: {e}"))?
-        .map_err(workflow_error)?;
+    let requests =
+        tokio::task::spawn_blocking(move || kernel.person(&user).requests_shown(Some(run)))
+            .await
+            .map_err(|e| anyhow::anyhow!("listing requests stopped: {e}"))?
+            .map_err(workflow_error)?;
     Ok(Json(Decided {
         run: run_view(&summary),
         requests,
@@ -171,7 +172,7 @@ pub(crate) async fn run(
 ) -> ApiResult<Json<RunView>> {
     let id = parse_id(&id, "run")?;
     let (kernel, user) = (st.kernel.clone(), p.user.clone());
-    let s = tokio::task::spawn_blocking(move || kernel.run_status(&user, id))
+    let s = tokio::task::spawn_blocking(move || kernel.person(&user).run_status(id))
         .await
         .map_err(|e| anyhow::anyhow!("reading the run stopped: {e}"))?
         .map_err(workflow_error)?;
@@ -196,7 +197,7 @@ pub(crate) async fn invocations(
 ) -> ApiResult<Json<Vec<InvocationView>>> {
     let id = parse_id(&id, "run")?;
     let (kernel, user) = (st.kernel.clone(), p.user.clone());
-    let list = tokio::task::spawn_blocking(move || kernel.invocations_for(&user, id))
+    let list = tokio::task::spawn_blocking(move || kernel.person(&user).invocations_for(id))
         .await
         .map_err(|e| anyhow::anyhow!("reading the audit stopped: {e}"))?
         .map_err(workflow_error)?;

@@ -31,6 +31,14 @@ pub(crate) struct Person {
     pub expires_at: i64,
 }
 
+impl Person {
+    /// What this signed-in person acts with: the kernel's handle for the
+    /// user the session was verified for, and no one else.
+    pub(crate) fn acting<'a>(&'a self, kernel: &'a crate::Kernel) -> crate::capability::Person<'a> {
+        kernel.person(&self.user)
+    }
+}
+
 /// The cookie that carries a new session.
 pub(crate) fn session_cookie(secret: String, max_age_ms: i64) -> Cookie<'static> {
     Cookie::build((COOKIE, secret))

@@ -88,6 +88,8 @@ impl tokio_postgres::types::ToSql for Arg<'_> {
 pub(crate) struct Postgres<'a, C> {
     pub client: &'a C,
     pub rt: &'a tokio::runtime::Handle,
+    /// The pool's count of round trips, one more per statement.
+    pub trips: &'a std::sync::atomic::AtomicU64,
 }
 
 impl<C: deadpool_postgres::GenericClient> Postgres<'_, C> {
@@ -102,6 +104,8 @@ impl<C: deadpool_postgres::GenericClient> Postgres<'_, C> {
         ) -> Result<T, tokio_postgres::Error>,
     ) -> anyhow::Result<T> {
         let text = postgres_text(sql);
+        self.trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let values: Vec<Arg<'_>> = args.iter().map(|a| a.arg()).collect();
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
             .iter()

@@ -20,6 +20,7 @@ mod listen;
 mod pool;
 mod presence;
 mod tls;
+pub(super) mod trips;
 mod url;
 
 pub(crate) use adapter::reason;

@@ -18,6 +18,11 @@ use anyhow::{Context as _, bail};
 pub(crate) struct Shared {
     pool: deadpool_postgres::Pool,
     url: DatabaseUrl,
+    /// Round trips made through this pool since it opened: each statement
+    /// and each `BEGIN` and `COMMIT` (a statement's first preparation on a
+    /// connection is not counted). What a store call costs on a shared
+    /// database is mostly these, so the tests hold the hot paths to them.
+    trips: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Shared {
@@ -54,12 +59,19 @@ impl Shared {
         Ok(Shared {
             pool,
             url: url.clone(),
+            trips: Default::default(),
         })
     }
 
     /// The database's URL (shown without its password).
     pub fn url(&self) -> &DatabaseUrl {
         &self.url
+    }
+
+    /// Round trips made through this pool since it opened (see the field).
+    #[cfg(test)]
+    pub fn trips(&self) -> u64 {
+        self.trips.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Run `f` in one transaction (READ COMMITTED) on a pooled connection,
@@ -89,7 +101,14 @@ impl Shared {
             let tx = rt
                 .block_on(client.transaction())
                 .map_err(|e| anyhow::anyhow!("cannot begin a transaction ({})", reason(&e)))?;
-            let out = f(&super::adapter::Postgres { client: &tx, rt })?;
+            // `BEGIN` and `COMMIT`.
+            self.trips
+                .fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+            let out = f(&super::adapter::Postgres {
+                client: &tx,
+                rt,
+                trips: &self.trips,
+            })?;
             rt.block_on(tx.commit())
                 .map_err(|e| anyhow::anyhow!("cannot commit ({})", reason(&e)))?;
             Ok(out)
@@ -108,6 +127,7 @@ impl Shared {
             f(&super::adapter::Postgres {
                 client: &*client,
                 rt,
+                trips: &self.trips,
             })
         })
     }

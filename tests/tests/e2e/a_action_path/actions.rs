@@ -2,7 +2,7 @@
 //! `pending`, sent only when approved.
 
 use gatehouse::store::{LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, pending_id, stdout};
+use gatehouse_e2e::{World, call, create_step, label_step, pending_id, stdout};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -13,9 +13,9 @@ async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
             "work",
             json!([
                 call("ISSUES", "listIssues", json!({})),
-                call("ISSUES", "createIssue", json!({"title": "first"})),
-                call("ISSUES", "createIssue", json!({"title": "second"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "urgent"})),
+                create_step("first"),
+                create_step("second"),
+                label_step(1, "urgent"),
             ]),
         )
         .await;
@@ -43,9 +43,9 @@ async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
     );
     assert_eq!(w.kernel.inspect().pending(Some("work")).unwrap().len(), 3);
 
-    assert!(w.kernel.approve(ids[0], "alice").await.unwrap().ok());
-    assert!(w.kernel.reject(ids[1], "alice").await.unwrap().ok());
-    assert!(w.kernel.approve(ids[2], "alice").await.unwrap().ok());
+    assert!(w.kernel.person("alice").approve(ids[0]).await.unwrap().ok());
+    assert!(w.kernel.person("alice").reject(ids[1]).await.unwrap().ok());
+    assert!(w.kernel.person("alice").approve(ids[2]).await.unwrap().ok());
 
     let writes = w.tracker.writes();
     assert_eq!(writes.len(), 2, "{writes:?}");
@@ -94,13 +94,8 @@ async fn one_read_and_three_writes_then_two_approved_and_one_rejected() {
 #[tokio::test(flavor = "multi_thread")]
 async fn pending_polls_stay_pending_and_other_chats_cannot_poll() {
     let w = World::standard(Trust::Byo).await;
-    w.kernel.new_chat("elsewhere", "alice").unwrap();
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "createIssue", json!({"title": "t"}))]),
-        )
-        .await;
+    w.kernel.person("alice").new_chat("elsewhere").unwrap();
+    let out = w.script("work", json!([create_step("t")])).await;
     let id = pending_id(&out[0]);
     let polled = w.script("work", json!([{"poll": id}])).await;
     assert_eq!(polled[0]["status"], "pending");
@@ -178,7 +173,7 @@ async fn ambiguous_arguments_are_refused_in_one_line_and_their_string_forms_are_
     let shown = stdout(&w.cli(&["show", &id.to_string()]));
     assert!(shown.contains("\"1e400\""), "{shown}");
     assert!(w.tracker.writes().is_empty());
-    w.kernel.approve(id, "alice").await.unwrap();
+    w.kernel.person("alice").approve(id).await.unwrap();
     let sent: serde_json::Value =
         serde_json::from_str(&w.tracker.writes()[0].body).expect("a JSON body");
     assert_eq!(sent, json!({"title": "1e400", "body": "9007199254740993"}));

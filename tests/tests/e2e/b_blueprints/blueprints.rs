@@ -4,7 +4,6 @@
 //! accounts.
 
 use crate::s_sharing::sharing::{Shared, shared_world};
-use gatehouse::store::LedgerFilter;
 use gatehouse_e2e::{call, stderr, stdout};
 use serde_json::json;
 
@@ -109,14 +108,7 @@ async fn a_blueprint_holds_code_and_requirements_only_and_runs_for_its_importer(
             "{r:?}"
         );
     }
-    let obs = k
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some("bobs-board".into()),
-            kind: Some(gatehouse::store::LedgerKind::Observation),
-            ..Default::default()
-        })
-        .unwrap();
+    let obs = w.observations("bobs-board");
     assert_eq!(obs.len(), 1);
     assert_eq!(obs[0].account.as_deref(), Some("bob/analyst"));
 

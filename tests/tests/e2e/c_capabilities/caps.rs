@@ -4,7 +4,7 @@
 
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, LedgerEntry, LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, pending_id};
+use gatehouse_e2e::{World, call, create_step, pending_id};
 use serde_json::{Value, json};
 
 /// Stage `n` createIssue actions in one turn; every one must be pending.
@@ -49,7 +49,8 @@ fn pending_ids(w: &World) -> Vec<i64> {
 async fn reject(w: &World, id: i64) {
     let d = w
         .kernel
-        .reject(id, "alice")
+        .person("alice")
+        .reject(id)
         .await
         .unwrap_or_else(|e| panic!("rejecting #{id} failed: {e:#}"));
     assert!(matches!(d, Decision::Rejected { .. }), "#{id}: {d:?}");
@@ -57,7 +58,8 @@ async fn reject(w: &World, id: i64) {
 
 async fn approve(w: &World, id: i64) -> Decision {
     w.kernel
-        .approve(id, "alice")
+        .person("alice")
+        .approve(id)
         .await
         .unwrap_or_else(|e| panic!("approving #{id} failed: {e:#}"))
 }
@@ -97,10 +99,7 @@ async fn the_51st_open_action_is_refused_saying_how_many_await_approval() {
     let more = w
         .script(
             "work",
-            json!([
-                call("ISSUES", "createIssue", json!({"title": "room for one"})),
-                call("ISSUES", "createIssue", json!({"title": "and no more"})),
-            ]),
+            json!([create_step("room for one"), create_step("and no more"),]),
         )
         .await;
     let new_id = pending_id(&more[0]);
@@ -351,7 +350,7 @@ async fn args_are_capped_at_64_kib_as_stored_and_numbers_never_grow() {
 async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() {
     let w = World::standard(Trust::Byo).await;
     let k = &w.kernel;
-    k.add_user("bob").unwrap();
+    k.operator().add_user("bob").unwrap();
     w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
 
     // Alice's one write is approved and sent.
@@ -398,7 +397,7 @@ async fn one_chat_s_caps_never_touch_another_chat_or_another_person_s_history() 
         };
         for a in out.as_array().unwrap() {
             if a.get("pending").is_some() {
-                let d = k.reject(pending_id(a), "bob").await.unwrap();
+                let d = k.person("bob").reject(pending_id(a)).await.unwrap();
                 assert!(matches!(d, Decision::Rejected { .. }), "{d:?}");
                 rejected += 1;
             }

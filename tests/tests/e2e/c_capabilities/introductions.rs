@@ -1,7 +1,7 @@
 //! SPEC C2, C3, C5: capabilities only by introduction.
 
 use gatehouse::store::{LedgerFilter, Trust};
-use gatehouse_e2e::{World, call};
+use gatehouse_e2e::{World, call, create_step};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,22 +48,19 @@ async fn a_tool_outside_the_grant_fails_naming_the_allowed_tools() {
     let w = World::new();
     w.install("script");
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
-    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel.person("alice").new_chat("work").unwrap();
     w.kernel
+        .person("alice")
         .introduce(
             "work",
             "issues",
             "ISSUES",
             Some(vec!["listIssues".into(), "getIssue".into()]),
-            "alice",
         )
         .unwrap();
 
     let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "createIssue", json!({"title": "x"})), {"tools": "ISSUES"}]),
-        )
+        .script("work", json!([create_step("x"), {"tools": "ISSUES"}]))
         .await;
     assert_eq!(out[0]["error"]["kind"], "not-granted");
     assert_eq!(
@@ -85,12 +82,12 @@ async fn a_tool_outside_the_grant_fails_naming_the_allowed_tools() {
     // Granting a tool the gatekeeper does not have is refused at introduce.
     let err = w
         .kernel
+        .person("alice")
         .introduce(
             "work",
             "issues",
             "ISSUES",
             Some(vec!["dropDatabase".into()]),
-            "alice",
         )
         .unwrap_err();
     assert!(
@@ -106,7 +103,7 @@ async fn every_call_records_its_caller() {
         "work",
         json!([
             call("ISSUES", "listIssues", json!({})),
-            call("ISSUES", "createIssue", json!({"title": "from script"}))
+            create_step("from script")
         ]),
     )
     .await;

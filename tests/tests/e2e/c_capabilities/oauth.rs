@@ -44,7 +44,7 @@ async fn oauth_world() -> OAuthWorld {
     )
     .await
     .expect("the mcp gatekeeper is added");
-    w.kernel.add_user("alice").unwrap();
+    w.kernel.operator().add_user("alice").unwrap();
     w.chat_with("work", "alice", &[("svc", "SVC")]);
     OAuthWorld { w, server, issuer }
 }
@@ -174,6 +174,20 @@ async fn read(w: &World) -> Value {
         .await
 }
 
+/// A gated read of item 7 that must succeed; the person's token it went
+/// out under (the last one the service saw).
+async fn read_item(ow: &OAuthWorld) -> String {
+    let answer = read(&ow.w).await;
+    assert_eq!(
+        answer[0]["done"]["content"][0]["text"], "item 7",
+        "{answer}"
+    );
+    person_tokens(&ow.server)
+        .last()
+        .cloned()
+        .expect("the read carried the person's token")
+}
+
 /// The tokens a person's calls carried (the operator's excluded).
 fn person_tokens(server: &OAuthMcpServer) -> Vec<String> {
     server
@@ -230,15 +244,7 @@ async fn an_oauth_account_is_discovered_registered_connected_and_refreshed() {
     assert_eq!(grants(&issuer, "authorization_code", true), 1);
 
     // (a) A gated read goes out under alice's OAuth access token.
-    let answer = read(&ow.w).await;
-    assert_eq!(
-        answer[0]["done"]["content"][0]["text"], "item 7",
-        "{answer}"
-    );
-    let first = person_tokens(&ow.server)
-        .last()
-        .cloned()
-        .expect("the read carried alice's token");
+    let first = read_item(&ow).await;
     assert_eq!(introspect(&issuer, &first)["active"], true);
     assert_eq!(introspect(&issuer, &first)["sub"], SUBJECT);
 
@@ -250,6 +256,7 @@ async fn an_oauth_account_is_discovered_registered_connected_and_refreshed() {
         }),
         "the first access token expires"
     );
+    // Its answer is kept: no token may show in what the gadget got.
     let answer = read(&ow.w).await;
     assert_eq!(
         answer[0]["done"]["content"][0]["text"], "item 7",
@@ -291,12 +298,7 @@ async fn a_revoked_grant_refuses_the_call_with_a_reconnect_line() {
     let ow = oauth_world().await;
     let issuer = ow.issuer.issuer.clone();
     connect(&ow);
-    let answer = read(&ow.w).await;
-    assert_eq!(
-        answer[0]["done"]["content"][0]["text"], "item 7",
-        "{answer}"
-    );
-    let token = person_tokens(&ow.server).last().cloned().expect("a token");
+    let token = read_item(&ow).await;
     let exp = introspect(&issuer, &token)["exp"]
         .as_u64()
         .expect("the token's expiry");
@@ -345,20 +347,9 @@ fn set_cookie(headers: &[(String, String)], name: &str) -> Option<String> {
 async fn a_signed_in_person_connects_an_oauth_account_from_the_web_inbox() {
     let ow = oauth_world().await;
     let issuer = ow.issuer.issuer.clone();
-    let web = gatehouse::web::start(
-        ow.w.kernel.clone(),
-        gatehouse::web::Config {
-            port: 0,
-            ..gatehouse::web::Config::default()
-        },
-    )
-    .await
-    .expect("the web server starts on 127.0.0.1:0");
+    let web = crate::surfaces::web_api::serve(&ow.w).await;
     let base = web.url();
-    let token =
-        ow.w.kernel
-            .create_signin_token("alice", 60_000)
-            .expect("a sign-in token");
+    let token = ow.w.signin_token("alice");
     let base2 = base.clone();
     let (session, started, flow) = tokio::task::spawn_blocking(move || {
         let (status, headers, body) = request(
@@ -448,22 +439,14 @@ async fn a_signed_in_person_connects_an_oauth_account_from_the_web_inbox() {
     assert_eq!(status, 303, "{body}");
 
     // The account is the person's, and a read goes out under it.
-    let accounts = ow.w.kernel.accounts(Some("alice")).expect("accounts");
+    let accounts = ow.w.kernel.person("alice").accounts().expect("accounts");
     assert!(
         accounts
             .iter()
             .any(|a| a.gatekeeper == "svc" && a.label == "web"),
         "{accounts:?}"
     );
-    let answer = read(&ow.w).await;
-    assert_eq!(
-        answer[0]["done"]["content"][0]["text"], "item 7",
-        "{answer}"
-    );
-    let token = person_tokens(&ow.server)
-        .last()
-        .cloned()
-        .expect("alice's token");
+    let token = read_item(&ow).await;
     assert_eq!(introspect(&issuer, &token)["active"], true);
 
     // The same answer again finds no flow: it was spent.
@@ -474,44 +457,15 @@ async fn a_signed_in_person_connects_an_oauth_account_from_the_web_inbox() {
     web.stop().await;
 }
 
-/// Click the element `css` once it is there.
-async fn click(c: &fantoccini::Client, css: &str) {
-    c.wait()
-        .at_most(crate::surfaces::web_api::PATIENCE)
-        .for_element(fantoccini::Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("{css} does not click: {e}"));
-}
-
-/// Type `text` into the element `css`.
-async fn type_into(c: &fantoccini::Client, css: &str, text: &str) {
-    c.find(fantoccini::Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .send_keys(text)
-        .await
-        .unwrap_or_else(|e| panic!("{css} takes no text: {e}"));
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn web_browser_connects_an_oauth_account_with_the_connect_button() {
     use crate::chromium::{Driver, Screen, browser};
     use crate::surfaces::web_browser::{screenshot, sign_in, wait_for};
+    use crate::surfaces::web_signin::{at_the_provider, click, type_into};
     let driver = Driver::start();
     let ow = oauth_world().await;
     let issuer = ow.issuer.issuer.clone();
-    let web = gatehouse::web::start(
-        ow.w.kernel.clone(),
-        gatehouse::web::Config {
-            port: 0,
-            ..gatehouse::web::Config::default()
-        },
-    )
-    .await
-    .expect("the web server starts on 127.0.0.1:0");
+    let web = crate::surfaces::web_api::serve(&ow.w).await;
     let base = web.url();
     let c = browser(&driver, Screen::Desktop).await;
     sign_in(&c, &ow.w, &base, "alice").await;
@@ -533,24 +487,7 @@ async fn web_browser_connects_an_oauth_account_with_the_connect_button() {
     click(&c, "form.oauth-connect[data-gatekeeper=svc] button").await;
 
     // At the provider: the development login form, then consent.
-    wait_for(
-        &c,
-        "the provider's login form",
-        &format!(
-            "return location.href.startsWith({issuer:?}) && !!document.querySelector('input[name=login]')"
-        ),
-    )
-    .await;
-    type_into(&c, "input[name=login]", SUBJECT).await;
-    type_into(&c, "input[name=password]", "any password").await;
-    click(&c, "button[type=submit]").await;
-    wait_for(
-        &c,
-        "the provider's consent form",
-        "return !!document.querySelector('input[name=prompt][value=consent]')",
-    )
-    .await;
-    click(&c, "button[type=submit]").await;
+    at_the_provider(&c, &issuer, SUBJECT).await;
 
     // Back on the account page, connected.
     wait_for(
@@ -560,15 +497,7 @@ async fn web_browser_connects_an_oauth_account_with_the_connect_button() {
     )
     .await;
     screenshot(&c, "oauth-account-connected").await;
-    let answer = read(&ow.w).await;
-    assert_eq!(
-        answer[0]["done"]["content"][0]["text"], "item 7",
-        "{answer}"
-    );
-    let token = person_tokens(&ow.server)
-        .last()
-        .cloned()
-        .expect("alice's token");
+    let token = read_item(&ow).await;
     assert_eq!(introspect(&issuer, &token)["active"], true);
     let page = c.source().await.expect("the page's source");
     assert!(!page.contains(&token), "the page never holds a token");

@@ -20,7 +20,7 @@ use gatehouse::seal::{Key, Place};
 use gatehouse::store::Trust;
 use gatehouse_e2e::postgres::{Authority, cluster, name_of};
 use gatehouse_e2e::{
-    SHARED_KEY, TOKEN, World, call, cli_command, on_database, pending_id, stderr, stdout,
+    SHARED_KEY, TOKEN, World, add_hook, cli_command, on_database, one_line, stderr, stdout,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -28,13 +28,6 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 const BOB: &str = "tok-bob-7d41-account";
-
-fn one_line(o: &Output) -> String {
-    let e = stderr(o);
-    assert!(!o.status.success(), "expected a refusal: {}", stdout(o));
-    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
-    e
-}
 
 fn ok(o: Output) -> String {
     assert!(o.status.success(), "{}", stderr(&o));
@@ -101,40 +94,31 @@ async fn with_every_secret(w: &World) -> String {
     w.users(&["alice", "bob"])
         .connect("bob", "issues", BOB, true);
     let k = &w.kernel;
-    let added: Value = serde_json::from_str(&ok(w.cli(&[
-        "hook",
-        "add",
-        "work",
-        "--gatekeeper",
-        "issues",
-        "--trigger",
+    let added: Value = serde_json::from_str(&ok(w.cli(&add_hook(
         "issueOpened",
-        "--gadget",
-        "triage",
-        "--url",
-        "http://127.0.0.1:9",
-        "--json",
-    ])))
+        &["--url", "http://127.0.0.1:9", "--json"],
+    ))))
     .unwrap();
     let signing = added["secret"].as_str().unwrap().to_owned();
-    k.publish_workflow(
-        json!({
-            "name": "hold",
-            "services": {"ISSUES": "issues"},
-            "steps": [
-                {"id": "ask", "gadget": "script", "input": json!({"steps": [{"request": {
-                    "allowed": {"ISSUES:addLabel": {"id": {"in": [1]}, "label": {"eq": "ok"}}},
-                    "reason": "label issue 1"
-                }}]}).to_string()}
-            ],
-            "edges": []
-        })
-        .to_string()
-        .as_bytes(),
-        "alice",
-    )
-    .unwrap();
-    k.start_workflow("hold", None, "alice", &["bob"])
+    k.person("alice")
+        .publish_workflow(
+            json!({
+                "name": "hold",
+                "services": {"ISSUES": "issues"},
+                "steps": [
+                    {"id": "ask", "gadget": "script", "input": json!({"steps": [{"request": {
+                        "allowed": {"ISSUES:addLabel": {"id": {"in": [1]}, "label": {"eq": "ok"}}},
+                        "reason": "label issue 1"
+                    }}]}).to_string()}
+                ],
+                "edges": []
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+    k.person("alice")
+        .start_workflow("hold", None, &["bob"])
         .await
         .unwrap();
     signing
@@ -343,17 +327,7 @@ async fn an_older_homes_plaintext_is_sealed_on_open_and_still_sends() {
     .await;
     w.chat_with("work", "bob", &[("issues", "ISSUES")]);
     // The chat is bob's: his turns use his own account.
-    let out = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": "bobs"})
-            )]),
-        )
-        .await;
-    let id = pending_id(&out[0]);
+    let id = w.stage_label_on("work", 1, "bobs").await;
     let home = w.home().to_owned();
     let World {
         dir,

@@ -23,7 +23,8 @@ use gatehouse::store::postgres::{self, DatabaseUrl, Presence};
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::postgres::{cluster, name_of};
 use gatehouse_e2e::{
-    World, call, cli_command, on_database, pending_id, signal, stderr, stdout, wait_until,
+    World, call, cli_command, label_step, on_database, one_line, pending_id, signal, stderr,
+    stdout, wait_until,
 };
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
@@ -32,13 +33,6 @@ use std::process::Output;
 use std::time::Duration;
 
 const BOB: &str = "tok-bob-51c7";
-
-fn one_line(o: &Output) -> String {
-    let e = stderr(o);
-    assert!(!o.status.success(), "expected a refusal: {}", stdout(o));
-    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
-    e
-}
 
 fn migrate(home: &Path, url: &str) -> Output {
     on_database(&mut cli_command(home, &["db", "migrate", "--json"]), url)
@@ -370,10 +364,10 @@ async fn lived_in_home() -> (World, Vec<(i64, ActionState)>) {
             "work",
             json!([
                 call("ISSUES", "listIssues", json!({})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "waits"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "sent"})),
-                call("ISSUES", "addLabel", json!({"id": 2, "label": "refused"})),
-                call("ISSUES", "addLabel", json!({"id": 404, "label": "nowhere"})),
+                label_step(1, "waits"),
+                label_step(1, "sent"),
+                label_step(2, "refused"),
+                label_step(404, "nowhere"),
             ]),
         )
         .await;
@@ -381,13 +375,14 @@ async fn lived_in_home() -> (World, Vec<(i64, ActionState)>) {
         .iter()
         .map(pending_id)
         .collect();
-    k.approve(ids[1], "alice").await.unwrap();
-    k.reject(ids[2], "alice").await.unwrap();
-    k.approve(ids[3], "alice").await.unwrap();
+    k.person("alice").approve(ids[1]).await.unwrap();
+    k.person("alice").reject(ids[2]).await.unwrap();
+    k.person("alice").approve(ids[3]).await.unwrap();
 
     // Shared, and opened: bob's observers are recorded.
-    assert!(k.share("work", "bob", "alice", false).unwrap());
-    k.open_chat("work", "bob", &OpenRequest::default())
+    assert!(k.person("alice").share("work", "bob", false).unwrap());
+    k.person("bob")
+        .open_chat("work", &OpenRequest::default())
         .await
         .unwrap();
 
@@ -395,26 +390,15 @@ async fn lived_in_home() -> (World, Vec<(i64, ActionState)>) {
     w.chat_with("old", "alice", &[("issues", "ISSUES")]);
     let o = w.cli(&["chat", "set", "old", "--expire-after", "1s"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = w
-        .script(
-            "old",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 2, "label": "late"})
-            )]),
-        )
-        .await;
-    let late = pending_id(&out[0]);
+    let late = w.stage_label_on("old", 2, "late").await;
     let staged = k.inspect().action(late).unwrap().unwrap().created_at;
     assert!(wait_until(Duration::from_secs(30), || {
         gatehouse::store::now_ms() > staged + 1100
     }));
-    k.approve(late, "alice").await.unwrap();
+    k.person("alice").approve(late).await.unwrap();
 
     // A workflow run waiting on its approval request.
-    k.publish_workflow(
-        json!({
+    k.person("alice").publish_workflow(json!({
             "name": "hold",
             "services": {"ISSUES": "issues"},
             "steps": [
@@ -429,12 +413,11 @@ async fn lived_in_home() -> (World, Vec<(i64, ActionState)>) {
             "edges": [["ask", "label"]]
         })
         .to_string()
-        .as_bytes(),
-        "alice",
-    )
+        .as_bytes())
     .unwrap();
     let run = k
-        .start_workflow("hold", None, "alice", &["bob"])
+        .person("alice")
+        .start_workflow("hold", None, &["bob"])
         .await
         .unwrap();
     assert_eq!(run.state.to_string(), "waiting", "{:?}", run.steps);

@@ -5,7 +5,7 @@
 
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
-    World, call, cli_command, guest, keys_ignored, pending_id, signal, stderr, stdout,
+    World, call, cli_command, guest, keys_ignored, label_step, pending_id, signal, stderr, stdout,
 };
 use gatehouse_services::tracker::Fault;
 use serde_json::json;
@@ -42,17 +42,7 @@ async fn a_removed_liveness_file_never_makes_approve_print_applied() {
     // Without an idempotency key, recovery fails a claim it takes for
     // interrupted (with one, it would re-send it: see exactly_once.rs).
     let w = World::standard_with(Trust::Byo, keys_ignored()).await;
-    let out = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": "slow"})
-            )]),
-        )
-        .await;
-    let id = pending_id(&out[0]);
+    let id = w.stage_label_on("work", 1, "slow").await;
     w.tracker.inject(Fault::Slow(Duration::from_secs(3)), 1);
     let approving = cli_command(w.home(), &["approve", &id.to_string()])
         .stdout(Stdio::piped())
@@ -314,10 +304,7 @@ async fn a_closed_pipe_never_panics_a_command() {
     let out = w
         .script(
             "work",
-            json!([
-                call("ISSUES", "listIssues", json!({})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "a"})),
-            ]),
+            json!([call("ISSUES", "listIssues", json!({})), label_step(1, "a"),]),
         )
         .await;
     let id = pending_id(&out[1]).to_string();

@@ -28,7 +28,7 @@ use gatehouse_e2e::{
     Keys, Serving, World, keys_honoured, labels, pending_id, stderr, stdout, wait_until,
 };
 use gatehouse_services::tracker::Fault;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -193,15 +193,7 @@ async fn a_host_killed_after_its_claim_is_failed_by_another_and_never_sent_again
         .unwrap();
     assert!(!o.status.success(), "a failed action is not approved again");
     assert_eq!(w.tracker.writes().len(), 1, "never sent again");
-    assert_eq!(
-        w.tracker
-            .requests()
-            .iter()
-            .filter(|r| r.method == "POST")
-            .count(),
-        1,
-        "no re-send reached the service"
-    );
+    assert_eq!(w.posts_received(), 1, "no re-send reached the service");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -274,10 +266,7 @@ async fn two_hosts_draining_one_gatekeeper_send_each_action_once_in_id_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eligible_action_staged_on_one_host_is_sent_by_a_drain_on_another() {
     let w = shared_world(Trust::Vetted, Vec::new()).await;
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    w.label_rule("alice").await;
     // Host A (this world's kernel) stages a write that needs a person,
     // then an eligible one, which waits behind it (U2).
     let (manual, eligible) = w.stage_manual_then_eligible().await;
@@ -310,7 +299,7 @@ async fn an_eligible_action_staged_on_one_host_is_sent_by_a_drain_on_another() {
 async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes_its_live_view() {
     let w = shared_world(Trust::Byo, Vec::new()).await;
     w.install("agent");
-    w.kernel.add_user("alice").unwrap();
+    w.kernel.operator().add_user("alice").unwrap();
 
     // Host A serves the web inbox; its live view looks for changes once an
     // hour, so only the database's notifications can wake it in time.
@@ -335,6 +324,7 @@ async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes
     // parks, awaiting the decision.
     let run = w
         .kernel
+        .operator()
         .agent(
             "agent",
             "work",
@@ -357,9 +347,7 @@ async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes
     let cached =
         |dir: &std::path::Path| std::fs::read_dir(dir.join("components")).map_or(0, |d| d.count());
     let before = cached(home_a.path());
-    let a = alice
-        .post(&format!("/api/actions/{awaited}/approve"), json!({}))
-        .await;
+    let a = alice.act_on(awaited, "approve").await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(
         wait_until(PATIENCE, || resumed_once(&w, run.run)),
@@ -384,7 +372,7 @@ async fn a_decision_in_one_hosts_inbox_resumes_a_run_parked_by_another_and_wakes
 async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process() {
     let w = shared_world(Trust::Byo, Vec::new()).await;
     w.install("agent");
-    w.kernel.add_user("alice").unwrap();
+    w.kernel.operator().add_user("alice").unwrap();
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
 
     // Host A: `gatehouse serve`, a process of its own.
@@ -420,9 +408,7 @@ async fn an_approval_in_a_serve_process_resumes_a_run_parked_by_an_agent_process
     );
     let mut alice = Api::new(&serve.url);
     assert_eq!(alice.sign_in(&token).await.status, 200);
-    let d = alice
-        .post(&format!("/api/actions/{awaited}/approve"), json!({}))
-        .await;
+    let d = alice.act_on(awaited, "approve").await;
     assert_eq!(d.status, 200, "{}", d.text);
 
     // A sent it and resumed B's run: its second turn staged the label.

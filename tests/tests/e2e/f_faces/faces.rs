@@ -98,15 +98,7 @@ async fn faces_the_board_loads_beside_the_chat_and_a_click_stages_a_write_nothin
     .await;
     assert!(rows.contains("Login page shows a blank screen"), "{rows}");
     assert!(rows.contains("Label bug"), "{rows}");
-    let reads = w
-        .kernel
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some("work".into()),
-            kind: Some(gatehouse::store::LedgerKind::Observation),
-            ..Default::default()
-        })
-        .expect("the ledger");
+    let reads = w.observations("work");
     assert!(
         reads
             .iter()
@@ -462,6 +454,7 @@ async fn faces_the_frame_can_fetch_nothing_navigate_nothing_and_read_no_cookie()
 async fn faces_a_face_in_a_locked_down_chat_cannot_stage() {
     let Lockdown { w, warehouse } = lockdown_world().await;
     w.kernel
+        .operator()
         .add_user("alice")
         .expect("alice signs in to the inbox");
     let read = w
@@ -583,7 +576,7 @@ async fn faces_a_page_is_served_only_into_its_sandbox_and_calls_are_checked_firs
     assert_eq!(a.status, 400);
     assert!(a.error().contains("has no face"), "{}", a.text);
     // A chat Alice may not see answers like one that does not exist.
-    w.kernel.new_chat("bobs", "bob").expect("bob's chat");
+    w.kernel.person("bob").new_chat("bobs").expect("bob's chat");
     let theirs = alice
         .post(
             "/api/chats/bobs/faces/triage/call",
@@ -635,7 +628,7 @@ async fn faces_a_collaborator_sees_through_a_face_only_what_his_verification_all
     w.install("notebook");
     let k = &w.kernel;
     let derived = k
-        .run(
+        .operator().run(
             "notebook",
             CHAT,
             &json!({"op": "derive", "key": "pay", "service": "WAREHOUSE", "tool": "query", "args": {"table": "payroll"}})
@@ -644,8 +637,10 @@ async fn faces_a_collaborator_sees_through_a_face_only_what_his_verification_all
         .await
         .expect("the turn runs");
     assert!(derived.output.expect("answered").contains("\"ok\""));
-    k.share(CHAT, "bob", "alice", false).expect("shared");
-    k.share(CHAT, "carol", "alice", false).expect("shared");
+    k.person("alice").share(CHAT, "bob", false).expect("shared");
+    k.person("alice")
+        .share(CHAT, "carol", false)
+        .expect("shared");
     let server = serve(&w).await;
     let base = server.url();
     let call = format!("/api/chats/{CHAT}/faces/notebook/call");
@@ -662,7 +657,11 @@ async fn faces_a_collaborator_sees_through_a_face_only_what_his_verification_all
         link: None,
         accounts: [("wh-prod-7".to_owned(), "finance".to_owned())].into(),
     };
-    let opened = k.open_chat(CHAT, "bob", &request).await.expect("asked");
+    let opened = k
+        .person("bob")
+        .open_chat(CHAT, &request)
+        .await
+        .expect("asked");
     assert!(matches!(opened, OpenOutcome::Admitted { .. }), "{opened:?}");
     let bob = Api::signed_in(&w, &base, "bob").await;
     let a = bob.post(&call, json!({"name": "notes"})).await;

@@ -231,7 +231,7 @@ async fn faces_an_mcp_app_renders_through_the_ext_apps_host_and_its_call_is_gate
     screenshot(&c, "faces-mcp-app-staged").await;
 
     // A person approves: now, and only now, the label is sent, once.
-    let decided = tokio::time::timeout(PATIENCE, w.kernel.approve(id, "alice"))
+    let decided = tokio::time::timeout(PATIENCE, w.kernel.person("alice").approve(id))
         .await
         .expect("the approval finishes")
         .expect("the approval runs");

@@ -82,7 +82,8 @@ fn status(s: &RunSummary, step: &str) -> String {
 
 fn publish(w: &World, design: Value) {
     w.kernel
-        .publish_workflow(design.to_string().as_bytes(), "alice")
+        .person("alice")
+        .publish_workflow(design.to_string().as_bytes())
         .expect("design publishes");
 }
 
@@ -128,7 +129,8 @@ async fn launch_an_instance_then_tag_it() {
     // Before the decision: the launch step's calls are refused by the gate
     // and the service receives nothing.
     let s = k
-        .start_workflow("launch-and-tag", None, "alice", &["carol", "dave"])
+        .person("alice")
+        .start_workflow("launch-and-tag", None, &["carol", "dave"])
         .await
         .unwrap();
     assert_eq!(s.state, "waiting");
@@ -160,7 +162,8 @@ async fn launch_an_instance_then_tag_it() {
 
     // After approval: small goes through at once; the rest is refused.
     let s = k
-        .decide_request(req.id, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(req.id, RequestDecision::Approve)
         .await
         .unwrap();
     let a = answers(&s, "launch");
@@ -204,11 +207,12 @@ async fn launch_an_instance_then_tag_it() {
     let tag_req = s.requests.iter().find(|r| r.step == "ask-tag").unwrap().id;
     // Reject, then re-submit: the new request replaces it; no step is stuck.
     let s = k
-        .decide_request(tag_req, RequestDecision::Reject, "carol")
+        .person("carol")
+        .decide_request(tag_req, RequestDecision::Reject)
         .await
         .unwrap();
     assert_eq!(status(&s, "tag"), "gated");
-    let s = k.resubmit(tag_req, "alice").await.unwrap();
+    let s = k.person("alice").resubmit(tag_req).await.unwrap();
     let replaced = s.requests.iter().find(|r| r.id == tag_req).unwrap();
     assert_eq!(replaced.state, "replaced");
     let fresh = s
@@ -307,7 +311,8 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
         }),
     );
     let s = k
-        .start_workflow("join", None, "alice", &["carol", "dave"])
+        .person("alice")
+        .start_workflow("join", None, &["carol", "dave"])
         .await
         .unwrap();
     let id = |s: &RunSummary, step: &str| {
@@ -320,7 +325,8 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
     };
     let (ra, rb) = (id(&s, "ask-a"), id(&s, "ask-b"));
     let s = k
-        .decide_request(ra, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(ra, RequestDecision::Approve)
         .await
         .unwrap();
     assert_eq!(status(&s, "a"), "done");
@@ -331,11 +337,13 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
     );
     // Withdraw the first approval: once b is approved, the join runs but
     // its calls are refused, since one covering approval was withdrawn.
-    k.decide_request(ra, RequestDecision::Withdraw, "carol")
+    k.person("carol")
+        .decide_request(ra, RequestDecision::Withdraw)
         .await
         .unwrap();
     let s = k
-        .decide_request(rb, RequestDecision::Approve, "dave")
+        .person("dave")
+        .decide_request(rb, RequestDecision::Approve)
         .await
         .unwrap();
     assert_eq!(status(&s, "join"), "gated");
@@ -347,11 +355,12 @@ async fn joins_need_every_approval_and_the_stricter_list_wins() {
     );
     assert!(cloud.writes().is_empty());
     // Re-submitted and approved: both lists apply, the stricter wins.
-    let s = k.resubmit(ra, "alice").await.unwrap();
+    let s = k.person("alice").resubmit(ra).await.unwrap();
     let ra2 = id(&s, "ask-a");
     assert_ne!(ra2, ra);
     let s = k
-        .decide_request(ra2, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(ra2, RequestDecision::Approve)
         .await
         .unwrap();
     assert_eq!(s.state, "done");
@@ -392,7 +401,8 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
     };
     publish(&w, design(json!(["CLOUD:describeInstances"])));
     let s1 = k
-        .start_workflow("certs", None, "alice", &["carol", "dave"])
+        .person("alice")
+        .start_workflow("certs", None, &["carol", "dave"])
         .await
         .unwrap();
     assert_eq!(s1.state, "done");
@@ -422,7 +432,8 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
         design(json!(["CLOUD:describeInstances", "CLOUD:launchInstance"])),
     );
     let s2 = k
-        .start_workflow("certs", None, "alice", &["carol", "dave"])
+        .person("alice")
+        .start_workflow("certs", None, &["carol", "dave"])
         .await
         .unwrap();
     let wide = answers(&s2, "look")[0]["tools"].clone();
@@ -483,7 +494,8 @@ async fn certificates_are_checked_on_every_use_and_never_widen() {
         }),
     );
     let s = k
-        .start_workflow("greedy", None, "alice", &["carol", "dave"])
+        .person("alice")
+        .start_workflow("greedy", None, &["carol", "dave"])
         .await
         .unwrap();
     let a = answers(&s, "ask");
@@ -516,7 +528,7 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
     let credential = ("wh-token", "wh-owner-1");
     w.front_service("warehouse", Trust::Byo, warehouse.host(), credential)
         .await;
-    k.add_user("carol").unwrap();
+    k.operator().add_user("carol").unwrap();
     publish(
         &w,
         json!({
@@ -535,12 +547,14 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
         }),
     );
     let s = k
-        .start_workflow("peek-then-launch", None, "alice", &["carol"])
+        .person("alice")
+        .start_workflow("peek-then-launch", None, &["carol"])
         .await
         .unwrap();
     let req = s.requests[0].id;
     let s = k
-        .decide_request(req, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(req, RequestDecision::Approve)
         .await
         .unwrap();
     let peek = answers(&s, "peek");
@@ -561,7 +575,7 @@ async fn a_covered_call_in_a_locked_down_run_is_never_sent() {
 async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
     let Fixture { w, cloud } = fixture().await;
     let k = &w.kernel;
-    k.add_user("carol").unwrap();
+    k.operator().add_user("carol").unwrap();
     let launch = certcall("launchInstance", json!({"type": "small", "region": "eu-1"}));
     publish(
         &w,
@@ -581,13 +595,15 @@ async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
         }),
     );
     let s = k
-        .start_workflow("ask-and-launch", None, "alice", &["carol"])
+        .person("alice")
+        .start_workflow("ask-and-launch", None, &["carol"])
         .await
         .unwrap();
     assert_eq!(status(&s, "go"), "gated");
     let req = s.requests[0].id;
     let s = k
-        .decide_request(req, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(req, RequestDecision::Approve)
         .await
         .unwrap();
     assert_eq!(status(&s, "go"), "done", "not re-gated by its own re-run");
@@ -614,7 +630,7 @@ async fn a_re_run_step_never_sends_a_claimed_call_again_nor_gates_itself() {
         [s.run],
     )
     .unwrap();
-    let s = k.resume_run("alice", s.run).await.unwrap();
+    let s = k.person("alice").resume_run(s.run).await.unwrap();
     assert_eq!(status(&s, "go"), "done");
     let again = answers(&s, "go");
     assert!(again[1].get("done").is_some(), "{}", again[1]);
@@ -683,7 +699,8 @@ async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action()
     }
     publish(&w, ask_then_launch("expiring"));
     let s = k
-        .start_workflow("expiring", None, "alice", &["carol"])
+        .person("alice")
+        .start_workflow("expiring", None, &["carol"])
         .await
         .unwrap();
     assert_eq!(
@@ -760,7 +777,8 @@ async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action()
 
     // It can no longer be approved, from the kernel or the CLI; nothing is sent.
     let e = k
-        .decide_request(req, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(req, RequestDecision::Approve)
         .await
         .unwrap_err()
         .to_string();
@@ -841,11 +859,12 @@ async fn an_approval_request_notifies_its_approvers_and_expires_like_an_action()
 
     // Re-submitting asks anew, and the new request, approved, lets the
     // step run.
-    let s = k.resubmit(req, "alice").await.unwrap();
+    let s = k.person("alice").resubmit(req).await.unwrap();
     let fresh = s.requests.iter().find(|r| r.state == "pending").unwrap().id;
     assert_ne!(fresh, req);
     let s = k
-        .decide_request(fresh, RequestDecision::Approve, "carol")
+        .person("carol")
+        .decide_request(fresh, RequestDecision::Approve)
         .await
         .unwrap();
     assert_eq!(s.state.to_string(), "done");
@@ -871,16 +890,18 @@ async fn log_approved_by_lists_the_workflow_requests_a_person_approved() {
         )
         .await;
     let action = gatehouse_e2e::pending_id(&out[0]);
-    let d = k.approve(action, "alice").await.unwrap();
+    let d = k.person("alice").approve(action).await.unwrap();
     assert!(d.ok(), "{d:?}");
 
     publish(&w, ask_then_launch("approved"));
     let s = k
-        .start_workflow("approved", None, "alice", &["carol"])
+        .person("alice")
+        .start_workflow("approved", None, &["carol"])
         .await
         .unwrap();
     let (run, req) = (s.run, s.requests[0].id);
-    k.decide_request(req, RequestDecision::Approve, "carol")
+    k.person("carol")
+        .decide_request(req, RequestDecision::Approve)
         .await
         .unwrap();
 
@@ -919,7 +940,8 @@ async fn log_approved_by_lists_the_workflow_requests_a_person_approved() {
     assert!(log("alice", &["--approved-by", "carol", "--kind", "action"]).is_empty());
 
     // Withdrawn later, it was still approved by carol.
-    k.decide_request(req, RequestDecision::Withdraw, "carol")
+    k.person("carol")
+        .decide_request(req, RequestDecision::Withdraw)
         .await
         .unwrap();
     let carol = log("carol", &["--approved-by", "carol"]);

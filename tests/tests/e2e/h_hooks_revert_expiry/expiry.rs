@@ -7,9 +7,8 @@
 
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, Trust};
-use gatehouse_e2e::{World, cli_command, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{World, cli_command, one_line, pending_id, stderr, stdout, wait_until};
 use serde_json::{Value, json};
-use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn now_ms() -> i64 {
@@ -28,12 +27,6 @@ fn wait_past(since: i64, ms: i64) {
     );
 }
 
-fn one_line(o: &Output) -> String {
-    let e = stderr(o);
-    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
-    e
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_action_is_never_sent_even_if_approved_afterwards() {
     let w = World::standard(Trust::Byo).await;
@@ -48,7 +41,7 @@ async fn an_expired_action_is_never_sent_even_if_approved_afterwards() {
     wait_past(staged_at, 1000);
 
     // The claim itself refuses it, whoever approves: nothing is sent.
-    let d = w.kernel.approve(id, "alice").await.unwrap();
+    let d = w.kernel.person("alice").approve(id).await.unwrap();
     let Decision::Refused { reason, .. } = &d else {
         panic!("expected a refusal, got {d:?}")
     };
@@ -99,11 +92,7 @@ async fn a_sweep_marks_what_is_due_and_the_drain_sends_none_of_it() {
     let staged_at = w.kernel.inspect().action(id).unwrap().unwrap().created_at;
     wait_past(staged_at, 1000);
     // The rule arrives after the expiry: its drain sends nothing.
-    let r = w
-        .kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    let r = w.label_rule("alice").await;
     assert!(r.key_one);
     assert!(r.applied.is_empty(), "{:?}", r.applied);
     assert!(w.tracker.writes().is_empty());
@@ -193,7 +182,7 @@ async fn lengthening_the_expiry_never_revives_an_action_already_past_it() {
     // What is staged under the longer expiry waits, and is sent once
     // approved.
     let fresh = w.stage_label("fresh").await;
-    let d = w.kernel.approve(fresh, "alice").await.unwrap();
+    let d = w.kernel.person("alice").approve(fresh).await.unwrap();
     assert!(d.ok(), "{d:?}");
     assert_eq!(w.tracker.writes().len(), 1);
 }
@@ -201,10 +190,10 @@ async fn lengthening_the_expiry_never_revives_an_action_already_past_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_owner_sets_an_expiry_and_a_bad_one_is_refused_in_one_line() {
     let w = World::standard(Trust::Byo).await;
-    w.kernel.add_user("alice").unwrap();
-    w.kernel.add_user("bob").unwrap();
-    w.kernel.add_user("mallory").unwrap();
-    w.kernel.share("work", "bob", "alice", true).unwrap();
+    w.kernel.operator().add_user("alice").unwrap();
+    w.kernel.operator().add_user("bob").unwrap();
+    w.kernel.operator().add_user("mallory").unwrap();
+    w.kernel.person("alice").share("work", "bob", true).unwrap();
     let as_ = |person: &str, args: &[&str]| {
         let mut all = vec!["--as", person];
         all.extend_from_slice(args);
@@ -229,7 +218,8 @@ async fn only_the_owner_sets_an_expiry_and_a_bad_one_is_refused_in_one_line() {
     );
     let opened = w
         .kernel
-        .open_chat("work", "bob", &gatehouse::sharing::OpenRequest::default())
+        .person("bob")
+        .open_chat("work", &gatehouse::sharing::OpenRequest::default())
         .await
         .unwrap();
     assert!(

@@ -7,9 +7,9 @@
 //! `hourly`), the `triage` gadget, the demo tracker (which delivers a
 //! signed webhook when an issue is created), the real server and CLI.
 
-use crate::surfaces::web_api::{PATIENCE, serve};
+use crate::surfaces::web_api::{PATIENCE, serve, serve_with};
 use gatehouse::store::Trust;
-use gatehouse_e2e::{World, call, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{World, add_hook, call, pending_id, stderr, stdout, wait_until};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -53,6 +53,32 @@ fn firings(w: &World, hook: i64) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Bind `issues`' hourly schedule to `triage` in `work`, firing every
+/// second; the CLI's `--json` answer.
+fn add_schedule(w: &World) -> Value {
+    cli_json(w, &add_hook("hourly", &["--every", "1", "--json"]))
+}
+
+/// Enable `hook` as alice through the CLI, which must succeed; its
+/// stdout (the hook's prompt, then the confirmation).
+fn enable(w: &World, hook: i64) -> String {
+    let o = w.cli(&["hook", "enable", &hook.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
+/// How many of `work`'s pending actions were staged by the turn of
+/// `caller` (a hook's label).
+fn staged_by(w: &World, caller: &str) -> usize {
+    w.kernel
+        .inspect()
+        .pending(Some("work"))
+        .unwrap()
+        .iter()
+        .filter(|a| a.caller == caller)
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     let w = World::standard(Trust::Byo).await;
@@ -61,34 +87,12 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
     let base = server.url();
 
     // Binding a trigger the gatekeeper does not declare is refused in one line.
-    let o = w.cli(&[
-        "hook",
-        "add",
-        "work",
-        "--gatekeeper",
-        "issues",
-        "--trigger",
-        "nope",
-        "--gadget",
-        "triage",
-    ]);
+    let o = w.cli(&add_hook("nope", &[]));
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("declares no trigger"), "{}", stderr(&o));
     assert!(stderr(&o).contains("issueOpened"), "{}", stderr(&o));
     // bob may not even see the chat: told as if it did not exist.
-    let o = w.cli(&[
-        "--as",
-        "bob",
-        "hook",
-        "add",
-        "work",
-        "--gatekeeper",
-        "issues",
-        "--trigger",
-        "issueOpened",
-        "--gadget",
-        "triage",
-    ]);
+    let o = w.cli(&[&["--as", "bob"][..], &add_hook("issueOpened", &[])].concat());
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("no chat named \"work\""),
@@ -96,23 +100,7 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
         stderr(&o)
     );
 
-    let added = cli_json(
-        &w,
-        &[
-            "hook",
-            "add",
-            "work",
-            "--gatekeeper",
-            "issues",
-            "--trigger",
-            "issueOpened",
-            "--gadget",
-            "triage",
-            "--url",
-            &base,
-            "--json",
-        ],
-    );
+    let added = cli_json(&w, &add_hook("issueOpened", &["--url", &base, "--json"]));
     let hook = added["hook"]["id"].as_i64().unwrap();
     let url = added["url"].as_str().unwrap().to_owned();
     let secret = added["secret"].as_str().unwrap().to_owned();
@@ -174,9 +162,7 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
         "{}",
         stderr(&o)
     );
-    let o = w.cli(&["hook", "enable", &hook.to_string()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let shown = stdout(&o);
+    let shown = enable(&w, hook);
     assert!(
         shown.starts_with(&format!("Hook #{hook} (disabled)\n")),
         "{shown}"
@@ -200,18 +186,11 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
         )
         .await;
     let create = pending_id(&out[0]);
-    let d = w.kernel.approve(create, "alice").await.unwrap();
+    let d = w.kernel.person("alice").approve(create).await.unwrap();
     assert!(d.ok(), "{d:?}");
     let label = format!("hook {hook} in work for alice");
     assert!(
-        wait_until(PATIENCE, || {
-            w.kernel
-                .inspect()
-                .pending(Some("work"))
-                .unwrap()
-                .iter()
-                .any(|a| a.caller == label)
-        }),
+        wait_until(PATIENCE, || staged_by(&w, &label) > 0),
         "the hook's turn staged its write; deliveries: {:?}",
         w.tracker.deliveries()
     );
@@ -267,56 +246,25 @@ async fn hooks_a_verified_delivery_starts_a_turn_whose_write_waits() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hooks_a_schedule_fires_and_a_latched_chat_makes_no_outbound_call() {
     let w = World::standard(Trust::Byo).await;
-    w.kernel.add_user("alice").unwrap();
-    let server = gatehouse::web::start(
-        w.kernel.clone(),
+    w.kernel.operator().add_user("alice").unwrap();
+    let server = serve_with(
+        &w,
         gatehouse::web::Config {
-            port: 0,
             tick: Duration::from_millis(100),
             ..gatehouse::web::Config::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
     // --every only for schedules.
-    let o = w.cli(&[
-        "hook",
-        "add",
-        "work",
-        "--gatekeeper",
-        "issues",
-        "--trigger",
-        "issueOpened",
-        "--gadget",
-        "triage",
-        "--every",
-        "1",
-    ]);
+    let o = w.cli(&add_hook("issueOpened", &["--every", "1"]));
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("only for schedules"), "{}", stderr(&o));
-    let added = cli_json(
-        &w,
-        &[
-            "hook",
-            "add",
-            "work",
-            "--gatekeeper",
-            "issues",
-            "--trigger",
-            "hourly",
-            "--gadget",
-            "triage",
-            "--every",
-            "1",
-            "--json",
-        ],
-    );
+    let added = add_schedule(&w);
     let hook = added["hook"]["id"].as_i64().unwrap();
     assert_eq!(added["url"], Value::Null);
     // Disabled: it never fires, however long serve runs; enabled, it does.
     assert!(firings(&w, hook).is_empty());
-    let o = w.cli(&["hook", "enable", &hook.to_string()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    enable(&w, hook);
     let label = format!("hook {hook} in work for alice");
     assert!(
         wait_until(PATIENCE, || firings(&w, hook)
@@ -325,23 +273,12 @@ async fn hooks_a_schedule_fires_and_a_latched_chat_makes_no_outbound_call() {
         "the schedule fired: {:?}",
         firings(&w, hook)
     );
-    let staged: Vec<_> = w
-        .kernel
-        .inspect()
-        .pending(Some("work"))
-        .unwrap()
-        .into_iter()
-        .filter(|a| a.caller == label)
-        .collect();
-    assert!(!staged.is_empty(), "its writes wait");
+    assert!(staged_by(&w, &label) > 0, "its writes wait");
     assert!(w.tracker.writes().is_empty(), "nothing was sent");
 
     // The chat locks down (it read owner-only data): the hook still fires,
     // but its turn makes no outbound request.
-    let db = rusqlite::Connection::open(w.home().join("gatehouse.db")).unwrap();
-    db.busy_timeout(Duration::from_secs(30)).unwrap();
-    db.execute("UPDATE chats SET latched = 1 WHERE name = 'work'", [])
-        .unwrap();
+    w.lock_down("work");
     // Every firing begun before the latch finishes; then one more fires.
     let ids = |f: &[Value]| {
         f.iter()
@@ -403,48 +340,22 @@ async fn next_firing(w: &World, hook: i64, after: i64) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hook_runs_only_the_code_it_was_enabled_for() {
     let w = World::standard(Trust::Byo).await;
-    w.kernel.add_user("alice").unwrap();
+    w.kernel.operator().add_user("alice").unwrap();
     let triage = w.kernel.inspect().gadget("triage").unwrap().unwrap().digest;
     let script = w.kernel.inspect().gadget("script").unwrap().unwrap().digest;
     assert_ne!(triage, script);
-    let added = cli_json(
-        &w,
-        &[
-            "hook",
-            "add",
-            "work",
-            "--gatekeeper",
-            "issues",
-            "--trigger",
-            "hourly",
-            "--gadget",
-            "triage",
-            "--every",
-            "1",
-            "--json",
-        ],
-    );
+    let added = add_schedule(&w);
     let hook = added["hook"]["id"].as_i64().unwrap();
     assert_eq!(added["hook"]["gadget_digest"], triage.as_str());
-    let o = w.cli(&["hook", "enable", &hook.to_string()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let shown = enable(&w, hook);
     assert!(
-        stdout(&o).contains(&format!("Code: sha256 {triage} ")),
-        "the prompt names the code: {}",
-        stdout(&o)
+        shown.contains(&format!("Code: sha256 {triage} ")),
+        "the prompt names the code: {shown}"
     );
     let first = next_firing(&w, hook, 0).await;
     assert_eq!(first["outcome"], "done", "{first}");
     let label = format!("hook {hook} in work for alice");
-    let staged = |w: &World| {
-        w.kernel
-            .inspect()
-            .pending(Some("work"))
-            .unwrap()
-            .iter()
-            .filter(|a| a.caller == label)
-            .count()
-    };
+    let staged = |w: &World| staged_by(w, &label);
     let before = staged(&w);
     assert!(before > 0, "triage's turn staged its write");
 
@@ -488,8 +399,7 @@ async fn a_hook_runs_only_the_code_it_was_enabled_for() {
         )),
         "{shown}"
     );
-    let o = w.cli(&["hook", "enable", &hook.to_string()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    enable(&w, hook);
     assert_eq!(
         cli_json(&w, &["hooks", "--json"])[0]["gadget_digest"],
         script.as_str()

@@ -115,18 +115,16 @@ async fn notices_are_batched_per_person_and_carry_no_argument_text() {
         assert!(o.status.success(), "{}", stderr(&o));
     }
     let window = Duration::from_secs(3);
-    let server = gatehouse::web::start(
-        w.kernel.clone(),
+    let server = crate::surfaces::web_api::serve_with(
+        &w,
         gatehouse::web::Config {
-            port: 0,
             notify_every: window,
             notify_destinations: Destinations::AlsoPrivate,
             tick: Duration::from_millis(100),
             ..gatehouse::web::Config::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
 
     // Five actions at once: one notice to alice (she decides in `work`);
     // bob may not decide there and hears nothing.
@@ -215,7 +213,7 @@ async fn notices_go_to_private_addresses_only_where_the_operator_allows() {
         );
     }
     assert_eq!(
-        w.kernel.notify_url("alice").unwrap(),
+        w.kernel.person("alice").notify_url().unwrap(),
         None,
         "nothing was set"
     );

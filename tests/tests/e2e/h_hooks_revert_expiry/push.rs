@@ -11,11 +11,11 @@
 //! opens the message with the device's own key (RFC 8291), with its own
 //! code (p256, hkdf, aes-gcm), not the host's.
 
-use crate::surfaces::web_api::{Api, PATIENCE, people_world, stage_labels};
+use crate::surfaces::web_api::{Answer, Api, MARKUP_SINKS, PATIENCE, people_world, stage_labels};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use gatehouse::notify::Destinations;
-use gatehouse::push::{Outcome, Push, Settings};
+use gatehouse::push::{Outcome, Push, PushSent, Settings};
 use gatehouse::store::{PushKeys, Trust};
 use gatehouse_e2e::wait_until;
 use serde_json::{Value, json};
@@ -271,10 +271,9 @@ async fn serve_with_push(
     service: &StandIn,
     allowed: Destinations,
 ) -> gatehouse::web::Server {
-    gatehouse::web::start(
-        w.kernel.clone(),
+    crate::surfaces::web_api::serve_with(
+        w,
         gatehouse::web::Config {
-            port: 0,
             notify_every: Duration::from_secs(1),
             notify_destinations: allowed,
             tick: Duration::from_millis(100),
@@ -283,7 +282,35 @@ async fn serve_with_push(
         },
     )
     .await
-    .expect("the server starts with push")
+}
+
+/// Where the API takes a device's subscription.
+const SUBSCRIPTIONS: &str = "/api/push/subscriptions";
+
+/// `api`'s person subscribes a device, as the page does with the
+/// browser's `PushSubscription`; the server's answer.
+async fn subscribe(api: &Api, subscription: Value) -> Answer {
+    api.post(SUBSCRIPTIONS, subscription).await
+}
+
+/// `api`'s person removes the device `id`; the server's answer.
+async fn unsubscribe(api: &Api, id: &str) -> Answer {
+    api.send("DELETE", &format!("{SUBSCRIPTIONS}/{id}"), None, &[])
+        .await
+}
+
+/// The devices `api`'s person sees listed as theirs.
+async fn devices(api: &Api) -> Value {
+    api.get("/api/push").await.json()["devices"].clone()
+}
+
+/// One push pass of `serve`'s loop, sending only to `allowed`
+/// destinations, with no batching delay: what it sent, device by device.
+async fn pass(w: &gatehouse_e2e::World, push: &Push, allowed: Destinations) -> Vec<PushSent> {
+    w.kernel
+        .push_pass(push, Duration::ZERO, allowed)
+        .await
+        .expect("a push pass")
 }
 
 /// Subscribing goes through the API like every change: a session and its
@@ -312,24 +339,10 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
 
     let mut no_csrf = Api::signed_in(&w, &server.url(), "alice").await;
     no_csrf.csrf = None;
-    let a = no_csrf
-        .send(
-            "POST",
-            "/api/push/subscriptions",
-            Some(device.subscription(&service)),
-            &[],
-        )
-        .await;
+    let a = subscribe(&no_csrf, device.subscription(&service)).await;
     assert_eq!(a.status, 403, "{}", a.text);
     // Loopback is private: refused without the operator's allowance.
-    let a = alice
-        .send(
-            "POST",
-            "/api/push/subscriptions",
-            Some(device.subscription(&service)),
-            &[],
-        )
-        .await;
+    let a = subscribe(&alice, device.subscription(&service)).await;
     assert_eq!(a.status, 400, "{}", a.text);
     let e = a.error();
     assert!(
@@ -343,13 +356,11 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
     ] {
         let mut s = device.subscription(&service);
         s["endpoint"] = json!(endpoint);
-        let a = alice
-            .send("POST", "/api/push/subscriptions", Some(s), &[])
-            .await;
+        let a = subscribe(&alice, s).await;
         assert_eq!(a.status, 400, "{endpoint}: {}", a.text);
         assert!(a.error().contains("GATEHOUSE_NOTIFY_ALLOW_PRIVATE=1"));
     }
-    assert_eq!(alice.get("/api/push").await.json()["devices"], json!([]));
+    assert_eq!(devices(&alice).await, json!([]));
     server.stop().await;
 
     let server = serve_with_push(&w, &service, Destinations::AlsoPrivate).await;
@@ -367,27 +378,16 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
         (bad_key, "p256dh"),
         (bad_auth, "16 bytes"),
     ] {
-        let a = alice
-            .send("POST", "/api/push/subscriptions", Some(s), &[])
-            .await;
+        let a = subscribe(&alice, s).await;
         assert_eq!(a.status, 400, "{why}: {}", a.text);
         assert!(a.error().contains(why), "{why}: {}", a.text);
     }
     let mut extra = device.subscription(&service);
     extra["extra"] = json!(1);
-    let a = alice
-        .send("POST", "/api/push/subscriptions", Some(extra), &[])
-        .await;
+    let a = subscribe(&alice, extra).await;
     assert_eq!(a.status, 422, "{}", a.text);
 
-    let a = alice
-        .send(
-            "POST",
-            "/api/push/subscriptions",
-            Some(device.subscription(&service)),
-            &[],
-        )
-        .await;
+    let a = subscribe(&alice, device.subscription(&service)).await;
     assert_eq!(a.status, 201, "{}", a.text);
     let phone = a.json();
     assert_eq!(phone["service"], service.origin());
@@ -397,76 +397,29 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
         a.text
     );
     let id = phone["id"].as_str().unwrap().to_owned();
-    let listed = alice.get("/api/push").await.json();
-    assert_eq!(listed["devices"][0]["id"], id.as_str());
-    assert_eq!(bob.get("/api/push").await.json()["devices"], json!([]));
-    let a = bob
-        .send(
-            "DELETE",
-            &format!("/api/push/subscriptions/{id}"),
-            None,
-            &[],
-        )
-        .await;
+    assert_eq!(devices(&alice).await[0]["id"], id.as_str());
+    assert_eq!(devices(&bob).await, json!([]));
+    let a = unsubscribe(&bob, &id).await;
     assert_eq!(a.status, 404, "not bob's: {}", a.text);
     // Ten devices at most; the same endpoint again replaces, not adds.
     for n in 1..10 {
         let other = Device::new(&format!("tablet-{n}"));
-        let a = alice
-            .send(
-                "POST",
-                "/api/push/subscriptions",
-                Some(other.subscription(&service)),
-                &[],
-            )
-            .await;
+        let a = subscribe(&alice, other.subscription(&service)).await;
         assert_eq!(a.status, 201, "{n}: {}", a.text);
     }
-    let a = alice
-        .send(
-            "POST",
-            "/api/push/subscriptions",
-            Some(Device::new("one-too-many").subscription(&service)),
-            &[],
-        )
-        .await;
+    let a = subscribe(&alice, Device::new("one-too-many").subscription(&service)).await;
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(a.error().contains("remove one first"));
-    let a = alice
-        .send(
-            "POST",
-            "/api/push/subscriptions",
-            Some(device.subscription(&service)),
-            &[],
-        )
-        .await;
+    let a = subscribe(&alice, device.subscription(&service)).await;
     assert_eq!(a.status, 201, "the same endpoint again: {}", a.text);
-    let devices = alice.get("/api/push").await.json()["devices"].clone();
-    assert_eq!(devices.as_array().unwrap().len(), 10);
-    let newest = devices[9]["id"].as_str().unwrap().to_owned();
-    assert!(
-        !devices
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|d| d["id"] == id.as_str())
-    );
-    let a = alice
-        .send(
-            "DELETE",
-            &format!("/api/push/subscriptions/{newest}"),
-            None,
-            &[],
-        )
-        .await;
+    let listed = devices(&alice).await;
+    let listed = listed.as_array().expect("a list of devices");
+    assert_eq!(listed.len(), 10);
+    let newest = listed[9]["id"].as_str().unwrap().to_owned();
+    assert!(!listed.iter().any(|d| d["id"] == id.as_str()));
+    let a = unsubscribe(&alice, &newest).await;
     assert_eq!(a.status, 204, "{}", a.text);
-    assert_eq!(
-        alice.get("/api/push").await.json()["devices"]
-            .as_array()
-            .unwrap()
-            .len(),
-        9
-    );
+    assert_eq!(devices(&alice).await.as_array().map(Vec::len), Some(9));
     server.stop().await;
 
     // Without the operator's contact, push is off.
@@ -477,14 +430,7 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
         (status["enabled"].clone(), status["key"].clone()),
         (json!(false), Value::Null)
     );
-    let a = alice
-        .send(
-            "POST",
-            "/api/push/subscriptions",
-            Some(Device::new("x").subscription(&service)),
-            &[],
-        )
-        .await;
+    let a = subscribe(&alice, Device::new("x").subscription(&service)).await;
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(a.error().contains("--vapid-subject"));
     server.stop().await;
@@ -500,7 +446,7 @@ async fn push_subscriptions_need_a_session_csrf_and_an_allowed_destination() {
 async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
     let w = people_world(Trust::Byo).await;
     w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
-    assert!(w.kernel.share("work", "bob", "alice", true).unwrap());
+    assert!(w.kernel.person("alice").share("work", "bob", true).unwrap());
     let service = StandIn::start().await;
     let server = serve_with_push(&w, &service, Destinations::AlsoPrivate).await;
     let (phone, laptop) = (Device::new("alice-phone"), Device::new("bob-laptop"));
@@ -511,14 +457,7 @@ async fn a_push_says_a_count_and_chat_names_and_never_argument_text() {
         .unwrap()
         .to_owned();
     for (api, device) in [(&alice, &phone), (&bob, &laptop)] {
-        let a = api
-            .send(
-                "POST",
-                "/api/push/subscriptions",
-                Some(device.subscription(&service)),
-                &[],
-            )
-            .await;
+        let a = subscribe(api, device.subscription(&service)).await;
         assert_eq!(a.status, 201, "{}", a.text);
     }
 
@@ -590,7 +529,8 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
     let (gone, busy) = (Device::new("gone"), Device::new("busy"));
     for d in [&gone, &busy] {
         w.kernel
-            .push_subscribe("alice", d.keys(&service), Destinations::AlsoPrivate)
+            .person("alice")
+            .push_subscribe(d.keys(&service), Destinations::AlsoPrivate)
             .await
             .unwrap()
             .unwrap();
@@ -601,11 +541,7 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
 
     // Subscribed while private addresses were allowed, but this pass does
     // not allow them: nothing goes out, and it is tried again later.
-    let sent = w
-        .kernel
-        .push_pass(&push, Duration::ZERO, Destinations::PublicOnly)
-        .await
-        .unwrap();
+    let sent = pass(&w, &push, Destinations::PublicOnly).await;
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert!(
         sent.iter()
@@ -618,17 +554,12 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
     let mut outcomes: HashMap<String, Outcome> = HashMap::new();
     let start = Instant::now();
     while outcomes.len() < 2 && start.elapsed() < PATIENCE {
-        for s in w
-            .kernel
-            .push_pass(&push, Duration::ZERO, Destinations::AlsoPrivate)
-            .await
-            .unwrap()
-        {
+        for s in pass(&w, &push, Destinations::AlsoPrivate).await {
             outcomes.insert(s.device.clone(), s.outcome);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let devices = w.kernel.push_devices("alice").await.unwrap();
+    let devices = w.kernel.person("alice").push_devices().await.unwrap();
     assert_eq!(devices.len(), 1, "{devices:?}");
     let busy_id = devices[0].id.clone();
     let gone_id = outcomes.keys().find(|k| **k != busy_id).cloned().unwrap();
@@ -650,11 +581,8 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
     let mut delivered = false;
     let start = Instant::now();
     while !delivered && start.elapsed() < PATIENCE {
-        delivered = w
-            .kernel
-            .push_pass(&push, Duration::ZERO, Destinations::AlsoPrivate)
+        delivered = pass(&w, &push, Destinations::AlsoPrivate)
             .await
-            .unwrap()
             .iter()
             .any(|s| s.device == busy_id && s.outcome == Outcome::Delivered { status: 201 });
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -675,11 +603,7 @@ async fn a_gone_device_is_removed_and_a_busy_service_is_tried_again() {
     let message: Value = serde_json::from_slice(&busy.open(&to_busy[1].body)).unwrap();
     assert_eq!(message["body"], "1 action waits for you in work");
     // Told once: nothing more is pushed for the same action.
-    let again = w
-        .kernel
-        .push_pass(&push, Duration::ZERO, Destinations::AlsoPrivate)
-        .await
-        .unwrap();
+    let again = pass(&w, &push, Destinations::AlsoPrivate).await;
     assert!(again.is_empty(), "{again:?}");
 }
 
@@ -710,15 +634,8 @@ async fn the_page_asks_permission_only_on_a_click_and_serves_its_worker_at_the_r
             a.headers["content-security-policy"],
             gatehouse::web::CONTENT_SECURITY_POLICY
         );
-        for forbidden in [
-            "innerHTML",
-            "outerHTML",
-            "insertAdjacentHTML",
-            "document.write",
-            "eval(",
-            "http:",
-            "https:",
-        ] {
+        // Nor does either name another origin.
+        for forbidden in MARKUP_SINKS.into_iter().chain(["http:", "https:"]) {
             assert!(!a.text.contains(forbidden), "{path} uses {forbidden}");
         }
         scripts.push(a.text);

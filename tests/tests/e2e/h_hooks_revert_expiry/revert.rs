@@ -7,26 +7,16 @@ use crate::surfaces::web_api::{Api, serve};
 use gatehouse::overseer::Decision;
 use gatehouse::sharing::OpenRequest;
 use gatehouse::store::{ActionState, LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, cli_command, pending_id, stderr, stdout};
+use gatehouse_e2e::{World, cli_command, create_step, label_step, pending_id, stderr, stdout};
 use serde_json::{Value, json};
 use std::process::Output;
 
 const BOB_TOKEN: &str = "tok-bob-7d21-reverts-with-his-own";
 
 /// Stage `addLabel` on issue `issue` in `work` and approve it as alice.
-async fn labelled(w: &World, issue: u64, label: &str) -> i64 {
-    let out = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": issue, "label": label})
-            )]),
-        )
-        .await;
-    let id = pending_id(&out[0]);
-    let d = w.kernel.approve(id, "alice").await.unwrap();
+async fn labelled(w: &World, issue: i64, label: &str) -> i64 {
+    let id = w.stage_label_on("work", issue, label).await;
+    let d = w.kernel.person("alice").approve(id).await.unwrap();
     assert!(matches!(d, Decision::Applied { .. }), "{d:?}");
     id
 }
@@ -118,7 +108,13 @@ async fn a_revert_is_a_new_action_and_after_its_approval_the_tracker_got_one_rem
     );
     assert!(shown.contains("Tool: removeLabel"), "{shown}");
     assert!(shown.contains("Nothing has been sent yet."), "{shown}");
-    let web = w.kernel.shown("alice", revert).await.unwrap().unwrap();
+    let web = w
+        .kernel
+        .person("alice")
+        .shown(revert)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(web.prompt, shown);
 
     // Reverting again while the first revert waits: refused, naming it.
@@ -162,27 +158,27 @@ async fn reverting_what_was_not_applied_or_cannot_be_undone_is_refused_in_one_li
         .script(
             "work",
             json!([
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "rejected"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "waiting"})),
-                call("ISSUES", "createIssue", json!({"title": "no undo"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "fails"})),
+                label_step(1, "rejected"),
+                label_step(1, "waiting"),
+                create_step("no undo"),
+                label_step(1, "fails"),
             ]),
         )
         .await;
     let ids: Vec<i64> = out.as_array().unwrap().iter().map(pending_id).collect();
     let (rejected, waiting, created, failing) = (ids[0], ids[1], ids[2], ids[3]);
     assert!(matches!(
-        w.kernel.reject(rejected, "alice").await.unwrap(),
+        w.kernel.person("alice").reject(rejected).await.unwrap(),
         Decision::Rejected { .. }
     ));
     assert!(matches!(
-        w.kernel.approve(created, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(created).await.unwrap(),
         Decision::Applied { .. }
     ));
     w.tracker
         .inject(gatehouse_services::tracker::Fault::Status(500), 1);
     assert!(matches!(
-        w.kernel.approve(failing, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(failing).await.unwrap(),
         Decision::Failed {
             retryable: false,
             ..
@@ -205,7 +201,13 @@ async fn reverting_what_was_not_applied_or_cannot_be_undone_is_refused_in_one_li
         let e = refused(&w.cli(&["revert", &id.to_string()]));
         assert!(e.contains(said), "#{id}: {e}");
         // Through the kernel, the same words.
-        let k = w.kernel.revert(id, "alice").await.unwrap().unwrap_err();
+        let k = w
+            .kernel
+            .person("alice")
+            .revert(id)
+            .await
+            .unwrap()
+            .unwrap_err();
         assert!(k.to_string().contains(said), "#{id}: {k}");
     }
     assert_eq!(
@@ -221,19 +223,9 @@ async fn revertibility_weakens_neither_auto_approval_key() {
     let k = &w.kernel;
     // addLabel is auto-approvable (vetted, non-destructive, idempotent)
     // and alice's rule covers it: both keys hold.
-    let r = k.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    let r = w.label_rule("alice").await;
     assert!(r.key_one);
-    let out = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": "auto"})
-            )]),
-        )
-        .await;
-    let original = pending_id(&out[0]);
+    let original = w.stage_label_on("work", 1, "auto").await;
     k.settle().await;
     let a = k.inspect().action(original).unwrap().unwrap();
     assert_eq!(a.state, ActionState::Applied);
@@ -241,10 +233,11 @@ async fn revertibility_weakens_neither_auto_approval_key() {
 
     // Its revert is removeLabel, which is honestly destructive: key one
     // does not hold for it, so it waits for a person even with a rule.
-    let reverted = k.revert(original, "alice").await.unwrap().unwrap();
+    let reverted = k.person("alice").revert(original).await.unwrap().unwrap();
     k.settle().await;
     let r = k
-        .add_rule("alice", "issues:removeLabel", None)
+        .person("alice")
+        .add_rule("issues:removeLabel", None)
         .await
         .unwrap();
     assert!(!r.key_one, "removing a label is destructive");
@@ -262,7 +255,7 @@ async fn revertibility_weakens_neither_auto_approval_key() {
     assert_eq!(pending.state, ActionState::Pending, "never auto-approved");
     assert!(removals(&w).is_empty());
     // Nor does the original's auto-approval carry over: a person decides.
-    let d = k.approve(reverted.id, "alice").await.unwrap();
+    let d = k.person("alice").approve(reverted.id).await.unwrap();
     assert!(matches!(d, Decision::Applied { .. }), "{d:?}");
     let done = k.inspect().action(reverted.id).unwrap().unwrap();
     assert!(!done.auto_approved);
@@ -276,8 +269,14 @@ async fn a_revert_that_meets_a_world_that_moved_on_fails_like_any_action() {
     let original = labelled(&w, 1, "gone").await;
     // Someone deletes the issue at the service meanwhile.
     assert!(w.tracker.delete_issue(1));
-    let reverted = w.kernel.revert(original, "alice").await.unwrap().unwrap();
-    let d = w.kernel.approve(reverted.id, "alice").await.unwrap();
+    let reverted = w
+        .kernel
+        .person("alice")
+        .revert(original)
+        .await
+        .unwrap()
+        .unwrap();
+    let d = w.kernel.person("alice").approve(reverted.id).await.unwrap();
     let Decision::Failed {
         message, retryable, ..
     } = &d
@@ -306,9 +305,10 @@ async fn who_may_revert_is_who_may_decide_and_it_goes_out_with_their_own_account
     let k = &w.kernel;
     w.chat_with("work", "alice", &[("issues", "ISSUES")]);
     let original = labelled(&w, 1, "shared").await;
-    k.share("work", "bob", "alice", false).unwrap();
+    k.person("alice").share("work", "bob", false).unwrap();
     let opened = k
-        .open_chat("work", "bob", &OpenRequest::default())
+        .person("bob")
+        .open_chat("work", &OpenRequest::default())
         .await
         .unwrap();
     assert!(
@@ -343,7 +343,7 @@ async fn who_may_revert_is_who_may_decide_and_it_goes_out_with_their_own_account
 
     // Granted the right to decide, bob reverts: the revert is his, and it
     // goes out with his own account, never alice's operator credential.
-    k.share("work", "bob", "alice", true).unwrap();
+    k.person("alice").share("work", "bob", true).unwrap();
     let seen = web_bob.get(&format!("/api/actions/{id}")).await.json();
     assert_eq!(seen["revertible"], true, "{seen}");
     let a = web_bob.post(&path, json!({})).await;
@@ -368,7 +368,7 @@ async fn who_may_revert_is_who_may_decide_and_it_goes_out_with_their_own_account
     let shown = web_bob.get(&format!("/api/actions/{revert}")).await.json();
     assert_eq!(shown["reverts"], original);
 
-    let d = k.approve(revert, "alice").await.unwrap();
+    let d = k.person("alice").approve(revert).await.unwrap();
     assert!(matches!(d, Decision::Applied { .. }), "{d:?}");
     let sent: Vec<_> = w
         .tracker
@@ -383,20 +383,8 @@ async fn who_may_revert_is_who_may_decide_and_it_goes_out_with_their_own_account
         "sent with bob's own account"
     );
     // A pending action has nothing to revert, through the web too.
-    let out = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 2, "label": "later"})
-            )]),
-        )
-        .await;
-    let waiting = pending_id(&out[0]);
-    let a = web_bob
-        .post(&format!("/api/actions/{waiting}/revert"), json!({}))
-        .await;
+    let waiting = w.stage_label_on("work", 2, "later").await;
+    let a = web_bob.act_on(waiting, "revert").await;
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(a.error().contains("still pending"), "{}", a.text);
     server.stop().await;

@@ -2,7 +2,7 @@
 
 use gatehouse::classify::{Kind, classify};
 use gatehouse::store::{LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, pending_id};
+use gatehouse_e2e::{World, add_label, call, pending_id};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,12 +48,7 @@ async fn the_classification_table_holds_for_a_real_gatekeeper() {
 #[tokio::test(flavor = "multi_thread")]
 async fn trust_tiers_are_read_at_each_use() {
     let w = World::standard(Trust::Vetted).await;
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "x"}))]),
-        )
-        .await;
+    let out = w.script("work", add_label(1, "x")).await;
     let first = w
         .kernel
         .inspect()
@@ -61,13 +56,8 @@ async fn trust_tiers_are_read_at_each_use() {
         .unwrap()
         .unwrap();
     assert_eq!(first.trust, "vetted");
-    w.kernel.set_trust("issues", Trust::Byo).unwrap();
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "y"}))]),
-        )
-        .await;
+    w.kernel.operator().set_trust("issues", Trust::Byo).unwrap();
+    let out = w.script("work", add_label(1, "y")).await;
     let second = w
         .kernel
         .inspect()

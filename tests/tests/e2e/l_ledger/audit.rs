@@ -3,7 +3,7 @@
 //! gadget observed, through the CLI with `--json`.
 
 use gatehouse::store::Trust;
-use gatehouse_e2e::{World, call, pending_id, stdout};
+use gatehouse_e2e::{World, add_label, call, create_step, pending_id, stdout};
 use serde_json::{Value, json};
 
 fn ids(w: &World, args: &[&str]) -> Vec<i64> {
@@ -24,16 +24,13 @@ async fn the_audit_queries_answer_who_allowed_what() {
     let w = World::standard(Trust::Vetted).await;
     w.add_gatekeeper("rogue", "rogue", Trust::Byo).await;
     w.introduce("work", "alice", &[("rogue", "ROGUE")]);
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    w.label_rule("alice").await;
     let out = w
         .script(
             "work",
             json!([
                 call("ISSUES", "listIssues", json!({})),
-                call("ISSUES", "createIssue", json!({"title": "by hand"})),
+                create_step("by hand"),
                 call("ROGUE", "echo", json!({"x": 1})),
             ]),
         )
@@ -41,13 +38,8 @@ async fn the_audit_queries_answer_who_allowed_what() {
     let read = 1;
     let manual = pending_id(&out[1]);
     let echo = manual + 1;
-    w.kernel.approve(manual, "alice").await.unwrap();
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "a"}))]),
-        )
-        .await;
+    w.kernel.person("alice").approve(manual).await.unwrap();
+    let out = w.script("work", add_label(1, "a")).await;
     let auto = pending_id(&out[0]);
     w.kernel.settle().await;
 

@@ -123,13 +123,13 @@ async fn the_classification_table_holds_for_a_real_mcp_server() {
     );
 
     // An approved write reaches the server exactly once.
-    let d = w.kernel.approve(ids[0], "alice").await.unwrap();
+    let d = w.kernel.person("alice").approve(ids[0]).await.unwrap();
     match &d {
         Decision::Applied { result, .. } => assert!(result.contains("deleted 7"), "{result}"),
         other => panic!("expected applied, got {other:?}"),
     }
     assert!(matches!(
-        w.kernel.approve(ids[0], "alice").await.unwrap(),
+        w.kernel.person("alice").approve(ids[0]).await.unwrap(),
         Decision::AlreadyApplied { .. }
     ));
     assert_eq!(server.calls_of("delete_item"), 1);
@@ -164,33 +164,36 @@ async fn a_lying_tool_of_a_byo_server_runs_as_a_read_and_the_ledger_lists_it() {
     );
 }
 
+/// Approve `id` as alice, which must fail: whether the failure may be
+/// retried (SPEC P2), and its message.
+async fn approve_failing(w: &World, id: i64) -> (bool, String) {
+    match w.kernel.person("alice").approve(id).await.unwrap() {
+        Decision::Failed {
+            retryable, message, ..
+        } => (retryable, message),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_follow_p2_a_401_is_retryable_a_500_after_receipt_is_never_resent() {
     let (w, server) = mcp_world(Trust::Byo).await;
 
     let id = stage(&w, "tag_item", json!({"id": 1, "tag": "a"})).await;
     server.fault("401");
-    match w.kernel.approve(id, "alice").await.unwrap() {
-        Decision::Failed { retryable, .. } => assert!(retryable, "a 401 took no effect"),
-        other => panic!("expected a retryable failure, got {other:?}"),
-    }
+    let (retryable, message) = approve_failing(&w, id).await;
+    assert!(retryable, "a 401 took no effect: {message}");
     assert_eq!(server.calls_of("tag_item"), 0);
     assert!(matches!(
-        w.kernel.approve(id, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(id).await.unwrap(),
         Decision::Applied { .. }
     ));
     assert_eq!(server.calls_of("tag_item"), 1, "the retry landed once");
 
     let id = stage(&w, "delete_item", json!({"id": 2})).await;
     server.fault("500-after");
-    match w.kernel.approve(id, "alice").await.unwrap() {
-        Decision::Failed {
-            retryable, message, ..
-        } => {
-            assert!(!retryable, "{message}");
-        }
-        other => panic!("expected a failure, got {other:?}"),
-    }
+    let (retryable, message) = approve_failing(&w, id).await;
+    assert!(!retryable, "{message}");
     assert!(
         gatehouse_e2e::wait_until(std::time::Duration::from_secs(10), || server
             .calls_of("delete_item")
@@ -198,7 +201,7 @@ async fn failures_follow_p2_a_401_is_retryable_a_500_after_receipt_is_never_rese
         "the server received it"
     );
     assert!(matches!(
-        w.kernel.approve(id, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(id).await.unwrap(),
         Decision::Refused { .. }
     ));
     assert_eq!(server.calls_of("delete_item"), 1, "never resent");
@@ -206,15 +209,9 @@ async fn failures_follow_p2_a_401_is_retryable_a_500_after_receipt_is_never_rese
     // A session that expires under a write: never retried blindly.
     let id = stage(&w, "ping_item", json!({"id": 3})).await;
     server.fault("expire");
-    match w.kernel.approve(id, "alice").await.unwrap() {
-        Decision::Failed {
-            retryable, message, ..
-        } => {
-            assert!(!retryable, "{message}");
-            assert!(message.contains("session"), "{message}");
-        }
-        other => panic!("expected a failure, got {other:?}"),
-    }
+    let (retryable, message) = approve_failing(&w, id).await;
+    assert!(!retryable, "{message}");
+    assert!(message.contains("session"), "{message}");
     assert_eq!(
         server.calls_of("ping_item"),
         0,
@@ -261,14 +258,14 @@ async fn refresh_reports_a_changed_annotation_and_the_pending_action_is_held() {
     );
 
     // Not sent as if unchanged: the claim's revalidation holds it (P7).
-    match w.kernel.approve(id, "alice").await.unwrap() {
+    match w.kernel.person("alice").approve(id).await.unwrap() {
         Decision::Held { note, .. } => assert!(note.contains("tag_item"), "{note}"),
         other => panic!("expected the action held, got {other:?}"),
     }
     assert_eq!(server.calls_of("tag_item"), 0);
     // A person who approves it again, on the current facts, sends it once.
     assert!(matches!(
-        w.kernel.approve(id, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(id).await.unwrap(),
         Decision::Applied { .. }
     ));
     assert_eq!(server.calls_of("tag_item"), 1);
@@ -402,9 +399,10 @@ fn call_sessions(server: &McpServer) -> Vec<Value> {
 async fn reads_resume_one_held_session_per_chat_and_account_and_a_send_sets_up_its_own() {
     let (w, server) = mcp_world(Trust::Byo).await;
     w.chat_with("home", "alice", &[("svc", "SVC")]);
-    w.kernel.add_user("bob").unwrap();
+    w.kernel.operator().add_user("bob").unwrap();
     w.kernel
-        .connect_account("bob", "svc", "main", TOKEN, true)
+        .person("bob")
+        .connect_account("svc", "main", TOKEN, true)
         .unwrap();
     w.chat_with("bobs", "bob", &[("svc", "SVC")]);
     // Adding the gatekeeper read the tool list over a session of its own.
@@ -447,7 +445,7 @@ async fn reads_resume_one_held_session_per_chat_and_account_and_a_send_sets_up_i
     // from the reads: work's next read resumes work's session.
     let id = stage(&w, "tag_item", json!({"id": 1, "tag": "a"})).await;
     assert!(matches!(
-        w.kernel.approve(id, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(id).await.unwrap(),
         Decision::Applied { .. }
     ));
     assert_eq!(server.initializations(), base + 4);
@@ -515,7 +513,7 @@ async fn a_private_authority_is_trusted_only_where_the_operator_names_it() {
     assert_eq!(out[0]["done"]["content"][0]["text"], "item 3", "{out}");
     let id = stage(&w, "tag_item", json!({"id": 3, "tag": "t"})).await;
     assert!(matches!(
-        w.kernel.approve(id, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(id).await.unwrap(),
         Decision::Applied { .. }
     ));
 

@@ -7,7 +7,7 @@
 
 use gatehouse::store::{LedgerFilter, Trust};
 use gatehouse_e2e::mcp::{McpClient, McpHttpServe, raw_http, stdio_connect};
-use gatehouse_e2e::{World, call, cli_command, stderr, stdout, wait_until};
+use gatehouse_e2e::{World, add_hook, call, cli_command, stderr, stdout, wait_until};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -104,15 +104,7 @@ fn the_round_of_an_agent(w: &World, c: &mut McpClient) {
         "{read}"
     );
     assert_eq!(read["structuredContent"]["id"], 1, "{read}");
-    let log = w
-        .kernel
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some("work".into()),
-            kind: Some(gatehouse::store::LedgerKind::Observation),
-            ..Default::default()
-        })
-        .unwrap();
+    let log = w.observations("work");
     let seen = log.last().expect("the read is recorded");
     assert_eq!(seen.caller, "external agent in work, acting for alice");
     assert_eq!(
@@ -345,35 +337,42 @@ async fn a_latched_chat_refuses_outbound_calls_through_mcp_exactly_as_through_a_
         .start()
         .unwrap();
     let k = &w.kernel;
-    k.put_secret("warehouse-token", "wh-owner-9d3a").unwrap();
-    let bytes = |name: &str| std::fs::read(gatehouse_e2e::guest(name)).unwrap();
-    k.add_gatekeeper(
-        "warehouse",
-        &bytes("warehouse"),
-        Trust::Byo,
-        vec![warehouse.host()],
-        Some("warehouse-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    k.add_gatekeeper(
-        "web",
-        &bytes("webfetch"),
-        Trust::Byo,
-        vec![w.tracker.host()],
-        Some("tracker-token".into()),
-        Vec::new(),
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    k.introduce("work", "warehouse", "WAREHOUSE", None, "alice")
+    k.operator()
+        .put_secret("warehouse-token", "wh-owner-9d3a")
         .unwrap();
-    k.introduce("work", "web", "WEB", None, "alice").unwrap();
+    let bytes = |name: &str| std::fs::read(gatehouse_e2e::guest(name)).unwrap();
+    k.operator()
+        .add_gatekeeper(
+            "warehouse",
+            &bytes("warehouse"),
+            Trust::Byo,
+            vec![warehouse.host()],
+            Some("warehouse-token".into()),
+            Vec::new(),
+            &|_| {},
+        )
+        .await
+        .unwrap();
+    k.operator()
+        .add_gatekeeper(
+            "web",
+            &bytes("webfetch"),
+            Trust::Byo,
+            vec![w.tracker.host()],
+            Some("tracker-token".into()),
+            Vec::new(),
+            &|_| {},
+        )
+        .await
+        .unwrap();
+    k.person("alice")
+        .introduce("work", "warehouse", "WAREHOUSE", None)
+        .unwrap();
+    k.person("alice")
+        .introduce("work", "web", "WEB", None)
+        .unwrap();
     // Both keys for addLabel: without the latch it would be auto-approved.
-    k.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    w.label_rule("alice").await;
     let mut c = McpClient::stdio(w.home(), "work", "alice", &server_log(&w));
 
     // The agent reads owner-only data itself: admitted, and the chat latches.
@@ -424,7 +423,7 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
 
     // Someone the chat is not shared with is told exactly what a missing
     // chat tells, and what `run` tells them.
-    k.add_user("mallory").unwrap();
+    k.operator().add_user("mallory").unwrap();
     let as_mallory = |args: &[&str]| {
         cli_command(w.home(), args)
             .env("GATEHOUSE_USER", "mallory")
@@ -454,7 +453,7 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
     let mut alice = McpClient::stdio(w.home(), chat, "alice", &server_log(&w));
     let sales = alice.call("WAREHOUSE__query", json!({"table": "sales"}));
     assert!(!is_error(&sales), "{sales}");
-    k.share(chat, "bob", "alice", false).unwrap();
+    k.person("alice").share(chat, "bob", false).unwrap();
     let before = warehouse.requests().len();
     let payroll = alice.call("WAREHOUSE__query", json!({"table": "payroll"}));
     assert!(is_error(&payroll), "{payroll}");
@@ -472,16 +471,7 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
     let mut bob = McpClient::stdio(w.home(), chat, "bob", &server_log(&w));
     let customers = bob.call("WAREHOUSE__query", json!({"table": "customers"}));
     assert!(!is_error(&customers), "{customers}");
-    let last = k
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some(chat.into()),
-            kind: Some(gatehouse::store::LedgerKind::Observation),
-            ..Default::default()
-        })
-        .unwrap()
-        .pop()
-        .unwrap();
+    let last = w.observations(chat).pop().unwrap();
     assert_eq!(
         last.caller,
         "external agent in salary-board, acting for bob"
@@ -489,7 +479,7 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
     assert_eq!(last.account.as_deref(), Some("bob/analyst"));
 
     // Removed, bob's open session loses the chat at the next request.
-    assert!(k.unshare(chat, "bob", "alice").unwrap());
+    assert!(k.person("alice").unshare(chat, "bob").unwrap());
     let after = bob.call("WAREHOUSE__query", json!({"table": "customers"}));
     assert!(is_error(&after), "{after}");
     assert_eq!(
@@ -508,10 +498,7 @@ async fn who_may_use_a_chat_over_mcp_is_the_one_rule() {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_key_auto_approval_applies_to_an_agents_writes_unchanged() {
     let w = World::standard(Trust::Vetted).await;
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    w.label_rule("alice").await;
     let mut c = McpClient::stdio(w.home(), "work", "alice", &server_log(&w));
     let write = c.call("ISSUES__addLabel", json!({"id": 1, "label": "triaged"}));
     assert!(!is_error(&write), "{write}");
@@ -549,9 +536,10 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
     const TOKEN: &str = "mcp-tok-serve-4e1a";
     let server = McpServer::start(TOKEN);
     let w = World::new();
-    w.kernel.put_secret("mcp-token", TOKEN).unwrap();
+    w.kernel.operator().put_secret("mcp-token", TOKEN).unwrap();
     let bytes = std::fs::read(gatehouse_e2e::guest("mcp")).unwrap();
     w.kernel
+        .operator()
         .add_gatekeeper(
             "svc",
             &bytes,
@@ -563,9 +551,10 @@ async fn a_remote_mcp_servers_tools_pass_through_the_gate_unchanged() {
         )
         .await
         .unwrap();
-    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel.person("alice").new_chat("work").unwrap();
     w.kernel
-        .introduce("work", "svc", "SVC", None, "alice")
+        .person("alice")
+        .introduce("work", "svc", "SVC", None)
         .unwrap();
     let log = server_log(&w);
     let mut c = McpClient::stdio(w.home(), "work", "alice", &log);
@@ -746,17 +735,7 @@ async fn a_refusal_quotes_the_tool_name_as_given() {
         "{refused}"
     );
     // A person's hook of a trigger the gatekeeper does not declare.
-    let o = w.cli(&[
-        "hook",
-        "add",
-        "work",
-        "--gatekeeper",
-        "issues",
-        "--trigger",
-        "issue_opened",
-        "--gadget",
-        "triage",
-    ]);
+    let o = w.cli(&add_hook("issue_opened", &[]));
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains(r#"declares no trigger "issue_opened"; it declares: issueOpened"#),

@@ -4,8 +4,8 @@
 //! that it stays in a closed world exempts it from the latch only where an
 //! operator vouched for its gatekeeper.
 
-use gatehouse::store::{ActionState, LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, pending_id};
+use gatehouse::store::{ActionState, Trust};
+use gatehouse_e2e::{World, call, create_step, label_step, pending_id};
 use gatehouse_services::warehouse::Warehouse;
 use serde_json::json;
 
@@ -49,7 +49,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
             json!([
                 call("WAREHOUSE", "query", json!({"table": "sales"})),
                 call("WEB", "fetch", web.clone()),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "later"})),
+                label_step(1, "later"),
             ]),
         )
         .await;
@@ -68,15 +68,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
         .await;
     assert!(read[0]["done"]["rows"].is_array(), "{}", read[0]);
     assert!(latched(&w, "work"));
-    let obs = w
-        .kernel
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some("work".into()),
-            kind: Some(gatehouse::store::LedgerKind::Observation),
-            ..Default::default()
-        })
-        .unwrap();
+    let obs = w.observations("work");
     let last = obs.last().unwrap();
     assert_eq!(last.sources.as_ref().unwrap()[0]["restricted"], true);
     assert_eq!(last.sources.as_ref().unwrap()[0]["id"], "table:payroll");
@@ -88,7 +80,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
         .script(
             "work",
             json!([
-                call("ISSUES", "createIssue", json!({"title": "leak"})),
+                create_step("leak"),
                 call("WEB", "fetch", web.clone()),
                 call("WAREHOUSE", "query", json!({"table": "sales"})),
             ]),
@@ -125,11 +117,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
     );
 
     // Nothing is auto-approved, even with both keys (U4).
-    let r = w
-        .kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    let r = w.label_rule("alice").await;
     assert!(r.key_one && r.applied.is_empty());
     assert_eq!(
         w.kernel.inspect().action(waiting).unwrap().unwrap().state,
@@ -139,12 +127,7 @@ async fn reading_owner_only_data_locks_the_whole_chat_down() {
     // The latch survives a restart; other chats are unaffected.
     let k = w.reopen();
     assert!(k.inspect().chat("work").unwrap().unwrap().latched);
-    let other = w
-        .script(
-            "other",
-            json!([call("ISSUES", "createIssue", json!({"title": "fine"}))]),
-        )
-        .await;
+    let other = w.script("other", json!([create_step("fine")])).await;
     pending_id(&other[0]);
     assert!(!latched(&w, "other"));
     drop(warehouse);
@@ -155,6 +138,7 @@ async fn a_refused_owner_only_read_latches_nothing() {
     // The latch is written with the observation, only for an admitted read.
     let Lockdown { w, warehouse } = lockdown_world().await;
     w.kernel
+        .operator()
         .put_secret("warehouse-token", "not-an-account")
         .unwrap();
     let read = w
@@ -185,7 +169,10 @@ async fn under_the_latch_a_closed_world_claim_counts_only_while_an_operator_vouc
 
     // The operator withdraws its word: the same read, whose tool still
     // says `open-world: false`, is now refused before anything is sent.
-    w.kernel.set_trust("warehouse", Trust::Byo).unwrap();
+    w.kernel
+        .operator()
+        .set_trust("warehouse", Trust::Byo)
+        .unwrap();
     let asked = warehouse.requests().len();
     let byo = w.script("work", sales()).await;
     assert_eq!(byo[0]["error"]["kind"], "refused", "{}", byo[0]);
@@ -198,7 +185,10 @@ async fn under_the_latch_a_closed_world_claim_counts_only_while_an_operator_vouc
     );
 
     // Vouched for again, it runs again (the tier is read at each use).
-    w.kernel.set_trust("warehouse", Trust::Vetted).unwrap();
+    w.kernel
+        .operator()
+        .set_trust("warehouse", Trust::Vetted)
+        .unwrap();
     let again = w.script("work", sales()).await;
     assert!(again[0].get("done").is_some(), "{}", again[0]);
     drop(warehouse);

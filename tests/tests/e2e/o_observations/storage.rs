@@ -16,6 +16,7 @@ const CHAT: &str = "salary-board";
 async fn notebook(w: &World, gadget: &str, chat: &str, cmd: Value) -> Value {
     let report = w
         .kernel
+        .operator()
         .run(gadget, chat, &cmd.to_string())
         .await
         .expect("the turn runs");
@@ -68,7 +69,10 @@ async fn round_trip_per_chat_and_gadget(w: &World) {
     assert_eq!(list["ok"], json!(["owner", "plan"]), "{list}");
 
     // Another chat has its own store.
-    w.kernel.new_chat("elsewhere", "alice").expect("chat");
+    w.kernel
+        .person("alice")
+        .new_chat("elsewhere")
+        .expect("chat");
     let other = notebook(
         w,
         "notebook",
@@ -83,6 +87,7 @@ async fn round_trip_per_chat_and_gadget(w: &World) {
     // Another gadget (the same code installed under another name) too.
     let bytes = std::fs::read(gatehouse_e2e::guest("notebook")).expect("guest built");
     w.kernel
+        .operator()
         .install("diary", &bytes, &|_| {})
         .expect("installed again under another name");
     let diary = notebook(w, "diary", "work", json!({"op": "read", "key": "plan"})).await;
@@ -118,7 +123,7 @@ async fn storage_a_note_lasts_across_turns_in_its_own_chat_and_gadget_on_postgre
 }
 
 async fn limits_are_refused_in_one_line(w: &World) {
-    w.kernel.new_chat("limits", "alice").expect("chat");
+    w.kernel.person("alice").new_chat("limits").expect("chat");
     let one_line = |v: &Value| {
         let e = v["error"].as_str().unwrap_or_default().to_owned();
         assert!(!e.is_empty() && !e.contains('\n'), "one line: {v}");
@@ -247,8 +252,8 @@ async fn storage_a_note_derived_from_owner_only_data_is_the_owner_s_and_reading_
     // Bob, who could not be let in to see payroll, cannot read what was
     // derived from it: his turn is refused as the chat itself is.
     let bob = k
-        .run_as(
-            "bob",
+        .person("bob")
+        .run(
             "notebook",
             CHAT,
             &json!({"op": "read", "key": "pay"}).to_string(),
@@ -273,23 +278,22 @@ async fn storage_a_note_goes_only_to_a_collaborator_verified_for_its_source_and_
     let saved = notebook(&w, "notebook", CHAT, derive("pay", "payroll")).await;
     assert_eq!(saved["ok"], "pay", "{saved}");
     assert!(!k.inspect().chat(CHAT).unwrap().unwrap().latched);
-    k.share(CHAT, "bob", "alice", false).expect("shared");
-    k.share(CHAT, "carol", "alice", false).expect("shared");
+    k.person("alice").share(CHAT, "bob", false).expect("shared");
+    k.person("alice")
+        .share(CHAT, "carol", false)
+        .expect("shared");
 
     // Carol's account may not see payroll: she is not let in, so neither
     // the note nor its key reaches her.
     let carol = k
-        .open_chat(CHAT, "carol", &OpenRequest::default())
+        .person("carol")
+        .open_chat(CHAT, &OpenRequest::default())
         .await
         .expect("asked");
     assert!(matches!(carol, OpenOutcome::Refused { .. }), "{carol:?}");
     let turn = k
-        .run_as(
-            "carol",
-            "notebook",
-            CHAT,
-            &json!({"op": "list"}).to_string(),
-        )
+        .person("carol")
+        .run("notebook", CHAT, &json!({"op": "list"}).to_string())
         .await;
     let refusal = format!("{:#}", turn.expect_err("refused"));
     assert!(refusal.contains("payroll"), "{refusal}");
@@ -300,11 +304,15 @@ async fn storage_a_note_goes_only_to_a_collaborator_verified_for_its_source_and_
         link: None,
         accounts: [("wh-prod-7".to_owned(), "finance".to_owned())].into(),
     };
-    let bob = k.open_chat(CHAT, "bob", &request).await.expect("asked");
+    let bob = k
+        .person("bob")
+        .open_chat(CHAT, &request)
+        .await
+        .expect("asked");
     assert!(matches!(bob, OpenOutcome::Admitted { .. }), "{bob:?}");
     let report = k
-        .run_as(
-            "bob",
+        .person("bob")
+        .run(
             "notebook",
             CHAT,
             &json!({"op": "read", "key": "pay"}).to_string(),

@@ -3,20 +3,41 @@
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, Trust};
 use gatehouse_e2e::{
-    World, call, cli_command, keys_honoured, pending_id, stderr, stdout, wait_until,
+    World, call, cli_command, create_step, keys_honoured, label_step, pending_id, stderr, stdout,
+    wait_until,
 };
 use gatehouse_services::tracker::Fault;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A CLI `approve` of `id` in its own process, caught between its send
+/// and its record: the tracker applies the write and never answers, so
+/// the process waits (with a long deadline) holding the claim. Returns
+/// once the write reached the service; the caller kills the process.
+fn approval_hung_after_its_send(w: &World, id: i64) -> std::process::Child {
+    w.tracker.inject(Fault::LandThenHang, 1);
+    let child = cli_command(w.home(), &["approve", &id.to_string()])
+        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
+        "the write reached the service"
+    );
+    child
+}
+
+/// SIGKILL: the process dies where it stands, as a crashed host would.
+fn kill(mut child: std::process::Child) {
+    child.kill().expect("the process is killed");
+    child.wait().expect("the process is reaped");
+}
+
 async fn staged_issue(w: &World, title: &str) -> i64 {
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "createIssue", json!({"title": title}))]),
-        )
-        .await;
+    let out = w.script("work", json!([create_step(title)])).await;
     pending_id(&out[0])
 }
 
@@ -40,7 +61,7 @@ async fn twenty_concurrent_approvals_send_once() {
     for _ in 0..10 {
         let k = w.reopen();
         tasks.push(tokio::spawn(async move {
-            k.approve(id, "alice").await.unwrap()
+            k.person("alice").approve(id).await.unwrap()
         }));
     }
     let mut applied = 0;
@@ -85,7 +106,7 @@ async fn a_write_that_lands_then_times_out_is_final() {
     let w = World::standard(Trust::Byo).await;
     let id = staged_issue(&w, "lands then hangs").await;
     w.tracker.inject(Fault::LandThenHang, 1);
-    let d = w.kernel.approve(id, "alice").await.unwrap();
+    let d = w.kernel.person("alice").approve(id).await.unwrap();
     match &d {
         Decision::Failed {
             retryable, message, ..
@@ -96,7 +117,7 @@ async fn a_write_that_lands_then_times_out_is_final() {
         other => panic!("expected a failure, got {other:?}"),
     }
     assert_eq!(w.tracker.writes().len(), 1);
-    let again = w.kernel.approve(id, "alice").await.unwrap();
+    let again = w.kernel.person("alice").approve(id).await.unwrap();
     match again {
         Decision::Refused { reason, .. } => {
             assert!(reason.contains("check the service"), "{reason}")
@@ -115,13 +136,13 @@ async fn a_403_is_retryable_and_the_retry_succeeds() {
     let w = World::standard(Trust::Byo).await;
     let id = staged_issue(&w, "forbidden once").await;
     w.tracker.inject(Fault::Status(403), 1);
-    match w.kernel.approve(id, "alice").await.unwrap() {
+    match w.kernel.person("alice").approve(id).await.unwrap() {
         Decision::Failed { retryable, .. } => assert!(retryable),
         other => panic!("expected a retryable failure, got {other:?}"),
     }
     assert_eq!(w.tracker.writes().len(), 0, "the 403 took no effect");
     assert!(matches!(
-        w.kernel.approve(id, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(id).await.unwrap(),
         Decision::Applied { .. }
     ));
     assert_eq!(w.tracker.writes().len(), 1);
@@ -137,7 +158,7 @@ async fn server_errors_and_garbage_are_not_retryable() {
     for fault in [Fault::Status(500), Fault::Garbage, Fault::Status(401)] {
         let id = staged_issue(&w, "faulty").await;
         w.tracker.inject(fault, 1);
-        let d = w.kernel.approve(id, "alice").await.unwrap();
+        let d = w.kernel.person("alice").approve(id).await.unwrap();
         let Decision::Failed { retryable, .. } = d else {
             panic!("{fault:?}: {d:?}")
         };
@@ -151,23 +172,12 @@ async fn a_host_killed_after_the_claim_never_sends_again() {
     // at most once, even though the instance is vetted (SPEC P9).
     let w = World::standard(Trust::Vetted).await;
     let id = staged_issue(&w, "killed mid-apply").await;
-    w.tracker.inject(Fault::LandThenHang, 1);
-    let mut child = cli_command(w.home(), &["approve", &id.to_string()])
-        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
-        "the write reached the service"
-    );
+    let child = approval_hung_after_its_send(&w, id);
     assert_eq!(
         w.kernel.inspect().action(id).unwrap().unwrap().state,
         ActionState::Applying
     );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    kill(child);
 
     // A new start recovers: failed, not retryable, never sent again.
     let k = w.reopen();
@@ -176,7 +186,7 @@ async fn a_host_killed_after_the_claim_never_sends_again() {
     assert_eq!(a.retryable, Some(false));
     assert!(a.error.unwrap().contains("interrupted after sending"));
     assert!(matches!(
-        k.approve(id, "alice").await.unwrap(),
+        k.person("alice").approve(id).await.unwrap(),
         Decision::Refused { .. }
     ));
     let o = w.cli(&["approve", &id.to_string()]);
@@ -196,19 +206,7 @@ async fn a_host_killed_after_the_claim_is_resent_with_its_key_and_applied_once()
     // recovery re-sends the interrupted claim with the same key.
     let w = World::standard_with(Trust::Vetted, keys_honoured()).await;
     let id = staged_issue(&w, "killed mid-apply, resent").await;
-    w.tracker.inject(Fault::LandThenHang, 1);
-    let mut child = cli_command(w.home(), &["approve", &id.to_string()])
-        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
-        "the write reached the service"
-    );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    kill(approval_hung_after_its_send(&w, id));
     let key = w.tracker.writes()[0]
         .idempotency_key
         .clone()
@@ -244,19 +242,7 @@ async fn a_byo_gatekeeper_declaring_keys_is_not_believed_and_its_interrupted_sen
     // re-send (SPEC P9), so the claim is failed for good.
     let w = World::standard_with(Trust::Byo, keys_honoured()).await;
     let id = staged_issue(&w, "byo keys").await;
-    w.tracker.inject(Fault::LandThenHang, 1);
-    let mut child = cli_command(w.home(), &["approve", &id.to_string()])
-        .env("GATEHOUSE_GATEKEEPER_DEADLINE_MS", "600000")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(60), || w.tracker.writes().len() == 1),
-        "the write reached the service"
-    );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    kill(approval_hung_after_its_send(&w, id));
     assert!(
         w.tracker.writes()[0].idempotency_key.is_some(),
         "the instance sent a key"
@@ -266,15 +252,7 @@ async fn a_byo_gatekeeper_declaring_keys_is_not_believed_and_its_interrupted_sen
     assert!(stderr(&o).contains("never resent"), "{}", stderr(&o));
     let a = w.kernel.inspect().action(id).unwrap().unwrap();
     assert_eq!((a.state, a.retryable), (ActionState::Failed, Some(false)));
-    assert_eq!(
-        w.tracker
-            .requests()
-            .iter()
-            .filter(|r| r.method == "POST")
-            .count(),
-        1,
-        "sent once"
-    );
+    assert_eq!(w.posts_received(), 1, "sent once");
     assert!(w.tracker.replays().is_empty(), "never re-sent");
 }
 
@@ -285,7 +263,7 @@ async fn a_live_claim_survives_another_process_starting() {
     let id = staged_issue(&w, "slow").await;
     w.tracker.inject(Fault::LandThenHang, 1);
     let k = w.reopen();
-    let approving = tokio::spawn(async move { k.approve(id, "alice").await.unwrap() });
+    let approving = tokio::spawn(async move { k.person("alice").approve(id).await.unwrap() });
     assert!(wait_until(Duration::from_secs(60), || w
         .tracker
         .writes()
@@ -367,17 +345,11 @@ async fn reads_reuse_a_kept_connection_and_every_send_opens_its_own() {
 
     // Two approved writes: a connection each, never a kept one.
     let out = w
-        .script(
-            "work",
-            json!([
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "a"})),
-                call("ISSUES", "addLabel", json!({"id": 2, "label": "b"})),
-            ]),
-        )
+        .script("work", json!([label_step(1, "a"), label_step(2, "b"),]))
         .await;
     for r in out.as_array().unwrap() {
         let id = gatehouse_e2e::pending_id(r);
-        k.approve(id, "alice").await.unwrap();
+        k.person("alice").approve(id).await.unwrap();
     }
     assert_eq!(w.tracker.writes().len(), 2);
     assert_eq!(count(), 3, "each send on a connection of its own");

@@ -4,7 +4,7 @@
 
 use gatehouse::store::Trust;
 use gatehouse_e2e::{
-    EchoService, World, call, cli_command, crafted, guest, pending_id, stderr, stdout,
+    EchoService, World, add_label, call, cli_command, crafted, guest, pending_id, stderr, stdout,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -181,15 +181,16 @@ fn any_bytes_are_refused_in_one_line_by_install_and_import() {
             // An empty nesting is a valid (empty) component, just not a gadget.
             let e = w
                 .kernel
+                .operator()
                 .install("fuzzed", &b, &|_| {})
                 .expect_err("random bytes are never a gadget");
             let line = format!("{e:#}");
             prop_assert!(!line.contains('\n'), "multi-line: {line}");
             let e = w
                 .kernel
+                .person("alice")
                 .import_blueprint(
                     &crafted::blueprint("fuzzed", &b),
-                    "alice",
                     None,
                     None,
                     &Default::default(),
@@ -494,12 +495,7 @@ async fn every_size_a_component_controls_is_capped_with_a_note() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hand_over_is_recorded_once_and_a_turn_has_a_call_budget() {
     let w = World::standard(Trust::Byo).await;
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "x"}))]),
-        )
-        .await;
+    let out = w.script("work", add_label(1, "x")).await;
     let id = pending_id(&out[0]);
     let o = w.cli(&["approve", &id.to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -609,7 +605,10 @@ async fn a_credential_goes_to_its_one_host_and_never_in_clear_text() {
     let other = EchoService::start(200);
     let w = World::new();
     w.install("script");
-    w.kernel.put_secret("echo-token", SECRET).unwrap();
+    w.kernel
+        .operator()
+        .put_secret("echo-token", SECRET)
+        .unwrap();
     let overflow = guest("overflow");
     let overflow = overflow.to_str().unwrap();
 
@@ -675,7 +674,7 @@ async fn a_credential_goes_to_its_one_host_and_never_in_clear_text() {
         "base-url=http://localhost",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    w.kernel.new_chat("work", "alice").unwrap();
+    w.kernel.person("alice").new_chat("work").unwrap();
     for (g, key) in [("two", "TWO"), ("clear", "CLEAR"), ("portless", "PORTLESS")] {
         w.introduce("work", "alice", &[(g, key)]);
     }

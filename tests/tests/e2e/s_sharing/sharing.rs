@@ -4,7 +4,7 @@
 //! with their own accounts.
 
 use gatehouse::sharing::{OpenOutcome, OpenRequest};
-use gatehouse::store::{LedgerFilter, Trust};
+use gatehouse::store::Trust;
 use gatehouse_e2e::{World, call, cli_command, stderr, stdout};
 use gatehouse_services::warehouse::Warehouse;
 use serde_json::{Value, json};
@@ -49,13 +49,17 @@ pub async fn shared_world(owner_only: &[&str]) -> Shared {
     .await
     .expect("gatekeeper added");
     w.users(&["alice", "bob", "carol"]);
-    k.connect_account("alice", "wh-prod-7", "main", ALICE, false)
+    k.person("alice")
+        .connect_account("wh-prod-7", "main", ALICE, false)
         .expect("account");
-    k.connect_account("bob", "wh-prod-7", "analyst", BOB_ANALYST, false)
+    k.person("bob")
+        .connect_account("wh-prod-7", "analyst", BOB_ANALYST, false)
         .expect("account");
-    k.connect_account("bob", "wh-prod-7", "finance", BOB_FINANCE, false)
+    k.person("bob")
+        .connect_account("wh-prod-7", "finance", BOB_FINANCE, false)
         .expect("account");
-    k.connect_account("carol", "wh-prod-7", "main", CAROL, false)
+    k.person("carol")
+        .connect_account("wh-prod-7", "main", CAROL, false)
         .expect("account");
     w.chat_with(CHAT, "alice", &[("wh-prod-7", "WAREHOUSE")]);
     Shared { w, warehouse }
@@ -103,8 +107,10 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
     assert!(log.contains("source table:payroll (Payroll)"), "{log}");
     assert!(log.contains("source table:customers (Customers)"), "{log}");
 
-    k.share(CHAT, "bob", "alice", false).expect("shared");
-    k.share(CHAT, "carol", "alice", false).expect("shared");
+    k.person("alice").share(CHAT, "bob", false).expect("shared");
+    k.person("alice")
+        .share(CHAT, "carol", false)
+        .expect("shared");
     let before = warehouse.requests().len();
 
     // Bob's default account may not read payroll: refused with one line
@@ -173,7 +179,8 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
 
     // The API form: the same failures, and the choice as a parameter.
     let outcome = k
-        .open_chat(CHAT, "carol", &OpenRequest::default())
+        .person("carol")
+        .open_chat(CHAT, &OpenRequest::default())
         .await
         .unwrap();
     let OpenOutcome::Refused {
@@ -188,9 +195,9 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
     let mut accounts = std::collections::BTreeMap::new();
     accounts.insert("wh-prod-7".to_owned(), "finance".to_owned());
     let outcome = k
+        .person("bob")
         .open_chat(
             CHAT,
-            "bob",
             &OpenRequest {
                 link: None,
                 accounts,
@@ -206,8 +213,8 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
     // Bob's turn in Alice's chat runs under the account he opened it with.
     let n = warehouse.requests().len();
     let report = k
-        .run_as(
-            "bob",
+        .person("bob")
+        .run(
             "script",
             CHAT,
             &json!({"steps": [query("sales")]}).to_string(),
@@ -225,14 +232,7 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
         data[0].authorization.as_deref(),
         Some(&*format!("Bearer {BOB_FINANCE}"))
     );
-    let obs = k
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some(CHAT.into()),
-            kind: Some(gatehouse::store::LedgerKind::Observation),
-            ..Default::default()
-        })
-        .unwrap();
+    let obs = w.observations(CHAT);
     assert_eq!(
         obs.last().and_then(|e| e.account.as_deref()),
         Some("bob/finance")
@@ -247,7 +247,8 @@ async fn every_open_re_verifies_each_observed_source_with_the_openers_own_accoun
     );
     // Carol may not run anything there: her open fails.
     let err = k
-        .run_as("carol", "script", CHAT, "{\"steps\": []}")
+        .person("carol")
+        .run("script", CHAT, "{\"steps\": []}")
         .await
         .unwrap_err();
     assert!(
@@ -262,9 +263,10 @@ async fn a_read_a_collaborator_could_not_see_is_refused_before_it_reaches_the_se
     let k = &w.kernel;
     let read = w.script(CHAT, json!([query("sales")])).await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
-    k.share(CHAT, "bob", "alice", false).unwrap();
+    k.person("alice").share(CHAT, "bob", false).unwrap();
     let opened = k
-        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .person("bob")
+        .open_chat(CHAT, &OpenRequest::default())
         .await
         .unwrap();
     assert!(matches!(opened, OpenOutcome::Admitted { .. }), "{opened:?}");
@@ -298,7 +300,7 @@ async fn a_read_a_collaborator_could_not_see_is_refused_before_it_reaches_the_se
 
     // A collaborator who was invited but never opened counts too: Carol
     // (sales only) now blocks customers, checked live with her account.
-    k.share(CHAT, "carol", "alice", false).unwrap();
+    k.person("alice").share(CHAT, "carol", false).unwrap();
     let before = warehouse.requests().len();
     let out = w.script(CHAT, json!([query("customers")])).await;
     assert!(
@@ -326,10 +328,11 @@ async fn owner_only_data_latches_an_unshared_chat_against_sharing_and_is_refused
 
     // A shared chat: the owner-only read is refused and nothing latches.
     w.chat_with("team", "alice", &[("wh-prod-7", "WAREHOUSE")]);
-    k.share("team", "bob", "alice", false).unwrap();
+    k.person("alice").share("team", "bob", false).unwrap();
     // Bob's default account may read every table, so no collaborator is
     // excluded (S3): what refuses the read is O3 itself.
-    k.connect_account("bob", "wh-prod-7", "finance", BOB_FINANCE, true)
+    k.person("bob")
+        .connect_account("wh-prod-7", "finance", BOB_FINANCE, true)
         .unwrap();
     let out = w.script("team", json!([query("payroll")])).await;
     let refused = out[0]["error"]["message"]
@@ -361,7 +364,7 @@ async fn owner_only_data_latches_an_unshared_chat_against_sharing_and_is_refused
         "{}",
         stderr(&link)
     );
-    assert!(k.create_share_link(CHAT, "alice").is_err());
+    assert!(k.person("alice").create_share_link(CHAT).is_err());
     // Bob was never let in: he learns nothing, not even that it exists.
     let open = cli_as(&w, "bob", &["open", CHAT], "");
     assert_eq!(open.status.code(), Some(1));
@@ -387,9 +390,10 @@ async fn removing_a_collaborator_removes_their_observers_and_re_adding_re_verifi
     let k = &w.kernel;
     let read = w.script(CHAT, json!([query("sales")])).await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
-    k.share(CHAT, "bob", "alice", false).unwrap();
+    k.person("alice").share(CHAT, "bob", false).unwrap();
     let opened = k
-        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .person("bob")
+        .open_chat(CHAT, &OpenRequest::default())
         .await
         .unwrap();
     assert!(matches!(opened, OpenOutcome::Admitted { .. }));
@@ -408,7 +412,8 @@ async fn removing_a_collaborator_removes_their_observers_and_re_adding_re_verifi
     assert!(k.inspect().observers(CHAT).unwrap().is_empty());
     assert!(k.inspect().collaborators(CHAT).unwrap().is_empty());
     let err = k
-        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .person("bob")
+        .open_chat(CHAT, &OpenRequest::default())
         .await
         .unwrap_err();
     assert!(format!("{err}").contains("no chat named"), "{err}");
@@ -418,9 +423,10 @@ async fn removing_a_collaborator_removes_their_observers_and_re_adding_re_verifi
     assert!(out[0].get("done").is_some(), "{}", out[0]);
 
     // Re-added, Bob is verified from scratch: payroll now blocks him.
-    k.share(CHAT, "bob", "alice", false).unwrap();
+    k.person("alice").share(CHAT, "bob", false).unwrap();
     let again = k
-        .open_chat(CHAT, "bob", &OpenRequest::default())
+        .person("bob")
+        .open_chat(CHAT, &OpenRequest::default())
         .await
         .unwrap();
     let OpenOutcome::Refused { failures, .. } = again else {
@@ -480,7 +486,8 @@ async fn a_share_link_admits_whoever_passes_re_verification_and_nobody_else() {
 
     // Revoked links admit nobody new.
     assert!(w.cli(&["unshare", CHAT, "--links"]).status.success());
-    k.connect_account("carol", "wh-prod-7", "main", ALICE, true)
+    k.person("carol")
+        .connect_account("wh-prod-7", "main", ALICE, true)
         .unwrap();
     let late = cli_as(&w, "carol", &["open", CHAT, "--link", &token], "");
     assert_eq!(late.status.code(), Some(1));
@@ -499,14 +506,17 @@ async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
     let k = &w.kernel;
     for (component, name) in [("rogue", "rogue"), ("webfetch", "web")] {
         w.add_gatekeeper(component, name, Trust::Byo).await;
-        k.introduce("work", name, &name.to_uppercase(), None, "alice")
+        k.person("alice")
+            .introduce("work", name, &name.to_uppercase(), None)
             .unwrap();
     }
     w.users(&["alice", "bob", "dave"]);
     // Bob has a working tracker account; Dave's is unknown to the tracker.
-    k.connect_account("bob", "issues", "bob", gatehouse_e2e::TOKEN, false)
+    k.person("bob")
+        .connect_account("issues", "bob", gatehouse_e2e::TOKEN, false)
         .unwrap();
-    k.connect_account("dave", "issues", "dave", "not-a-token", false)
+    k.person("dave")
+        .connect_account("issues", "dave", "not-a-token", false)
         .unwrap();
     let url = format!("{}/issues", w.tracker.url());
     let out = w
@@ -522,11 +532,12 @@ async fn each_observer_strategy_answers_as_its_gatekeeper_declares() {
     for step in out.as_array().unwrap() {
         assert!(step.get("done").is_some(), "{step}");
     }
-    k.share("work", "bob", "alice", false).unwrap();
-    k.share("work", "dave", "alice", false).unwrap();
+    k.person("alice").share("work", "bob", false).unwrap();
+    k.person("alice").share("work", "dave", false).unwrap();
     for (user, expect) in [("bob", vec!["rogue"]), ("dave", vec!["issues", "rogue"])] {
         let OpenOutcome::Refused { failures, .. } = k
-            .open_chat("work", user, &OpenRequest::default())
+            .person(user)
+            .open_chat("work", &OpenRequest::default())
             .await
             .unwrap()
         else {
@@ -566,9 +577,10 @@ async fn a_collaborator_removed_mid_turn_is_refused_at_the_next_call_and_nothing
     let w = World::with_account(&["script"], Trust::Byo, &people, ("bob", BOB_TOKEN), false).await;
     let k = w.kernel.clone();
     w.chat_with("work", "alice", &[("issues", "ISSUES")]);
-    k.share("work", "bob", "alice", false).unwrap();
+    k.person("alice").share("work", "bob", false).unwrap();
     let opened = k
-        .open_chat("work", "bob", &OpenRequest::default())
+        .person("bob")
+        .open_chat("work", &OpenRequest::default())
         .await
         .unwrap();
     assert!(matches!(opened, OpenOutcome::Admitted { .. }), "{opened:?}");
@@ -588,7 +600,7 @@ async fn a_collaborator_removed_mid_turn_is_refused_at_the_next_call_and_nothing
     let reads_before = w.tracker.requests().len();
     let turn = {
         let k = k.clone();
-        tokio::spawn(async move { k.run_as("bob", "script", "work", &steps).await })
+        tokio::spawn(async move { k.person("bob").run("script", "work", &steps).await })
     };
     assert!(
         gatehouse_e2e::wait_until(std::time::Duration::from_secs(60), || w
@@ -598,7 +610,7 @@ async fn a_collaborator_removed_mid_turn_is_refused_at_the_next_call_and_nothing
             > reads_before),
         "bob's read reached the tracker"
     );
-    assert!(k.unshare("work", "bob", "alice").unwrap());
+    assert!(k.person("alice").unshare("work", "bob").unwrap());
     hold.release();
     let report = turn.await.unwrap().expect("the turn ran");
     let out: Value = serde_json::from_str(&report.output.expect("the script answered")).unwrap();

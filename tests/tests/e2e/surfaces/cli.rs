@@ -242,7 +242,7 @@ fn a_closed_pipe_on_stdout_stops_the_printing_not_the_command() {
 fn a_warning_on_a_piped_stderr_carries_no_escape_sequences() {
     let w = World::new();
     w.install("script");
-    w.kernel.new_chat("work", "alice").expect("chat");
+    w.kernel.person("alice").new_chat("work").expect("chat");
     let compiled = gatehouse_e2e::compiled_files(w.home());
     assert_eq!(compiled.len(), 1, "{compiled:?}");
     std::fs::write(&compiled[0], b"not a compiled component ".repeat(400))

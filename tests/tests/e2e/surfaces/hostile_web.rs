@@ -63,9 +63,7 @@ async fn a_browser_that_hangs_up_mid_approve_does_not_stop_the_send() {
     let a = w.kernel.inspect().action(id).unwrap().unwrap();
     assert_eq!(a.resolved_by.as_deref(), Some("alice"));
     assert_eq!(w.tracker.writes().len(), 1);
-    let again = api
-        .post(&format!("/api/actions/{id}/approve"), json!({}))
-        .await;
+    let again = api.act_on(id, "approve").await;
     assert_eq!(again.status, 409, "{}", again.text);
     assert!(again.error().contains("already applied"), "{}", again.text);
     server.stop().await;
@@ -224,9 +222,7 @@ async fn the_csrf_token_is_a_secret_of_its_own() {
     let ok = raw_post(&server, &cookie, &first, "/api/rules").await;
     assert_ne!(ok.0, 403, "{}", ok.1);
     alice.csrf = Some(fresh.clone());
-    let a = alice
-        .post(&format!("/api/actions/{id}/reject"), json!({}))
-        .await;
+    let a = alice.act_on(id, "reject").await;
     assert_eq!(a.status, 200, "{}", a.text);
     server.stop().await;
 }
@@ -256,17 +252,15 @@ async fn raw_post(server: &web::Server, cookie: &str, csrf: &str, path: &str) ->
 async fn idle_and_trickling_connections_cannot_hold_the_inbox() {
     let w = World::new();
     let timeout = Duration::from_secs(2);
-    let server = web::start(
-        w.kernel.clone(),
+    let server = crate::surfaces::web_api::serve_with(
+        &w,
         web::Config {
-            port: 0,
             max_connections: 1,
             header_read_timeout: timeout,
             ..web::Config::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
     // A client that starts a request and never finishes its headers.
     let mut idle = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     idle.write_all(b"GET /api/session HTTP/1.1\r\nHost: ")

@@ -6,7 +6,9 @@
 
 use gatehouse::store::Trust;
 use gatehouse::web::{self, Server};
-use gatehouse_e2e::{World, call, cli_command, pending_id, stderr, stdout, wait_until};
+use gatehouse_e2e::{
+    World, add_label, call, cli_command, create_step, pending_id, stderr, stdout, wait_until,
+};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client as HyperClient;
@@ -22,20 +24,30 @@ pub(crate) fn chat_path(chat: &str, what: &str) -> String {
     format!("/api/chats/{chat}/{what}")
 }
 
+/// What the inbox's scripts never use: every way to make text markup or
+/// code, so that attacker text on a page stays text.
+pub(crate) const MARKUP_SINKS: [&str; 5] = [
+    "innerHTML",
+    "outerHTML",
+    "insertAdjacentHTML",
+    "document.write",
+    "eval(",
+];
+
 /// Generous: the machine is small and shared.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// Serve `w`'s kernel on an ephemeral 127.0.0.1 port, in this runtime.
 pub(crate) async fn serve(w: &World) -> Server {
-    web::start(
-        w.kernel.clone(),
-        web::Config {
-            port: 0,
-            ..web::Config::default()
-        },
-    )
-    .await
-    .expect("the web server starts on 127.0.0.1:0")
+    serve_with(w, web::Config::default()).await
+}
+
+/// [`serve`] with `config`, whatever port it names: a test's server is
+/// always on an ephemeral port, so that tests run side by side.
+pub(crate) async fn serve_with(w: &World, config: web::Config) -> Server {
+    web::start(w.kernel.clone(), web::Config { port: 0, ..config })
+        .await
+        .expect("the web server starts on 127.0.0.1:0")
 }
 
 /// An answer: status, headers and body (parsed as JSON when it is JSON).
@@ -46,6 +58,23 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
+    /// Read a response whole: its status, headers and body as text.
+    pub async fn read(res: http::Response<hyper::body::Incoming>) -> Answer {
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res
+            .into_body()
+            .collect()
+            .await
+            .expect("the body is read")
+            .to_bytes();
+        Answer {
+            status,
+            headers,
+            text: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.text))
@@ -89,10 +118,7 @@ impl Api {
 
     /// Sign `user` in through the API with a fresh one-time token.
     pub async fn signed_in(w: &World, base: &str, user: &str) -> Api {
-        let token = w
-            .kernel
-            .create_signin_token(user, 60_000)
-            .expect("a sign-in token");
+        let token = w.signin_token(user);
         let mut api = Api::new(base);
         let a = api.sign_in(&token).await;
         assert_eq!(a.status, 200, "sign-in failed: {}", a.text);
@@ -124,45 +150,43 @@ impl Api {
         body: Option<Value>,
         extra: &[(&str, &str)],
     ) -> Answer {
+        let req = self.request(method, path, method != "GET", extra);
+        Answer::read(self.exchange(with_json(req, body)).await).await
+    }
+
+    /// A request to `path` signed in as this person: their cookie, their
+    /// CSRF token where `csrf`, then the `extra` headers.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        csrf: bool,
+        extra: &[(&str, &str)],
+    ) -> http::request::Builder {
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
         if let Some(c) = &self.cookie {
             req = req.header("cookie", c);
         }
-        if method != "GET"
-            && let Some(t) = &self.csrf
-        {
+        if csrf && let Some(t) = &self.csrf {
             req = req.header("x-csrf-token", t);
         }
-        let bytes = match &body {
-            Some(b) => {
-                req = req.header("content-type", "application/json");
-                Bytes::from(b.to_string())
-            }
-            None => Bytes::new(),
-        };
         for (k, v) in extra {
             req = req.header(*k, *v);
         }
-        let req = req.body(Full::new(bytes)).expect("a well-formed request");
-        let res = tokio::time::timeout(PATIENCE, self.http.request(req))
+        req
+    }
+
+    /// `req` sent, answered within [`PATIENCE`].
+    async fn exchange(
+        &self,
+        req: http::Request<Full<Bytes>>,
+    ) -> http::Response<hyper::body::Incoming> {
+        tokio::time::timeout(PATIENCE, self.http.request(req))
             .await
             .expect("the server answers in time")
-            .expect("the request reaches the server");
-        let status = res.status().as_u16();
-        let headers = res.headers().clone();
-        let body = res
-            .into_body()
-            .collect()
-            .await
-            .expect("the body is read")
-            .to_bytes();
-        Answer {
-            status,
-            headers,
-            text: String::from_utf8_lossy(&body).into_owned(),
-        }
+            .expect("the request reaches the server")
     }
 
     /// A request with exactly this body; `extra` carries its headers
@@ -174,25 +198,13 @@ impl Api {
         body: Vec<u8>,
         extra: &[(&str, &str)],
     ) -> Answer {
-        let mut req = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        if let Some(c) = &self.cookie {
-            req = req.header("cookie", c);
-        }
-        if let Some(t) = &self.csrf {
-            req = req.header("x-csrf-token", t);
-        }
-        for (k, v) in extra {
-            req = req.header(*k, *v);
-        }
-        let req = req
+        let req = self
+            .request(method, path, true, extra)
             .body(Full::new(Bytes::from(body)))
             .expect("a well-formed request");
-        let res = tokio::time::timeout(PATIENCE, self.http.request(req))
-            .await
-            .expect("the server answers in time")
-            .expect("the request reaches the server");
+        let res = self.exchange(req).await;
+        // A hostile body may make the server cut the answer short: what
+        // arrived is the answer.
         let status = res.status().as_u16();
         let headers = res.headers().clone();
         let body = res
@@ -215,6 +227,28 @@ impl Api {
     pub async fn post(&self, path: &str, body: Value) -> Answer {
         self.send("POST", path, Some(body), &[]).await
     }
+
+    /// `verb` (approve, reject, revert) action `id`, as its card's button
+    /// does: a POST with an empty JSON body.
+    pub async fn act_on(&self, id: i64, verb: &str) -> Answer {
+        self.post(&format!("/api/actions/{id}/{verb}"), json!({}))
+            .await
+    }
+}
+
+/// `req` with `body` as JSON (and its content type), or with no body.
+pub(crate) fn with_json(
+    mut req: http::request::Builder,
+    body: Option<Value>,
+) -> http::Request<Full<Bytes>> {
+    let bytes = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            Bytes::from(b.to_string())
+        }
+        None => Bytes::new(),
+    };
+    req.body(Full::new(bytes)).expect("a well-formed request")
 }
 
 /// The standard world with alice (owner of `work`) and bob known.
@@ -240,10 +274,9 @@ pub(crate) async fn stage_labels(w: &World, chat: &str, labels: &[&str]) -> Vec<
 }
 
 fn sql(w: &World, statement: &str) {
-    let c = rusqlite::Connection::open(w.home().join("gatehouse.db")).expect("the database");
-    c.busy_timeout(Duration::from_secs(30))
-        .expect("busy timeout");
-    c.execute_batch(statement).expect("the statement runs");
+    w.sqlite()
+        .execute_batch(statement)
+        .expect("the statement runs");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -437,9 +470,7 @@ async fn web_inbox_groups_visible_actions_and_shows_the_terminal_prompt() {
         assert_eq!(a.status, 404, "{path}: {}", a.text);
         a.error();
     }
-    let a = api
-        .post(&format!("/api/actions/{hidden}/approve"), json!({}))
-        .await;
+    let a = api.act_on(hidden, "approve").await;
     assert_eq!(a.status, 404, "{}", a.text);
     let chats: Vec<String> = api
         .get("/api/chats")
@@ -478,15 +509,11 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
     // Without the CSRF header nothing is decided and nothing is sent.
     let mut forged = Api::new(&server.url());
     forged.cookie = api.cookie.clone();
-    let a = forged
-        .post(&format!("/api/actions/{}/approve", ids[0]), json!({}))
-        .await;
+    let a = forged.act_on(ids[0], "approve").await;
     assert_eq!(a.status, 403, "{}", a.text);
     assert!(w.tracker.writes().is_empty());
 
-    let a = api
-        .post(&format!("/api/actions/{}/approve", ids[0]), json!({}))
-        .await;
+    let a = api.act_on(ids[0], "approve").await;
     assert_eq!(a.status, 200, "{}", a.text);
     let d = a.json();
     assert_eq!(d["outcome"], "applied");
@@ -499,20 +526,14 @@ async fn web_decisions_record_the_person_and_already_decided_is_a_clear_409() {
     );
     assert_eq!(w.tracker.writes().len(), 1);
 
-    let a = api
-        .post(&format!("/api/actions/{}/approve", ids[0]), json!({}))
-        .await;
+    let a = api.act_on(ids[0], "approve").await;
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(a.error().contains("already applied"), "{}", a.text);
 
-    let a = api
-        .post(&format!("/api/actions/{}/reject", ids[1]), json!({}))
-        .await;
+    let a = api.act_on(ids[1], "reject").await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.json()["outcome"], "rejected");
-    let a = api
-        .post(&format!("/api/actions/{}/approve", ids[1]), json!({}))
-        .await;
+    let a = api.act_on(ids[1], "approve").await;
     assert_eq!(a.status, 409);
     assert!(a.error().contains("was rejected"), "{}", a.text);
     assert_eq!(
@@ -714,7 +735,7 @@ async fn web_batch_reports_each_result_and_refuses_a_malformed_batch() {
 async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     let w = people_world(Trust::Byo).await;
     // triage reads (an observation) and stages two actions.
-    let report = w.kernel.run("triage", "work", "").await.unwrap();
+    let report = w.kernel.operator().run("triage", "work", "").await.unwrap();
     report.output.unwrap();
     let pending = w.kernel.inspect().pending(Some("work")).unwrap();
     assert_eq!(pending.len(), 2);
@@ -796,9 +817,7 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     // The drain stops at the first action that needs a person (U2): the
     // createIssue ahead of the addLabel. Reject it.
     let create = pending.iter().find(|a| a.tool == "createIssue").unwrap().id;
-    let a = api
-        .post(&format!("/api/actions/{create}/reject"), json!({}))
-        .await;
+    let a = api.act_on(create, "reject").await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert!(w.tracker.writes().is_empty());
 
@@ -806,7 +825,10 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
     // the gatekeeper was byo. What it would be sent with changed (SPEC
     // P7): a person decides it, on current facts, and the prompt says so.
     let label = pending.iter().find(|a| a.tool == "addLabel").unwrap().id;
-    w.kernel.set_trust("issues", Trust::Vetted).unwrap();
+    w.kernel
+        .operator()
+        .set_trust("issues", Trust::Vetted)
+        .unwrap();
     let r = api
         .post("/api/rules", json!({"tag": "issues:addLabel"}))
         .await
@@ -828,22 +850,12 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
             .contains("Changed: gatekeeper issues's trust tier changed from byo to vetted"),
         "{shown}"
     );
-    let a = api
-        .post(&format!("/api/actions/{label}/approve"), json!({}))
-        .await;
+    let a = api.act_on(label, "approve").await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(w.tracker.writes().len(), 1);
     // Staged under both keys, the next one is auto-approved, recorded as
     // resolved by alice (her rule).
-    w.script(
-        "work",
-        json!([call(
-            "ISSUES",
-            "addLabel",
-            json!({"id": 1, "label": "auto"})
-        )]),
-    )
-    .await;
+    w.script("work", add_label(1, "auto")).await;
     w.kernel.settle().await;
     assert_eq!(w.tracker.writes().len(), 2);
     let auto = api.get("/api/ledger?auto_approved=true").await.json();
@@ -855,13 +867,9 @@ async fn web_ledger_filters_observations_rules_and_the_lockdown_latch() {
 
     // The latch shows on the chat and in the inbox (an action staged
     // before the latch still awaits a person there).
-    w.script(
-        "work",
-        json!([call("ISSUES", "createIssue", json!({"title": "t"}))]),
-    )
-    .await;
+    w.script("work", json!([create_step("t")])).await;
     assert_eq!(api.get("/api/chats/work").await.json()["latched"], false);
-    sql(&w, "UPDATE chats SET latched = 1 WHERE name = 'work'");
+    w.lock_down("work");
     assert_eq!(api.get("/api/chats/work").await.json()["latched"], true);
     let inbox = api.get("/api/inbox").await.json();
     assert_eq!(inbox["latched_chats"], json!(["work"]));
@@ -966,13 +974,7 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
                 .unwrap()
                 .starts_with("text/javascript")
         );
-        for forbidden in [
-            "innerHTML",
-            "outerHTML",
-            "insertAdjacentHTML",
-            "document.write",
-            "eval(",
-        ] {
+        for forbidden in MARKUP_SINKS {
             assert!(!js.text.contains(forbidden), "{script} uses {forbidden}");
         }
     }
@@ -1008,7 +1010,7 @@ async fn web_pages_carry_a_strict_policy_and_answer_only_loopback_names() {
 #[test]
 fn serve_runs_beside_the_cli_prints_its_url_and_token_create_links_to_it() {
     let w = World::new();
-    w.kernel.add_user("alice").unwrap();
+    w.kernel.operator().add_user("alice").unwrap();
     let serve = gatehouse_e2e::Serving::start(cli_command(w.home(), &["serve", "--port", "0"]));
     // With no --url, the link points at the running server.
     let token = serve.token_from(&w.cli(&["token", "create", "alice"]));
@@ -1037,7 +1039,8 @@ async fn web_open_re_verifies_and_takes_the_account_choice_as_a_parameter() {
         .await;
     assert!(read[0].get("done").is_some(), "{}", read[0]);
     w.kernel
-        .share("salary-board", "bob", "alice", false)
+        .person("alice")
+        .share("salary-board", "bob", false)
         .unwrap();
     let server = serve(&w).await;
     let bob = Api::signed_in(&w, &server.url(), "bob").await;

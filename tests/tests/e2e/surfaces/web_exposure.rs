@@ -5,11 +5,11 @@
 //! limits on sign-in (429 with Retry-After), and `serve` refusing an
 //! unsafe exposure in one line before it listens.
 
-use crate::surfaces::web_api::{Answer, Api, PATIENCE, people_world};
+use crate::surfaces::web_api::{Answer, Api, PATIENCE, people_world, serve_with, with_json};
 use gatehouse::store::Trust;
 use gatehouse::web::{self, Exposure, PublicUrl, SigninRate, TlsFiles};
 use gatehouse_e2e::{World, cli_command, stderr};
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -21,17 +21,15 @@ use std::time::Duration;
 
 /// Serve `w` with `exposure` (and `rate`) on an ephemeral port.
 async fn serve_exposed(w: &World, exposure: Exposure, rate: SigninRate) -> web::Server {
-    web::start(
-        w.kernel.clone(),
+    serve_with(
+        w,
         web::Config {
-            port: 0,
             exposure,
             signin_rate: rate,
             ..web::Config::default()
         },
     )
     .await
-    .expect("the web server starts")
 }
 
 /// A request from the loopback address `from` (127.0.0.0/8 is all this
@@ -54,28 +52,27 @@ async fn from(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let bytes = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Bytes::from(b.to_string())
-        }
-        None => Bytes::new(),
-    };
-    let res = tokio::time::timeout(
-        PATIENCE,
-        http.request(req.body(Full::new(bytes)).expect("a request")),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("the request reaches the server");
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let body = res.into_body().collect().await.expect("a body").to_bytes();
-    Answer {
-        status,
-        headers,
-        text: String::from_utf8_lossy(&body).into_owned(),
-    }
+    let res = tokio::time::timeout(PATIENCE, http.request(with_json(req, body)))
+        .await
+        .expect("an answer in time")
+        .expect("the request reaches the server");
+    Answer::read(res).await
+}
+
+/// A GET of `path` from the loopback address `addr`, with these headers.
+async fn get_from(addr: &str, base: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+    from(addr, base, "GET", path, headers, None).await
+}
+
+/// A sign-in attempt with `body` from the loopback address `addr`, with
+/// these headers: what the rate limit and the proxy rules judge.
+async fn sign_in_from(
+    addr: &str,
+    base: &str,
+    headers: &[(&str, &str)],
+    body: serde_json::Value,
+) -> Answer {
+    from(addr, base, "POST", "/api/session", headers, Some(body)).await
 }
 
 /// A certificate for the public name `inbox.example.test`, `localhost` and
@@ -127,32 +124,15 @@ async fn https(
         .await
         .expect("HTTP over TLS");
     tokio::spawn(conn);
-    let mut req = http::Request::builder()
+    let req = http::Request::builder()
         .method(method)
         .uri(path)
         .header("host", host);
-    let bytes = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Bytes::from(b.to_string())
-        }
-        None => Bytes::new(),
-    };
-    let res = tokio::time::timeout(
-        PATIENCE,
-        sender.send_request(req.body(Full::new(bytes)).expect("a request")),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("an answer");
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let body = res.into_body().collect().await.expect("a body").to_bytes();
-    Answer {
-        status,
-        headers,
-        text: String::from_utf8_lossy(&body).into_owned(),
-    }
+    let res = tokio::time::timeout(PATIENCE, sender.send_request(with_json(req, body)))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    Answer::read(res).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -183,10 +163,7 @@ async fn web_serves_tls_from_certificate_files_with_hsts_and_strict_cookies() {
     );
     assert!(page.text.contains("/assets/signin.js"));
     // Sign in over TLS: the session cookie is Secure, HttpOnly, Strict.
-    let token = w
-        .kernel
-        .create_signin_token("alice", 60_000)
-        .expect("a token");
+    let token = w.signin_token("alice");
     let a = https(
         port,
         (public, public),
@@ -294,10 +271,10 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
     ];
 
     // The public name is the one answered; loopback names are not.
-    let a = from("127.0.0.2", &base, "GET", "/api/signin", &[], None).await;
+    let a = get_from("127.0.0.2", &base, "/api/signin", &[]).await;
     assert_eq!(a.status, 421, "{}", a.text);
     assert!(a.error().contains("https://inbox.example.test"));
-    let a = from("127.0.0.2", &base, "GET", "/api/signin", &proxied, None).await;
+    let a = get_from("127.0.0.2", &base, "/api/signin", &proxied).await;
     assert_eq!(a.status, 200, "{}", a.text);
     assert_eq!(a.headers["strict-transport-security"], "max-age=31536000");
     // The proxy's X-Forwarded-Host is believed.
@@ -306,22 +283,14 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
         ("x-forwarded-host", "inbox.example.test"),
         ("x-forwarded-proto", "https"),
     ];
-    let a = from(
-        "127.0.0.2",
-        &base,
-        "GET",
-        "/api/signin",
-        &forwarded_host,
-        None,
-    )
-    .await;
+    let a = get_from("127.0.0.2", &base, "/api/signin", &forwarded_host).await;
     assert_eq!(a.status, 200, "the proxy's forwarded host: {}", a.text);
     // The proxy says a request came in clear text: sent to https.
     let clear = [
         ("host", "inbox.example.test"),
         ("x-forwarded-proto", "http"),
     ];
-    let a = from("127.0.0.2", &base, "GET", "/signin?x=1", &clear, None).await;
+    let a = get_from("127.0.0.2", &base, "/signin?x=1", &clear).await;
     assert_eq!(a.status, 308, "{}", a.text);
     assert_eq!(
         a.headers["location"],
@@ -329,27 +298,11 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
     );
     // A stranger who says the same things is not believed: its request came
     // in clear text, whatever it claims, and a change is refused.
-    let a = from("127.0.0.3", &base, "GET", "/signin", &proxied, None).await;
+    let a = get_from("127.0.0.3", &base, "/signin", &proxied).await;
     assert_eq!(a.status, 308, "a stranger's X-Forwarded-Proto: {}", a.text);
-    let a = from(
-        "127.0.0.3",
-        &base,
-        "POST",
-        "/api/session",
-        &proxied,
-        Some(json!({ "token": "x" })),
-    )
-    .await;
+    let a = sign_in_from("127.0.0.3", &base, &proxied, json!({ "token": "x" })).await;
     assert_eq!(a.status, 421, "{}", a.text);
-    let a = from(
-        "127.0.0.3",
-        &base,
-        "GET",
-        "/api/signin",
-        &forwarded_host,
-        None,
-    )
-    .await;
+    let a = get_from("127.0.0.3", &base, "/api/signin", &forwarded_host).await;
     assert_eq!(a.status, 421, "a stranger's X-Forwarded-Host: {}", a.text);
     server.stop().await;
 
@@ -378,27 +331,11 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
             ("host", host.as_str()),
             ("x-forwarded-for", claimed.as_str()),
         ];
-        let a = from(
-            "127.0.0.3",
-            &base,
-            "POST",
-            "/api/session",
-            &h,
-            Some(wrong.clone()),
-        )
-        .await;
+        let a = sign_in_from("127.0.0.3", &base, &h, wrong.clone()).await;
         assert_eq!(a.status, 401, "{}", a.text);
     }
     let h = [("host", host.as_str()), ("x-forwarded-for", "203.0.113.99")];
-    let a = from(
-        "127.0.0.3",
-        &base,
-        "POST",
-        "/api/session",
-        &h,
-        Some(wrong.clone()),
-    )
-    .await;
+    let a = sign_in_from("127.0.0.3", &base, &h, wrong.clone()).await;
     assert_eq!(a.status, 429, "{}", a.text);
     assert!(
         a.error().contains("127.0.0.3"),
@@ -412,38 +349,14 @@ async fn web_believes_forwarded_headers_only_from_the_trusted_proxy() {
         ("x-forwarded-for", "6.6.6.6, 198.51.100.1"),
     ];
     for _ in 0..2 {
-        let a = from(
-            "127.0.0.2",
-            &base,
-            "POST",
-            "/api/session",
-            &client_a,
-            Some(wrong.clone()),
-        )
-        .await;
+        let a = sign_in_from("127.0.0.2", &base, &client_a, wrong.clone()).await;
         assert_eq!(a.status, 401, "{}", a.text);
     }
-    let a = from(
-        "127.0.0.2",
-        &base,
-        "POST",
-        "/api/session",
-        &client_a,
-        Some(wrong.clone()),
-    )
-    .await;
+    let a = sign_in_from("127.0.0.2", &base, &client_a, wrong.clone()).await;
     assert_eq!(a.status, 429, "{}", a.text);
     assert!(a.error().contains("198.51.100.1"), "{}", a.text);
     let client_b = [("host", host.as_str()), ("x-forwarded-for", "198.51.100.2")];
-    let a = from(
-        "127.0.0.2",
-        &base,
-        "POST",
-        "/api/session",
-        &client_b,
-        Some(wrong),
-    )
-    .await;
+    let a = sign_in_from("127.0.0.2", &base, &client_b, wrong).await;
     assert_eq!(a.status, 401, "another client behind the proxy: {}", a.text);
     server.stop().await;
 }
@@ -464,10 +377,7 @@ async fn web_rate_limits_sign_in_with_429_and_retry_after_and_refuses_other_orig
 
     // A state change from another site's page is refused whatever it
     // carries; the server's own origin is accepted.
-    let token = w
-        .kernel
-        .create_signin_token("alice", 60_000)
-        .expect("a token");
+    let token = w.signin_token("alice");
     let a = api
         .send(
             "POST",

@@ -78,7 +78,9 @@ async fn credentials(c: &Client, authenticator: &str) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
 }
 
-async fn click(c: &Client, css: &str) {
+/// Click the element `css` once it is there (where it is: the pages of
+/// sign-in and of a provider are short).
+pub(crate) async fn click(c: &Client, css: &str) {
     c.wait()
         .at_most(PATIENCE)
         .for_element(Locator::Css(css))
@@ -87,6 +89,16 @@ async fn click(c: &Client, css: &str) {
         .click()
         .await
         .unwrap_or_else(|e| panic!("{css} does not click: {e}"));
+}
+
+/// Type `text` into the element `css`.
+pub(crate) async fn type_into(c: &Client, css: &str, text: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css}: {e}"))
+        .send_keys(text)
+        .await
+        .unwrap_or_else(|e| panic!("{css} takes no text: {e}"));
 }
 
 /// Run `script` (async: it ends by calling its last argument) in the page.
@@ -98,16 +110,14 @@ async fn run(c: &Client, script: &str) -> Value {
 
 /// Serve on an ephemeral loopback port.
 async fn serve(w: &World, oidc: Option<gatehouse::signin::oidc::OidcSettings>) -> web::Server {
-    web::start(
-        w.kernel.clone(),
+    crate::surfaces::web_api::serve_with(
+        w,
         web::Config {
-            port: 0,
             oidc,
             ..web::Config::default()
         },
     )
     .await
-    .expect("the web server starts")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -157,12 +167,7 @@ async fn web_signin_by_passkey_in_chromium_and_replays_or_other_origins_are_refu
         .clear()
         .await
         .expect("cleared");
-    c.find(Locator::Css("#passkey-label"))
-        .await
-        .expect("the label field")
-        .send_keys("test laptop")
-        .await
-        .expect("typed");
+    type_into(&c, "#passkey-label", "test laptop").await;
     click(&c, "#passkey-add").await;
     wait_for(
         &c,
@@ -173,7 +178,8 @@ async fn web_signin_by_passkey_in_chromium_and_replays_or_other_origins_are_refu
     screenshot(&c, "passkey-added").await;
     let kept = w
         .kernel
-        .passkeys_of("alice")
+        .person("alice")
+        .passkeys_of()
         .await
         .expect("alice's passkeys");
     assert_eq!(kept.len(), 1);
@@ -257,7 +263,11 @@ async fn web_signin_by_passkey_in_chromium_and_replays_or_other_origins_are_refu
     .await;
     screenshot(&c, "passkey-signed-in").await;
     assert!(
-        w.kernel.passkeys_of("alice").await.expect("passkeys")[0]
+        w.kernel
+            .person("alice")
+            .passkeys_of()
+            .await
+            .expect("passkeys")[0]
             .used_at
             .is_some(),
         "its use is recorded"
@@ -329,7 +339,7 @@ async fn web_signin_by_passkey_in_chromium_and_replays_or_other_origins_are_refu
 }
 
 /// Fill the provider's development login form as `subject` and consent.
-async fn at_the_provider(c: &Client, issuer: &str, subject: &str) {
+pub(crate) async fn at_the_provider(c: &Client, issuer: &str, subject: &str) {
     wait_for(
         c,
         "the provider's login form",
@@ -339,18 +349,8 @@ async fn at_the_provider(c: &Client, issuer: &str, subject: &str) {
         ),
     )
     .await;
-    c.find(Locator::Css("input[name=login]"))
-        .await
-        .expect("the login field")
-        .send_keys(subject)
-        .await
-        .expect("typed");
-    c.find(Locator::Css("input[name=password]"))
-        .await
-        .expect("the password field")
-        .send_keys("any password")
-        .await
-        .expect("typed");
+    type_into(c, "input[name=login]", subject).await;
+    type_into(c, "input[name=password]", "any password").await;
     click(c, "button[type=submit]").await;
     wait_for(
         c,

@@ -4,7 +4,7 @@
 
 use gatehouse::overseer::Decision;
 use gatehouse::store::{ActionState, LedgerFilter, Trust};
-use gatehouse_e2e::{World, call, labels, pending_id};
+use gatehouse_e2e::{World, add_label, call, label_step, labels, pending_id};
 use gatehouse_services::tracker::Fault;
 use serde_json::json;
 
@@ -16,11 +16,7 @@ fn state(w: &World, id: i64) -> ActionState {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order() {
     let w = World::standard(Trust::Vetted).await;
-    let r = w
-        .kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    let r = w.label_rule("alice").await;
     assert!(r.key_one && r.missing.is_none());
 
     let (manual, eligible) = w.stage_manual_then_eligible().await;
@@ -34,7 +30,7 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
     assert_eq!(w.tracker.writes().len(), 0);
 
     assert!(matches!(
-        w.kernel.approve(manual, "alice").await.unwrap(),
+        w.kernel.person("alice").approve(manual).await.unwrap(),
         Decision::Applied { .. }
     ));
     assert_eq!(
@@ -83,20 +79,8 @@ async fn an_eligible_action_waits_behind_a_manual_one_then_follows_it_in_order()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
     let w = World::standard(Trust::Vetted).await;
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
-    let out = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 2, "label": "auto"})
-            )]),
-        )
-        .await;
+    w.label_rule("alice").await;
+    let out = w.script("work", add_label(2, "auto")).await;
     // The gadget got `pending` at once (A1); the drain runs beside it.
     let id = pending_id(&out[0]);
     w.kernel.settle().await;
@@ -109,33 +93,23 @@ async fn a_submitted_eligible_action_is_applied_beside_the_gadget() {
 async fn either_key_alone_never_suffices() {
     // Key two without key one: a byo gatekeeper with a rule.
     let w = World::standard(Trust::Byo).await;
-    let r = w
-        .kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    let r = w.label_rule("alice").await;
     assert!(!r.key_one);
     assert!(r.missing.unwrap().contains("not vetted"));
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "x"}))]),
-        )
-        .await;
+    let out = w.script("work", add_label(1, "x")).await;
     w.kernel.settle().await;
     assert_eq!(state(&w, pending_id(&out[0])), ActionState::Pending);
 
     // Key one without key two: vetted, eligible tool, no rule.
-    w.kernel.set_trust("issues", Trust::Vetted).unwrap();
     w.kernel
-        .remove_rule("alice", "issues:addLabel", None)
+        .operator()
+        .set_trust("issues", Trust::Vetted)
         .unwrap();
-    let out = w
-        .script(
-            "work",
-            json!([call("ISSUES", "addLabel", json!({"id": 1, "label": "y"}))]),
-        )
-        .await;
+    w.kernel
+        .person("alice")
+        .remove_rule("issues:addLabel", None)
+        .unwrap();
+    let out = w.script("work", add_label(1, "y")).await;
     w.kernel.settle().await;
     w.kernel.drain().await.unwrap();
     assert_eq!(state(&w, pending_id(&out[0])), ActionState::Pending);
@@ -148,14 +122,15 @@ async fn a_rule_for_one_gatekeeper_does_not_cover_the_same_tool_of_another() {
     w.add_gatekeeper("issues", "mirror", Trust::Vetted).await;
     w.introduce("work", "alice", &[("mirror", "MIRROR")]);
     w.kernel
-        .add_rule("alice", "mirror:addLabel", None)
+        .person("alice")
+        .add_rule("mirror:addLabel", None)
         .await
         .unwrap();
     let out = w
         .script(
             "work",
             json!([
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "a"})),
+                label_step(1, "a"),
                 call("MIRROR", "addLabel", json!({"id": 1, "label": "b"})),
             ]),
         )
@@ -173,22 +148,12 @@ async fn a_rule_for_one_gatekeeper_does_not_cover_the_same_tool_of_another() {
 async fn enabling_a_rule_drains_and_an_apply_failure_stops_the_drain() {
     let w = World::standard(Trust::Vetted).await;
     let out = w
-        .script(
-            "work",
-            json!([
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "one"})),
-                call("ISSUES", "addLabel", json!({"id": 1, "label": "two"})),
-            ]),
-        )
+        .script("work", json!([label_step(1, "one"), label_step(1, "two"),]))
         .await;
     let (first, second) = (pending_id(&out[0]), pending_id(&out[1]));
     w.kernel.settle().await; // the submit-time drains found no rule
     w.tracker.inject(Fault::Status(500), 1);
-    let r = w
-        .kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    let r = w.label_rule("alice").await;
     assert_eq!(
         r.applied.len(),
         1,
@@ -231,11 +196,7 @@ async fn ten_concurrent_drains_apply_each_action_once() {
             }
         }));
     }
-    let rule = w
-        .kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    let rule = w.label_rule("alice").await;
     let mut applied = rule
         .applied
         .iter()
@@ -267,10 +228,7 @@ async fn ten_concurrent_drains_apply_each_action_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn drains_in_four_processes_send_each_action_once_in_order_one_at_a_time() {
     let w = World::standard(Trust::Vetted).await;
-    w.kernel
-        .add_rule("alice", "issues:addLabel", None)
-        .await
-        .unwrap();
+    w.label_rule("alice").await;
     w.tracker
         .inject(Fault::Slow(std::time::Duration::from_millis(150)), 6);
     // Four other processes drain over and over while the gadget stages

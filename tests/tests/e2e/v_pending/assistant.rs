@@ -8,7 +8,7 @@
 //! experiment ex04 with a model plugged in prints its table.
 
 use gatehouse::kernel::Harness;
-use gatehouse::store::{LedgerFilter, LedgerKind, Trust};
+use gatehouse::store::Trust;
 use gatehouse_e2e::{World, call, cli_command, stderr, stdout};
 use gatehouse_services::model::Model;
 use gatehouse_services::warehouse::Warehouse;
@@ -57,7 +57,7 @@ async fn approve_all(w: &World) {
         w.kernel.settle().await;
         let pending = w.kernel.inspect().pending(None).unwrap();
         let Some(a) = pending.first() else { break };
-        assert!(w.kernel.approve(a.id, "alice").await.unwrap().ok());
+        assert!(w.kernel.person("alice").approve(a.id).await.unwrap().ok());
     }
 }
 
@@ -72,6 +72,7 @@ fn created(w: &World) -> usize {
 async fn runs_to_the_end(w: &World, model: &Model) {
     let r = w
         .kernel
+        .operator()
         .agent("assistant", "work", TASK, Harness::Honest)
         .await
         .unwrap();
@@ -112,15 +113,7 @@ async fn runs_to_the_end(w: &World, model: &Model) {
     // Every model call was a read, recorded as an observation of the
     // model; every request carried the model's credential, which the
     // gadget never saw.
-    let observed = w
-        .kernel
-        .inspect()
-        .ledger(&LedgerFilter {
-            chat: Some("work".into()),
-            kind: Some(LedgerKind::Observation),
-            ..Default::default()
-        })
-        .unwrap();
+    let observed = w.observations("work");
     assert!(
         observed
             .iter()
@@ -176,6 +169,7 @@ async fn a_simulated_write_is_told_to_the_model_as_pending_with_its_provisional_
     with_model(&w, &m, "model", Trust::Byo, &[]).await;
     let r = w
         .kernel
+        .operator()
         .agent("assistant", "work", TASK, Harness::Honest)
         .await
         .unwrap();
@@ -209,6 +203,7 @@ async fn a_hidden_pending_write_makes_the_model_write_twice() {
     with_model(&w, &m, "model", Trust::Byo, &[]).await;
     let r = w
         .kernel
+        .operator()
         .agent("assistant", "work", TASK, Harness::Naive)
         .await
         .unwrap();
@@ -254,7 +249,13 @@ async fn in_a_locked_down_chat_a_model_is_asked_only_when_marked_local_and_vette
     latch(&w, &warehouse, "work").await;
     let ask = |chat: &'static str| {
         let k = w.kernel.clone();
-        async move { k.run("assistant", chat, TASK).await.unwrap().output }
+        async move {
+            k.operator()
+                .run("assistant", chat, TASK)
+                .await
+                .unwrap()
+                .output
+        }
     };
 
     // Marked local, but byo: the claim is not believed; nothing reaches
@@ -266,7 +267,10 @@ async fn in_a_locked_down_chat_a_model_is_asked_only_when_marked_local_and_vette
     // Vetted and marked local: asked. Its tool calls stay under the latch
     // (listing the byo tracker is an outbound read: refused, and the model
     // is told so), and nothing is staged.
-    w.kernel.set_trust("model", Trust::Vetted).unwrap();
+    w.kernel
+        .operator()
+        .set_trust("model", Trust::Vetted)
+        .unwrap();
     let answered = ask("work").await;
     assert!(
         !m.requests().is_empty(),

@@ -1,6 +1,7 @@
 //! SPEC V1-V3: hiding a pending write makes agents write twice; awaiting a
 //! decision or simulating it does not.
 
+use gatehouse::harness::RunReport;
 use gatehouse::kernel::Harness;
 use gatehouse::store::Trust;
 use gatehouse_e2e::{TOKEN, World, call};
@@ -20,7 +21,7 @@ async fn approve_all(w: &World) {
     loop {
         let pending = w.kernel.inspect().pending(None).unwrap();
         let Some(a) = pending.first() else { break };
-        assert!(w.kernel.approve(a.id, "alice").await.unwrap().ok());
+        assert!(w.kernel.person("alice").approve(a.id).await.unwrap().ok());
     }
     w.kernel.settle().await;
 }
@@ -33,14 +34,28 @@ fn created(w: &World) -> usize {
         .count()
 }
 
+/// The issue the agent's task is about, as the tracker holds it.
+fn the_issue(w: &World) -> gatehouse_services::tracker::Issue {
+    w.tracker
+        .issues()
+        .into_iter()
+        .find(|i| i.title == "Flaky login test")
+        .expect("the issue was created")
+}
+
+/// One turn of the `agent` gadget on [`TASK`] in `work`, under `harness`.
+async fn run_agent(w: &World, harness: Harness) -> RunReport {
+    w.kernel
+        .operator()
+        .agent("agent", "work", TASK, harness)
+        .await
+        .expect("the agent runs")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_naive_harness_that_hides_pending_writes_creates_the_issue_twice() {
     let w = agent_world("issues").await;
-    let r = w
-        .kernel
-        .agent("agent", "work", TASK, Harness::Naive)
-        .await
-        .unwrap();
+    let r = run_agent(&w, Harness::Naive).await;
     assert!(
         r.turn.output.as_ref().unwrap().starts_with("gave up"),
         "{:?}",
@@ -53,11 +68,7 @@ async fn a_naive_harness_that_hides_pending_writes_creates_the_issue_twice() {
 #[tokio::test(flavor = "multi_thread")]
 async fn awaiting_the_decision_creates_it_once_and_resumes_after_approval() {
     let w = agent_world("issues").await;
-    let r = w
-        .kernel
-        .agent("agent", "work", TASK, Harness::Honest)
-        .await
-        .unwrap();
+    let r = run_agent(&w, Harness::Honest).await;
     assert_eq!(r.state, "waiting");
     assert_eq!(r.awaited.len(), 1);
     assert!(
@@ -67,7 +78,14 @@ async fn awaiting_the_decision_creates_it_once_and_resumes_after_approval() {
     );
 
     // Approving the create resumes the run; it then stages the label and waits again.
-    assert!(w.kernel.approve(r.awaited[0], "alice").await.unwrap().ok());
+    assert!(
+        w.kernel
+            .person("alice")
+            .approve(r.awaited[0])
+            .await
+            .unwrap()
+            .ok()
+    );
     let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "waiting", "{run:?}");
     assert_eq!(run.turns, 2);
@@ -81,24 +99,22 @@ async fn awaiting_the_decision_creates_it_once_and_resumes_after_approval() {
         "resumed once more and found it labelled"
     );
     assert_eq!(created(&w), 1);
-    let issue = w
-        .tracker
-        .issues()
-        .into_iter()
-        .find(|i| i.title == "Flaky login test")
-        .unwrap();
+    let issue = the_issue(&w);
     assert!(issue.labels.contains(&"ci".to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rejected_awaited_action_stops_the_run_instead_of_resuming_it() {
     let w = agent_world("issues").await;
-    let r = w
-        .kernel
-        .agent("agent", "work", TASK, Harness::Honest)
-        .await
-        .unwrap();
-    assert!(w.kernel.reject(r.awaited[0], "alice").await.unwrap().ok());
+    let r = run_agent(&w, Harness::Honest).await;
+    assert!(
+        w.kernel
+            .person("alice")
+            .reject(r.awaited[0])
+            .await
+            .unwrap()
+            .ok()
+    );
     let run = w.kernel.inspect().agent_run(r.run).unwrap().unwrap();
     assert_eq!(run.state, "stopped");
     assert!(run.last_output.unwrap().contains("rejected"));
@@ -109,11 +125,7 @@ async fn a_rejected_awaited_action_stops_the_run_instead_of_resuming_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
     let w = agent_world("issues_sim").await;
-    let r = w
-        .kernel
-        .agent("agent", "work", TASK, Harness::Honest)
-        .await
-        .unwrap();
+    let r = run_agent(&w, Harness::Honest).await;
     // The gatekeeper simulated both writes: nothing to await, the agent finished its turn.
     assert_eq!(r.state, "done", "{:?}", r.turn.output);
     let out = r.turn.output.unwrap();
@@ -127,11 +139,7 @@ async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
     assert_eq!(w.tracker.writes().len(), 0, "simulating sent nothing");
 
     // A second turn sees the world through the overlay and does not create again.
-    let again = w
-        .kernel
-        .agent("agent", "work", TASK, Harness::Honest)
-        .await
-        .unwrap();
+    let again = run_agent(&w, Harness::Honest).await;
     assert!(
         again
             .turn
@@ -145,12 +153,7 @@ async fn simulation_creates_it_once_and_the_provisional_id_is_the_real_one() {
 
     approve_all(&w).await;
     assert_eq!(created(&w), 1);
-    let issue = w
-        .tracker
-        .issues()
-        .into_iter()
-        .find(|i| i.title == "Flaky login test")
-        .unwrap();
+    let issue = the_issue(&w);
     assert_eq!(
         issue.id, 3,
         "the provisional id is the id that exists after approval"
@@ -173,7 +176,7 @@ async fn a_simulation_a_collaborator_could_not_see_is_skipped_and_the_action_awa
         .chat_with("work", "alice", &[("issues", "ISSUES")]);
     // Carol has no account at the tracker: she could not see the issues a
     // simulation would read.
-    k.share("work", "carol", "alice", false).unwrap();
+    k.person("alice").share("work", "carol", false).unwrap();
     let operator = format!("Bearer {TOKEN}");
     let with_operator = |w: &World| {
         w.tracker
@@ -193,7 +196,7 @@ async fn a_simulation_a_collaborator_could_not_see_is_skipped_and_the_action_awa
     assert_eq!(w.tracker.writes().len(), 0);
 
     // Unshared, the same write is simulated again.
-    k.unshare("work", "carol", "alice").unwrap();
+    k.person("alice").unshare("work", "carol").unwrap();
     let out = w.script("work", json!([create("simulated")])).await;
     assert!(out[0]["pending"]["provisional"].is_object(), "{}", out[0]);
     assert_eq!(k.inspect().pending(Some("work")).unwrap().len(), 2);

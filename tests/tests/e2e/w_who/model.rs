@@ -498,14 +498,15 @@ fn template_cache() -> &'static Path {
             let k = Kernel::open(Home::at(dir.path()), test_limits()).expect("the kernel opens");
             let bytes =
                 |name: &str| std::fs::read(gatehouse_e2e::guest(name)).expect("guest built");
-            k.install("script", &bytes("script"), &|_| {})
+            k.operator()
+                .install("script", &bytes("script"), &|_| {})
                 .expect("script installs");
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("a runtime");
             for g in ["issues", "issues-sim", "warehouse", "cloud"] {
-                rt.block_on(k.add_gatekeeper(
+                rt.block_on(k.operator().add_gatekeeper(
                     g,
                     &bytes(g),
                     Trust::Byo,
@@ -554,7 +555,7 @@ impl Case {
             .await;
         let k = w.kernel.clone();
         for p in PEOPLE {
-            k.add_user(p.name()).expect("user");
+            k.operator().add_user(p.name()).expect("user");
         }
         w.connect("bob", "issues", BOB_TOKEN, false);
         let warehouse = Warehouse::builder()
@@ -681,7 +682,11 @@ impl Case {
     ) -> Result<Option<Value>, String> {
         let expect_runs = self.reverify(who, chat);
         let input = json!({ "steps": steps }).to_string();
-        let report = self.k().run_as(who.name(), "script", chat, &input).await;
+        let report = self
+            .k()
+            .person(who.name())
+            .run("script", chat, &input)
+            .await;
         self.k().settle().await;
         ensure!(
             report.is_ok() == expect_runs,
@@ -749,7 +754,8 @@ impl Case {
                     self.cli(by, &args).status.success()
                 } else {
                     self.k()
-                        .share(&chat, with.name(), by.name(), may_decide)
+                        .person(by.name())
+                        .share(&chat, with.name(), may_decide)
                         .is_ok()
                 };
                 self.note(format!(
@@ -776,7 +782,8 @@ impl Case {
                 let owner = self.model.chat(&chat).owner;
                 let removed = self
                     .k()
-                    .unshare(&chat, with.name(), owner.name())
+                    .person(owner.name())
+                    .unshare(&chat, with.name())
                     .map_err(|e| format!("unshare by the owner failed: {e:#}"))?;
                 self.note(format!("unshare {} from {chat}: {removed}", with.name()));
                 let was = self.model.chat_mut(&chat).members.remove(&with).is_some();
@@ -825,7 +832,8 @@ impl Case {
                     }
                     Surface::Kernel => self
                         .k()
-                        .add_rule(who.name(), tool.tag(), scope.as_deref())
+                        .person(who.name())
+                        .add_rule(tool.tag(), scope.as_deref())
                         .await
                         .is_ok(),
                 };
@@ -848,7 +856,8 @@ impl Case {
                 let scope = scope.map(|c| self.chat_name(c));
                 let removed = self
                     .k()
-                    .remove_rule(who.name(), tool.tag(), scope.as_deref())
+                    .person(who.name())
+                    .remove_rule(tool.tag(), scope.as_deref())
                     .map_err(|e| format!("remove rule: {e:#}"))?;
                 let was = self.model.rules.remove(&(who, tool, scope.clone()));
                 self.note(format!(
@@ -865,6 +874,7 @@ impl Case {
             Op::Trust { vetted } => {
                 let t = if vetted { Trust::Vetted } else { Trust::Byo };
                 self.k()
+                    .operator()
                     .set_trust("issues", t)
                     .map_err(|e| format!("set trust: {e:#}"))?;
                 self.model.vetted = vetted;
@@ -880,6 +890,7 @@ impl Case {
                     Trust::Byo
                 };
                 self.k()
+                    .operator()
                     .add_gatekeeper(
                         "issues",
                         &guest_bytes(component),
@@ -897,7 +908,8 @@ impl Case {
             Op::Grant { narrow } => {
                 let tools = narrow.then(|| vec!["listIssues".to_owned(), "addLabel".to_owned()]);
                 self.k()
-                    .introduce("work", "issues", "ISSUES", tools, "alice")
+                    .person("alice")
+                    .introduce("work", "issues", "ISSUES", tools)
                     .map_err(|e| format!("re-introduce: {e:#}"))?;
                 self.model.narrowed = narrow;
                 self.note(format!("re-introduce ISSUES in work, narrow={narrow}"));
@@ -987,7 +999,8 @@ impl Case {
             }
             Surface::Kernel => matches!(
                 self.k()
-                    .open_chat(chat, who.name(), &OpenRequest::default())
+                    .person(who.name())
+                    .open_chat(chat, &OpenRequest::default())
                     .await,
                 Ok(OpenOutcome::Owner | OpenOutcome::Admitted { .. })
             ),
@@ -1059,9 +1072,9 @@ impl Case {
         let seen = match surface {
             Surface::Kernel => {
                 let d = if approve {
-                    self.k().approve(id, who.name()).await
+                    self.k().person(who.name()).approve(id).await
                 } else {
-                    self.k().reject(id, who.name()).await
+                    self.k().person(who.name()).reject(id).await
                 }
                 .map_err(|e| format!("{verb} #{id}: {e:#}"))?;
                 match d {
@@ -1211,11 +1224,13 @@ impl Case {
             "edges": [["ask", "launch"]]
         });
         let k = self.k();
-        k.publish_workflow(design.to_string().as_bytes(), "alice")
+        k.person("alice")
+            .publish_workflow(design.to_string().as_bytes())
             .map_err(|e| format!("publish: {e:#}"))?;
         let approvers: Vec<&str> = approver.iter().map(|p| p.name()).collect();
         let s = k
-            .start_workflow("model-run", None, "alice", &approvers)
+            .person("alice")
+            .start_workflow("model-run", None, &approvers)
             .await
             .map_err(|e| format!("start: {e:#}"))?;
         ensure!(
@@ -1292,7 +1307,7 @@ impl Case {
                 let c = self.model.chat(&chat);
                 let expected = (c.may_decide(who) || c.approvers.contains(&who))
                     && (req.state == "rejected" || req.state == "withdrawn");
-                (k.resubmit(req.id, who.name()).await, expected)
+                (k.person(who.name()).resubmit(req.id).await, expected)
             }
             _ => {
                 let c = self.model.chat(&chat);
@@ -1309,7 +1324,7 @@ impl Case {
                 let expected = (approver || (verified && self.model.chat(&chat).may_decide(who)))
                     && req.state == from;
                 (
-                    k.decide_request(req.id, decision, who.name()).await,
+                    k.person(who.name()).decide_request(req.id, decision).await,
                     expected,
                 )
             }
@@ -1383,7 +1398,8 @@ impl Case {
         }
         let s = self
             .k()
-            .resume_run("alice", run)
+            .person("alice")
+            .resume_run(run)
             .await
             .map_err(|e| format!("resume: {e:#}"))?;
         self.k().settle().await;

@@ -11,7 +11,7 @@ use crate::surfaces::web_api::{Api, chat_path, serve};
 use gatehouse::overseer::Decision;
 use gatehouse::sharing::OpenRequest;
 use gatehouse::store::{LedgerFilter, Trust};
-use gatehouse_e2e::{TOKEN, World, call, cli_command, pending_id, stderr, stdout};
+use gatehouse_e2e::{TOKEN, World, add_label, call, cli_command, pending_id, stderr, stdout};
 use gatehouse_services::warehouse::Warehouse;
 use serde_json::json;
 
@@ -38,7 +38,8 @@ async fn script_as(
     let input = json!({ "steps": steps }).to_string();
     let report = w
         .kernel
-        .run_as(person, "script", chat, &input)
+        .person(person)
+        .run("script", chat, &input)
         .await
         .unwrap_or_else(|e| panic!("{person}'s turn was refused: {e:#}"));
     let out = report
@@ -56,7 +57,8 @@ fn open(w: &World, chat: &str, person: &str) -> impl Future<Output = bool> {
     let (chat, person) = (chat.to_owned(), person.to_owned());
     async move {
         matches!(
-            k.open_chat(&chat, &person, &OpenRequest::default())
+            k.person(&person)
+                .open_chat(&chat, &OpenRequest::default())
                 .await
                 .expect("open runs"),
             gatehouse::sharing::OpenOutcome::Admitted { .. }
@@ -72,13 +74,22 @@ fn open(w: &World, chat: &str, person: &str) -> impl Future<Output = bool> {
 async fn a_collaborators_write_is_sent_with_their_own_account_never_the_owners() {
     let w = people(Trust::Byo).await;
     let k = &w.kernel;
-    k.share("work", "bob", "alice", false).expect("share");
-    k.share("work", "carol", "alice", false).expect("share");
+    k.person("alice")
+        .share("work", "bob", false)
+        .expect("share");
+    k.person("alice")
+        .share("work", "carol", false)
+        .expect("share");
     assert!(open(&w, "work", "bob").await, "bob passes re-verification");
 
     let staged = script_as(&w, "bob", "work", json!([create("from bob")])).await;
     let id = pending_id(&staged[0]);
-    let shown = k.shown("alice", id).await.unwrap().expect("alice sees it");
+    let shown = k
+        .person("alice")
+        .shown(id)
+        .await
+        .unwrap()
+        .expect("alice sees it");
     assert!(
         shown.prompt.contains("Staged by: bob in chat work"),
         "{}",
@@ -95,13 +106,16 @@ async fn a_collaborators_write_is_sent_with_their_own_account_never_the_owners()
 
     // Carol has no account at the tracker: refused at staging, nothing
     // reached the tracker, nothing was staged.
-    let carol = k.open_chat("work", "carol", &OpenRequest::default()).await;
+    let carol = k
+        .person("carol")
+        .open_chat("work", &OpenRequest::default())
+        .await;
     // Her open is refused too (the tracker does not know her), so she may
     // not run anything there.
     assert!(carol.is_ok());
     let refused = k
-        .run_as(
-            "carol",
+        .person("carol")
+        .run(
             "script",
             "work",
             &json!({"steps": [create("from carol")]}).to_string(),
@@ -126,7 +140,7 @@ async fn a_collaborators_write_is_sent_with_their_own_account_never_the_owners()
     assert_eq!(k.inspect().pending(Some("work")).unwrap().len(), 1);
 
     // Alice approves Bob's write: it is sent with Bob's token.
-    let d = k.approve(id, "alice").await.unwrap();
+    let d = k.person("alice").approve(id).await.unwrap();
     assert!(matches!(d, Decision::Applied { .. }), "{d:?}");
     let writes = w.tracker.writes();
     assert_eq!(writes.len(), 1);
@@ -150,13 +164,12 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
     let w = people(Trust::Vetted).await;
     let k = &w.kernel;
     // Mallory enables a rule for the tag: it covers nothing of Alice's.
-    k.add_rule("mallory", "issues:addLabel", None)
-        .await
-        .unwrap();
+    w.label_rule("mallory").await;
     // ... and may not scope one to Alice's chat, through the kernel or the
     // web API (answered like a chat that does not exist).
     let err = k
-        .add_rule("mallory", "issues:addLabel", Some("work"))
+        .person("mallory")
+        .add_rule("issues:addLabel", Some("work"))
         .await
         .unwrap_err();
     assert!(
@@ -175,17 +188,7 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
         .await;
     assert_eq!(a.status, 404, "{}", a.text);
 
-    let staged = w
-        .script(
-            "work",
-            json!([call(
-                "ISSUES",
-                "addLabel",
-                json!({"id": 1, "label": "triaged"})
-            )]),
-        )
-        .await;
-    let id = pending_id(&staged[0]);
+    let id = w.stage_label_on("work", 1, "triaged").await;
     k.settle().await;
     k.drain().await.unwrap();
     assert_eq!(
@@ -199,7 +202,7 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
     );
 
     // Alice's own rule applies in her chat, recorded as resolved by her.
-    let r = k.add_rule("alice", "issues:addLabel", None).await.unwrap();
+    let r = w.label_rule("alice").await;
     assert!(r.key_one);
     let a = k.inspect().action(id).unwrap().unwrap();
     assert_eq!(a.state.as_str(), "applied");
@@ -209,13 +212,7 @@ async fn a_rule_auto_approves_only_in_its_persons_own_chats() {
 
     // In Bob's own chat, Alice's rule does nothing.
     w.chat_with("bobs", "bob", &[("issues", "ISSUES")]);
-    let staged = script_as(
-        &w,
-        "bob",
-        "bobs",
-        json!([call("ISSUES", "addLabel", json!({"id": 2, "label": "x"}))]),
-    )
-    .await;
+    let staged = script_as(&w, "bob", "bobs", add_label(2, "x")).await;
     let bobs = pending_id(&staged[0]);
     k.settle().await;
     k.drain().await.unwrap();
@@ -245,7 +242,7 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
         )
         .await;
     let id = pending_id(&out[1]);
-    k.share("work", "carol", "alice", false).unwrap();
+    k.person("alice").share("work", "carol", false).unwrap();
     let server = serve(&w).await;
     let carol = Api::signed_in(&w, &server.url(), "carol").await;
     // Shared but never opened: nothing.
@@ -258,22 +255,13 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
     // Bob passes with his own account: he sees the action but may not
     // decide, until Alice grants it; then he decides; removed, he sees
     // nothing again.
-    k.share("work", "bob", "alice", false).unwrap();
+    k.person("alice").share("work", "bob", false).unwrap();
     let bob = Api::signed_in(&w, &server.url(), "bob").await;
     nothing(&bob, id).await;
     assert!(open(&w, "work", "bob").await);
-    let a = bob
-        .send("GET", &format!("/api/actions/{id}"), None, &[])
-        .await;
+    let a = bob.get(&format!("/api/actions/{id}")).await;
     assert_eq!(a.status, 200, "{}", a.text);
-    let a = bob
-        .send(
-            "POST",
-            &format!("/api/actions/{id}/approve"),
-            Some(json!({})),
-            &[],
-        )
-        .await;
+    let a = bob.act_on(id, "approve").await;
     assert_eq!(a.status, 409, "{}", a.text);
     assert!(
         a.error().contains("may see chat \"work\" but not decide"),
@@ -281,17 +269,10 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
         a.text
     );
     assert_eq!(w.tracker.writes().len(), 0);
-    k.share("work", "bob", "alice", true).unwrap();
-    let a = bob
-        .send(
-            "POST",
-            &format!("/api/actions/{id}/reject"),
-            Some(json!({})),
-            &[],
-        )
-        .await;
+    k.person("alice").share("work", "bob", true).unwrap();
+    let a = bob.act_on(id, "reject").await;
     assert_eq!(a.status, 200, "{}", a.text);
-    k.unshare("work", "bob", "alice").unwrap();
+    k.person("alice").unshare("work", "bob").unwrap();
     nothing(&bob, id).await;
     server.stop().await;
 }
@@ -299,7 +280,7 @@ async fn the_web_inbox_shows_a_collaborator_nothing_until_they_pass_re_verificat
 /// What a person who may not see chat `work` gets from the web API:
 /// nothing, answered like things that do not exist.
 async fn nothing(api: &Api, id: i64) {
-    let inbox = api.send("GET", "/api/inbox", None, &[]).await.json();
+    let inbox = api.get("/api/inbox").await.json();
     assert_eq!(inbox["cards"], json!([]), "{inbox}");
     assert_eq!(inbox["chats"], json!([]), "{inbox}");
     assert_eq!(inbox["total"], 0, "{inbox}");
@@ -309,19 +290,12 @@ async fn nothing(api: &Api, id: i64) {
         chat_path("work", "observations"),
         "/api/ledger?chat=work".to_owned(),
     ] {
-        let a = api.send("GET", &path, None, &[]).await;
+        let a = api.get(&path).await;
         assert_eq!(a.status, 404, "{path}: {}", a.text);
     }
-    let ledger = api.send("GET", "/api/ledger", None, &[]).await.json();
+    let ledger = api.get("/api/ledger").await.json();
     assert_eq!(ledger, json!([]), "{ledger}");
-    let a = api
-        .send(
-            "POST",
-            &format!("/api/actions/{id}/approve"),
-            Some(json!({})),
-            &[],
-        )
-        .await;
+    let a = api.act_on(id, "approve").await;
     assert_eq!(a.status, 404, "{}", a.text);
 }
 
@@ -381,31 +355,26 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
 
     // Another component under the same name.
     w.add_gatekeeper("issues-sim", "issues", Trust::Byo).await;
-    let d = k.approve(one, "alice").await.unwrap();
+    let d = k.person("alice").approve(one).await.unwrap();
     let Decision::Held { note, .. } = &d else {
         panic!("expected held, got {d:?}")
     };
     assert!(note.contains("now runs another component"), "{note}");
     assert_eq!(w.tracker.writes().len(), 0, "nothing was sent");
-    let shown = k.shown("alice", one).await.unwrap().unwrap();
+    let shown = k.person("alice").shown(one).await.unwrap().unwrap();
     assert!(shown.prompt.contains("Changed: "), "{}", shown.prompt);
     // Decided again on current facts, it is sent.
     assert!(matches!(
-        k.approve(one, "alice").await.unwrap(),
+        k.person("alice").approve(one).await.unwrap(),
         Decision::Applied { .. }
     ));
     assert_eq!(w.tracker.writes().len(), 1);
 
     // A narrower grant: createIssue is no longer granted; never sent.
-    k.introduce(
-        "work",
-        "issues",
-        "ISSUES",
-        Some(vec!["listIssues".into()]),
-        "alice",
-    )
-    .unwrap();
-    let d = k.approve(two, "alice").await.unwrap();
+    k.person("alice")
+        .introduce("work", "issues", "ISSUES", Some(vec!["listIssues".into()]))
+        .unwrap();
+    let d = k.person("alice").approve(two).await.unwrap();
     assert!(
         d.line().contains("no longer grants the tool createIssue"),
         "{}",
@@ -417,8 +386,8 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
     w.introduce("work", "alice", &[("issues", "ISSUES")]);
     let out = w.script("work", json!([create("three")])).await;
     let three = pending_id(&out[0]);
-    k.set_trust("issues", Trust::Vetted).unwrap();
-    let d = k.approve(three, "alice").await.unwrap();
+    k.operator().set_trust("issues", Trust::Vetted).unwrap();
+    let d = k.person("alice").approve(three).await.unwrap();
     assert!(
         d.line().contains("trust tier changed from byo to vetted"),
         "{}",
@@ -436,7 +405,7 @@ async fn an_approval_is_sent_only_with_what_was_staged() {
     )
     .await
     .expect("issues is added again, pointing elsewhere");
-    let d = k.approve(three, "alice").await.unwrap();
+    let d = k.person("alice").approve(three).await.unwrap();
     assert!(d.line().contains("other hosts"), "{}", d.line());
     assert_eq!(w.tracker.writes().len(), 1, "nothing more was sent");
 }
@@ -449,7 +418,7 @@ async fn the_cli_asks_the_same_rule_as_the_web() {
     let k = &w.kernel;
     let out = w.script("work", json!([create("held")])).await;
     let id = pending_id(&out[0]).to_string();
-    k.share("work", "bob", "alice", false).unwrap();
+    k.person("alice").share("work", "bob", false).unwrap();
     assert!(open(&w, "work", "bob").await);
 
     let as_ = |person: &str, args: &[&str]| {
@@ -485,13 +454,11 @@ async fn the_cli_asks_the_same_rule_as_the_web() {
 
     // The decision history keeps who decided, beyond payload pruning.
     let approved = k
-        .ledger(
-            "alice",
-            LedgerFilter {
-                approved_by: Some("alice".into()),
-                ..Default::default()
-            },
-        )
+        .person("alice")
+        .ledger(LedgerFilter {
+            approved_by: Some("alice".into()),
+            ..Default::default()
+        })
         .await
         .unwrap();
     assert_eq!(approved.len(), 1);

@@ -105,6 +105,7 @@ async fn bad_components_are_refused_with_one_line_and_nothing_is_installed() {
         let bytes = read(&bad.file);
         let err = w
             .kernel
+            .operator()
             .install("candidate", &bytes, &|_| {})
             .map(|g| panic!("{} was installed as {g:?}", bad.file.display()))
             .unwrap_err();
@@ -157,6 +158,7 @@ async fn a_gatekeeper_component_is_refused_as_a_gadget() {
     let w = World::new();
     let err = w
         .kernel
+        .operator()
         .install("issues", &read(&guest("issues")), &|_| {})
         .map(|g| panic!("a gatekeeper was installed as gadget {g:?}"))
         .unwrap_err();
@@ -173,6 +175,7 @@ async fn a_component_of_the_wrong_role_is_told_what_it_must_export() {
     let w = World::new();
     let as_gadget = w
         .kernel
+        .operator()
         .install("issues", &read(&guest("issues")), &|_| {})
         .map(|g| panic!("a gatekeeper was installed as gadget {g:?}"))
         .unwrap_err();
@@ -182,6 +185,7 @@ async fn a_component_of_the_wrong_role_is_told_what_it_must_export() {
         "a gatekeeper installed as a gadget: {msg:?}"
     );
     w.kernel
+        .operator()
         .put_secret("tracker-token", TOKEN)
         .expect("secret stored");
     let hosts = vec![w.tracker.host()];
@@ -242,6 +246,7 @@ async fn a_gatekeeper_naming_a_missing_secret_is_refused_with_how_to_set_it() {
     let issues = guest("issues");
     let err = w
         .kernel
+        .operator()
         .add_gatekeeper(
             "issues",
             &read(&issues),
@@ -290,6 +295,7 @@ async fn installing_the_same_bytes_twice_does_not_recompile() {
 
     let first = w
         .kernel
+        .operator()
         .install("triage", &bytes, &progress)
         .unwrap_or_else(|e| panic!("first install: {e:#}"));
     let compiled = compiled_files(w.home());
@@ -315,10 +321,12 @@ async fn installing_the_same_bytes_twice_does_not_recompile() {
     notes.lock().expect("notes").clear();
     let again = w
         .kernel
+        .operator()
         .install("triage", &bytes, &progress)
         .unwrap_or_else(|e| panic!("second install: {e:#}"));
     let copy = w
         .reopen()
+        .operator()
         .install("triage-copy", &bytes, &progress)
         .unwrap_or_else(|e| panic!("install under another name, by another kernel: {e:#}"));
     assert_eq!(again.digest, first.digest);
@@ -348,7 +356,7 @@ async fn installing_the_same_bytes_twice_does_not_recompile() {
 async fn a_corrupted_compiled_entry_is_detected_and_rebuilt() {
     let w = World::new();
     w.install("script");
-    w.kernel.new_chat("work", "alice").expect("chat");
+    w.kernel.person("alice").new_chat("work").expect("chat");
     let compiled = compiled_files(w.home());
     assert_eq!(compiled.len(), 1, "{compiled:?}");
     let garbage: Vec<u8> = b"not a compiled component ".repeat(400);
@@ -357,6 +365,7 @@ async fn a_corrupted_compiled_entry_is_detected_and_rebuilt() {
     // A fresh kernel (as the next CLI process would be) runs the gadget.
     let k = w.reopen();
     let report = k
+        .operator()
         .run("script", "work", r#"{"steps": [{"env": true}]}"#)
         .await
         .unwrap_or_else(|e| panic!("the kernel refused the turn: {e:#}"));
@@ -380,6 +389,7 @@ async fn a_corrupted_compiled_entry_is_detected_and_rebuilt() {
     // And the rebuilt artifact is trusted again by the next kernel.
     let again = w
         .reopen()
+        .operator()
         .run("script", "work", r#"{"steps": [{"env": true}]}"#)
         .await
         .unwrap_or_else(|e| panic!("the kernel refused the turn: {e:#}"));

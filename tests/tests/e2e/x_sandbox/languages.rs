@@ -37,6 +37,7 @@ async fn triage_scenario(path: &Path, shared_compile: bool) -> Trace {
     }
     let notes = std::sync::Mutex::new(Vec::<String>::new());
     w.kernel
+        .operator()
         .install("triage", &read(path), &|m| {
             notes.lock().expect("notes").push(m.to_owned())
         })
@@ -81,7 +82,8 @@ async fn triage_scenario(path: &Path, shared_compile: bool) -> Trace {
     for id in [2, 3] {
         let decision = w
             .kernel
-            .approve(id, "alice")
+            .person("alice")
+            .approve(id)
             .await
             .unwrap_or_else(|e| panic!("approving #{id}: {e:#}"));
         assert!(decision.ok(), "#{id} was applied");
@@ -167,9 +169,10 @@ async fn probe(name: &str) -> (World, Value, String) {
     let w = World::new();
     langs::seed_compiled(w.home(), &path);
     w.kernel
+        .operator()
         .install(name, &read(&path), &|_| {})
         .unwrap_or_else(|e| panic!("{name} does not install: {e:#}"));
-    w.kernel.new_chat("work", "alice").expect("chat");
+    w.kernel.person("alice").new_chat("work").expect("chat");
     let report = w.turn(name, "work", &w.tracker.host()).await;
     let text = report.output.unwrap_or_else(|e| {
         panic!(
@@ -559,7 +562,8 @@ fn assert_bridge_first(what: &str, html: &str) {
 async fn face_answer(w: &World, gadget: &str, function: &str, args: &str) -> Value {
     let answer = w
         .kernel
-        .face_call("alice", gadget, "work", function, args)
+        .person("alice")
+        .face_call(gadget, "work", function, args)
         .await
         .unwrap_or_else(|e| panic!("{gadget}.{function} was refused: {e:#}"));
     let text = answer
@@ -612,7 +616,8 @@ async fn starter_with_a_face_answers(lang: &str) {
     );
     let refused = w
         .kernel
-        .face_call("alice", &name, "work", "issues", "{}")
+        .person("alice")
+        .face_call(&name, "work", "issues", "{}")
         .await
         .expect("the call is admitted");
     assert!(
@@ -635,7 +640,8 @@ async fn starter_with_a_face_answers(lang: &str) {
     );
     let answer = w
         .kernel
-        .face_call("alice", &name, "work", "issues", "{}")
+        .person("alice")
+        .face_call(&name, "work", "issues", "{}")
         .await
         .expect("the call is admitted");
     assert!(answer.staged.is_empty(), "a read stages nothing");
@@ -656,7 +662,8 @@ async fn starter_with_a_face_answers(lang: &str) {
     );
     let unknown = w
         .kernel
-        .face_call("alice", &name, "work", "face", "{}")
+        .person("alice")
+        .face_call(&name, "work", "face", "{}")
         .await
         .map(|a| a.output);
     assert!(
@@ -690,6 +697,7 @@ async fn board_scenario(path: &Path, shared_compile: bool) -> (Value, Value, Val
         langs::seed_compiled(w.home(), path);
     }
     w.kernel
+        .operator()
         .install("triage", &read(path), &|_| {})
         .unwrap_or_else(|e| panic!("{} does not install: {e:#}", path.display()));
     w.add_gatekeeper("issues", "issues", Trust::Byo).await;
@@ -706,13 +714,8 @@ async fn board_scenario(path: &Path, shared_compile: bool) -> (Value, Value, Val
     let before = face_answer(&w, "triage", "board", "{}").await;
     let labelled = w
         .kernel
-        .face_call(
-            "alice",
-            "triage",
-            "work",
-            "label",
-            r#"{"id":1,"label":"bug"}"#,
-        )
+        .person("alice")
+        .face_call("triage", "work", "label", r#"{"id":1,"label":"bug"}"#)
         .await
         .expect("the call is admitted");
     let said: Value =
@@ -730,7 +733,8 @@ async fn board_scenario(path: &Path, shared_compile: bool) -> (Value, Value, Val
     );
     let bad = w
         .kernel
-        .face_call("alice", "triage", "work", "label", r#"{"id":"one"}"#)
+        .person("alice")
+        .face_call("triage", "work", "label", r#"{"id":"one"}"#)
         .await
         .expect("the call is admitted");
     assert!(
@@ -936,6 +940,7 @@ async fn a_javascript_gadget_built_with_http_is_refused_naming_wasi_http() {
     let w = World::new();
     let err = w
         .kernel
+        .operator()
         .install("with-http", &read(&out), &|_| {})
         .map(|g| panic!("a gadget importing wasi:http was installed as {g:?}"))
         .unwrap_err();

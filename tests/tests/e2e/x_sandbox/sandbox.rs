@@ -93,7 +93,7 @@ async fn a_spinning_gadget_is_interrupted_while_other_gadgets_are_served() {
         let (kernel, started) = (w.kernel.clone(), started.clone());
         tokio::spawn(async move {
             let _ = started.set(Instant::now());
-            let report = kernel.run("hostile", "work", "spin").await;
+            let report = kernel.operator().run("hostile", "work", "spin").await;
             (report, Instant::now())
         })
     };
@@ -109,7 +109,10 @@ async fn a_spinning_gadget_is_interrupted_while_other_gadgets_are_served() {
         tokio::spawn(async move {
             let mut finished = Vec::new();
             for _ in 0..5 {
-                let report = kernel.run("script", "work", &list_issues_script()).await;
+                let report = kernel
+                    .operator()
+                    .run("script", "work", &list_issues_script())
+                    .await;
                 finished.push((report, Instant::now()));
             }
             finished
