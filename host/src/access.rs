@@ -68,6 +68,12 @@ impl Access {
         self.standing
     }
 
+    /// Whether the chat was locked down (O3) when this was read: the latch
+    /// is read with the standing, so a caller that asked for both has it.
+    pub(crate) fn latched(&self) -> bool {
+        self.latched
+    }
+
     /// See the chat's inbox, ledger, observations and approval prompts.
     pub fn may_see(&self) -> bool {
         match self.standing {

@@ -23,6 +23,13 @@ impl<'a> Inspect<'a> {
         Inspect { store }
     }
 
+    /// The statements this host has sent to its shared database since it
+    /// opened, each a round trip on the wire (none on a home): what a
+    /// path costs on PostgreSQL, for benchmarks and tests.
+    pub fn round_trips(&self) -> Option<u64> {
+        self.store.round_trips()
+    }
+
     /// One action by id, in whatever chat and state it is.
     pub fn action(&self, id: i64) -> anyhow::Result<Option<Action>> {
         self.store.action(id)

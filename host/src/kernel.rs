@@ -561,12 +561,13 @@ impl Kernel {
         let g = self
             .store()
             .read_now(move |conn| {
-                let Some(g) = crate::store::gadget_in(conn, &gadget)? else {
+                let Some((g, chat_exists)) = crate::store::turn_start_in(conn, &gadget, &chat)?
+                else {
                     bail!(
                         "no gadget named {gadget:?}; install it with `gatehouse install FILE.wasm`"
                     );
                 };
-                if crate::store::chat_in(conn, &chat)?.is_none() {
+                if !chat_exists {
                     bail!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`");
                 }
                 Ok(g)

@@ -184,12 +184,22 @@ impl Kernel {
             .map_err(|_| anyhow::anyhow!("the decision was interrupted by a shutdown"))?
     }
 
-    async fn claim_and_send(&self, id: i64, by: ClaimBy) -> anyhow::Result<Decision> {
+    /// Claim action `id` as `by` and send it; with the decision, the chat
+    /// the claim found it in (none when the claim was refused), so that
+    /// what follows the decision need not read the action again.
+    async fn claim_and_send(
+        &self,
+        id: i64,
+        by: ClaimBy,
+    ) -> anyhow::Result<(Decision, Option<String>)> {
         let owner = self.owner().to_owned();
         let claim = self.store().run(move |s| s.claim(id, &by, &owner)).await?;
         match claim {
-            Ok(c) => self.send(c).await,
-            Err(r) => Ok(Decision::of_refusal(id, r)),
+            Ok(c) => {
+                let chat = c.action().chat.clone();
+                Ok((self.send(c).await?, Some(chat)))
+            }
+            Err(r) => Ok((Decision::of_refusal(id, r), None)),
         }
     }
 
@@ -198,8 +208,10 @@ impl Kernel {
     /// and record the outcome. Nothing else sends an action. What it reports
     /// is what the ledger recorded ([`Kernel::as_recorded`]).
     pub(crate) async fn send(&self, claim: Claim) -> anyhow::Result<Decision> {
-        let d = self.send_claimed(claim).await?;
-        self.as_recorded(d).await
+        match self.send_claimed(claim).await? {
+            (d, Recorded::Yes) => Ok(d),
+            (d, Recorded::No) => self.as_recorded(d).await,
+        }
     }
 
     /// The decision as the ledger keeps it. While this process was sending,
@@ -253,7 +265,8 @@ impl Kernel {
         })
     }
 
-    async fn send_claimed(&self, claim: Claim) -> anyhow::Result<Decision> {
+    /// Send, and record the outcome; with it, whether the ledger took it.
+    async fn send_claimed(&self, claim: Claim) -> anyhow::Result<(Decision, Recorded)> {
         let a = claim.action();
         let id = a.id;
         let g = claim.gatekeeper().clone();
@@ -309,10 +322,11 @@ impl Kernel {
         match called.outcome {
             Ok(Ok(output)) => {
                 let result = output.result.clone();
-                self.store()
+                let recorded = self
+                    .store()
                     .run(move |s| s.finish_applied(id, &output.result))
                     .await?;
-                Ok(Decision::Applied { id, result })
+                Ok((Decision::Applied { id, result }, Recorded::from(recorded)))
             }
             Ok(Err(e)) => {
                 let claims_no_effect = matches!(
@@ -340,16 +354,23 @@ impl Kernel {
         }
     }
 
-    async fn fail(&self, id: i64, message: String, retryable: bool) -> anyhow::Result<Decision> {
+    async fn fail(
+        &self,
+        id: i64,
+        message: String,
+        retryable: bool,
+    ) -> anyhow::Result<(Decision, Recorded)> {
         let m = message.clone();
-        self.store()
+        let recorded = self
+            .store()
             .run(move |s| s.finish_failed(id, &m, retryable))
             .await?;
-        Ok(Decision::Failed {
+        let d = Decision::Failed {
             id,
             message,
             retryable,
-        })
+        };
+        Ok((d, Recorded::from(recorded)))
     }
 
     /// Start a drain of `chat` without waiting for it (after a submit).
@@ -588,9 +609,16 @@ impl Person<'_> {
         let by = ClaimBy::Person(person.to_owned());
         self.kernel
             .to_completion(async move {
-                let d = k.claim_and_send(id, by).await?;
-                k.drain_after(id).await?;
-                Ok(d)
+                match k.claim_and_send(id, by).await? {
+                    (d, Some(chat)) => {
+                        k.drain_scope(DrainScope::chat(&chat)).await?;
+                        Ok(d)
+                    }
+                    (d, None) => {
+                        k.drain_after(id).await?;
+                        Ok(d)
+                    }
+                }
             })
             .await
     }
@@ -677,6 +705,24 @@ impl Person<'_> {
     pub fn rules(&self) -> anyhow::Result<Vec<Rule>> {
         let person = self.name;
         self.kernel.store().rules_for(person)
+    }
+}
+
+/// Whether the ledger took this process's outcome of a send: `No` when
+/// the claim was no longer this process's to end (a recovery failed it
+/// meanwhile, P3), and then what the ledger says is what is reported.
+enum Recorded {
+    Yes,
+    No,
+}
+
+impl From<bool> for Recorded {
+    fn from(recorded: bool) -> Recorded {
+        if recorded {
+            Recorded::Yes
+        } else {
+            Recorded::No
+        }
     }
 }
 

@@ -251,7 +251,11 @@ impl Operator<'_> {
         self.kernel.store().accounts(None)
     }
 
-    /// Run one turn of a gadget in a chat, as the chat's owner.
+    /// Run one turn of a gadget in a chat, as the chat's owner. The owner
+    /// is never re-verified (SPEC S2 re-verifies collaborators), so the
+    /// turn starts at once, as [`Person::run`] does for the owner.
+    ///
+    /// [`Person::run`]: crate::capability::Person::run
     pub async fn run(&self, gadget: &str, chat: &str, input: &str) -> anyhow::Result<TurnReport> {
         let c = chat.to_owned();
         let owner = self
@@ -262,7 +266,9 @@ impl Operator<'_> {
             .with_context(|| {
                 format!("no chat named {chat:?}; create it with `gatehouse chat new {chat}`")
             })?;
-        self.kernel.person(&owner).run(gadget, chat, input).await
+        let turn =
+            crate::kernel::Turn::new(gadget, chat, crate::principal::Principal::person(&owner));
+        self.kernel.run_turn(turn, input).await
     }
 }
 

@@ -129,23 +129,25 @@ impl Kernel {
     /// must pass an open, re-verified now with the accounts they chose last.
     pub(crate) async fn verify_runner(&self, chat: &str, user: &str) -> anyhow::Result<()> {
         let (c, user_) = (chat.to_owned(), user.to_owned());
-        // A reader, in place: this runs before every turn.
-        let (owner, observers) = self
+        // A reader, in place: this runs before every turn. The chat's
+        // observers are read only for someone who is not its owner.
+        let observers = self
             .store()
             .read_now(move |conn| {
-                Ok((
-                    crate::store::chat_in(conn, &c)?.map(|c| c.owner),
-                    crate::store::observers_in(conn, &c)?,
-                ))
+                match crate::store::chat_in(conn, &c)? {
+                    // An unknown chat is reported by the turn itself.
+                    None => Ok(None),
+                    Some(chat) if chat.owner == user_ => Ok(None),
+                    Some(_) => crate::store::observers_in(conn, &c).map(Some),
+                }
             })
             .await?;
-        if owner.as_deref() == Some(user) || owner.is_none() {
-            // An unknown chat is reported by the turn itself.
+        let Some(observers) = observers else {
             return Ok(());
-        }
+        };
         let accounts = observers
             .into_iter()
-            .filter(|o| o.user == user_)
+            .filter(|o| o.user == user)
             .filter_map(|o| {
                 let label = o.account?.split_once('/')?.1.to_owned();
                 Some((o.gatekeeper, label))

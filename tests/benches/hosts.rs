@@ -82,15 +82,19 @@ fn kernel_on_each_engine(rt: &tokio::runtime::Runtime, url: &str, rounds: usize)
         [home, shared]
     });
     let (mut stages, mut approvals) = ([vec![], vec![]], [vec![], vec![]]);
+    // The shared database's round trips of each, over every round.
+    let (mut stage_trips, mut approval_trips) = (0, 0);
+    let trips = |w: &World| w.kernel.inspect().round_trips().unwrap_or(0);
     for r in 0..rounds {
         for (e, w) in worlds.iter().enumerate() {
             let chat = format!("r{r}");
-            let t = Instant::now();
+            let (t, before) = (Instant::now(), trips(w));
             let ids: Vec<i64> = (0..PER_ROUND)
                 .map(|_| rt.block_on(stage(w, &chat)))
                 .collect();
             stages[e].push(t.elapsed() / PER_ROUND as u32);
-            let t = Instant::now();
+            stage_trips += trips(w) - before;
+            let (t, before) = (Instant::now(), trips(w));
             for id in ids {
                 let d = rt
                     .block_on(w.kernel.person("alice").approve(id))
@@ -98,20 +102,29 @@ fn kernel_on_each_engine(rt: &tokio::runtime::Runtime, url: &str, rounds: usize)
                 assert!(d.ok(), "{d:?}");
             }
             approvals[e].push(t.elapsed() / PER_ROUND as u32);
+            approval_trips += trips(w) - before;
         }
     }
-    println!("\n| through the kernel | SQLite home | PostgreSQL host | ratio |");
-    println!("|---|---|---|---|");
-    for (what, [s, p]) in [
-        ("a turn staging one write", &mut stages),
-        ("an approval (claim, send, outcome)", &mut approvals),
+    println!(
+        "\n| through the kernel | SQLite home | PostgreSQL host | ratio | PostgreSQL round trips |"
+    );
+    println!("|---|---|---|---|---|");
+    let each = (rounds * PER_ROUND) as f64;
+    for (what, [s, p], trips) in [
+        ("a turn staging one write", &mut stages, stage_trips),
+        (
+            "an approval (claim, send, outcome)",
+            &mut approvals,
+            approval_trips,
+        ),
     ] {
         let (s, p) = (median(s), median(p));
         println!(
-            "| {what} | {:.0} µs | {:.0} µs | {:.2}× |",
+            "| {what} | {:.0} µs | {:.0} µs | {:.2}× | {:.1} |",
             s.as_secs_f64() * 1e6,
             p.as_secs_f64() * 1e6,
-            p.as_secs_f64() / s.as_secs_f64()
+            p.as_secs_f64() / s.as_secs_f64(),
+            trips as f64 / each
         );
     }
 }

@@ -259,6 +259,11 @@ fn live_revert_in(db: &dyn Sql, original: i64) -> anyhow::Result<Option<(i64, Ac
 
 /// Whether the pending action `a` is past its chat's expiry now.
 fn is_due(db: &dyn Sql, a: &Action) -> anyhow::Result<bool> {
+    // Only a pending action falls due: a decided one's chat is not asked
+    // (a round trip on a shared database).
+    if a.state != ActionState::Pending {
+        return Ok(false);
+    }
     Ok(is_due_after(a, stages::expiry(db, &a.chat)?))
 }
 
@@ -541,10 +546,9 @@ impl Store {
 
     /// Record a successful apply. The state is written first, in its own
     /// commit, then the result: an unstorable result still leaves the action
-    /// `applied` (SPEC P2).
-    pub fn finish_applied(&self, id: i64, result: &str) -> anyhow::Result<()> {
-        // The state and its decision's outcome stand or fall together.
-        self.finish_claim(id, None)?;
+    /// `applied` (SPEC P2). Whether the ledger took this outcome (see
+    /// [`Store::finish_claim`]).
+    pub fn finish_applied(&self, id: i64, result: &str) -> anyhow::Result<bool> {
         let stored = if result.len() > MAX_RESULT_BYTES {
             serde_json::json!({
                 "note": format!(
@@ -562,25 +566,13 @@ impl Store {
                 .to_string(),
             }
         };
-        // A covered workflow call keeps no result (G7): it was handed to
-        // the step that made it.
-        self.with(|db| {
-            db.exec(
-                "UPDATE ledger SET result = CASE WHEN logical_key IS NULL THEN ?2
-                   ELSE '{\"note\":\"the result of a workflow call is handed to its step and not kept\"}' END
-                 WHERE id = ?1",
-                args![id, stored],
-            )
-        })?;
-        self.prune_of(id)?;
-        Ok(())
+        // The state and its decision's outcome stand or fall together.
+        self.finish_claim(id, None, Some(&stored))
     }
 
-    /// Record a failed apply.
-    pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<()> {
-        self.finish_claim(id, Some((message, retryable)))?;
-        self.prune_of(id)?;
-        Ok(())
+    /// Record a failed apply. Whether the ledger took this outcome.
+    pub fn finish_failed(&self, id: i64, message: &str, retryable: bool) -> anyhow::Result<bool> {
+        self.finish_claim(id, Some((message, retryable)), None)
     }
 
     /// Reject a pending action as `by`: it will never be sent (SPEC A2).
@@ -925,7 +917,9 @@ pub(super) fn claim_with(
         return Ok(Err(ClaimRefusal::NoSuchAction(id)));
     };
     // Who decides, first: someone who may not see the chat learns nothing,
-    // not even what state the action is in (W2).
+    // not even what state the action is in (W2). A person's standing is
+    // read with the chat's latch, which is checked below.
+    let mut latched = None;
     if let ClaimBy::Person(person) = by {
         let access = super::sharing::access(tx, &a.chat, person)?;
         if let Err(refusal) = access.require(Need::Decide, &a.chat, person) {
@@ -935,6 +929,7 @@ pub(super) fn claim_with(
                 ClaimRefusal::NoSuchAction(id)
             }));
         }
+        latched = Some(access.latched());
     }
     let claimable = a.state == ActionState::Pending
         || (a.state == ActionState::Failed && a.retryable == Some(true));
@@ -947,8 +942,12 @@ pub(super) fn claim_with(
         stages::expire(tx, id)?;
         return Ok(Err(ClaimRefusal::Expired(id)));
     }
-    let chat = super::registry::chat_in(tx, &a.chat)?;
-    if chat.as_ref().is_none_or(|c| c.latched) {
+    let latched = match latched {
+        Some(latched) => latched,
+        // No chat is as good as latched: nothing leaves for it.
+        None => super::registry::chat_in(tx, &a.chat)?.is_none_or(|c| c.latched),
+    };
+    if latched {
         // The latch is checked on every egress path (O3, U4).
         return Ok(Err(ClaimRefusal::LockedDown {
             id,
@@ -1160,18 +1159,31 @@ pub(super) fn finish_in(
     db: &dyn Sql,
     id: i64,
     failure: Option<(&str, bool)>,
-) -> anyhow::Result<()> {
-    let outcome = match failure {
-        None => {
-            super::claims::applied(db, id, now_ms())?;
-            DecisionOutcome::Applied
-        }
-        Some((message, retryable)) => {
-            super::claims::failed(db, id, message, retryable, now_ms())?;
-            DecisionOutcome::Failed
-        }
+) -> anyhow::Result<bool> {
+    let (recorded, outcome) = match failure {
+        None => (
+            super::claims::applied(db, id, now_ms())?,
+            DecisionOutcome::Applied,
+        ),
+        Some((message, retryable)) => (
+            super::claims::failed(db, id, message, retryable, now_ms())?,
+            DecisionOutcome::Failed,
+        ),
     };
-    record_outcome(db, id, outcome)
+    record_outcome(db, id, outcome)?;
+    Ok(recorded)
+}
+
+/// Keep an applied action's `result`. A covered workflow call keeps none
+/// (G7): it was handed to the step that made it.
+pub(super) fn keep_result(db: &dyn Sql, id: i64, result: &str) -> anyhow::Result<()> {
+    db.exec(
+        "UPDATE ledger SET result = CASE WHEN logical_key IS NULL THEN ?2
+           ELSE '{\"note\":\"the result of a workflow call is handed to its step and not kept\"}' END
+         WHERE id = ?1",
+        args![id, result],
+    )?;
+    Ok(())
 }
 
 fn record_outcome(db: &dyn Sql, id: i64, outcome: DecisionOutcome) -> anyhow::Result<()> {

@@ -360,18 +360,33 @@ impl Store {
         }
     }
 
-    /// Record how the claim of `id` ended: `applied`, or `failed` with its
-    /// `failure` (the message, and whether it provably had no effect), and
-    /// its decision's outcome, in one commit ([`actions::finish_in`]; on a
-    /// shared database one statement, [`postgres::trips::finish`]).
+    /// Record how the claim of `id` ended: `applied` with the `result` to
+    /// keep, or `failed` with its `failure` (the message, and whether it
+    /// provably had no effect), and its decision's outcome, in one commit
+    /// ([`actions::finish_in`]); then the result, and the chat's finished
+    /// actions pruned, which never undo the state (P2: the state first,
+    /// then the result). On a shared database all of it is one statement
+    /// ([`postgres::trips::finish`]). Whether the ledger took this
+    /// outcome: false when the claim was no longer `applying` (a recovery
+    /// failed it meanwhile, P3).
     pub(super) fn finish_claim(
         &self,
         id: i64,
         failure: Option<(&str, bool)>,
-    ) -> anyhow::Result<()> {
+        result: Option<&str>,
+    ) -> anyhow::Result<bool> {
         match &self.db {
-            Db::Home(_) => self.write(|db| actions::finish_in(db, id, failure)),
-            Db::Shared(shared) => shared.each_here(|db| postgres::trips::finish(db, id, failure)),
+            Db::Home(_) => {
+                let recorded = self.write(|db| actions::finish_in(db, id, failure))?;
+                if let Some(result) = result {
+                    self.with(|db| actions::keep_result(db, id, result))?;
+                }
+                self.prune_of_in(id)?;
+                Ok(recorded)
+            }
+            Db::Shared(shared) => {
+                shared.each_here(|db| postgres::trips::finish(db, id, failure, result))
+            }
         }
     }
 
@@ -381,6 +396,17 @@ impl Store {
         match &self.db {
             Db::Home(_) => self.prune_of_in(id),
             Db::Shared(shared) => shared.each_here(|db| postgres::trips::prune_of(db, id)),
+        }
+    }
+
+    /// The statements this host has sent to its shared database since it
+    /// opened, each a round trip; none on a home, whose file is reached by
+    /// library calls. What the `hosts` benchmark and the tests count a
+    /// turn's and an approval's cost in.
+    pub(crate) fn round_trips(&self) -> Option<u64> {
+        match &self.db {
+            Db::Home(_) => None,
+            Db::Shared(shared) => Some(shared.trips()),
         }
     }
 

@@ -59,7 +59,7 @@ pub use ledger::{LedgerEntry, LedgerFilter, NewObservation, Source, Sources};
 pub use notices::{NoticeTarget, Told};
 pub use push::{NewPushDevice, PushDevice, PushKeys, PushTarget, Subscribed};
 pub use registry::{Chat, GadgetRecord, GatekeeperRecord, Introduction, Trust};
-pub(crate) use registry::{chat_in, gadget_in};
+pub(crate) use registry::{chat_in, turn_start_in};
 pub use rules::{AgentRun, Rule};
 pub use sessions::{Redeemed, SessionLookup, SigninRefusal, new_secret, secret_digest};
 pub(crate) use sharing::observers_in;

@@ -136,6 +136,25 @@ pub(crate) fn gadget_in(db: &dyn Sql, name: &str) -> anyhow::Result<Option<Gadge
     .transpose()
 }
 
+/// What a gadget's turn starts from: the gadget `name`, and whether the
+/// chat `chat` exists. One statement, because on a shared database each
+/// statement is a round trip and this one runs before every turn. `None`
+/// when no gadget has that name.
+pub(crate) fn turn_start_in(
+    db: &dyn Sql,
+    gadget: &str,
+    chat: &str,
+) -> anyhow::Result<Option<(GadgetRecord, bool)>> {
+    db.row(
+        "SELECT name, digest, installed_at, (SELECT count(*) FROM chats WHERE name = ?2)
+         FROM gadgets WHERE name = ?1",
+        args![gadget, chat],
+    )?
+    .as_ref()
+    .map(|r| Ok((gadget_from(r)?, r.get::<i64>(3)? > 0)))
+    .transpose()
+}
+
 pub(crate) fn chat_in(db: &dyn Sql, name: &str) -> anyhow::Result<Option<Chat>> {
     db.row(
         "SELECT name, owner, latched, created_at FROM chats WHERE name = ?1",

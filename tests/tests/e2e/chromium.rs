@@ -25,6 +25,10 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
 pub struct Driver {
     child: Child,
     port: u16,
+    /// chromedriver's and Chromium's `TMPDIR`: the profile and the
+    /// singleton socket Chromium leaves behind when its driver is killed
+    /// go with the test instead of piling up in the machine's `/tmp`.
+    _tmp: tempfile::TempDir,
 }
 
 impl Driver {
@@ -43,10 +47,12 @@ impl Driver {
         if on_path("chromium").is_none() && on_path("chromium-browser").is_none() {
             panic!("{INSTALL}");
         }
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary directory: {e}"));
         let mut said = String::new();
         for _ in 0..3 {
             let mut child = Command::new(&driver)
                 .arg("--port=0")
+                .env("TMPDIR", tmp.path())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
@@ -64,7 +70,11 @@ impl Driver {
                 said.push(' ');
             }
             if let Some(port) = port {
-                return Driver { child, port };
+                return Driver {
+                    child,
+                    port,
+                    _tmp: tmp,
+                };
             }
             let _ = child.kill();
             let _ = child.wait();

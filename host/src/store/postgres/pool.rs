@@ -69,7 +69,6 @@ impl Shared {
     }
 
     /// Round trips made through this pool since it opened (see the field).
-    #[cfg(test)]
     pub fn trips(&self) -> u64 {
         self.trips.load(std::sync::atomic::Ordering::Relaxed)
     }

@@ -1,5 +1,5 @@
 //! The shared database's one-statement writes: a stage, a claim's take
-//! and a claim's end, each a call of a server-side function (schema 8)
+//! and a claim's end, each a call of a server-side function (schemas 8, 9)
 //! that the host sends in one round trip, without `BEGIN` or `COMMIT`
 //! (a single statement is its own transaction, durable at its commit).
 //!
@@ -97,20 +97,37 @@ pub(crate) fn take(db: &dyn Sql, t: &Taking<'_>) -> anyhow::Result<Option<Action
     .transpose()
 }
 
-/// End the claim of `id` in one statement (`gatehouse_finish`): `applied`,
-/// or `failed` with its `failure` (the message, and whether it provably
-/// had no effect), its decision's outcome and the announcement, in one
-/// commit, as `actions::finish_in` does in a transaction.
-pub(crate) fn finish(db: &dyn Sql, id: i64, failure: Option<(&str, bool)>) -> anyhow::Result<()> {
+/// End the claim of `id` in one statement (`gatehouse_outcome`, schema 9):
+/// `applied` with its kept `result`, or `failed` with its `failure` (the
+/// message, and whether it provably had no effect); its decision's
+/// outcome and the announcement in the same commit, as
+/// `actions::finish_in` does in a transaction; then the result and the
+/// chat's pruning, which never undo the state (P2). Whether the ledger
+/// took this outcome (the claim was still `applying`).
+pub(crate) fn finish(
+    db: &dyn Sql,
+    id: i64,
+    failure: Option<(&str, bool)>,
+    result: Option<&str>,
+) -> anyhow::Result<bool> {
     let (outcome, message, retryable) = match failure {
         None => (DecisionOutcome::Applied, None, false),
         Some((message, retryable)) => (DecisionOutcome::Failed, Some(message), retryable),
     };
-    db.exec(
-        "SELECT gatehouse_finish(?1, ?2, ?3, ?4, ?5, ?6)",
-        args![id, outcome, message, retryable, now_ms(), DECIDED],
-    )?;
-    Ok(())
+    db.row(
+        "SELECT gatehouse_outcome(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        args![
+            id,
+            outcome,
+            message,
+            retryable,
+            now_ms(),
+            DECIDED,
+            result,
+            RETAINED_FINISHED
+        ],
+    )?
+    .map_or(Ok(false), |r| r.get::<bool>(0))
 }
 
 /// Keep the newest finished actions of `id`'s chat (`stages::prune`), in
@@ -127,7 +144,7 @@ pub(crate) fn prune_of(db: &dyn Sql, id: i64) -> anyhow::Result<u64> {
 
 /// What the hot paths cost on a shared database, in round trips counted
 /// at the driver: a stage is one, whatever the kernel's turn did before
-/// it; a claim is four reads and one take; an outcome is three. A change
+/// it; a claim is three reads and one take; an outcome is one. A change
 /// that adds a trip to any of them fails here, and says how many it took.
 #[cfg(test)]
 mod tests {
@@ -138,7 +155,7 @@ mod tests {
     use crate::store::{ClaimBy, NewAction, validate_args};
 
     #[test]
-    fn a_stage_is_one_round_trip_and_a_claim_five() {
+    fn a_stage_is_one_round_trip_a_claim_four_and_an_outcome_one() {
         runtime().block_on(async {
             for backend in Backend::both().await {
                 let Backend::Postgres(shared, _) = &backend else {
@@ -205,14 +222,14 @@ mod tests {
                 }))
                 .await;
                 // The action with its facts and its chat's expiry, the
-                // standing, the latch, the policy epoch, and the take.
-                assert_eq!(claim_trips, 5, "round trips of a claim");
+                // standing with the latch, the policy epoch, and the take.
+                assert_eq!(claim_trips, 4, "round trips of a claim");
 
                 let finish_trips = counted(Box::new(move |s| {
-                    s.finish_applied(id, "{}").expect("finished");
+                    assert!(s.finish_applied(id, "{}").expect("finished"), "recorded");
                 }))
                 .await;
-                assert_eq!(finish_trips, 3, "round trips of an outcome");
+                assert_eq!(finish_trips, 1, "round trips of an outcome");
             }
         });
     }

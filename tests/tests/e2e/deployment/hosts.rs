@@ -8,6 +8,7 @@
 //! - A host killed with SIGKILL after its claim: while it lives no other
 //!   host touches the claim; once its connection is gone, the next host to
 //!   start fails it (P3), and it is never sent again.
+//! - What a turn and an approval cost, in round trips to the database.
 //! - Two host processes draining one gatekeeper at once: each eligible
 //!   action sent once, in id order, one at a time (U2, U3); one staged on one
 //!   host is sent by the drain another host starts when a person decides
@@ -227,6 +228,45 @@ async fn a_vetted_host_s_interrupted_claim_is_resent_once_by_another_host_where_
     assert_eq!(replays.len(), 1, "the re-send was answered from its key");
     assert_eq!(replays[0].idempotency_key.as_deref(), Some(key.as_str()));
     assert!(in_flight(&w, b.path()).is_empty());
+}
+
+/// What serving from PostgreSQL costs, in round trips counted at the
+/// driver (each statement is one): a gadget's turn staging one write is 4
+/// (the chat's owner, the gadget with its chat, the policy epoch its kept
+/// resolution stands on, the stage), and a person's approval of it, with
+/// nothing else pending, 8 (the claim's three reads and its take, the
+/// outcome, the chat's expiry sweep and its pending actions, the waiting
+/// agent runs). A change that adds a trip to either fails here and says
+/// how many it took.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_staging_one_write_is_four_round_trips_and_its_approval_eight() {
+    let w = shared_world(Trust::Byo, Vec::new()).await;
+    let trips = || {
+        w.kernel
+            .inspect()
+            .round_trips()
+            .expect("a host of a shared database counts its round trips")
+    };
+    // Warm: the components compiled, the pooled connections' statements
+    // prepared.
+    for i in 0..4 {
+        let id = w.stage_label(&format!("warm{i}")).await;
+        let d = w.kernel.person("alice").approve(id).await.unwrap();
+        assert!(d.ok(), "{d:?}");
+    }
+    w.kernel.settle().await;
+    let before = trips();
+    let id = w.stage_label("counted").await;
+    let turn = trips() - before;
+    let before = trips();
+    let d = w.kernel.person("alice").approve(id).await.unwrap();
+    assert!(d.ok(), "{d:?}");
+    let approval = trips() - before;
+    assert_eq!(
+        (turn, approval),
+        (4, 8),
+        "round trips of (a turn staging one write, its approval)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
